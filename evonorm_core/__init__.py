@@ -1,0 +1,13 @@
+"""EvoNorm normalization-activation layers, their registry, model conversion and layer search.
+
+    >>> import evonorm_core
+    >>> layer = evonorm_core.build_norm_act("evonorm_s0", 64)
+    >>> evonorm_core.list_norm_acts()[:3]
+    ['bn_prelu', 'bn_relu', 'bn_swish']
+"""
+from .layers import *  # noqa: F401,F403  (registers every layer)
+from .layers import __all__ as _layer_names
+from .registry import build_norm_act, list_norm_acts, norm_act_factory, register_norm_act, resolve_name
+
+__version__ = "0.1.0"
+__all__ = [*_layer_names, "build_norm_act", "list_norm_acts", "norm_act_factory", "register_norm_act", "resolve_name"]

@@ -1,0 +1,121 @@
+"""The hand-designed normalization-activation layers the paper compares EvoNorms against.
+
+Each is ``activation(normalize(x) * gamma + beta)`` (Tables 2, 3 and 5), except the
+"RS + rej" layer whose ReLU comes before the affine. With ``nonlinearity=False`` a layer
+is its normalization and affine without activation. Activations: ``relu`` = max(z, 0),
+``max_v0`` = max(z, v0) with learnable ``v0`` (init 0), ``swish1`` = z sigmoid(z),
+``swish`` = z sigmoid(v1 z) with learnable ``v1`` (init 1).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .. import statistics as stats
+from .base import BatchStatsNormAct2d, GroupedNormAct2d, NormAct2d
+
+
+class BatchNormAct2d(BatchStatsNormAct2d):
+    r"""BatchNorm followed by an activation (BN-ReLU, BN-PReLU, BN-Swish-1, BN-Swish):
+
+    .. math::
+        \mathrm{act}(z), \quad z = \frac{x - \mu_{b,w,h}(x)}{\sqrt{s^2_{b,w,h}(x) + \epsilon}} \gamma + \beta
+
+    Batch statistics in training (synchronised across processes with ``sync=True``, as
+    ``SyncBatchNorm``), moving averages in eval; same update rule as ``nn.BatchNorm2d``.
+    """
+
+    track_mean = True
+
+    def __init__(self, num_channels: int, nonlinearity: bool = True, activation: str = "relu", **options) -> None:
+        super().__init__(num_channels, nonlinearity, activation=activation, **options)
+
+    def transform(self, x: Tensor) -> Tensor:
+        mean, var = self.batch_moments(x)
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+
+class GroupNormAct2d(GroupedNormAct2d):
+    r"""GroupNorm followed by an activation (GN-ReLU, GN-Swish):
+
+    .. math::
+        \mathrm{act}(z), \quad z = \frac{x - \mu_{w,h,c/g}(x)}{\sqrt{s^2_{w,h,c/g}(x) + \epsilon}} \gamma + \beta
+    """
+
+    def __init__(self, num_channels: int, nonlinearity: bool = True, activation: str = "relu", **options) -> None:
+        super().__init__(num_channels, nonlinearity, activation=activation, **options)
+
+    def transform(self, x: Tensor) -> Tensor:
+        mean, var = stats.group_moments(x, self.groups)
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+
+class LayerNormAct2d(NormAct2d):
+    r"""LayerNorm followed by an activation (LayerNorm-ReLU, Table 5):
+
+    .. math::
+        \mathrm{act}(z), \quad z = \frac{x - \mu_{w,h,c}(x)}{\sqrt{s^2_{w,h,c}(x) + \epsilon}} \gamma + \beta
+
+    Statistics over all of a sample's channels and pixels; per-channel ``gamma``/``beta``
+    (``GroupNorm`` with one group).
+    """
+
+    def __init__(self, num_channels: int, nonlinearity: bool = True, activation: str = "relu", eps: float = 1e-5):
+        super().__init__(num_channels, nonlinearity, eps, activation)
+
+    def transform(self, x: Tensor) -> Tensor:
+        mean, var = stats.layer_moments(x)
+        return (x - mean) / torch.sqrt(var + self.eps)
+
+
+class PixelNormAct2d(NormAct2d):
+    r"""PixelNorm (Karras et al., 2018) followed by an activation (PixelNorm-ReLU, Table 5):
+
+    .. math::
+        \mathrm{act}(z), \quad z = \frac{x}{\sqrt{\mu_c(x^2) + \epsilon}} \gamma + \beta
+
+    Each pixel's feature vector is normalized to unit root mean square across channels.
+    As every layer of the suite it ends with a per-channel affine (Karras et al. have none;
+    with ``gamma = 1, beta = 0``, the initial values, it is their layer).
+    """
+
+    def __init__(self, num_channels: int, nonlinearity: bool = True, activation: str = "relu", eps: float = 1e-5):
+        super().__init__(num_channels, nonlinearity, eps, activation)
+
+    def transform(self, x: Tensor) -> Tensor:
+        return x / torch.sqrt(stats.pixel_mean_square(x) + self.eps)
+
+
+class FilterResponseNorm2d(NormAct2d):
+    r"""Filter Response Normalization with its thresholded linear unit (FRN, Table 3):
+
+    .. math::
+        \max(z, v_0), \quad z = \frac{x}{\sqrt{\mu_{w,h}(x^2) + \epsilon}} \gamma + \beta
+
+    ``v_0`` is a learnable per-channel threshold initialised to 0 (FRN's ``tau``).
+    """
+
+    def __init__(self, num_channels: int, nonlinearity: bool = True, eps: float = 1e-5) -> None:
+        super().__init__(num_channels, nonlinearity, eps, activation="max_v0")
+
+    def transform(self, x: Tensor) -> Tensor:
+        return x / torch.sqrt(stats.instance_mean_square(x) + self.eps)
+
+
+class BatchRMSNormReLU2d(BatchStatsNormAct2d):
+    r"""The "RS + rej" layer of Table 2, found by random search with rejection:
+
+    .. math::
+        \frac{\max(x, 0)}{\sqrt{\mu_{b,w,h}(x^2) + \epsilon}} \gamma + \beta
+
+    The batch second moment is ``s^2_{b,w,h} + \mu_{b,w,h}^2``, from moving averages of
+    the mean and (unbiased) variance in eval. With ``nonlinearity=False`` the ReLU is
+    dropped: ``x / sqrt(mu_{b,w,h}(x^2) + eps) * gamma + beta``.
+    """
+
+    track_mean = True
+
+    def transform(self, x: Tensor) -> Tensor:
+        mean, var = self.batch_moments(x)
+        numerator = torch.relu(x) if self.nonlinearity else x
+        return numerator / torch.sqrt(var + mean.square() + self.eps)

@@ -1,0 +1,22 @@
+"""Shared test setup: deterministic, small thread count, and skip markers with reasons."""
+import os
+
+import pytest
+import torch
+
+
+def pytest_configure(config):
+    torch.set_num_threads(int(os.environ.get("EVONORM_TEST_THREADS", "2")))
+
+
+def pytest_collection_modifyitems(config, items):
+    if not torch.cuda.is_available():
+        skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; none is available on this machine")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip_gpu)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Sets up this machine for the whole suite, with no access to GitHub needed:
+#   torch 2.14.1 + torchvision 0.29.1, Detectron2, pycocotools, fvcore, torch-fidelity, ray,
+#   scikit-learn, timm (benchmark reference only), pytest, and this project in editable mode.
+# It installs into the Python that runs it ($PYTHON, default python3); activate a virtual
+# environment first if you want one. Safe to re-run: installed parts are checked and skipped.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-python3}"
+CONSTRAINTS="$ROOT/tools/constraints.txt"
+D2_GIT="https://github.com/facebookresearch/detectron2.git"
+D2_OFFLINE_DIST="sal-detectron2==0.7.2"
+PIP=("$PY" -m pip install --disable-pip-version-check -c "$CONSTRAINTS")
+
+log() { printf '[install] %s\n' "$*"; }
+die() { printf '[install] ERROR: %s\n' "$*" >&2; exit 1; }
+trap 'die "failed at line $LINENO: $BASH_COMMAND"' ERR
+
+"$PY" -c 'import sys; assert sys.version_info >= (3, 9), sys.version' \
+    || die "$PY is not Python >= 3.9"
+log "python: $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
+
+# 1. The torch pair. Checked first so a second run does not ask pip to resolve 5 GB again.
+if "$PY" -c 'import torch, torchvision, sys; sys.exit(not (torch.__version__.startswith("2.14.1") and torchvision.__version__.startswith("0.29.1")))' 2>/dev/null; then
+    log "torch 2.14.1 / torchvision 0.29.1 already installed"
+else
+    log "installing torch 2.14.1 + torchvision 0.29.1"
+    "${PIP[@]}" torch==2.14.1 torchvision==0.29.1
+fi
+
+# 2. Detectron2: upstream from git where GitHub is reachable, else the offline PyPI re-upload.
+d2_installed() { "$PY" -c 'import detectron2' 2>/dev/null; }
+
+install_d2_offline() {
+    # sal-detectron2 0.7.2 is upstream detectron2's Python code in a wheel mis-tagged
+    # cp310-none-any. We fetch it for 3.10, drop its top-level `tools` package (it would
+    # shadow this project's tools/), and install it as a py3-none-any wheel. Its compiled
+    # _C is for 3.10 and is ignored: detectron2 then runs in pure-Python mode.
+    local tmp; tmp="$(mktemp -d)"
+    "$PY" -m pip download --disable-pip-version-check --no-deps --python-version 3.10 \
+        --only-binary=:all: "$D2_OFFLINE_DIST" -d "$tmp/dl"
+    "$PY" "$ROOT/tools/repack_wheel.py" "$tmp"/dl/sal_detectron2-*.whl \
+        --drop tools --tag py3-none-any --out-dir "$tmp/wheel"
+    "${PIP[@]}" "$tmp"/wheel/sal_detectron2-*-py3-none-any.whl
+    rm -rf "$tmp"
+}
+
+if d2_installed; then
+    log "detectron2 already installed"
+elif timeout 15 git ls-remote --exit-code "$D2_GIT" HEAD >/dev/null 2>&1; then
+    log "GitHub reachable: building detectron2 from $D2_GIT"
+    "${PIP[@]}" --no-build-isolation "git+$D2_GIT"
+else
+    log "GitHub unreachable: installing detectron2 from the offline wheel $D2_OFFLINE_DIST"
+    install_d2_offline
+fi
+
+# 3. This project with every extra (pycocotools, fvcore, torch-fidelity, ray, scikit-learn,
+#    timm, pytest, ...), editable. pip skips what is already satisfied.
+log "installing evonorm-suite[all] (editable) and its dependencies"
+"${PIP[@]}" -q -e "$ROOT[all]"
+
+# 4. Verify: no stray top-level `tools` in site-packages, and report what we installed.
+"$PY" - <<'PYEOF'
+import importlib.metadata as md, pathlib, sysconfig, sys
+site = pathlib.Path(sysconfig.get_paths()["purelib"])
+if (site / "tools").exists():
+    sys.exit(f"[install] ERROR: a top-level 'tools' package is in {site}; it shadows this project's tools/")
+import detectron2, torch, torchvision
+names = {d.metadata["Name"].lower() for d in md.distributions()}
+dist = next((n for n in ("detectron2", "sal-detectron2") if n in names), "unknown")
+try:
+    from detectron2 import _C  # noqa: F401
+    ext = "compiled ops (_C) available"
+except ImportError:
+    ext = "pure-Python mode (no _C)"
+print(f"[install] torch {torch.__version__}, torchvision {torchvision.__version__}")
+print(f"[install] detectron2 {detectron2.__version__} from distribution '{dist}' at "
+      f"{pathlib.Path(detectron2.__file__).parent}, {ext}")
+PYEOF
+log "done"
