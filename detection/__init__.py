@@ -1,0 +1,11 @@
+"""EvoNorm layers in Detectron2's Mask R-CNN (paper Sec. 5.4, Table 4).
+
+Importing this package registers ``build_norm_act_resnet_fpn_backbone`` (BACKBONE_REGISTRY),
+``NormActConvFCHead`` (ROI_BOX_HEAD_REGISTRY) and ``NormActMaskHead``
+(ROI_MASK_HEAD_REGISTRY); :func:`add_evonorm_config` adds their config keys.
+"""
+from .backbone import build_norm_act_resnet_fpn_backbone
+from .config import add_evonorm_config, load_config
+from .heads import NormActConvFCHead, NormActMaskHead
+
+__all__ = ["NormActConvFCHead", "NormActMaskHead", "add_evonorm_config", "build_norm_act_resnet_fpn_backbone", "load_config"]

@@ -1,0 +1,39 @@
+"""Config keys the EvoNorm Mask R-CNN adds to detectron2's defaults."""
+from __future__ import annotations
+
+from detectron2.config import CfgNode as CN
+from detectron2.config import get_cfg
+
+
+def add_evonorm_config(cfg: CN) -> CN:
+    """Add ``MODEL.NORM_ACT`` and ``INPUT.LSJ`` to ``cfg`` (in place) and return it.
+
+    ``MODEL.NORM_ACT``: the normalization-activation layer of the whole model.
+      ``NAME``: a name of ``evonorm_core.list_norm_acts()`` (``bn_relu``, ``gn_relu``,
+      ``evonorm_b0``, ``evonorm_s0`` ...). ``SYNC``: batch statistics over all processes
+      (SyncBN semantics; layers with batch statistics only). ``GROUPS``: groups of grouped
+      layers, 0 = the layer's default (32, lowered until it divides). ``EPS``: 0 = the
+      layer's default (1e-5).
+    ``INPUT.LSJ``: scale-jitter training resize (``ResizeScale`` then ``FixedSizeCrop``
+      to a square ``IMAGE_SIZE``, padded), replacing ``ResizeShortestEdge`` when
+      ``ENABLED``; scales relative to ``IMAGE_SIZE``.
+    """
+    cfg.MODEL.NORM_ACT = CN()
+    cfg.MODEL.NORM_ACT.NAME = "evonorm_s0"
+    cfg.MODEL.NORM_ACT.SYNC = False
+    cfg.MODEL.NORM_ACT.GROUPS = 0
+    cfg.MODEL.NORM_ACT.EPS = 0.0
+    cfg.INPUT.LSJ = CN()
+    cfg.INPUT.LSJ.ENABLED = False
+    cfg.INPUT.LSJ.IMAGE_SIZE = 1024
+    cfg.INPUT.LSJ.MIN_SCALE = 0.8
+    cfg.INPUT.LSJ.MAX_SCALE = 1.25
+    return cfg
+
+
+def load_config(config_file: str, opts: list[str] | None = None) -> CN:
+    """detectron2's defaults + :func:`add_evonorm_config`, merged with a YAML file and ``KEY VALUE`` overrides."""
+    cfg = add_evonorm_config(get_cfg())
+    cfg.merge_from_file(config_file)
+    cfg.merge_from_list(list(opts or []))
+    return cfg

@@ -1,0 +1,81 @@
+"""Turning the config's ``MODEL.NORM_ACT`` into the suite's norm-act layers.
+
+Every place of the detector that has a normalization (backbone, FPN, RoI heads) builds it
+through :func:`norm_act_maker`, so one config key selects the layer of the whole model,
+as in the paper ("EvoNorms are applied to both the backbone and the heads").
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from evonorm_core import norm_act_factory
+
+NormActMaker = Callable[[int, bool], nn.Module]
+
+
+def norm_act_maker(cfg) -> NormActMaker:
+    """``make(num_channels, nonlinearity)`` for the layer named by ``cfg.MODEL.NORM_ACT``.
+
+    ``NAME`` is any name of :func:`evonorm_core.list_norm_acts` (``bn``/``gn`` are aliases
+    of BN-ReLU/GN-ReLU); ``SYNC`` synchronizes batch statistics across processes
+    (SyncBN semantics; only layers with batch statistics accept it); ``GROUPS`` (0 = the
+    layer's default of 32) and ``EPS`` are passed on when set. A bad name or option raises
+    a ``ValueError`` that names the config key and the accepted values.
+    """
+    node = cfg.MODEL.NORM_ACT
+    options = {}
+    if node.SYNC:
+        options["sync"] = True
+    if node.GROUPS > 0:
+        options["groups"] = int(node.GROUPS)
+    if node.EPS > 0:
+        options["eps"] = float(node.EPS)
+    try:
+        return norm_act_factory(node.NAME, **options)
+    except ValueError as err:
+        raise ValueError(f"bad MODEL.NORM_ACT (NAME={node.NAME!r}, options {options}): {err}") from err
+
+
+def buffers_finite(module: nn.Module) -> bool:
+    """Whether every floating-point buffer of ``module`` (its moving statistics) is finite."""
+    return all(torch.isfinite(b).all() for b in module.buffers() if b.is_floating_point())
+
+
+class EmptyBatchSafe(nn.Module):
+    """Wraps a norm-act layer of a RoI head so that a batch of zero RoIs is harmless.
+
+    A head can receive no RoIs (an image without foreground proposals reaches the mask head
+    with none). A layer with batch statistics would then average over nothing and write
+    NaN into its moving averages. The wrapped layer still runs, so a synchronized layer
+    takes part in the all-reduce the other processes wait for and the parameters stay in
+    the autograd graph (DDP expects a gradient for each); its buffers are put back if the
+    update made them non-finite (no process had a RoI).
+    """
+
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.shape[0] > 0 or not self.training:
+            return self.layer(x)
+        saved = [b.clone() for b in self.layer.buffers()]
+        out = self.layer(x)
+        if not buffers_finite(self.layer):
+            with torch.no_grad():
+                for buffer, value in zip(self.layer.buffers(), saved):
+                    buffer.copy_(value)
+        return out
+
+
+def empty_batch_safe(make: NormActMaker) -> NormActMaker:
+    """``make`` whose layers with buffers (moving statistics) are wrapped in :class:`EmptyBatchSafe`."""
+
+    def make_safe(num_channels: int, nonlinearity: bool = True) -> nn.Module:
+        layer = make(num_channels, nonlinearity)
+        return EmptyBatchSafe(layer) if any(True for _ in layer.buffers()) else layer
+
+    return make_safe
