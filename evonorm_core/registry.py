@@ -86,13 +86,18 @@ def build_norm_act(name: str, num_channels: int, nonlinearity: bool = True, **op
     ``options`` go to the layer (``eps``, ``groups``, ``momentum``, ``sync`` ...); an
     option the layer does not take raises ``ValueError`` naming the accepted ones.
     """
+    canonical = _checked_name(name, options)
+    return _FACTORIES[canonical](num_channels, nonlinearity=nonlinearity, **options)
+
+
+def _checked_name(name: str, options: dict) -> str:
+    """The canonical name, after checking that its layer takes every key of ``options``."""
     canonical = resolve_name(name)
-    factory = _FACTORIES[canonical]
-    accepted = accepted_options(factory)
+    accepted = accepted_options(_FACTORIES[canonical])
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise ValueError(f"norm-act layer {canonical!r} does not take option(s) {unknown}; accepted: {accepted}")
-    return factory(num_channels, nonlinearity=nonlinearity, **options)
+    return canonical
 
 
 def norm_act_factory(spec: str | Callable[[int, bool], nn.Module], **options) -> Callable[[int, bool], nn.Module]:
@@ -107,8 +112,7 @@ def norm_act_factory(spec: str | Callable[[int, bool], nn.Module], **options) ->
         if options:
             raise ValueError(f"options {sorted(options)} can only be given with a layer name, not a callable")
         return spec
-    canonical = resolve_name(spec)
-    build_norm_act(canonical, 1 if "groups" not in options else options["groups"], **options)  # validate early
+    canonical = _checked_name(spec, options)
 
     def make(num_channels: int, nonlinearity: bool = True) -> nn.Module:
         return build_norm_act(canonical, num_channels, nonlinearity, **options)

@@ -1,0 +1,134 @@
+"""Convert an existing model's BatchNorm(+activation) pairs into norm-act layers.
+
+The data flow is read from a ``torch.fx`` trace, not from module order: a BatchNorm whose
+only consumer is a ReLU, ReLU6 or SiLU (module, function or method) becomes the norm-act
+layer with that activation folded in, and the activation is removed from the graph; any
+other BatchNorm becomes the layer with ``nonlinearity=False`` (paper footnote 3: an EvoNorm
+then is a channel-wise affine). The result is a ``torch.fx.GraphModule`` whose submodules
+keep their qualified names, so a converted model trains and saves like the original.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import Counter
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from .layers.base import NormAct2d
+from .registry import norm_act_factory
+
+logger = logging.getLogger(__name__)
+
+_ACTIVATION_MODULES = (nn.ReLU, nn.ReLU6, nn.SiLU)
+_ACTIVATION_FUNCTIONS = {F.relu: "relu", torch.relu: "relu", F.relu6: "relu6", F.silu: "silu"}
+_ACTIVATION_METHODS = {"relu": "relu", "relu_": "relu"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertedNorm:
+    """One converted BatchNorm: its qualified name, the activation folded in (or None)."""
+
+    name: str
+    folded_activation: str | None
+
+    @property
+    def nonlinearity(self) -> bool:
+        return self.folded_activation is not None
+
+
+@dataclasses.dataclass
+class ConversionReport:
+    """What :func:`convert_norm_act` did, one entry per converted BatchNorm."""
+
+    layer: str
+    entries: list[ConvertedNorm]
+
+    @property
+    def folded(self) -> list[ConvertedNorm]:
+        return [e for e in self.entries if e.nonlinearity]
+
+    @property
+    def unfolded(self) -> list[ConvertedNorm]:
+        return [e for e in self.entries if not e.nonlinearity]
+
+    def __str__(self) -> str:
+        acts = Counter(e.folded_activation for e in self.folded)
+        folded = ", ".join(f"{name} x{n}" for name, n in sorted(acts.items())) or "none"
+        return (
+            f"converted {len(self.entries)} BatchNorm layers to {self.layer}: "
+            f"{len(self.folded)} with their activation folded in ({folded}), "
+            f"{len(self.unfolded)} with nonlinearity=False"
+        )
+
+
+class _Tracer(fx.Tracer):
+    """Keeps the suite's own norm-act layers opaque, like torch.nn's modules."""
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        return isinstance(m, NormAct2d) or super().is_leaf_module(m, qualname)
+
+
+def _activation_name(node: fx.Node, modules: dict[str, nn.Module]) -> str | None:
+    """The activation ``node`` computes, if it is a ReLU, ReLU6 or SiLU of a single tensor."""
+    if node.op == "call_module" and isinstance(modules[node.target], _ACTIVATION_MODULES):
+        return type(modules[node.target]).__name__.lower()
+    if node.op == "call_function" and node.target in _ACTIVATION_FUNCTIONS:
+        return _ACTIVATION_FUNCTIONS[node.target]
+    if node.op == "call_method" and node.target in _ACTIVATION_METHODS:
+        return _ACTIVATION_METHODS[node.target]
+    return None
+
+
+def _replace_submodule(root: nn.Module, qualname: str, new: nn.Module) -> None:
+    parent, _, child = qualname.rpartition(".")
+    setattr(root.get_submodule(parent) if parent else root, child, new)
+
+
+def convert_norm_act(
+    model: nn.Module, norm_act: str | Callable[[int, bool], nn.Module], **options
+) -> fx.GraphModule:
+    """Replace every ``BatchNorm2d`` of ``model`` (not modified) by the ``norm_act`` layer.
+
+    ``norm_act`` is a registered name (with ``options``, e.g. ``groups=16``) or a callable
+    ``(num_channels, nonlinearity) -> nn.Module``. Returns a ``GraphModule`` in the same
+    train/eval mode, with the report as ``.norm_act_report`` (a :class:`ConversionReport`).
+    Raises ``ValueError`` if the model cannot be traced or calls one BatchNorm twice.
+    """
+    make = norm_act_factory(norm_act, **options)
+    try:
+        graph = _Tracer().trace(model)
+    except Exception as exc:  # fx raises many types; all mean "not symbolically traceable"
+        raise ValueError(
+            f"convert_norm_act could not trace {type(model).__name__} with torch.fx: {exc}. "
+            "Models with data-dependent control flow must be converted by building them with a norm_act argument."
+        ) from exc
+    gm = fx.GraphModule(model, graph, class_name=type(model).__name__)
+    modules = dict(gm.named_modules())
+    calls = Counter(n.target for n in graph.nodes if n.op == "call_module")
+    entries = []
+    for node in list(graph.nodes):
+        if node.op != "call_module" or not isinstance(modules[node.target], nn.modules.batchnorm._BatchNorm):
+            continue
+        bn = modules[node.target]
+        if calls[node.target] > 1:
+            raise ValueError(f"BatchNorm {node.target!r} is called {calls[node.target]} times; cannot convert it")
+        users = list(node.users)
+        activation = _activation_name(users[0], modules) if len(users) == 1 else None
+        if activation is not None:
+            users[0].replace_all_uses_with(node)
+            graph.erase_node(users[0])
+        layer = make(bn.num_features, activation is not None)
+        _replace_submodule(gm, node.target, layer.to(device=bn.weight.device if bn.affine else None))
+        entries.append(ConvertedNorm(node.target, activation))
+    graph.lint()
+    gm.delete_all_unused_submodules()
+    gm.recompile()
+    gm.train(model.training)
+    layer_name = norm_act if isinstance(norm_act, str) else getattr(norm_act, "__name__", repr(norm_act))
+    gm.norm_act_report = ConversionReport(layer_name, entries)
+    logger.info("%s", gm.norm_act_report)
+    return gm
