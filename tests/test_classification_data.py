@@ -1,0 +1,46 @@
+"""Data loaders: the embedded digits proxy and CIFAR-10 from its folder layout."""
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from classification.data import load_cifar10, load_digits_proxy
+
+
+def test_digits_proxy_shapes_split_and_normalization():
+    train_x, train_y, val_x, val_y = load_digits_proxy(24)
+    assert train_x.shape == (1438, 3, 24, 24) and val_x.shape == (359, 3, 24, 24)
+    assert train_x.dtype == torch.float32 and train_y.dtype == torch.int64
+    assert set(train_y.tolist()) == set(range(10)) and set(val_y.tolist()) == set(range(10))
+    assert abs(train_x.mean().item()) < 1e-4 and abs(train_x.std().item() - 1) < 1e-4
+    again = load_digits_proxy(24)
+    assert torch.equal(again[1], train_y) and torch.equal(again[3], val_y)
+
+
+def test_digits_proxy_rejects_tiny_images():
+    with pytest.raises(ValueError, match="image_size"):
+        load_digits_proxy(4)
+
+
+def write_fake_cifar(folder, per_batch=4):
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+                 "labels": list(rng.integers(0, 10, per_batch))}
+        with open(folder / name, "wb") as f:
+            pickle.dump(batch, f)
+
+
+def test_cifar10_reads_torchvision_layout(tmp_path):
+    write_fake_cifar(tmp_path / "cifar-10-batches-py")
+    train_x, train_y, val_x, val_y = load_cifar10(tmp_path)
+    assert train_x.shape == (20, 3, 32, 32) and val_x.shape == (4, 3, 32, 32)
+    assert train_y.dtype == torch.int64 and train_x.dtype == torch.float32
+    assert torch.equal(load_cifar10(tmp_path / "cifar-10-batches-py")[1], train_y)
+
+
+def test_cifar10_missing_names_path_and_layout(tmp_path):
+    with pytest.raises(FileNotFoundError, match="cifar-10-batches-py.*data_batch_1"):
+        load_cifar10(tmp_path / "missing")

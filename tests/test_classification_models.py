@@ -1,0 +1,116 @@
+"""Classifier and anchor architectures: shapes, parameter counts, norm-act slots."""
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+from classification.anchors import ANCHOR_NAMES, build_anchor
+from classification.models import MODEL_NAMES, build_model
+from evonorm_core import list_norm_acts
+
+
+def num_params(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def conv_linear_params(module: nn.Module) -> int:
+    return sum(num_params(m) for m in module.modules() if isinstance(m, (nn.Conv2d, nn.Linear)))
+
+
+@pytest.mark.parametrize(
+    "name, reference",
+    [("mobilenetv2", "mobilenet_v2"), ("mnasnet_b1", "mnasnet1_0"), ("efficientnet_b0", "efficientnet_b0")],
+)
+def test_mbconv_param_counts_match_torchvision(name, reference):
+    ours = build_model(name, "bn_relu")
+    theirs = getattr(torchvision.models, reference)()
+    assert num_params(ours) == num_params(theirs)
+
+
+@pytest.mark.slow
+def test_efficientnet_b5_param_count_matches_torchvision():
+    assert num_params(build_model("efficientnet_b5", "bn_swish1")) == num_params(torchvision.models.efficientnet_b5())
+
+
+@pytest.mark.parametrize("depth", [50, 101])
+def test_preact_resnet_matches_torchvision_up_to_norm_placement(depth):
+    """torchvision's ResNets are v1: identical convolutions and classifier, different BNs.
+
+    v2 drops the stem BN and the shortcut BNs, normalizes each block's *input* instead of
+    its output, and adds one final BN; each BN-ReLU carries 2 parameters per channel.
+    """
+    ours = build_model(f"resnet{depth}", "bn_relu")
+    theirs = getattr(torchvision.models, f"resnet{depth}")()
+    assert conv_linear_params(ours) == conv_linear_params(theirs)
+    norm_channels = sum(m.num_channels for m in ours.modules() if hasattr(m, "num_channels"))
+    assert num_params(ours) == conv_linear_params(ours) + 2 * norm_channels
+    assert num_params(ours) == {50: 25_549_352, 101: 44_541_480}[depth]
+
+
+class SlotRecorder:
+    """A norm-act spec that records every (channels, nonlinearity) it is asked for."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, num_channels, nonlinearity=True):
+        self.calls.append((num_channels, nonlinearity))
+        return nn.Identity()
+
+
+def test_resnet_has_only_activated_slots_and_mbconv_has_linear_projections():
+    resnet, mobilenet = SlotRecorder(), SlotRecorder()
+    build_model("resnet50", resnet)
+    build_model("mobilenetv2", mobilenet)
+    assert len(resnet.calls) == 16 * 3 + 1 and all(nl for _, nl in resnet.calls)
+    linear = [c for c, nl in mobilenet.calls if not nl]
+    assert linear == [16, 24, 24, 32, 32, 32, 64, 64, 64, 64, 96, 96, 96, 160, 160, 160, 320]
+    assert len(mobilenet.calls) == 2 + 17 * 3 - 1  # stem + head, 3 per block minus the t=1 expansion
+
+
+@pytest.mark.parametrize("width, channels", [(0.9, 1280), (1.0, 1280), (1.1, 1408)])
+def test_mobilenetv2_width_multipliers(width, channels):
+    model = build_model("mobilenetv2", "bn_relu", width_multiplier=width)
+    assert model.num_features == channels
+    reference = torchvision.models.mobilenet_v2(width_mult=width)
+    assert num_params(model) == num_params(reference)
+
+
+@pytest.mark.parametrize("anchor", ANCHOR_NAMES)
+def test_anchor_keeps_depth_and_unstrides_the_first_two_downsamplings(anchor):
+    model = build_anchor(anchor, "bn_relu").eval()
+    features = {}
+    last = model.final_norm_act if anchor.startswith("resnet") else model.head
+    last.register_forward_hook(lambda m, i, o: features.setdefault("x", o))
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+    # ImageNet models reduce 32x; with two downsamplings at stride 1 the anchors reduce 8x
+    assert features["x"].shape[-1] == 4
+    imagenet = {"resnet50_cifar": "resnet50", "mobilenetv2_cifar": "mobilenetv2",
+                "efficientnet_cifar": "efficientnet_b0"}[anchor]
+    convs = lambda m: sum(isinstance(x, nn.Conv2d) for x in m.modules())  # noqa: E731
+    assert convs(model) == convs(build_model(imagenet))
+
+
+@pytest.mark.parametrize("layer", list_norm_acts())
+def test_every_layer_builds_every_anchor(layer):
+    x = torch.randn(2, 3, 16, 16)
+    for anchor in ANCHOR_NAMES:
+        out = build_anchor(anchor, layer)(x)
+        assert out.shape == (2, 10) and torch.isfinite(out).all(), (layer, anchor)
+
+
+@pytest.mark.parametrize("model_name", MODEL_NAMES)
+def test_every_model_takes_a_layer_name_and_runs(model_name):
+    if model_name == "efficientnet_b5":
+        pytest.skip("covered by the parameter-count test; a forward pass is too slow for the CPU budget")
+    model = build_model(model_name, "evonorm_s0", num_classes=7)
+    assert model(torch.randn(1, 3, 64, 64)).shape == (1, 7)
+
+
+def test_bad_names_raise_clear_errors():
+    with pytest.raises(ValueError, match="accepted: resnet50_cifar"):
+        build_anchor("vgg_cifar", "bn_relu")
+    with pytest.raises(ValueError, match="accepted: resnet50"):
+        build_model("resnet18")
+    with pytest.raises(ValueError, match="valid names"):
+        build_anchor("resnet50_cifar", "batchnorm_tanh")
