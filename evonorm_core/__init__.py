@@ -7,7 +7,8 @@
 """
 from .layers import *  # noqa: F401,F403  (registers every layer)
 from .layers import __all__ as _layer_names
+from .convert import ConversionReport, convert_norm_act
 from .registry import build_norm_act, list_norm_acts, norm_act_factory, register_norm_act, resolve_name
 
 __version__ = "0.1.0"
-__all__ = [*_layer_names, "build_norm_act", "list_norm_acts", "norm_act_factory", "register_norm_act", "resolve_name"]
+__all__ = [*_layer_names, "ConversionReport", "convert_norm_act", "build_norm_act", "list_norm_acts", "norm_act_factory", "register_norm_act", "resolve_name"]

@@ -1,0 +1,141 @@
+"""convert_norm_act on torchvision models, against forward passes assembled by hand."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torchvision import models
+from torchvision.ops.misc import Conv2dNormActivation
+
+import evonorm_core
+from evonorm_core.layers import NormAct2d
+
+ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.SiLU)
+
+
+def randomize_layers(model):
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, NormAct2d):
+                for name, p in module.named_parameters():
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.2 + (1.0 if name in ("weight", "v1") else 0.0))
+
+
+def converted(model_fn, layer="evonorm_s0"):
+    torch.manual_seed(0)
+    model = model_fn().eval()
+    gm = evonorm_core.convert_norm_act(model, layer, **({"groups": 8} if layer == "evonorm_s0" else {}))
+    randomize_layers(gm)
+    return model, gm
+
+
+def resnet_by_hand(gm, x):
+    """torchvision ResNet-50 with each norm-act in place of its BN(+ReLU): ReLU only after the residual add."""
+    m = gm.get_submodule
+    x = m("maxpool")(m("bn1")(m("conv1")(x)))
+    for stage, blocks in (("layer1", 3), ("layer2", 4), ("layer3", 6), ("layer4", 3)):
+        for i in range(blocks):
+            p = f"{stage}.{i}."
+            out = m(p + "bn1")(m(p + "conv1")(x))
+            out = m(p + "bn2")(m(p + "conv2")(out))
+            out = m(p + "bn3")(m(p + "conv3")(out))
+            shortcut = m(p + "downsample.1")(m(p + "downsample.0")(x)) if i == 0 else x
+            x = F.relu(out + shortcut)
+    return m("fc")(torch.flatten(m("avgpool")(x), 1))
+
+
+def assembled_by_hand(original, gm):
+    """Copy of ``original`` whose Conv-BN-act blocks take the converted layers, activations made Identity."""
+    model = copy.deepcopy(original)
+    for name, block in model.named_modules():
+        if isinstance(block, Conv2dNormActivation) or (isinstance(block, nn.Sequential) and isinstance(block[-1], nn.BatchNorm2d)):
+            for i, child in enumerate(block):
+                if isinstance(child, nn.BatchNorm2d):
+                    block[i] = gm.get_submodule(f"{name}.{i}")
+                    if i + 1 < len(block) and isinstance(block[i + 1], ACTIVATIONS):
+                        assert block[i].nonlinearity
+                        block[i + 1] = nn.Identity()
+                    else:
+                        assert not block[i].nonlinearity
+    assert not any(isinstance(mod, nn.BatchNorm2d) for mod in model.modules())
+    return model.eval()
+
+
+def test_resnet50():
+    model, gm = converted(models.resnet50)
+    report = gm.norm_act_report
+    assert len(report.folded) == 33 and {e.folded_activation for e in report.folded} == {"relu"}
+    assert sorted(e.name for e in report.unfolded) == sorted(
+        [f"layer{s}.{i}.bn3" for s, n in zip(range(1, 5), (3, 4, 6, 3)) for i in range(n)]
+        + [f"layer{s}.0.downsample.1" for s in range(1, 5)]
+    )
+    x = torch.randn(2, 3, 64, 64)
+    torch.testing.assert_close(gm(x), resnet_by_hand(gm, x))
+    assert not torch.allclose(gm(x), model(x))
+
+
+@pytest.mark.parametrize("model_fn,activation,folded,total", [
+    (models.mobilenet_v2, "relu6", 35, 52),
+    (models.efficientnet_b0, "silu", 33, 49),
+])
+def test_mobilenet_and_efficientnet(model_fn, activation, folded, total):
+    model, gm = converted(model_fn)
+    report = gm.norm_act_report
+    assert len(report.entries) == total and len(report.folded) == folded
+    assert {e.folded_activation for e in report.folded} == {activation}
+    x = torch.randn(2, 3, 64, 64)
+    torch.testing.assert_close(gm(x), assembled_by_hand(model, gm)(x))
+    assert not any(isinstance(mod, nn.BatchNorm2d) for mod in gm.modules())
+
+
+def test_squeeze_excitation_activations_are_kept():
+    _, gm = converted(models.efficientnet_b0)
+    kept = [name for name, mod in gm.named_modules() if isinstance(mod, nn.SiLU)]
+    assert kept and all(".activation" in name for name in kept)  # SqueezeExcitation.activation follows a conv, not a BN
+
+
+def test_report_and_training_mode():
+    model = models.resnet50().train()
+    gm = evonorm_core.convert_norm_act(model, "evonorm_b0")
+    assert gm.training
+    assert str(gm.norm_act_report) == (
+        "converted 53 BatchNorm layers to evonorm_b0: 33 with their activation folded in (relu x33), "
+        "20 with nonlinearity=False"
+    )
+    loss = gm(torch.randn(2, 3, 32, 32)).sum()
+    loss.backward()
+    assert gm.get_submodule("layer1.0.bn1").v1.grad is not None
+
+
+def test_functional_activation_and_shared_use():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3)
+            self.bn_a, self.bn_b = nn.BatchNorm2d(8), nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            a = F.silu(self.bn_a(self.conv(x)))
+            b = self.bn_b(self.conv(x))
+            return torch.relu(b) + b  # b has two consumers: its ReLU cannot be folded
+
+    gm = evonorm_core.convert_norm_act(Net(), "gn_relu", groups=4)
+    entries = {e.name: e.folded_activation for e in gm.norm_act_report.entries}
+    assert entries == {"bn_a": "silu", "bn_b": None}
+
+
+def test_errors():
+    class Dynamic(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm2d(3)
+
+        def forward(self, x):
+            return self.bn(x) if x.sum() > 0 else x
+
+    with pytest.raises(ValueError, match="could not trace Dynamic with torch.fx"):
+        evonorm_core.convert_norm_act(Dynamic(), "evonorm_s0")
+    with pytest.raises(KeyError, match="unknown norm-act layer"):
+        evonorm_core.convert_norm_act(models.resnet18(), "evonorm_x")
