@@ -1,0 +1,124 @@
+"""Image datasets for GAN training: (image in [-1, 1] of shape (3, R, R), class index).
+
+* ``digits`` (the built-in default): scikit-learn's ``load_digits`` (1,797 real 8x8
+  handwritten digits, 10 classes, shipped on disk), upsampled bilinearly to R x R, gray
+  repeated over 3 channels.
+* ``cifar10``: torchvision's CIFAR-10 folder layout (``cifar-10-batches-py``) under ``root``.
+* ``imagenet``: an ImageFolder tree (``root/<wnid>/*.JPEG``), shorter side resized to R
+  and center-cropped, as BigGAN's preprocessing.
+* ``array``: a prepared file, ``.npz`` or ``.hdf5``/``.h5`` with ``imgs`` (N, 3, R, R)
+  uint8 and ``labels`` (N,) (the layout of BigGAN-PyTorch's ``make_hdf5.py``).
+
+Nothing is downloaded: a missing path raises ``FileNotFoundError`` naming it.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.data import Dataset, TensorDataset
+
+DATASETS = ("digits", "cifar10", "imagenet", "array")
+
+
+def to_unit_range(images_uint8: Tensor) -> Tensor:
+    """uint8 [0, 255] -> float [-1, 1]."""
+    return images_uint8.float() / 127.5 - 1
+
+
+def to_uint8(images: Tensor) -> Tensor:
+    """float [-1, 1] -> uint8 [0, 255] (what Inception-based metrics take)."""
+    return ((images.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+
+
+def digits_dataset(resolution: int = 32) -> TensorDataset:
+    """scikit-learn's 8x8 digits upsampled to ``resolution``, 3 channels, in [-1, 1]."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = torch.from_numpy(digits.images).float().div(16).unsqueeze(1)  # (N, 1, 8, 8) in [0, 1]
+    images = F.interpolate(images, size=(resolution, resolution), mode="bilinear", align_corners=False)
+    images = (images.clamp(0, 1) * 2 - 1).repeat(1, 3, 1, 1)
+    return TensorDataset(images, torch.from_numpy(digits.target).long())
+
+
+class ArrayImageDataset(Dataset):
+    """Images and labels from a prepared ``.npz`` or ``.hdf5``/``.h5`` file (keys ``imgs``, ``labels``)."""
+
+    def __init__(self, path: str) -> None:
+        if path.endswith(".npz"):
+            arrays = np.load(path)
+            self.images, self.labels = arrays["imgs"], arrays["labels"]
+        elif path.endswith((".hdf5", ".h5")):
+            import h5py
+
+            with h5py.File(path, "r") as f:  # loaded into memory: ImageNet 128 fits in ~60 GB
+                self.images, self.labels = f["imgs"][:], f["labels"][:]
+        else:
+            raise ValueError(f"array dataset {path!r} must end with .npz, .hdf5 or .h5")
+        if self.images.ndim != 4 or self.images.shape[1] != 3 or self.images.dtype != np.uint8:
+            raise ValueError(f"{path}: 'imgs' must be uint8 (N, 3, H, W), got {self.images.dtype} {self.images.shape}")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, int]:
+        return to_unit_range(torch.from_numpy(self.images[index])), int(self.labels[index])
+
+
+def folder_transform(resolution: int):
+    from torchvision import transforms
+
+    return transforms.Compose(
+        [
+            transforms.Resize(resolution),
+            transforms.CenterCrop(resolution),
+            transforms.ToTensor(),
+            transforms.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
+        ]
+    )
+
+
+def build_dataset(name: str, root: str | None, resolution: int) -> Dataset:
+    """The training set ``name`` (one of :data:`DATASETS`) at ``resolution``; see the module doc."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; accepted: {list(DATASETS)}")
+    if name == "digits":
+        return digits_dataset(resolution)
+    if root is None:
+        raise ValueError(f"dataset {name!r} needs --data-root (nothing is downloaded)")
+    if not os.path.exists(root):
+        raise FileNotFoundError(f"dataset {name!r}: path {root!r} does not exist")
+    if name == "array":
+        return ArrayImageDataset(root)
+    from torchvision import datasets
+
+    if name == "cifar10":
+        return datasets.CIFAR10(root, train=True, transform=folder_transform(resolution), download=False)
+    return datasets.ImageFolder(root, transform=folder_transform(resolution))
+
+
+def num_classes_of(dataset: Dataset) -> int:
+    """Number of classes: ``classes`` attribute if present, else ``max(label) + 1``."""
+    if hasattr(dataset, "classes"):
+        return len(dataset.classes)
+    if isinstance(dataset, TensorDataset):
+        return int(dataset.tensors[1].max()) + 1
+    return int(np.max(dataset.labels)) + 1
+
+
+class UInt8Images(Dataset):
+    """The images of a training set as uint8 (3, R, R) tensors, the reference input of IS/FID."""
+
+    def __init__(self, dataset: Dataset, limit: int | None = None) -> None:
+        self.dataset = dataset
+        self.length = len(dataset) if limit is None else min(limit, len(dataset))
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> Tensor:
+        return to_uint8(self.dataset[index][0])

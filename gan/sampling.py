@@ -1,0 +1,85 @@
+"""Sampling from a trained generator: latents, standing statistics, image grids.
+
+Batch-dependent layers (BN-ReLU, EvoNorm-B0, every ``BatchStatsNormAct2d``) sample in
+eval mode from moving statistics. As BigGAN does, those statistics can instead be
+recomputed for the final weights ("standing statistics", :func:`standing_statistics`):
+the moving averages are replaced by the plain average of the batch statistics over
+``num_batches`` fresh batches of samples. Batch-independent layers are unaffected.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import Tensor, nn
+
+from evonorm_core.layers import BatchStatsNormAct2d
+
+
+def sample_latents(
+    num: int, dim_z: int, num_classes: int, device: torch.device | str = "cpu", generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor]:
+    """``z ~ N(0, I)`` of shape (num, dim_z) and class labels uniform over ``num_classes``."""
+    z = torch.randn(num, dim_z, generator=generator).to(device)
+    y = torch.randint(num_classes, (num,), generator=generator).to(device)
+    return z, y
+
+
+def batch_stat_layers(model: nn.Module) -> list[BatchStatsNormAct2d]:
+    """The layers of ``model`` that normalize with batch statistics."""
+    return [m for m in model.modules() if isinstance(m, BatchStatsNormAct2d) and m.uses_batch_stats]
+
+
+@torch.no_grad()
+def standing_statistics(generator: nn.Module, num_batches: int, batch_size: int, seed: int = 0) -> int:
+    """Recompute the running statistics of ``generator``'s batch-statistics layers.
+
+    Each such layer's running mean/variance becomes the average over ``num_batches``
+    batches of ``batch_size`` samples (momentum ``1 / (k + 1)`` at batch ``k``); only those
+    layers run in train mode, so spectral-norm vectors are left alone. Returns the number
+    of layers updated (0 for batch-independent layers, which need nothing).
+    """
+    layers = batch_stat_layers(generator)
+    if not layers or num_batches <= 0:
+        return 0
+    spec = generator.spec
+    device = next(generator.parameters()).device
+    rng = torch.Generator().manual_seed(seed)
+    was_training = generator.training
+    momenta = [layer.momentum for layer in layers]
+    generator.eval()
+    for layer in layers:
+        layer.reset_running_stats()
+        layer.train()
+    try:
+        for k in range(num_batches):
+            for layer in layers:
+                layer.momentum = 1.0 / (k + 1)
+            generator(*sample_latents(batch_size, spec.dim_z, spec.num_classes, device, rng))
+    finally:
+        for layer, momentum in zip(layers, momenta):
+            layer.momentum = momentum
+        generator.train(was_training)
+    return len(layers)
+
+
+def grid_latents(dim_z: int, num_classes: int, per_class: int = 8, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """Fixed latents for sample grids: ``per_class`` samples of each of up to 10 classes, row by class."""
+    classes = torch.linspace(0, num_classes - 1, min(num_classes, 10)).round().long()
+    y = classes.repeat_interleave(per_class)
+    z = torch.randn(len(y), dim_z, generator=torch.Generator().manual_seed(seed))
+    return z, y
+
+
+@torch.no_grad()
+def save_sample_grid(generator: nn.Module, path: str, z: Tensor, y: Tensor, per_row: int = 8) -> None:
+    """Generate images for ``(z, y)`` in eval mode and save them as one PNG grid."""
+    from torchvision.utils import save_image
+
+    was_training = generator.training
+    generator.eval()
+    device = next(generator.parameters()).device
+    images = generator(z.to(device), y.to(device))
+    generator.train(was_training)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    save_image(images.float().cpu(), path, nrow=per_row, normalize=True, value_range=(-1, 1))
