@@ -4,18 +4,36 @@ B series (paper Table 2; use batch statistics, moving averages at inference) and
 (Table 3; per-sample only). Each replaces a BN-ReLU. With ``nonlinearity=False`` each is
 the channel-wise affine ``x * gamma + beta`` (Appendix A), used where the replaced
 BatchNorm had no activation after it.
+
+``impl="fused"`` (default) runs the fused kernels of :mod:`evonorm_core.ops`: a
+hand-derived backward that keeps only the input and small statistics.
+``impl="reference"`` runs the formula as composed PyTorch ops (:meth:`transform`); it is
+twice differentiable, and is what B-series layers with ``sync=True`` use when more than
+one process takes part.
 """
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
+from .. import ops
 from .. import statistics as stats
 from .base import BatchStatsNormAct2d, GroupedNormAct2d
+
+IMPLS = ("fused", "reference")
+
+
+def check_impl(impl: str) -> str:
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {list(IMPLS)}, got {impl!r}")
+    return impl
 
 
 class _EvoNormB(BatchStatsNormAct2d):
     """``x / max(sqrt(s^2_{b,w,h}(x) + eps), instance_term(x)) * gamma + beta``."""
+
+    variant = ""  # the fused kernel's name for the instance term, see ops.B_VARIANTS
 
     def __init__(
         self,
@@ -25,8 +43,37 @@ class _EvoNormB(BatchStatsNormAct2d):
         momentum: float = 0.1,
         sync: bool = False,
         process_group: object | None = None,
+        impl: str = "fused",
     ) -> None:
         super().__init__(num_channels, nonlinearity, eps, momentum, sync, process_group)
+        self.impl = check_impl(impl)
+
+    def syncs_across_processes(self) -> bool:
+        return (
+            self.sync and dist.is_available() and dist.is_initialized() and dist.get_world_size(self.process_group) > 1
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.impl == "reference" or (self.training and self.syncs_across_processes()):
+            return super().forward(x)
+        self.check_input(x)
+        if not self.nonlinearity:
+            return ops.affine(x, self.weight, self.bias)
+        return ops.evonorm_b(
+            x,
+            self.weight,
+            self.bias,
+            getattr(self, "v1", None),
+            self.variant,
+            self.eps,
+            self.running_var,
+            self.training,
+            self.momentum,
+            self.num_batches_tracked,
+        )
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, impl={self.impl}"
 
     @property
     def uses_batch_stats(self) -> bool:
@@ -56,6 +103,8 @@ class EvoNormB0(_EvoNormB):
     for ``a > 0``. With ``nonlinearity=False``: ``x * gamma + beta``.
     """
 
+    variant = "b0"
+
     def __init__(self, num_channels: int, nonlinearity: bool = True, **options) -> None:
         super().__init__(num_channels, nonlinearity, **options)
         if self.nonlinearity:
@@ -74,6 +123,8 @@ class EvoNormB1(_EvoNormB):
     With ``nonlinearity=False``: ``x * gamma + beta``.
     """
 
+    variant = "b1"
+
     def instance_term(self, x: Tensor) -> Tensor:
         return (x + 1) * self.instance_rms(x)
 
@@ -87,6 +138,8 @@ class EvoNormB2(_EvoNormB):
     With ``nonlinearity=False``: ``x * gamma + beta``.
     """
 
+    variant = "b2"
+
     def instance_term(self, x: Tensor) -> Tensor:
         return self.instance_rms(x) - x
 
@@ -94,8 +147,30 @@ class EvoNormB2(_EvoNormB):
 class _EvoNormS(GroupedNormAct2d):
     """``x * sigmoid(gate * x) / group_denominator(x) * gamma + beta``, grouped over ``groups``."""
 
-    def __init__(self, num_channels: int, nonlinearity: bool = True, eps: float = 1e-5, groups: int | None = None):
+    centered = True  # group variance (S0, S1) rather than group mean square (S2)
+
+    def __init__(
+        self,
+        num_channels: int,
+        nonlinearity: bool = True,
+        eps: float = 1e-5,
+        groups: int | None = None,
+        impl: str = "fused",
+    ) -> None:
         super().__init__(num_channels, nonlinearity, eps, groups)
+        self.impl = check_impl(impl)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.impl == "reference":
+            return super().forward(x)
+        self.check_input(x)
+        if not self.nonlinearity:
+            return ops.affine(x, self.weight, self.bias)
+        v1 = getattr(self, "v1", None)
+        return ops.evonorm_s(x, self.weight, self.bias, v1, self.groups, self.eps, self.centered)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, impl={self.impl}"
 
     def gate(self, x: Tensor) -> Tensor:
         return x
@@ -148,6 +223,8 @@ class EvoNormS2(_EvoNormS):
 
     With ``nonlinearity=False``: ``x * gamma + beta``.
     """
+
+    centered = False
 
     def denominator(self, x: Tensor) -> Tensor:
         return torch.sqrt(stats.group_mean_square(x, self.groups) + self.eps)

@@ -1,0 +1,145 @@
+"""Fused EvoNorm forward and hand-derived backward as ``torch.autograd.Function``s.
+
+For backward they keep only the input and per-(n, c) / per-group / per-channel
+statistics; the elementwise intermediates (the gate ``sigmoid(v x)``, the denominator
+``max(...)``) are recomputed from the input in two passes: one reducing the per-(n, c)
+sums the small gradients need, one writing ``dx``. Statistics are float32 (float64 for
+float64 inputs; the C kernels accumulate in float64) and the output has the input's dtype.
+
+Derivation (``M`` = elements a statistic is taken over, ``s = sigmoid(v x)``):
+
+S series, ``y = x s r gamma + beta`` with ``r = (m2 + eps)^-1/2`` per (sample, group) and
+``m2`` the group variance (S0, S1) or mean square (S2)::
+
+    dgamma = sum_{n,hw} g x s r     dbeta = sum g      dv = sum g x^2 s (1 - s) r gamma
+    dr = sum_{group, hw} g x s gamma ;  k = -dr r^3 / M
+    dx = g r gamma (s + v x s (1 - s)) + k (x - mu)      (mu = group mean; 0 for S2)
+
+B series, ``y = x / d gamma + beta`` with ``d = max(sb, u)``, ``u = p x + q``; ``sb`` is the
+batch (train) or moving (eval) standard deviation, and per (n, c): B0 ``p = v``,
+``q = sqrt(s2_wh + eps)``; B1 ``p = q = sqrt(mu_wh(x^2) + eps)``; B2 ``p = -1``,
+``q = sqrt(mu_wh(x^2) + eps)``. With ``dd = -g gamma x / d^2``::
+
+    dq = sum_{hw, u > sb} dd    dp = sum_{hw, u > sb} dd x    dsb = sum_{n, hw, u <= sb} dd
+    dx = g gamma / d + [u > sb] dd p + k_i (x - mu_i) + k_b (x - mu_b)
+
+where ``k_i = dq' / (q HW)`` (``dq'`` = dq, or dq + dp for B1 where ``p = q``; ``mu_i`` the
+instance mean for B0, 0 for B1/B2) and, in training, ``k_b = dsb / (sb N HW)``.
+
+The functions are differentiable once. Double backward (``create_graph=True``) raises a
+``RuntimeError``; build the layer with ``impl="reference"`` for gradient penalties.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.autograd import Function
+
+B_VARIANTS = ("b0", "b1", "b2")
+
+_DOUBLE_BACKWARD = (
+    "the fused EvoNorm backward is not differentiable (double backward / create_graph=True); "
+    "build the layer with impl='reference' to differentiate through its gradient"
+)
+
+
+def _check_once_differentiable() -> None:
+    if torch.is_grad_enabled():
+        raise RuntimeError(_DOUBLE_BACKWARD)
+
+
+def _per_channel(t: Tensor, num_channels: int) -> Tensor:
+    """(N, G) per-group values repeated for each of a group's channels: (N, C)."""
+    return t.repeat_interleave(num_channels // t.shape[1], dim=1)
+
+
+def group_moments(mean_nc: Tensor, var_nc: Tensor, groups: int) -> tuple[Tensor, Tensor]:
+    """Group ``(mean, var)`` of shape (N, G) from per-(n, c) plane moments (Chan's combination)."""
+    n = mean_nc.shape[0]
+    means, variances = mean_nc.view(n, groups, -1), var_nc.view(n, groups, -1)
+    mean = means.mean(2)
+    return mean, variances.mean(2) + (means - mean[:, :, None]).square().mean(2)
+
+
+def batch_moments(mean_nc: Tensor, var_nc: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-channel batch ``(mean, var)`` of shape (C,) from per-(n, c) plane moments."""
+    mean = mean_nc.mean(0)
+    return mean, var_nc.mean(0) + (mean_nc - mean).square().mean(0)
+
+
+class EvoNormSFunction(Function):
+    """``x sigmoid(v x) / sqrt(m2 + eps) gamma + beta``, ``m2`` the group variance or mean square."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, v1, groups, eps, centered, kernels):  # noqa: D102
+        xk = kernels.prepare(x)
+        c = x.shape[1]
+        mean, var = group_moments(*kernels.plane_moments(xk), groups)
+        rstd = torch.rsqrt((var if centered else var + mean.square()) + eps)
+        dtype = kernels.coefficient_dtype or xk.dtype
+        v = torch.ones(c, dtype=dtype, device=x.device) if v1 is None else v1.to(dtype)
+        a = (weight * _per_channel(rstd, c)).to(dtype)
+        y = kernels.s_forward(xk, v, a, bias.to(dtype))
+        ctx.save_for_backward(x, weight, v1, mean if centered else None, rstd)
+        ctx.kernels = kernels
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        _check_once_differentiable()
+        x, weight, v1, mean, rstd = ctx.saved_tensors
+        kernels = ctx.kernels
+        xk = kernels.prepare(x)
+        g = kernels.prepare_grad(grad, xk)
+        n, c, h, w = x.shape
+        dtype = kernels.coefficient_dtype or xk.dtype
+        v = torch.ones(c, dtype=dtype, device=x.device) if v1 is None else v1.to(dtype)
+        xs, x2s, g_sum = kernels.s_backward_sums(g, xk, v)
+        rstd_c = _per_channel(rstd, c)
+        a = weight * rstd_c
+        k = -(xs * weight).view(n, rstd.shape[1], -1).sum(2) * rstd.pow(3) / (c // rstd.shape[1] * h * w)
+        k0 = torch.zeros_like(k) if mean is None else -k * mean
+        dx = kernels.s_backward_dx(g, xk, v, a.to(dtype), _per_channel(k, c).to(dtype), _per_channel(k0, c).to(dtype))
+        dv = None if v1 is None else (x2s * a).sum(0).to(v1.dtype)
+        return dx.to(x.dtype), (xs * rstd_c).sum(0).to(weight.dtype), g_sum.sum(0).to(weight.dtype), dv, None, None, None, None
+
+
+def _b_coefficients(variant: str, mean_nc: Tensor, var_nc: Tensor, v1: Tensor | None, eps: float) -> tuple[Tensor, Tensor]:
+    """Per-(n, c) ``(p, q)`` with the instance term ``u = p x + q``."""
+    if variant == "b0":
+        return v1.to(var_nc.dtype).expand_as(var_nc), torch.sqrt(var_nc + eps)
+    rms = torch.sqrt(var_nc + mean_nc.square() + eps)
+    return (rms, rms) if variant == "b1" else (torch.full_like(rms, -1.0), rms)
+
+
+class EvoNormBFunction(Function):
+    """``x / max(sb, u) gamma + beta`` with the B series' instance term ``u = p x + q``."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, v1, mean_nc, var_nc, batch_std, batch_mean, variant, eps, kernels):  # noqa: D102
+        xk = kernels.prepare(x)
+        dtype = kernels.coefficient_dtype or xk.dtype
+        p, q = (t.to(dtype) for t in _b_coefficients(variant, mean_nc, var_nc, v1, eps))
+        sb = batch_std.to(dtype)
+        y = kernels.b_forward(xk, sb, p, q, weight.to(dtype), bias.to(dtype))
+        ctx.save_for_backward(x, weight, mean_nc, sb, batch_mean, p, q)
+        ctx.variant, ctx.kernels, ctx.has_v1 = variant, kernels, v1 is not None
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: D102
+        _check_once_differentiable()
+        x, weight, mean_nc, sb, batch_mean, p, q = ctx.saved_tensors
+        kernels = ctx.kernels
+        xk = kernels.prepare(x)
+        g = kernels.prepare_grad(grad, xk)
+        n, c, h, w = x.shape
+        dq, dp, dsb, g_sum, gz_sum = kernels.b_backward_sums(g, xk, sb, p, q, weight.to(p.dtype))
+        k = (dq + dp if ctx.variant == "b1" else dq) / (q * (h * w))
+        k0 = -k * mean_nc if ctx.variant == "b0" else torch.zeros_like(k)
+        if batch_mean is not None:  # training: sb is a function of x
+            k_b = dsb.sum(0) / (sb * (n * h * w))
+            k, k0 = k + k_b, k0 - k_b * batch_mean
+        dx = kernels.b_backward_dx(g, xk, sb, p, q, weight.to(p.dtype), k.to(p.dtype), k0.to(p.dtype))
+        dv = dp.sum(0).to(weight.dtype) if ctx.has_v1 else None
+        return (dx.to(x.dtype), gz_sum.sum(0).to(weight.dtype), g_sum.sum(0).to(weight.dtype), dv) + (None,) * 7
