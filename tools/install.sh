@@ -57,9 +57,18 @@ else
 fi
 
 # 3. This project with every extra (pycocotools, fvcore, torch-fidelity, ray, scikit-learn,
-#    timm, pytest, ...), editable. pip skips what is already satisfied.
-log "installing evonorm-suite[all] (editable) and its dependencies"
-"${PIP[@]}" -q -e "$ROOT[all]"
+#    timm, pytest, ...), editable. Skipped when this checkout was already installed from the
+#    same setup.py / pyproject.toml / constraints (a stamp in site-packages records their hash).
+SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+STAMP="$SITE/evonorm_suite.install-stamp"
+WANT="$ROOT $(cat "$ROOT/setup.py" "$ROOT/pyproject.toml" "$CONSTRAINTS" | sha256sum | cut -d' ' -f1)"
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]] && "$PY" -c 'import evonorm_core' 2>/dev/null; then
+    log "evonorm-suite[all] already installed from $ROOT"
+else
+    log "installing evonorm-suite[all] (editable) and its dependencies"
+    "${PIP[@]}" -q -e "$ROOT[all]"
+    echo "$WANT" > "$STAMP"
+fi
 
 # 4. Verify: no stray top-level `tools` in site-packages, and report what we installed.
 "$PY" - <<'PYEOF'
