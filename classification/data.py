@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.data import Dataset, Subset
 
 Split = tuple[Tensor, Tensor, Tensor, Tensor]  # train_x, train_y, val_x, val_y
 
@@ -86,3 +88,69 @@ def load_cifar10(data_dir: str | Path) -> Split:
     train_x, train_y = _read_cifar_batches(folder, _cifar_batch_names()[:5])
     val_x, val_y = _read_cifar_batches(folder, ["test_batch"])
     return train_x, train_y, val_x, val_y
+
+
+class TensorImages(Dataset):
+    """In-memory images with optional training augmentation: random ``crop`` and horizontal flip.
+
+    The proxy task's CIFAR-10 recipe trains on 24x24 random crops and evaluates on the full
+    32x32 image (paper section 5.1); digits are not flipped (a mirrored digit is another shape).
+    """
+
+    def __init__(self, images: Tensor, labels: Tensor, crop: int | None = None, flip: bool = False) -> None:
+        if crop is not None and not 0 < crop <= images.shape[-1]:
+            raise ValueError(f"crop must be in 1..{images.shape[-1]}, got {crop!r}")
+        self.images, self.labels, self.crop, self.flip = images, labels, crop, flip
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        image = self.images[index]
+        if self.crop is not None and self.crop < image.shape[-1]:
+            top, left = (int(torch.randint(0, image.shape[-1] - self.crop + 1, ())) for _ in range(2))
+            image = image[:, top : top + self.crop, left : left + self.crop]
+        if self.flip and torch.rand(()) < 0.5:
+            image = image.flip(-1)
+        return image, self.labels[index]
+
+
+def imagenet_transforms(resolution: int, train: bool, randaugment: bool = False) -> Callable:
+    """Inception-style crop and flip (+ RandAugment) for training; resize/0.875 + center crop for eval."""
+    from torchvision import transforms as T
+
+    normalize = [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    if not train:
+        return T.Compose([T.Resize(int(round(resolution / 0.875))), T.CenterCrop(resolution), *normalize])
+    augment = [T.RandAugment(num_ops=2, magnitude=9)] if randaugment else []
+    return T.Compose([T.RandomResizedCrop(resolution), T.RandomHorizontalFlip(), *augment, *normalize])
+
+
+def load_imagenet(
+    data_dir: str | Path, resolution: int, randaugment: bool = False, holdout_fraction: float = 0.0, seed: int = 0
+) -> tuple[Dataset, Dataset]:
+    """ImageNet from ``data_dir/train`` and ``data_dir/val`` class folders (``ImageFolder``).
+
+    With ``holdout_fraction > 0`` the validation set is that seeded fraction of the
+    *training* folder and training uses the rest: the paper's reranking protocol trains on
+    90% of ImageNet-train and evaluates on the other 10% (``holdout_fraction=0.1``).
+    """
+    from torchvision.datasets import ImageFolder
+
+    root = Path(data_dir).expanduser()
+    needed = [root / "train"] + ([] if holdout_fraction > 0 else [root / "val"])
+    missing = [str(p) for p in needed if not p.is_dir()]
+    if missing:
+        raise FileNotFoundError(
+            f"ImageNet not found: missing {missing}; expected {root}/train/<class>/*.JPEG and "
+            f"{root}/val/<class>/*.JPEG (val sorted into class folders), or --holdout-fraction to split train."
+        )
+    train = ImageFolder(root / "train", imagenet_transforms(resolution, True, randaugment))
+    if holdout_fraction <= 0:
+        return train, ImageFolder(root / "val", imagenet_transforms(resolution, False))
+    if not holdout_fraction < 1:
+        raise ValueError(f"holdout_fraction must be in [0, 1), got {holdout_fraction!r}")
+    held = ImageFolder(root / "train", imagenet_transforms(resolution, False))
+    order = torch.randperm(len(train), generator=torch.Generator().manual_seed(seed)).tolist()
+    num_val = int(len(order) * holdout_fraction)
+    return Subset(train, order[num_val:]), Subset(held, order[:num_val])
