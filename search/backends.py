@@ -1,0 +1,182 @@
+"""Where candidates are trained: in-process, in a local process pool, or as Ray tasks.
+
+Each backend is an :class:`evonorm_core.search.driver.Executor`. A candidate that raises,
+runs past ``time_limit`` seconds or takes its worker process down comes back as a
+rejection (stage "crash" or "timeout") and the search goes on.
+"""
+from __future__ import annotations
+
+import concurrent.futures as futures
+import multiprocessing
+import signal
+import threading
+import time
+import traceback
+from typing import Callable
+
+BACKENDS = ("local", "ray")
+
+
+class CandidateTimeout(Exception):
+    pass
+
+
+def _on_alarm(signum, frame):
+    raise CandidateTimeout
+
+
+def evaluate_safely(evaluator: Callable[[dict], dict], genome: dict, time_limit: float | None) -> dict:
+    """``evaluator(genome)``, with exceptions and overruns turned into rejections.
+
+    The time limit uses ``SIGALRM`` (in the main thread of a Unix process); it interrupts
+    Python code between torch ops, not inside one long op (the pool's watchdog covers that).
+    """
+    start = time.monotonic()
+    use_alarm = bool(time_limit) and threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM")
+    previous = signal.signal(signal.SIGALRM, _on_alarm) if use_alarm else None
+    if use_alarm:
+        signal.setitimer(signal.ITIMER_REAL, time_limit)
+    try:
+        return evaluator(genome)
+    except CandidateTimeout:
+        return {"status": "rejected", "stage": "timeout", "reason": f"ran past the time limit of {time_limit:g} s",
+                "accuracies": {}}
+    except Exception as error:  # a broken candidate must not stop the search
+        last = traceback.format_exception_only(type(error), error)[-1].strip()
+        return {"status": "rejected", "stage": "crash", "reason": f"{last} after {time.monotonic() - start:.1f} s",
+                "accuracies": {}}
+    finally:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+class SequentialExecutor:
+    """Evaluates one candidate at a time in this process (``--workers 1``)."""
+
+    capacity = 1
+
+    def __init__(self, evaluator: Callable[[dict], dict], time_limit: float | None = None) -> None:
+        self.evaluator, self.time_limit = evaluator, time_limit
+        self.queue: list[tuple[int, dict]] = []
+
+    def submit(self, candidate_id: int, genome: dict) -> None:
+        self.queue.append((candidate_id, genome))
+
+    def wait(self) -> list[tuple[int, dict]]:
+        candidate_id, genome = self.queue.pop(0)
+        return [(candidate_id, evaluate_safely(self.evaluator, genome, self.time_limit))]
+
+    def close(self) -> None:
+        self.queue.clear()
+
+
+class ProcessPoolExecutor:
+    """``workers`` forked processes; a dead worker or one stuck past twice the time limit
+    is replaced and its candidates are recorded as crashed / timed out."""
+
+    def __init__(self, evaluator: Callable[[dict], dict], workers: int, time_limit: float | None = None) -> None:
+        self.evaluator, self.capacity, self.time_limit = evaluator, workers, time_limit
+        self.pool = self._new_pool()
+        self.running: dict[futures.Future, tuple[int, float]] = {}
+
+    def _new_pool(self) -> futures.ProcessPoolExecutor:
+        return futures.ProcessPoolExecutor(self.capacity, mp_context=multiprocessing.get_context("fork"))
+
+    def submit(self, candidate_id: int, genome: dict) -> None:
+        future = self.pool.submit(evaluate_safely, self.evaluator, genome, self.time_limit)
+        self.running[future] = (candidate_id, time.monotonic())
+
+    def wait(self) -> list[tuple[int, dict]]:
+        watchdog = None if not self.time_limit else 2 * self.time_limit
+        done, _ = futures.wait(self.running, timeout=watchdog, return_when=futures.FIRST_COMPLETED)
+        if not done:
+            return self._restart("timeout", f"worker stuck past {watchdog:g} s")
+        finished = []
+        for future in done:
+            candidate_id, _ = self.running.pop(future)
+            try:
+                finished.append((candidate_id, future.result()))
+            except futures.process.BrokenProcessPool:
+                self.running[future] = (candidate_id, 0.0)
+                return finished + self._restart("crash", "the worker process died")
+        return finished
+
+    def _restart(self, stage: str, reason: str) -> list[tuple[int, dict]]:
+        """Replace the pool; every candidate that was on it is reported with ``stage``."""
+        for process in list(getattr(self.pool, "_processes", {}).values()):
+            process.kill()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool = self._new_pool()
+        lost = [(candidate_id, {"status": "rejected", "stage": stage, "reason": reason, "accuracies": {}})
+                for candidate_id, _ in self.running.values()]
+        self.running.clear()
+        return lost
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+class RayExecutor:
+    """Candidates as Ray tasks (``max_retries`` on worker/node failure), on a local Ray
+    (``num_cpus=workers``) or the cluster at ``address`` (``"auto"``: the one running)."""
+
+    def __init__(self, evaluator: Callable[[dict], dict], workers: int, time_limit: float | None = None,
+                 address: str | None = None, max_retries: int = 2) -> None:
+        import ray
+
+        self.ray = ray
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        self.capacity = workers if not address else max(workers, int(ray.cluster_resources().get("CPU", workers)))
+        self.time_limit = time_limit
+        self.task = ray.remote(num_cpus=1, max_retries=max_retries)(evaluate_safely)
+        self.evaluator_ref = ray.put(evaluator)
+        self.running: dict[object, tuple[int, float]] = {}
+
+    def submit(self, candidate_id: int, genome: dict) -> None:
+        ref = self.task.remote(self.evaluator_ref, genome, self.time_limit)
+        self.running[ref] = (candidate_id, time.monotonic())
+
+    def wait(self) -> list[tuple[int, dict]]:
+        watchdog = None if not self.time_limit else 2 * self.time_limit
+        while True:
+            done, _ = self.ray.wait(list(self.running), num_returns=1, timeout=5.0)
+            if done:
+                break
+            overdue = [ref for ref, (_, t) in self.running.items() if watchdog and time.monotonic() - t > watchdog]
+            if overdue:
+                return [self._give_up(ref, "timeout", f"task stuck past {watchdog:g} s") for ref in overdue]
+        ref = done[0]
+        try:
+            return [(self.running.pop(ref)[0], self.ray.get(ref))]
+        except Exception as error:  # retries exhausted: the task's worker kept dying
+            self.running[ref] = self.running.get(ref, (-1, 0.0))
+            return [self._give_up(ref, "crash", f"Ray task failed: {type(error).__name__}")]
+
+    def _give_up(self, ref: object, stage: str, reason: str) -> tuple[int, dict]:
+        self.ray.cancel(ref, force=True)
+        candidate_id, _ = self.running.pop(ref)
+        return candidate_id, {"status": "rejected", "stage": stage, "reason": reason, "accuracies": {}}
+
+    def close(self) -> None:
+        for ref in list(self.running):
+            self.ray.cancel(ref, force=True)
+        self.running.clear()
+
+
+def make_executor(backend: str, evaluator: Callable[[dict], dict], workers: int, time_limit: float | None,
+                  ray_address: str | None = None):
+    """The executor for ``backend`` ("local" or "ray") with ``workers`` concurrent candidates."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; accepted: {list(BACKENDS)}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    if backend == "ray":
+        return RayExecutor(evaluator, workers, time_limit, ray_address)
+    if workers == 1:
+        return SequentialExecutor(evaluator, time_limit)
+    return ProcessPoolExecutor(evaluator, workers, time_limit)
