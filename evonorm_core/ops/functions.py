@@ -26,8 +26,9 @@ batch (train) or moving (eval) standard deviation, and per (n, c): B0 ``p = v``,
 where ``k_i = dq' / (q HW)`` (``dq'`` = dq, or dq + dp for B1 where ``p = q``; ``mu_i`` the
 instance mean for B0, 0 for B1/B2) and, in training, ``k_b = dsb / (sb N HW)``.
 
-The functions are differentiable once. Double backward (``create_graph=True``) raises a
-``RuntimeError``; build the layer with ``impl="reference"`` for gradient penalties.
+Double backward: with ``create_graph=True`` the backward recomputes the layer from the
+saved input with composed (differentiable) PyTorch ops and differentiates that, so
+gradient penalties work at the reference implementation's speed and memory.
 """
 from __future__ import annotations
 
@@ -35,17 +36,38 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
+from .. import statistics as stats
+
 B_VARIANTS = ("b0", "b1", "b2")
 
-_DOUBLE_BACKWARD = (
-    "the fused EvoNorm backward is not differentiable (double backward / create_graph=True); "
-    "build the layer with impl='reference' to differentiate through its gradient"
-)
+
+def _differentiable_grads(formula, grad: Tensor, inputs: tuple[Tensor | None, ...]) -> list[Tensor | None]:
+    """Gradients of ``formula(*inputs)`` (the layer without its bias) with ``create_graph=True``."""
+    wanted = [t for t in inputs if t is not None and t.requires_grad]
+    with torch.enable_grad():
+        y = formula(*inputs)
+        found = iter(torch.autograd.grad(y, wanted, grad.to(y.dtype), create_graph=True))
+    return [next(found).to(t.dtype) if t is not None and t.requires_grad else None for t in inputs]
 
 
-def _check_once_differentiable() -> None:
-    if torch.is_grad_enabled():
-        raise RuntimeError(_DOUBLE_BACKWARD)
+def _s_formula(x: Tensor, weight: Tensor, v1: Tensor | None, groups: int, eps: float, centered: bool) -> Tensor:
+    x = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+    m2 = stats.group_var(x, groups) if centered else stats.group_mean_square(x, groups)
+    gate = x if v1 is None else x * v1.view(1, -1, 1, 1)
+    return x * torch.sigmoid(gate) * torch.rsqrt(m2 + eps) * weight.view(1, -1, 1, 1)
+
+
+def _b_formula(x: Tensor, weight: Tensor, v1: Tensor | None, batch_std: Tensor | None, variant: str, eps: float) -> Tensor:
+    """``batch_std=None`` means training: the batch statistics of ``x``."""
+    x = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+    if batch_std is None:
+        batch_std = torch.sqrt(torch.var(x, dim=(0, 2, 3), unbiased=False) + eps)
+    if variant == "b0":
+        instance = v1.view(1, -1, 1, 1) * x + torch.sqrt(stats.instance_var(x) + eps)
+    else:
+        rms = torch.sqrt(stats.instance_mean_square(x) + eps)
+        instance = (x + 1) * rms if variant == "b1" else rms - x
+    return x / torch.maximum(batch_std.to(x.dtype).view(1, -1, 1, 1), instance) * weight.view(1, -1, 1, 1)
 
 
 def _per_channel(t: Tensor, num_channels: int) -> Tensor:
@@ -81,13 +103,16 @@ class EvoNormSFunction(Function):
         a = (weight * _per_channel(rstd, c)).to(dtype)
         y = kernels.s_forward(xk, v, a, bias.to(dtype))
         ctx.save_for_backward(x, weight, v1, mean if centered else None, rstd)
-        ctx.kernels = kernels
+        ctx.kernels, ctx.groups, ctx.eps, ctx.centered = kernels, groups, eps, centered
         return y.to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        _check_once_differentiable()
         x, weight, v1, mean, rstd = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: differentiate the composed formula
+            formula = lambda x, w, v: _s_formula(x, w, v, ctx.groups, ctx.eps, ctx.centered)  # noqa: E731
+            dx, dw, dv = _differentiable_grads(formula, grad, (x, weight, v1))
+            return dx, dw, grad.sum((0, 2, 3)).to(weight.dtype), dv, None, None, None, None
         kernels = ctx.kernels
         xk = kernels.prepare(x)
         g = kernels.prepare_grad(grad, xk)
@@ -122,14 +147,18 @@ class EvoNormBFunction(Function):
         p, q = (t.to(dtype) for t in _b_coefficients(variant, mean_nc, var_nc, v1, eps))
         sb = batch_std.to(dtype)
         y = kernels.b_forward(xk, sb, p, q, weight.to(dtype), bias.to(dtype))
-        ctx.save_for_backward(x, weight, mean_nc, sb, batch_mean, p, q)
-        ctx.variant, ctx.kernels, ctx.has_v1 = variant, kernels, v1 is not None
+        ctx.save_for_backward(x, weight, v1, mean_nc, sb, batch_mean, p, q)
+        ctx.variant, ctx.kernels, ctx.eps = variant, kernels, eps
         return y.to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        _check_once_differentiable()
-        x, weight, mean_nc, sb, batch_mean, p, q = ctx.saved_tensors
+        x, weight, v1, mean_nc, sb, batch_mean, p, q = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: differentiate the composed formula
+            std = None if batch_mean is not None else sb
+            formula = lambda x, w, v: _b_formula(x, w, v, std, ctx.variant, ctx.eps)  # noqa: E731
+            dx, dw, dv = _differentiable_grads(formula, grad, (x, weight, v1))
+            return (dx, dw, grad.sum((0, 2, 3)).to(weight.dtype), dv) + (None,) * 7
         kernels = ctx.kernels
         xk = kernels.prepare(x)
         g = kernels.prepare_grad(grad, xk)
@@ -141,5 +170,5 @@ class EvoNormBFunction(Function):
             k_b = dsb.sum(0) / (sb * (n * h * w))
             k, k0 = k + k_b, k0 - k_b * batch_mean
         dx = kernels.b_backward_dx(g, xk, sb, p, q, weight.to(p.dtype), k.to(p.dtype), k0.to(p.dtype))
-        dv = dp.sum(0).to(weight.dtype) if ctx.has_v1 else None
+        dv = None if v1 is None else dp.sum(0).to(v1.dtype)
         return (dx.to(x.dtype), gz_sum.sum(0).to(weight.dtype), g_sum.sum(0).to(weight.dtype), dv) + (None,) * 7
