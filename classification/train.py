@@ -51,6 +51,7 @@ class TrainConfig:
     data: str = "digits"
     data_dir: str | None = None
     holdout_fraction: float = 0.0
+    train_subset: int | None = None
     image_size: int | None = None
     batch_size: int | None = None
     epochs: float | None = None
@@ -82,6 +83,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--data-dir", default=None, help="dataset folder: ImageNet train/ val/ folders, or CIFAR-10's parent")
     p.add_argument("--holdout-fraction", type=float, default=0.0,
                    help="evaluate on this seeded fraction of ImageNet-train instead of val (reranking uses 0.1)")
+    p.add_argument("--train-subset", type=int, default=None,
+                   help="train on only the first N training images (quick checks; not for results)")
     p.add_argument("--image-size", type=int, default=None,
                    help="training/eval resolution (default: the model's, 32 for anchors/digits)")
     p.add_argument("--batch-size", type=int, default=None, help="images per worker (default: the recipe's)")
@@ -195,6 +198,10 @@ def build(config: TrainConfig, env: Distributed):
     resolution = config.image_size or (32 if config.model in ANCHORS or config.data != "imagenet"
                                        else MODEL_RESOLUTIONS[config.model])
     train_set, val_set, num_classes = build_datasets(config, resolution)
+    if config.train_subset is not None:
+        if not 0 < config.train_subset <= len(train_set):
+            raise ValueError(f"--train-subset must be in 1..{len(train_set)}, got {config.train_subset}")
+        train_set = Subset(train_set, range(config.train_subset))
     if config.model in ANCHORS:
         if config.width_multiplier != 1.0:
             raise ValueError("--width-multiplier is fixed by the paper for anchors; use the ImageNet model name")
