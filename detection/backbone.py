@@ -6,7 +6,7 @@ Placement (paper Sec. 5.4, following the TensorFlow reference ResNet):
 * bottleneck: conv1x1 -> ``make(C, True)``, conv3x3 -> ``make(C, True)``,
   conv1x1 -> ``make(4C, False)``; projection shortcut conv -> ``make(4C, False)``; the
   ReLU after the residual addition stays (it follows an addition, not a norm);
-* basic block (R-18/34, used by the CPU demo): the same rule for its two convs;
+* basic block (R-18/34, used by the CPU demo, any width): the same rule for its two convs;
 * FPN: lateral and output convs -> ``make(256, False)`` (detectron2's FPN has no
   activation after its norms).
 
@@ -122,8 +122,8 @@ def build_norm_act_resnet(cfg, input_shape: ShapeSpec, make: NormActMaker) -> Re
     if any(res.DEFORM_ON_PER_STAGE) or res.RES5_DILATION != 1:
         raise ValueError("the norm-act ResNet supports neither deformable convs nor RES5_DILATION != 1")
     basic = res.DEPTH in (18, 34)
-    if basic and (res.RES2_OUT_CHANNELS != 64 or res.NUM_GROUPS != 1):
-        raise ValueError("ResNet-18/34 need MODEL.RESNETS.RES2_OUT_CHANNELS=64 and NUM_GROUPS=1")
+    if basic and res.NUM_GROUPS != 1:
+        raise ValueError("ResNet-18/34 need MODEL.RESNETS.NUM_GROUPS=1")
     stem = NormActStem(input_shape.channels, res.STEM_OUT_CHANNELS, make=make)
     in_channels, out_channels = res.STEM_OUT_CHANNELS, res.RES2_OUT_CHANNELS
     bottleneck_channels = res.NUM_GROUPS * res.WIDTH_PER_GROUP

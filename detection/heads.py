@@ -6,8 +6,8 @@ conv -> norm -> ReLU turned into conv -> ``make(C, True)``: the activation is pa
 norm-act layer, so the head's own ReLU after it is removed. The fc layers and the
 deconvolution have no norm before them and keep their ReLU.
 
-A layer with moving statistics is wrapped in :class:`~detection.norm.EmptyBatchSafe`:
-heads can receive zero RoIs.
+Each norm-act layer is wrapped in :class:`~detection.norm.EmptyBatchSafe`: heads can
+receive zero RoIs.
 """
 from __future__ import annotations
 

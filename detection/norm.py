@@ -47,12 +47,16 @@ def buffers_finite(module: nn.Module) -> bool:
 class EmptyBatchSafe(nn.Module):
     """Wraps a norm-act layer of a RoI head so that a batch of zero RoIs is harmless.
 
-    A head can receive no RoIs (an image without foreground proposals reaches the mask head
-    with none). A layer with batch statistics would then average over nothing and write
-    NaN into its moving averages. The wrapped layer still runs, so a synchronized layer
-    takes part in the all-reduce the other processes wait for and the parameters stay in
-    the autograd graph (DDP expects a gradient for each); its buffers are put back if the
-    update made them non-finite (no process had a RoI).
+    A head can receive no RoIs: in training an image without foreground proposals reaches
+    the mask head with none, in inference an image without detections does. Statistics
+    over an empty batch are NaN (batch statistics would write NaN into the moving averages)
+    or cannot even be shaped (grouped statistics). For an empty input:
+
+    * a layer with buffers (moving statistics) in training still runs, so a synchronized
+      layer takes part in the all-reduce the other processes wait for; its buffers are put
+      back if the update made them non-finite (no process had a RoI);
+    * otherwise the empty input is returned, tied to the parameters by a zero so every
+      parameter still gets a (zero) gradient, as DDP expects.
     """
 
     def __init__(self, layer: nn.Module) -> None:
@@ -60,8 +64,13 @@ class EmptyBatchSafe(nn.Module):
         self.layer = layer
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.shape[0] > 0 or not self.training:
+        if x.shape[0] > 0:
             return self.layer(x)
+        if self.training and any(True for _ in self.layer.buffers()):
+            return self.update_skipping_nan(x)
+        return x + sum((p.sum() for p in self.layer.parameters()), x.new_zeros(())) * 0
+
+    def update_skipping_nan(self, x: Tensor) -> Tensor:
         saved = [b.clone() for b in self.layer.buffers()]
         out = self.layer(x)
         if not buffers_finite(self.layer):
@@ -72,10 +81,9 @@ class EmptyBatchSafe(nn.Module):
 
 
 def empty_batch_safe(make: NormActMaker) -> NormActMaker:
-    """``make`` whose layers with buffers (moving statistics) are wrapped in :class:`EmptyBatchSafe`."""
+    """``make`` whose layers are wrapped in :class:`EmptyBatchSafe`."""
 
     def make_safe(num_channels: int, nonlinearity: bool = True) -> nn.Module:
-        layer = make(num_channels, nonlinearity)
-        return EmptyBatchSafe(layer) if any(True for _ in layer.buffers()) else layer
+        return EmptyBatchSafe(make(num_channels, nonlinearity))
 
     return make_safe

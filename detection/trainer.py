@@ -1,0 +1,28 @@
+"""detectron2's ``DefaultTrainer`` with this project's optimizer, data pipeline and COCO evaluation.
+
+It keeps everything else of ``DefaultTrainer``: checkpointing and resume, the LR schedule,
+progress lines with ETA (``CommonMetricPrinter``), TensorBoard scalars, metrics.json, and
+evaluation at ``TEST.EVAL_PERIOD`` and after the last iteration.
+"""
+from __future__ import annotations
+
+import os
+
+from detectron2.engine import DefaultTrainer
+from detectron2.evaluation import COCOEvaluator
+
+from . import data, optimizer
+
+
+class NormActTrainer(DefaultTrainer):
+    @classmethod
+    def build_optimizer(cls, cfg, model):
+        return optimizer.build_optimizer(cfg, model)
+
+    @classmethod
+    def build_train_loader(cls, cfg):
+        return data.build_train_loader(cfg)
+
+    @classmethod
+    def build_evaluator(cls, cfg, dataset_name: str):
+        return COCOEvaluator(dataset_name, output_dir=os.path.join(cfg.OUTPUT_DIR, "inference", dataset_name))
