@@ -1,0 +1,79 @@
+"""EvoNorm-B0, EvoNorm-S0 and BN-ReLU written as genomes compute what the library's layers compute."""
+import pytest
+import torch
+
+import evonorm_core
+from evonorm_core.search import ChannelAffine2d, GraphLayer, genome_norm_act, parse
+
+B0 = "x / max(batch_std(x), v1 * x + instance_std(x))"
+S0 = "x * sigmoid(v1 * x) / group_std(x)"
+BN_RELU = "max(v1 * ((x - batch_mean(x)) / batch_std(x)) + v0, 0)"
+C = 64
+
+
+def randomize(*layers):
+    """Give every layer the same random parameters (v0/v1/weight/bias where present)."""
+    generator = torch.Generator().manual_seed(1)
+    for name in ("weight", "bias", "v0", "v1"):
+        value = torch.rand(C, generator=generator, dtype=torch.float64) * 2 - 0.5
+        for layer in layers:
+            if hasattr(layer, name):
+                with torch.no_grad():
+                    getattr(layer, name).copy_(value)
+
+
+def run_both(graph, reference):
+    """Outputs of both over two training batches, then in eval (moving averages)."""
+    x = [torch.randn(8, C, 5, 5, dtype=torch.float64) * 3 + 1 for _ in range(2)]
+    outputs = []
+    for train, batch in ((True, x[0]), (True, x[1]), (False, x[0])):
+        graph.train(train)
+        reference.train(train)
+        outputs.append((graph(batch), reference(batch)))
+    return outputs
+
+
+@pytest.mark.parametrize("expression, name", [(B0, "evonorm_b0"), (S0, "evonorm_s0")])
+@pytest.mark.parametrize("eps, rtol", [(1e-10, 1e-8), (1e-5, 1e-4)])
+def test_evonorm_genomes_equal_library_layers(expression, name, eps, rtol):
+    # The only difference is Table 1's safe division x / (y + eps sign(y)): relative eps/y.
+    graph = GraphLayer(parse(expression), C, eps=eps).double()
+    reference = evonorm_core.build_norm_act(name, C, eps=eps).double()
+    randomize(graph, reference)
+    for ours, theirs in run_both(graph, reference):
+        torch.testing.assert_close(ours, theirs, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("eps, rtol", [(1e-10, 1e-8), (1e-5, 1e-4)])
+def test_bn_relu_genome_equals_bn_relu(eps, rtol):
+    # BN-ReLU's affine sits inside the ReLU: in the genome it is v1 (gamma) and v0 (beta);
+    # the trailing affine is the identity.
+    graph = GraphLayer(parse(BN_RELU), C, eps=eps).double()
+    reference = evonorm_core.build_norm_act("bn_relu", C, eps=eps).double()
+    randomize(reference)
+    with torch.no_grad():
+        graph.v1.copy_(reference.weight)
+        graph.v0.copy_(reference.bias)
+    for ours, theirs in run_both(graph, reference):
+        torch.testing.assert_close(ours, theirs, rtol=rtol, atol=rtol)
+    torch.testing.assert_close(graph.running_var_7, reference.running_var)
+    torch.testing.assert_close(graph.running_mean_4, reference.running_mean)
+
+
+def test_graph_layer_keeps_dtype_and_skips_dead_nodes():
+    genome = parse("tanh(x)")
+    layer = GraphLayer(genome, 8)
+    assert not hasattr(layer, "v0") and not hasattr(layer, "v1")
+    x = torch.randn(2, 8, 3, 3, dtype=torch.bfloat16)
+    assert layer(x).dtype == torch.bfloat16
+    assert "tanh(x)" in repr(layer)
+
+
+def test_norm_act_spec_uses_channel_affine_without_nonlinearity():
+    make = genome_norm_act(parse(S0), groups=4)
+    assert isinstance(make(16, True), GraphLayer) and make(16, True).groups == 4
+    affine = make(16, False)
+    assert isinstance(affine, ChannelAffine2d)
+    x = torch.randn(2, 16, 3, 3)
+    torch.testing.assert_close(affine(x), x)
+    assert evonorm_core.norm_act_factory(make)(16, True).num_channels == 16
