@@ -12,15 +12,19 @@ Trailing ``KEY VALUE`` pairs override the config (e.g. ``SOLVER.MAX_ITER 100``).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import sys
 
 import torch
 from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.engine import default_argument_parser, default_setup, launch
+from detectron2.utils import comm
 
 from detection import load_config
 from detection.data import DatasetNotFoundError, prepare_datasets
+from detection.report import RESULTS_FILE
 from detection.trainer import NormActTrainer
 
 logger = logging.getLogger("detection")
@@ -52,6 +56,13 @@ def setup(args: argparse.Namespace):
     return cfg
 
 
+def save_results(cfg, results: dict) -> None:
+    """Write COCOEvaluator's final results to ``OUTPUT_DIR/final_results.json`` (read by ``detection.report``)."""
+    if comm.is_main_process() and results:
+        with open(os.path.join(cfg.OUTPUT_DIR, RESULTS_FILE), "w") as f:
+            json.dump(results, f, indent=2)
+
+
 def main(args: argparse.Namespace):
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -60,10 +71,13 @@ def main(args: argparse.Namespace):
     if args.eval_only:
         model = NormActTrainer.build_model(cfg)
         DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(cfg.MODEL.WEIGHTS, resume=args.resume)
-        return NormActTrainer.test(cfg, model)
-    trainer = NormActTrainer(cfg)
-    trainer.resume_or_load(resume=args.resume)
-    return trainer.train()
+        results = NormActTrainer.test(cfg, model)
+    else:
+        trainer = NormActTrainer(cfg)
+        trainer.resume_or_load(resume=args.resume)
+        results = trainer.train()
+    save_results(cfg, results)
+    return results
 
 
 def cli(argv: list[str] | None = None) -> int:

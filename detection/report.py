@@ -1,0 +1,86 @@
+"""Box and mask AP of finished runs next to the paper's Table 4.
+
+    python -m detection.report output/mask_rcnn_R50_bn output/mask_rcnn_R50_evonorm_b0 ...
+
+Reads ``final_results.json`` that ``tools/train_net.py`` writes into each output folder
+(COCOEvaluator's results after training or ``--eval-only``), or else the last evaluation
+detectron2 logged in the folder's ``metrics.json`` (e.g. of a run still training). A run is matched to its
+Table 4 row by the folder's name (the configs' ``OUTPUT_DIR`` is ``output/<config name>``);
+runs not in the paper (the demo) show "-" in the paper columns.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .paper import TABLE4
+
+RESULTS_FILE = "final_results.json"
+METRICS = ("AP", "AP50", "AP75")
+
+
+def last_logged_evaluation(metrics_file: Path) -> dict[str, dict[str, float]] | None:
+    """The last ``bbox/AP``... entry of detectron2's ``metrics.json`` (one JSON object per line) as nested dicts."""
+    if not metrics_file.exists():
+        return None
+    evaluations = [e for e in map(json.loads, metrics_file.read_text().splitlines()) if "bbox/AP" in e]
+    if not evaluations:
+        return None
+    results: dict[str, dict[str, float]] = {}
+    for key, value in evaluations[-1].items():
+        task, _, metric = key.partition("/")
+        if task in ("bbox", "segm"):
+            results.setdefault(task, {})[metric] = value
+    return results
+
+
+def load_results(output_dir: Path) -> dict[str, dict[str, float]]:
+    """``{"bbox": {...}, "segm": {...}}`` of a run; ``FileNotFoundError`` saying what to run if absent."""
+    path = Path(output_dir) / RESULTS_FILE
+    if path.exists():
+        results = json.loads(path.read_text())
+        return results if "bbox" in results else next(iter(results.values()))  # {...} or {dataset: {...}}
+    results = last_logged_evaluation(Path(output_dir) / "metrics.json")
+    if results is None:
+        raise FileNotFoundError(
+            f"no evaluation in {output_dir}: train with tools/train_net.py (it writes {RESULTS_FILE} after the "
+            "final evaluation) or evaluate a checkpoint with --eval-only"
+        )
+    return results
+
+
+def format_aps(values) -> str:
+    return " / ".join("-" if v is None else f"{v:.1f}" for v in values)
+
+
+def report_rows(output_dirs: list[Path]) -> list[list[str]]:
+    rows = []
+    for output_dir in output_dirs:
+        results = load_results(output_dir)
+        paper = TABLE4.get(Path(output_dir).name)
+        ours = [[results.get(task, {}).get(m) for m in METRICS] for task in ("bbox", "segm")]
+        paper_aps = [paper.box_ap, paper.mask_ap] if paper else [(None,) * 3] * 2
+        rows.append([Path(output_dir).name, format_aps(ours[0]), format_aps(paper_aps[0]), format_aps(ours[1]), format_aps(paper_aps[1])])
+    return rows
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Print box/mask AP (AP / AP50 / AP75) of runs next to paper Table 4.")
+    parser.add_argument("output_dirs", nargs="+", type=Path, help="OUTPUT_DIR folders of finished runs")
+    args = parser.parse_args(argv)
+    try:
+        rows = report_rows(args.output_dirs)
+    except FileNotFoundError as err:
+        parser.exit(2, f"error: {err}\n")
+    header = ["run", "box AP/AP50/AP75", "paper box", "mask AP/AP50/AP75", "paper mask"]
+    print(markdown_table(header, rows))
+
+
+if __name__ == "__main__":
+    main()
