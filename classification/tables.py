@@ -205,7 +205,8 @@ def plot_batch_sweep(table: PaperTable, results: dict, path: Path) -> None:
             ax.set_ylabel("top-1 (%)")
             ax.set_title(f"{model}: {what}")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+            if ax.lines:
+                ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

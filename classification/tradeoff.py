@@ -1,0 +1,233 @@
+"""Fig. 11: MobileNetV2 x {0.9, 1.0, 1.1} with BN-ReLU vs EvoNorm-B0, params and inference FLOPs.
+
+    python -m classification.tradeoff count                  # params + fvcore FLOPs, markdown
+    python -m classification.tradeoff plot RUNS_DIR          # accuracy vs params / FLOPs PNG
+
+FLOPs are counted by fvcore on the inference model with everything foldable folded:
+
+* BN (+ReLU) after a convolution folds into the convolution's weight and bias (only the
+  ReLU remains);
+* a norm-act layer with ``nonlinearity=False`` (BN, or an EvoNorm's affine ``x*gamma+beta``)
+  folds the same way;
+* EvoNorm-B0 with its nonlinearity cannot fold backwards (its ``max`` mixes the running and
+  per-sample std), but its ``gamma`` folds forward into a following 1x1 or depthwise
+  convolution and its ``beta`` into a following 1x1 convolution (a padded depthwise
+  convolution would see ``beta`` at the borders, so it stays).
+
+fvcore counts one multiply-add per convolution/linear MAC; the elementwise operations of
+the remaining norm-act layers (ReLU; B0's instance variance, ``v1*x+s``, ``max``, divide,
+affine) are counted as one FLOP per output element, and reductions as one per input
+element, for both layers alike.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from evonorm_core import BatchNormAct2d, EvoNormB0, EvoNormB1, EvoNormB2, EvoNormS0, EvoNormS1, EvoNormS2, NormAct2d
+
+from .models import build_model
+
+WIDTHS = (0.9, 1.0, 1.1)
+LAYERS = ("bn_relu", "evonorm_b0")
+# The only Fig. 11 points the paper gives as numbers: MobileNetV2 1.0x in Table 2.
+PAPER_TOP1 = {("bn_relu", 1.0): 73.1, ("evonorm_b0", 1.0): 75.1}
+ELEMENTWISE_OPS = ("aten::add", "aten::add_", "aten::mul", "aten::div", "aten::maximum", "aten::sqrt",
+                   "aten::relu", "aten::relu_", "aten::sigmoid", "aten::sub")
+REDUCTION_OPS = ("aten::var", "aten::mean")
+EVONORMS = (EvoNormB0, EvoNormB1, EvoNormB2, EvoNormS0, EvoNormS1, EvoNormS2)
+
+
+class InferenceEvoNormB0(nn.Module):
+    """EvoNorm-B0 in eval mode as plain tensor ops, with ``gamma``/``beta`` possibly folded away.
+
+    ``x / max(running_std, v1*x + sqrt(s^2_{w,h}(x) + eps)) [* gamma] [+ beta]``.
+    """
+
+    def __init__(self, layer: EvoNormB0) -> None:
+        super().__init__()
+        shape = (1, -1, 1, 1)
+        self.eps = layer.eps
+        self.register_buffer("running_std", torch.sqrt(layer.running_var + layer.eps).view(shape))
+        self.register_buffer("v1", layer.v1.detach().view(shape).clone())
+        self.register_buffer("gamma", layer.weight.detach().view(shape).clone())
+        self.register_buffer("beta", layer.bias.detach().view(shape).clone())
+        self.has_gamma = self.has_beta = True
+
+    def forward(self, x: Tensor) -> Tensor:
+        instance_std = torch.sqrt(x.var(dim=(2, 3), unbiased=False, keepdim=True) + self.eps)
+        out = x / torch.maximum(self.running_std, self.v1 * x + instance_std)
+        if self.has_gamma:
+            out = out * self.gamma
+        return out + self.beta if self.has_beta else out
+
+
+def _affine_of(layer: nn.Module) -> tuple[Tensor, Tensor, nn.Module] | None:
+    """``(scale, shift, what remains)`` if ``layer`` is an eval-mode affine plus optional ReLU."""
+    if not isinstance(layer, NormAct2d) or layer.activation not in (None, "relu"):
+        return None
+    remainder = nn.ReLU() if layer.activation == "relu" else nn.Identity()
+    gamma, beta = layer.weight.detach(), layer.bias.detach()
+    if isinstance(layer, BatchNormAct2d):
+        scale = gamma / torch.sqrt(layer.running_var + layer.eps)
+        return scale, beta - layer.running_mean * scale, remainder
+    if not layer.nonlinearity and isinstance(layer, EVONORMS):
+        return gamma, beta, remainder  # Appendix A: x * gamma + beta
+    return None
+
+
+def _fold_into_conv(conv: nn.Conv2d, scale: Tensor, shift: Tensor) -> None:
+    """``conv(x) * scale + shift`` as one convolution (per output channel)."""
+    with torch.no_grad():
+        conv.weight.mul_(scale.view(-1, 1, 1, 1))
+        bias = conv.bias.detach() * scale if conv.bias is not None else torch.zeros_like(shift)
+        conv.bias = nn.Parameter(bias + shift)
+
+
+def _fold_forward(norm: InferenceEvoNormB0, conv: nn.Conv2d) -> None:
+    """Fold ``gamma`` (1x1 or depthwise) and ``beta`` (1x1 only) into the convolution after ``norm``."""
+    depthwise = conv.groups == conv.in_channels == conv.out_channels
+    pointwise = conv.kernel_size == (1, 1) and conv.groups == 1
+    if not (depthwise or pointwise) or bool((norm.gamma == 0).any()):
+        return
+    with torch.no_grad():
+        if pointwise:
+            shift = conv.weight.sum(dim=(2, 3)) @ norm.beta.view(-1)
+            conv.bias = nn.Parameter((conv.bias.detach() if conv.bias is not None else 0) + shift)
+            norm.has_beta = False
+        gamma = norm.gamma.view(-1)
+        conv.weight.mul_(gamma.view(-1, 1, 1, 1) if depthwise else gamma.view(1, -1, 1, 1))
+        norm.beta.div_(norm.gamma)  # the norm now emits y + beta / gamma, scaled back by the conv
+        norm.has_gamma = False
+
+
+def fold_for_inference(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` in eval mode with every foldable norm-act folded (see module docstring).
+
+    Folding happens between neighbours in an ``nn.Sequential`` (where the MBConv models put
+    every convolution and its norm-act).
+    """
+    model = copy.deepcopy(model).eval()
+    for seq in [m for m in model.modules() if isinstance(m, nn.Sequential)]:
+        for i in range(len(seq)):
+            layer = seq[i]
+            if isinstance(layer, EvoNormB0) and layer.nonlinearity:
+                seq[i] = InferenceEvoNormB0(layer)
+                continue
+            affine = _affine_of(layer)
+            if affine is not None and i > 0 and isinstance(seq[i - 1], nn.Conv2d):
+                _fold_into_conv(seq[i - 1], affine[0], affine[1])
+                seq[i] = affine[2]
+        for i in range(len(seq) - 1):
+            if isinstance(seq[i], InferenceEvoNormB0) and isinstance(seq[i + 1], nn.Conv2d):
+                _fold_forward(seq[i], seq[i + 1])
+    return model
+
+
+def count_flops(model: nn.Module, resolution: int = 224) -> int:
+    """fvcore FLOPs of one ``resolution``-sized image through ``model`` (MACs + elementwise ops)."""
+    from fvcore.nn import FlopCountAnalysis
+    from fvcore.nn.jit_handles import elementwise_flop_counter
+
+    analysis = FlopCountAnalysis(model, torch.zeros(1, 3, resolution, resolution))
+    for op in ELEMENTWISE_OPS:
+        analysis.set_op_handle(op, elementwise_flop_counter(0, 1))
+    for op in REDUCTION_OPS:
+        analysis.set_op_handle(op, elementwise_flop_counter(1, 0))
+    analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+    return int(analysis.total())
+
+
+def tradeoff_rows(resolution: int = 224) -> list[dict]:
+    """Params (training model) and folded inference FLOPs for each layer and width."""
+    rows = []
+    for layer in LAYERS:
+        for width in WIDTHS:
+            model = build_model("mobilenetv2", layer, width_multiplier=width).eval()
+            folded = fold_for_inference(model)
+            rows.append({"layer": layer, "width": width,
+                         "params": sum(p.numel() for p in model.parameters()),
+                         "flops": count_flops(folded, resolution)})
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| layer | width | params (M) | inference GFLOPs | paper top-1 |", "|---|---|---|---|---|"]
+    for r in rows:
+        paper = PAPER_TOP1.get((r["layer"], r["width"]))
+        lines.append(f"| {r['layer']} | {r['width']} | {r['params'] / 1e6:.3f} | "
+                     f"{r['flops'] / 1e9:.4f} | {'-' if paper is None else paper} |")
+    return "\n".join(lines)
+
+
+def measured_top1(runs_dir: Path) -> dict[tuple[str, float], float]:
+    """``(layer, width) -> final top-1`` from ``RUNS_DIR/<layer>/w<width>/result.json``."""
+    import json
+
+    found = {}
+    for path in runs_dir.glob("*/w*/result.json"):
+        result = json.loads(path.read_text())
+        found[(result["config"]["norm_act"], result["config"]["width_multiplier"])] = result["final_top1"]
+    return found
+
+
+def plot(rows: list[dict], top1: dict[tuple[str, float], float], path: Path) -> None:
+    """Accuracy vs params and vs FLOPs, one line per layer (Fig. 11)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, unit in ((axes[0], "params", 1e6), (axes[1], "flops", 1e9)):
+        for i, layer in enumerate(LAYERS):
+            points = [(r[key] / unit, top1[(layer, r["width"])]) for r in rows
+                      if r["layer"] == layer and (layer, r["width"]) in top1]
+            if points:
+                ax.plot(*zip(*points), "o-", color=f"C{i}", label=layer)
+        ax.set_xlabel("params (M)" if key == "params" else "inference GFLOPs (folded)")
+        ax.set_ylabel("top-1 (%)")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend()
+    fig.suptitle("MobileNetV2 x {0.9, 1.0, 1.1}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m classification.tradeoff", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    count = sub.add_parser("count", help="params and folded inference FLOPs as markdown, plus the training commands")
+    count.add_argument("--resolution", type=int, default=224, help="input size for FLOPs (default 224)")
+    draw = sub.add_parser("plot", help="accuracy vs params / FLOPs from trained runs")
+    draw.add_argument("runs_dir", help="folder with <layer>/w<width>/result.json (see `count`'s commands)")
+    draw.add_argument("--png", help="output file (default RUNS_DIR/fig11.png)")
+    draw.add_argument("--resolution", type=int, default=224, help="input size for FLOPs (default 224)")
+    args = p.parse_args(argv)
+    rows = tradeoff_rows(args.resolution)
+    print(markdown(rows))
+    if args.command == "count":
+        print("\nImageNet training, one run per point (32 workers as the paper):")
+        for layer in LAYERS:
+            for width in WIDTHS:
+                print(f"torchrun --nnodes=4 --nproc_per_node=8 -m classification.train --model mobilenetv2 "
+                      f"--norm-act {layer} --width-multiplier {width} --data imagenet --data-dir $IMAGENET "
+                      f"--output-dir runs/fig11/{layer}/w{width} --resume")
+        return
+    runs_dir = Path(args.runs_dir)
+    if not runs_dir.is_dir():
+        raise SystemExit(f"error: runs directory {str(runs_dir)!r} does not exist")
+    png = Path(args.png or runs_dir / "fig11.png")
+    plot(rows, measured_top1(runs_dir), png)
+    print(f"plot: {png}")
+
+
+if __name__ == "__main__":
+    main()

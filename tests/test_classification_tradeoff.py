@@ -1,0 +1,76 @@
+"""Fig. 11 support: exact inference folding and fvcore FLOP counts."""
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+from classification.models import build_model
+from classification.tradeoff import InferenceEvoNormB0, count_flops, fold_for_inference, main
+
+
+def randomize_norm_acts(model, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if not hasattr(m, "num_channels"):
+                continue
+            m.weight.uniform_(0.5, 1.5, generator=g)
+            m.bias.normal_(0, 0.3, generator=g)
+            if hasattr(m, "v1"):
+                m.v1.uniform_(0.5, 1.5, generator=g)
+            if hasattr(m, "running_var"):
+                m.running_var.uniform_(0.5, 2.0, generator=g)
+            if hasattr(m, "running_mean"):
+                m.running_mean.normal_(0, 0.5, generator=g)
+    return model
+
+
+@pytest.mark.parametrize("layer", ["bn_relu", "evonorm_b0"])
+def test_folding_is_exact_in_float64(layer):
+    model = randomize_norm_acts(build_model("mobilenetv2", layer, num_classes=10, width_multiplier=0.5)).double().eval()
+    folded = fold_for_inference(model)
+    x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    torch.testing.assert_close(folded(x), model(x), rtol=1e-10, atol=1e-10)
+    remaining = [m for m in folded.modules() if hasattr(m, "num_channels")]
+    assert remaining == []  # every BN and every affine-only B0 folded
+    if layer == "evonorm_b0":
+        b0 = [m for m in folded.modules() if isinstance(m, InferenceEvoNormB0)]
+        assert len(b0) == 2 + 17 * 2 - 1  # stem, head, two per block but the t=1 block's one
+        assert sum(not m.has_gamma for m in b0) == len(b0) - 2  # all but stem and head fold gamma forward
+        assert sum(not m.has_beta for m in b0) == 17  # the depthwise ones, followed by a 1x1 projection
+
+
+def test_folded_bn_relu_flops_match_torchvision_convolutions():
+    from fvcore.nn import FlopCountAnalysis
+
+    ours = count_flops(fold_for_inference(build_model("mobilenetv2", "bn_relu")), 64)
+    reference = FlopCountAnalysis(torchvision.models.mobilenet_v2().eval(), torch.zeros(1, 3, 64, 64))
+    reference.unsupported_ops_warnings(False)
+    by_op = reference.by_operator()
+    macs = by_op["conv"] + by_op["linear"]
+    model = build_model("mobilenetv2", "bn_relu").eval()
+    relus = _outputs(model, 64, lambda m: getattr(m, "activation", None) == "relu")
+    residual_adds = _outputs(model, 64, lambda m: getattr(m, "use_residual", False))
+    assert ours == macs + sum(o.numel() for o in relus + residual_adds)
+
+
+def _outputs(model, size, select):
+    outputs = []
+    hooks = [m.register_forward_hook(lambda m, i, o: outputs.append(o)) for m in model.modules() if select(m)]
+    with torch.no_grad():
+        model(torch.zeros(1, 3, size, size))
+    for h in hooks:
+        h.remove()
+    return outputs
+
+
+def test_evonorm_b0_costs_more_flops_than_bn_relu_and_grows_with_width(capsys):
+    main(["count", "--resolution", "32"])
+    out = capsys.readouterr().out
+    rows = [line.split("|") for line in out.splitlines() if line.startswith("| bn_relu") or line.startswith("| evonorm_b0")]
+    flops = {(r[1].strip(), float(r[2])): float(r[4]) for r in rows}
+    assert len(flops) == 6
+    assert flops[("bn_relu", 0.9)] < flops[("bn_relu", 1.0)] < flops[("bn_relu", 1.1)]
+    for width in (0.9, 1.0, 1.1):
+        assert flops[("bn_relu", width)] < flops[("evonorm_b0", width)]
+    assert "--width-multiplier 1.1" in out
