@@ -30,7 +30,7 @@ def test_unknown_name_lists_valid_names():
 
 
 def test_unknown_option_lists_accepted_options():
-    with pytest.raises(ValueError, match=r"'evonorm_b0' does not take option\(s\) \['groups'\]; accepted: \['eps', 'momentum', 'process_group', 'sync'\]"):
+    with pytest.raises(ValueError, match=r"'evonorm_b0' does not take option\(s\) \['groups'\]; accepted: \['eps', 'impl', 'momentum', 'process_group', 'sync'\]"):
         evonorm_core.build_norm_act("evonorm_b0", 8, groups=4)
 
 
