@@ -16,7 +16,9 @@ interrupted grid continues where it stopped.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import os
 import shlex
 import statistics
@@ -30,11 +32,12 @@ from .train import TrainConfig, train
 
 MINI_MODELS = {"resnet50": "resnet50_cifar", "mobilenetv2": "mobilenetv2_cifar", "efficientnet_b0": "efficientnet_cifar"}
 SCALES = ("paper", "mini")
+DIVERGED = float("nan")  # a run whose loss became NaN/inf
 
 
 @dataclass(frozen=True)
 class MiniScale:
-    """The reduced grid that runs on the embedded digits: anchors, 8x8 images, a few epochs.
+    """The reduced grid that runs on the embedded digits: anchors, 16x16 images, a few epochs.
 
     The proxy task's LR rule (0.1 at 128 images, i.e. 0.2 per 256) scaled linearly with
     the batch, cosine schedule, the same number of epochs at every batch size (as Table 3).
@@ -43,7 +46,7 @@ class MiniScale:
     batches: tuple[int, ...] = (128, 16, 2)
     seeds: tuple[int, ...] = (0,)
     epochs: float = 3.0
-    image_size: int = 8
+    image_size: int = 16
     base_lr: float = 0.2
 
 
@@ -124,7 +127,13 @@ def run_table(args: argparse.Namespace) -> None:
               + (" (done)" if done.exists() else ""), flush=True)
         if args.dry_run or done.exists():
             continue
-        result = train(config)
+        try:
+            result = train(config)
+        except FloatingPointError as error:  # a diverged layer is a result too (the paper's "1e-3")
+            done.write_text(json.dumps({"config": dataclasses.asdict(config), "final_top1": None,
+                                        "diverged": str(error)}))
+            print(f"    diverged: {error}", flush=True)
+            continue
         print(f"    top-1 {result['final_top1']:.1f}% after {result['steps']} steps", flush=True)
 
 
@@ -138,13 +147,15 @@ def load_results(runs_dir: Path) -> dict[tuple[str, str, int | None], list[float
         batch_dir = path.parent.parent.name
         batch = None if batch_dir == "recipe" else int(batch_dir[1:])
         key = (anchors.get(config["model"], config["model"]), config["norm_act"], batch)
-        found.setdefault(key, []).append(result["final_top1"])
+        found.setdefault(key, []).append(DIVERGED if result["final_top1"] is None else result["final_top1"])
     return found
 
 
 def format_measured(values: list[float] | None) -> str:
     if not values:
         return "-"
+    if any(math.isnan(v) for v in values):
+        return f"diverged ({sum(math.isnan(v) for v in values)}/{len(values)})"
     if len(values) == 1:
         return f"{values[0]:.1f}"
     return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f} (n={len(values)})"
