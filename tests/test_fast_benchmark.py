@@ -29,8 +29,10 @@ def test_saved_bytes_counts_each_stored_tensor_once(bench):
 
 
 def test_layer_table_and_json(bench, tmp_path, capsys):
-    out = tmp_path / "bench.json"
-    bench.main(["--shapes", "2x32x12x12", "--reps", "2", "--warmup", "0", "--threads", "1", "--no-model", "--no-timm", "--json", str(out)])
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    argv = ["--shapes", "2x32x12x12", "--reps", "2", "--warmup", "0", "--threads", "1", "--no-model", "--no-timm"]
+    bench.main([*argv, "--json", str(out), "--plot", str(png)])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
     assert "evonorm_s0 (fused)" in printed and "gn_silu (native)" in printed
     rows = {r["layer"]: r for r in json.loads(out.read_text())["layers"]}

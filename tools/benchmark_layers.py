@@ -224,6 +224,34 @@ def format_model_lines(results: list[ModelResult]) -> str:
     return "\n".join(lines)
 
 
+def plot(results: list[LayerResult], path: str) -> None:
+    """Two bar panels per layer (one bar per shape): time ratio vs its baseline, saved bytes / input bytes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layers = list(dict.fromkeys(r.layer for r in results))
+    shapes = list(dict.fromkeys(r.shape for r in results))
+    width = 0.8 / len(shapes)
+    fig, axes = plt.subplots(2, 1, figsize=(max(8, len(layers) * 0.7), 8), sharex=True)
+    for i, shape in enumerate(shapes):
+        rows = {r.layer: r for r in results if r.shape == shape}
+        xs = [j + i * width for j in range(len(layers))]
+        label = "x".join(map(str, shape))
+        axes[0].bar(xs, [rows[n].ratio for n in layers], width, label=label)
+        axes[1].bar(xs, [rows[n].saved_ratio for n in layers], width, label=label)
+    axes[0].set_ylabel("fwd+bwd time / baseline")
+    axes[0].axhline(1.0, color="k", lw=0.8)
+    axes[1].set_ylabel("bytes kept for backward / input bytes")
+    axes[1].axhline(1.0, color="k", lw=0.8)
+    axes[1].set_xticks([j + 0.4 - width / 2 for j in range(len(layers))], layers, rotation=60, ha="right")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", nargs="+", type=parse_shape, default=[parse_shape(s) for s in DEFAULT_SHAPES],
@@ -245,6 +273,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model-size", type=int, default=None, help="ResNet-50 step image size (default 224 on CUDA, 128 on CPU)")
     p.add_argument("--model-reps", type=int, default=5, help="timed repetitions of the model step (default 5)")
     p.add_argument("--json", metavar="PATH", help="also write every number to this JSON file")
+    p.add_argument("--plot", metavar="PATH", help="also draw the time and saved-bytes ratios into this PNG file")
     args = p.parse_args(argv)
     for name in ("reps", "warmup", "threads", "model_reps"):
         if getattr(args, name) < (0 if name == "warmup" else 1):
@@ -284,6 +313,9 @@ def main(argv: list[str] | None = None) -> None:
     model_results = [] if args.no_model else bench_model(args, args.device)
     if model_results:
         print(format_model_lines(model_results))
+    if args.plot:
+        plot(results, args.plot)
+        print(f"wrote {args.plot}")
     if args.json:
         payload = {
             "config": {k: str(v) if isinstance(v, torch.device) else v for k, v in vars(args).items()},
