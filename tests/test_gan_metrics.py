@@ -1,0 +1,161 @@
+"""IS/FID through torch-fidelity against closed forms, with small feature extractors registered offline."""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from scipy import linalg
+from torch.utils.data import Dataset
+from torch_fidelity.feature_extractor_base import FeatureExtractorBase
+from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY, register_feature_extractor
+
+from gan import evaluate
+from gan.config import make_config
+from gan.data import digits_dataset
+from gan.metrics import GeneratorSampler, fidelity_metrics
+from gan.trainer import Trainer
+
+
+class SmallFeatures(FeatureExtractorBase):
+    """Provides ``features`` (for FID) and ``logits`` (for IS), returned in the order requested."""
+
+    def __init__(self, name, features_list, **kwargs):  # torch-fidelity passes all its options
+        super().__init__(name, features_list)
+
+    @staticmethod
+    def get_provided_features_list():
+        return ("features", "logits")
+
+    @staticmethod
+    def get_default_feature_layer_for_metric(metric):
+        return {"isc": "logits", "fid": "features"}[metric]
+
+    @staticmethod
+    def can_be_compiled():
+        return False
+
+    def forward(self, x):
+        features, logits = self.features_and_logits(x)
+        provided = {"features": features, "logits": logits}
+        return tuple(provided[name] for name in self.features_list)
+
+
+class IdentityFeatures(SmallFeatures):
+    """Inputs are feature vectors already; their first K entries are the IS logits."""
+
+    NUM_LOGITS = 5
+
+    def features_and_logits(self, x):
+        x = x.double()
+        return x, x[:, : self.NUM_LOGITS]
+
+
+class PixelFeatures(SmallFeatures):
+    """uint8 images -> 4x4 average-pooled pixels (48 features) and a fixed random projection to 10 logits."""
+
+    def __init__(self, name, features_list, **kwargs):
+        super().__init__(name, features_list)
+        self.register_buffer("projection", torch.randn(48, 10, generator=torch.Generator().manual_seed(0)))
+
+    def features_and_logits(self, x):
+        assert x.dtype == torch.uint8 and x.shape[1] == 3
+        pooled = torch.nn.functional.adaptive_avg_pool2d(x.double() / 255, 4).flatten(1)
+        return pooled, pooled @ self.projection.double()
+
+
+for _name, _cls in (("gan-test-identity", IdentityFeatures), ("gan-test-pixels", PixelFeatures)):
+    if _name not in FEATURE_EXTRACTORS_REGISTRY:
+        register_feature_extractor(_name, _cls)
+
+
+class Vectors(Dataset):
+    def __init__(self, vectors):
+        self.vectors = torch.as_tensor(vectors)
+
+    def __len__(self):
+        return len(self.vectors)
+
+    def __getitem__(self, index):
+        return self.vectors[index]
+
+
+def frechet_distance(mu1, sigma1, mu2, sigma2):
+    """||mu1 - mu2||^2 + tr(S1 + S2 - 2 (S1 S2)^(1/2)) in float64."""
+    covmean = linalg.sqrtm(sigma1 @ sigma2).real
+    return float(((mu1 - mu2) ** 2).sum() + np.trace(sigma1 + sigma2 - 2 * covmean))
+
+
+def test_fid_matches_closed_form_for_gaussians():
+    rng = np.random.default_rng(0)
+    n, dim = 20_000, 6
+    mu1, mu2 = rng.normal(size=dim), rng.normal(size=dim)
+    a, b = rng.normal(size=(dim, dim)), rng.normal(size=(dim, dim))
+    sigma1, sigma2 = a @ a.T / dim + 0.5 * np.eye(dim), b @ b.T / dim + 0.5 * np.eye(dim)
+    x1 = rng.multivariate_normal(mu1, sigma1, size=n)
+    x2 = rng.multivariate_normal(mu2, sigma2, size=n)
+    fid = fidelity_metrics(Vectors(x1), Vectors(x2), n, feature_extractor="gan-test-identity", batch_size=5000)["fid"]
+    # exactly the Frechet distance of the two sample Gaussians ...
+    sample = frechet_distance(x1.mean(0), np.cov(x1, rowvar=False), x2.mean(0), np.cov(x2, rowvar=False))
+    assert fid == pytest.approx(sample, rel=1e-6)
+    # ... and, up to sampling error, of the true distributions
+    assert fid == pytest.approx(frechet_distance(mu1, sigma1, mu2, sigma2), rel=0.05)
+    # identical inputs: zero
+    same = fidelity_metrics(Vectors(x1), Vectors(x1), n, feature_extractor="gan-test-identity", batch_size=5000)
+    assert abs(same["fid"]) < 1e-6
+
+
+def test_inception_score_of_confident_uniform_predictions_is_the_class_count():
+    k = IdentityFeatures.NUM_LOGITS
+    logits = 30.0 * np.eye(k)[np.arange(2000) % k]  # each sample sure of one class, classes balanced
+    result = fidelity_metrics(Vectors(logits), Vectors(logits), 2000, feature_extractor="gan-test-identity")
+    assert result["is_mean"] == pytest.approx(k, rel=0.03)
+    one_class = np.tile(30.0 * np.eye(k)[0], (2000, 1))
+    assert fidelity_metrics(Vectors(one_class), Vectors(one_class), 2000, feature_extractor="gan-test-identity")[
+        "is_mean"
+    ] == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run")
+    config = make_config("digits", norm="bn_relu", channels=4, dim_z=8, shared_dim=8, depth=1, batch_size=8,
+                         micro_batch=8, total_steps=1, sample_every=1, save_every=1)
+    Trainer(config, digits_dataset(32), str(run_dir)).train()
+    return run_dir
+
+
+def test_evaluate_run_writes_metrics_and_caches_reference(trained_run, tmp_path):
+    cache = tmp_path / "cache"
+    kwargs = dict(num_samples=64, feature_extractor="gan-test-pixels", reference_samples=128, cache_root=str(cache),
+                  batch_size=32)
+    result = evaluate.evaluate_run(str(trained_run), standing_stats=2, standing_batch=16, **kwargs)
+    assert np.isfinite([result["is_mean"], result["fid"]]).all() and result["fid"] > 0
+    assert result["sampling"] == "eval mode, standing statistics over 2 batches of 16"
+    assert result["norm"] == "bn_relu" and result["step"] == 1 and result["reference_images"] == 128
+    with open(trained_run / "metrics.json") as f:
+        assert json.load(f)["fid"] == result["fid"]
+    cached = os.listdir(cache)
+    assert cached and all(name.startswith("gan-digits-builtin-32px-128") for name in cached)
+    again = evaluate.evaluate_run(str(trained_run), standing_stats=2, standing_batch=16, **kwargs)
+    assert again["fid"] == pytest.approx(result["fid"])  # same seed, cached reference: same number
+    moving = evaluate.evaluate_run(str(trained_run), **kwargs)
+    assert moving["sampling"] == "eval mode, moving statistics"
+
+
+def test_generator_sampler_samples_labels_itself(trained_run):
+    from gan.checkpoint import load_ema_generator
+
+    generator, _, _ = load_ema_generator(str(trained_run))
+    sampler = GeneratorSampler(generator, seed=3)
+    assert sampler.num_classes == 0 and sampler.z_size == 8
+    images = sampler(torch.randn(4, 8))
+    assert images.dtype == torch.uint8 and images.shape == (4, 3, 32, 32)
+
+
+def test_evaluate_cli_without_inception_weights_says_what_is_needed(trained_run, tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    with pytest.raises(SystemExit, match="Real IS/FID need torch-fidelity's weights-inception"):
+        evaluate.main([str(trained_run), "--num-samples", "10"])
+    with pytest.raises(SystemExit, match="no checkpoint"):
+        evaluate.main([str(tmp_path / "missing"), "--inception-weights", __file__])
