@@ -48,6 +48,7 @@ class TrainConfig:
     norm_act: str = "bn_relu"
     width_multiplier: float = 1.0
     groups: int | None = None
+    sync_batch_stats: bool = False
     data: str = "digits"
     data_dir: str | None = None
     holdout_fraction: float = 0.0
@@ -78,6 +79,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--width-multiplier", type=float, default=1.0,
                    help="extra channel multiplier on the model (Fig. 11 uses 0.9/1.0/1.1 for mobilenetv2)")
     p.add_argument("--groups", type=int, default=None, help="groups of grouped layers (default: 32, as the paper)")
+    p.add_argument("--sync-batch-stats", action="store_true",
+                   help="all-reduce batch statistics across DDP workers (BN, B series); default: per worker")
     p.add_argument("--data", default=None, choices=DATASETS,
                    help="dataset (default: digits, the embedded scikit-learn proxy; imagenet/cifar10 need --data-dir)")
     p.add_argument("--data-dir", default=None, help="dataset folder: ImageNet train/ val/ folders, or CIFAR-10's parent")
@@ -193,6 +196,8 @@ def save_checkpoint(path: Path, state: dict) -> None:
 def build(config: TrainConfig, env: Distributed):
     """Model, recipe, data loaders, optimizer and scheduler for ``config``."""
     options = {} if config.groups is None else {"groups": config.groups}
+    if config.sync_batch_stats:
+        options["sync"] = True
     make = norm_act_factory(config.norm_act, **options)
     recipe = resolve_recipe(config, make(32, True))
     resolution = config.image_size or (32 if config.model in ANCHORS or config.data != "imagenet"
