@@ -32,6 +32,15 @@ def reference_cache_name(dataset: str, data_root: str | None, resolution: int, c
     return f"gan-{dataset}-{digest}-{resolution}px-{count}"
 
 
+def prepare_sampling(generator: torch.nn.Module, standing_stats: int, standing_batch: int, seed: int) -> str:
+    """Recompute standing statistics if asked; returns how batch-statistics layers will sample."""
+    if standing_statistics(generator, standing_stats, standing_batch, seed):
+        return f"eval mode, standing statistics over {standing_stats} batches of {standing_batch}"
+    if batch_stat_layers(generator):
+        return "eval mode, moving statistics"
+    return "eval mode, no batch statistics"
+
+
 def evaluate_run(
     run_dir: str,
     checkpoint: str | None = None,
@@ -45,18 +54,13 @@ def evaluate_run(
     cache_root: str | None = None,
     batch_size: int = 64,
     seed: int = 0,
+    verbose: bool = False,
 ) -> dict:
     """Evaluate a run, write ``RUN_DIR/metrics.json`` and return its content."""
     weights = find_inception_weights(inception_weights) if feature_extractor == INCEPTION else None
     generator, config, meta = load_ema_generator(run_dir, checkpoint)
     generator.to("cuda" if torch.cuda.is_available() else "cpu")
-    updated = standing_statistics(generator, standing_stats, standing_batch, seed)
-    if updated:
-        sampling = f"eval mode, standing statistics over {standing_stats} batches of {standing_batch}"
-    elif batch_stat_layers(generator):
-        sampling = "eval mode, moving statistics"
-    else:
-        sampling = "eval mode, no batch statistics"
+    sampling = prepare_sampling(generator, standing_stats, standing_batch, seed)
     root = data_root or config.data_root
     dataset = build_dataset(config.dataset, root, config.resolution)
     reference = UInt8Images(dataset, reference_samples)
@@ -67,9 +71,10 @@ def evaluate_run(
         feature_extractor=feature_extractor,
         weights_path=weights,
         reference_cache_name=reference_cache_name(config.dataset, root, config.resolution, len(reference)),
-        cache_root=cache_root or os.path.join(os.path.dirname(os.path.abspath(run_dir)), "fidelity_cache"),
+        cache_root=cache_root,
         batch_size=batch_size,
         seed=seed,
+        verbose=verbose,
     )
     result = {
         **metrics,
@@ -100,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--standing-batch", type=int, default=256, help="batch size of the standing-stats passes")
     parser.add_argument("--reference-samples", type=int, help="real images for the FID reference (default: all)")
     parser.add_argument("--data-root", help="real data location if it moved since training")
-    parser.add_argument("--cache-root", help="where reference statistics are cached (default: next to RUN_DIR)")
+    parser.add_argument("--cache-root", help="where reference statistics are cached (default: $TORCH_HOME/fidelity_cache)")
     parser.add_argument("--batch-size", type=int, default=64, help="batch size of generation and feature extraction")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (latents and labels)")
     return parser
@@ -110,8 +115,18 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         result = evaluate_run(
-            args.run_dir, args.checkpoint, args.num_samples, args.inception_weights, INCEPTION, args.standing_stats,
-            args.standing_batch, args.reference_samples, args.data_root, args.cache_root, args.batch_size, args.seed,
+            args.run_dir,
+            checkpoint=args.checkpoint,
+            num_samples=args.num_samples,
+            inception_weights=args.inception_weights,
+            standing_stats=args.standing_stats,
+            standing_batch=args.standing_batch,
+            reference_samples=args.reference_samples,
+            data_root=args.data_root,
+            cache_root=args.cache_root,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            verbose=True,
         )
     except InceptionWeightsMissing as error:
         raise SystemExit(f"cannot compute IS/FID: {error}") from None

@@ -80,11 +80,13 @@ def fidelity_metrics(
     cache_root: str | None = None,
     batch_size: int = 64,
     seed: int = 2020,
+    verbose: bool = False,
 ) -> dict[str, float]:
     """IS of ``generated`` and FID between it and ``reference`` (both give uint8 NCHW images).
 
     ``feature_extractor`` is a torch-fidelity registered name; Inception needs
-    ``weights_path``. Returns ``is_mean``, ``is_std`` and ``fid``.
+    ``weights_path``. ``cache_root=None`` is torch-fidelity's ``$TORCH_HOME/fidelity_cache``;
+    ``verbose`` shows its progress bars. Returns ``is_mean``, ``is_std`` and ``fid``.
     """
     options = dict(
         input1=generated,
@@ -100,7 +102,7 @@ def fidelity_metrics(
         batch_size=batch_size,
         rng_seed=seed,
         save_cpu_ram=True,
-        verbose=False,
+        verbose=verbose,
     )
     if weights_path is not None:
         options["feature_extractor_weights_path"] = weights_path

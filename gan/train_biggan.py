@@ -17,6 +17,7 @@ import os
 import sys
 
 import torch
+import torch.distributed as dist
 
 from evonorm_core import list_norm_acts
 
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> None:
             train_seed(config, os.path.join(run_root, f"seed{seed}"), args.resume)
         except (ValueError, FileNotFoundError) as error:
             raise SystemExit(f"error: {error}") from None
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

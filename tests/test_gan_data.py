@@ -1,0 +1,57 @@
+"""Local datasets (prepared arrays, image folders), errors, and a two-process DDP run via torchrun."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from gan.data import UInt8Images, build_dataset, num_classes_of, to_uint8, to_unit_range
+
+
+def test_prepared_npz_dataset(tmp_path):
+    images = np.random.default_rng(0).integers(0, 256, size=(6, 3, 32, 32), dtype=np.uint8)
+    np.savez(tmp_path / "I32.npz", imgs=images, labels=np.array([0, 1, 2, 0, 1, 4]))
+    dataset = build_dataset("array", str(tmp_path / "I32.npz"), 32)
+    x, y = dataset[5]
+    assert x.shape == (3, 32, 32) and y == 4 and num_classes_of(dataset) == 5
+    torch.testing.assert_close(to_uint8(x), torch.from_numpy(images[5]))  # exact round trip
+    assert UInt8Images(dataset, limit=4)[3].dtype == torch.uint8 and len(UInt8Images(dataset, limit=4)) == 4
+
+
+def test_image_folder_is_resized_and_center_cropped(tmp_path):
+    for wnid in ("n01", "n02"):
+        os.makedirs(tmp_path / wnid)
+        Image.fromarray(np.full((40, 60, 3), 200, np.uint8)).save(tmp_path / wnid / "a.png")
+    dataset = build_dataset("imagenet", str(tmp_path), 32)
+    x, y = dataset[1]
+    assert x.shape == (3, 32, 32) and y == 1 and num_classes_of(dataset) == 2
+    torch.testing.assert_close(x, torch.full_like(x, float(to_unit_range(torch.tensor(200)))), atol=0.01, rtol=0)
+
+
+def test_dataset_errors_name_the_problem(tmp_path):
+    with pytest.raises(ValueError, match="accepted"):
+        build_dataset("mnist", None, 32)
+    with pytest.raises(ValueError, match="--data-root"):
+        build_dataset("imagenet", None, 128)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        build_dataset("cifar10", str(tmp_path / "nope"), 32)
+    (tmp_path / "x.txt").write_text("")
+    with pytest.raises(ValueError, match=".npz"):
+        build_dataset("array", str(tmp_path / "x.txt"), 32)
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_with_synchronized_batch_statistics(tmp_path):
+    script = os.path.join(os.path.dirname(__file__), "..", "gan", "train_biggan.py")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", script, "--run-dir",
+               str(tmp_path), "--channels", "4", "--batch-size", "16", "--micro-batch", "8", "--steps", "1",
+               "--threads", "1", "--norm", "evonorm_b0", "--norm-option", "sync=true"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "step 1/1" in result.stdout
+    state = torch.load(tmp_path / "seed0" / "checkpoints" / "last.pt", weights_only=False)
+    assert state["step"] == 1 and state["config"]["norm_options"] == {"sync": True}
