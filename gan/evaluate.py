@@ -5,25 +5,38 @@
 Samples ``--num-samples`` images (50,000 by default, as is standard for ImageNet 128)
 from ``G_ema`` in eval mode. Batch-statistics layers (BN-ReLU, EvoNorm-B0) use their
 moving statistics unless ``--standing-stats N`` recomputes them over N batches first.
-The real training images are the FID reference; their statistics are cached. Results
-go to ``RUN_DIR/metrics.json`` with everything needed to read them (sampling mode,
-sample count, feature extractor, step). Without Inception weights it stops and says that
-real IS/FID need them.
+The real training images are the FID reference; their statistics are cached. Each
+evaluated checkpoint's numbers go to ``RUN_DIR/metrics/<checkpoint>.json`` and the peak
+(``--all-snapshots``: over ``last.pt`` and every kept ``step_N.pt``; lowest FID unless
+``--peak-by is``) to ``RUN_DIR/metrics.json``, with everything needed to read them
+(sampling mode, sample count, feature extractor, checkpoint, step). Without Inception
+weights it stops and says that real IS/FID need them.
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import hashlib
 import json
 import os
 import sys
+from dataclasses import dataclass
 
 import torch
 
-from gan.checkpoint import load_ema_generator
+from gan.checkpoint import checkpoint_dir, load_ema_generator, resolve_checkpoint
 from gan.data import UInt8Images, build_dataset
-from gan.metrics import INCEPTION, INCEPTION_FILE, GeneratorSampler, InceptionWeightsMissing, fidelity_metrics, find_inception_weights
+from gan.metrics import (
+    INCEPTION,
+    INCEPTION_FILE,
+    GeneratorSampler,
+    InceptionWeightsMissing,
+    fidelity_metrics,
+    find_inception_weights,
+)
 from gan.sampling import batch_stat_layers, standing_statistics
+
+PEAK_KEYS = {"fid": ("fid", -1), "is": ("is_mean", 1)}  # metric and the sign that makes larger better
 
 
 def reference_cache_name(dataset: str, data_root: str | None, resolution: int, count: int) -> str:
@@ -41,63 +54,104 @@ def prepare_sampling(generator: torch.nn.Module, standing_stats: int, standing_b
     return "eval mode, no batch statistics"
 
 
-def evaluate_run(
-    run_dir: str,
-    checkpoint: str | None = None,
-    num_samples: int = 50_000,
-    inception_weights: str | None = None,
-    feature_extractor: str = INCEPTION,
-    standing_stats: int = 0,
-    standing_batch: int = 256,
-    reference_samples: int | None = None,
-    data_root: str | None = None,
-    cache_root: str | None = None,
-    batch_size: int = 64,
-    seed: int = 0,
-    verbose: bool = False,
-) -> dict:
-    """Evaluate a run, write ``RUN_DIR/metrics.json`` and return its content."""
-    weights = find_inception_weights(inception_weights) if feature_extractor == INCEPTION else None
-    generator, config, meta = load_ema_generator(run_dir, checkpoint)
+@dataclass
+class EvalOptions:
+    """How samples are drawn and compared (see ``--help``)."""
+
+    num_samples: int = 50_000
+    inception_weights: str | None = None
+    feature_extractor: str = INCEPTION
+    standing_stats: int = 0
+    standing_batch: int = 256
+    reference_samples: int | None = None
+    data_root: str | None = None
+    cache_root: str | None = None
+    batch_size: int = 64
+    seed: int = 0
+    verbose: bool = False
+
+
+def evaluate_checkpoint(run_dir: str, checkpoint: str | None, options: EvalOptions) -> dict:
+    """IS/FID of one checkpoint's EMA generator, with everything needed to read the numbers."""
+    weights = find_inception_weights(options.inception_weights) if options.feature_extractor == INCEPTION else None
+    path = resolve_checkpoint(run_dir, checkpoint)
+    generator, config, meta = load_ema_generator(run_dir, path)
     generator.to("cuda" if torch.cuda.is_available() else "cpu")
-    sampling = prepare_sampling(generator, standing_stats, standing_batch, seed)
-    root = data_root or config.data_root
-    dataset = build_dataset(config.dataset, root, config.resolution)
-    reference = UInt8Images(dataset, reference_samples)
+    sampling = prepare_sampling(generator, options.standing_stats, options.standing_batch, options.seed)
+    root = options.data_root or config.data_root
+    reference = UInt8Images(build_dataset(config.dataset, root, config.resolution), options.reference_samples)
     metrics = fidelity_metrics(
-        GeneratorSampler(generator, seed),
+        GeneratorSampler(generator, options.seed),
         reference,
-        num_samples,
-        feature_extractor=feature_extractor,
+        options.num_samples,
+        feature_extractor=options.feature_extractor,
         weights_path=weights,
         reference_cache_name=reference_cache_name(config.dataset, root, config.resolution, len(reference)),
-        cache_root=cache_root,
-        batch_size=batch_size,
-        seed=seed,
-        verbose=verbose,
+        cache_root=options.cache_root,
+        batch_size=options.batch_size,
+        seed=options.seed,
+        verbose=options.verbose,
     )
-    result = {
+    return {
         **metrics,
         "norm": config.norm,
         "norm_options": config.norm_options,
+        "checkpoint": os.path.basename(path),
         "step": meta["step"],
-        "num_samples": num_samples,
+        "num_samples": options.num_samples,
         "reference_images": len(reference),
-        "feature_extractor": feature_extractor,
+        "feature_extractor": options.feature_extractor,
         "sampling": sampling,
         "seed": config.seed,
         "dataset": config.dataset,
         "resolution": config.resolution,
     }
-    with open(os.path.join(run_dir, "metrics.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    return result
+
+
+def snapshots(run_dir: str) -> list[str]:
+    """``last.pt`` and every kept ``step_N.pt`` of a run."""
+    return sorted(glob.glob(os.path.join(checkpoint_dir(run_dir), "step_*.pt"))) + [resolve_checkpoint(run_dir)]
+
+
+def evaluate_run(
+    run_dir: str, checkpoints: list[str] | None = None, peak_by: str = "fid", options: EvalOptions | None = None
+) -> dict:
+    """Evaluate ``checkpoints`` (default ``last.pt``) and keep the peak as ``RUN_DIR/metrics.json``.
+
+    Each checkpoint's numbers go to ``RUN_DIR/metrics/<checkpoint>.json``; the one with the
+    lowest FID (``peak_by="fid"``) or highest IS (``"is"``) is the run's result, since the
+    paper reports each run at its peak. Returns that result.
+    """
+    if peak_by not in PEAK_KEYS:
+        raise ValueError(f"peak_by must be one of {sorted(PEAK_KEYS)}, got {peak_by!r}")
+    options = options or EvalOptions()
+    results = []
+    for checkpoint in checkpoints or [None]:
+        result = evaluate_checkpoint(run_dir, checkpoint, options)
+        write_json(result, os.path.join(run_dir, "metrics", result["checkpoint"].replace(".pt", ".json")))
+        results.append(result)
+    key, sign = PEAK_KEYS[peak_by]
+    peak = max(results, key=lambda r: sign * r[key])
+    peak = {**peak, "peak_by": peak_by, "checkpoints_evaluated": len(results)}
+    write_json(peak, os.path.join(run_dir, "metrics.json"))
+    return peak
+
+
+def write_json(data: dict, path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", help="a run directory written by gan/train_biggan.py (…/seed<k>)")
-    parser.add_argument("--checkpoint", help="checkpoint file to evaluate (default: RUN_DIR/checkpoints/last.pt)")
+    parser.add_argument("--checkpoint", action="append", help="checkpoint file to evaluate, repeatable "
+                        "(default: RUN_DIR/checkpoints/last.pt)")
+    parser.add_argument("--all-snapshots", action="store_true",
+                        help="evaluate last.pt and every kept step_N.pt; metrics.json is the peak")
+    parser.add_argument("--peak-by", choices=sorted(PEAK_KEYS), default="fid",
+                        help="which metric picks the peak checkpoint (default fid: lowest FID)")
     parser.add_argument("--num-samples", type=int, default=50_000, help="generated images (default 50000)")
     parser.add_argument("--inception-weights", help=f"local torch-fidelity Inception weights ({INCEPTION_FILE}); required")
     parser.add_argument("--standing-stats", type=int, default=0, metavar="N",
@@ -113,27 +167,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    options = EvalOptions(
+        num_samples=args.num_samples,
+        inception_weights=args.inception_weights,
+        standing_stats=args.standing_stats,
+        standing_batch=args.standing_batch,
+        reference_samples=args.reference_samples,
+        data_root=args.data_root,
+        cache_root=args.cache_root,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        verbose=True,
+    )
     try:
-        result = evaluate_run(
-            args.run_dir,
-            checkpoint=args.checkpoint,
-            num_samples=args.num_samples,
-            inception_weights=args.inception_weights,
-            standing_stats=args.standing_stats,
-            standing_batch=args.standing_batch,
-            reference_samples=args.reference_samples,
-            data_root=args.data_root,
-            cache_root=args.cache_root,
-            batch_size=args.batch_size,
-            seed=args.seed,
-            verbose=True,
-        )
+        checkpoints = snapshots(args.run_dir) if args.all_snapshots else args.checkpoint
+        result = evaluate_run(args.run_dir, checkpoints, args.peak_by, options)
     except InceptionWeightsMissing as error:
         raise SystemExit(f"cannot compute IS/FID: {error}") from None
     except (FileNotFoundError, ValueError) as error:
         raise SystemExit(f"error: {error}") from None
     print(f"{args.run_dir}: IS {result['is_mean']:.2f} ± {result['is_std']:.2f}, FID {result['fid']:.2f} "
-          f"({result['num_samples']} samples, {result['sampling']}, step {result['step']})")
+          f"({result['num_samples']} samples, {result['sampling']}, {result['checkpoint']} at step {result['step']}, "
+          f"peak by {result['peak_by']} of {result['checkpoints_evaluated']})")
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[str, TrainConfig]:
 
 def train_seed(config: TrainConfig, run_dir: str, resume: bool) -> None:
     ctx = init_distributed()
-    if ctx.is_main and not resume and os.path.isfile(os.path.join(run_dir, "checkpoints", "last.pt")):
+    if not resume and os.path.isfile(os.path.join(run_dir, "checkpoints", "last.pt")):
         raise SystemExit(f"{run_dir} already has a checkpoint; pass --resume to continue it or another --run-dir")
     trainer = Trainer(config, build_dataset(config.dataset, config.data_root, config.resolution), run_dir, ctx)
     if resume and trainer.resume():

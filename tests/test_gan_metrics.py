@@ -120,27 +120,43 @@ def test_inception_score_of_confident_uniform_predictions_is_the_class_count():
 def trained_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run")
     config = make_config("digits", norm="bn_relu", channels=4, dim_z=8, shared_dim=8, depth=1, batch_size=8,
-                         micro_batch=8, total_steps=1, sample_every=1, save_every=1)
+                         micro_batch=8, total_steps=2, sample_every=2, save_every=1, keep_every=1)
     Trainer(config, digits_dataset(32), str(run_dir)).train()
     return run_dir
 
 
 def test_evaluate_run_writes_metrics_and_caches_reference(trained_run, tmp_path):
     cache = tmp_path / "cache"
-    kwargs = dict(num_samples=64, feature_extractor="gan-test-pixels", reference_samples=128, cache_root=str(cache),
-                  batch_size=32)
-    result = evaluate.evaluate_run(str(trained_run), standing_stats=2, standing_batch=16, **kwargs)
+    options = evaluate.EvalOptions(num_samples=64, feature_extractor="gan-test-pixels", reference_samples=128,
+                                   cache_root=str(cache), batch_size=32, standing_stats=2, standing_batch=16)
+    result = evaluate.evaluate_run(str(trained_run), options=options)
     assert np.isfinite([result["is_mean"], result["fid"]]).all() and result["fid"] > 0
     assert result["sampling"] == "eval mode, standing statistics over 2 batches of 16"
-    assert result["norm"] == "bn_relu" and result["step"] == 1 and result["reference_images"] == 128
+    assert result["norm"] == "bn_relu" and result["checkpoint"] == "last.pt" and result["step"] == 2
+    assert result["reference_images"] == 128
     with open(trained_run / "metrics.json") as f:
         assert json.load(f)["fid"] == result["fid"]
     cached = os.listdir(cache)
     assert cached and all(name.startswith("gan-digits-builtin-32px-128") for name in cached)
-    again = evaluate.evaluate_run(str(trained_run), standing_stats=2, standing_batch=16, **kwargs)
+    again = evaluate.evaluate_run(str(trained_run), options=options)
     assert again["fid"] == pytest.approx(result["fid"])  # same seed, cached reference: same number
-    moving = evaluate.evaluate_run(str(trained_run), **kwargs)
-    assert moving["sampling"] == "eval mode, moving statistics"
+    options.standing_stats = 0
+    assert evaluate.evaluate_run(str(trained_run), options=options)["sampling"] == "eval mode, moving statistics"
+
+
+def test_peak_over_snapshots(trained_run, tmp_path):
+    options = evaluate.EvalOptions(num_samples=32, feature_extractor="gan-test-pixels", reference_samples=64,
+                                   cache_root=str(tmp_path), batch_size=32)
+    checkpoints = evaluate.snapshots(str(trained_run))
+    assert [os.path.basename(c) for c in checkpoints] == ["step_0000001.pt", "step_0000002.pt", "last.pt"]
+    peak = evaluate.evaluate_run(str(trained_run), checkpoints, "fid", options)
+    per_checkpoint = [json.loads((trained_run / "metrics" / name).read_text())
+                      for name in ("step_0000001.json", "step_0000002.json", "last.json")]
+    assert peak["fid"] == min(r["fid"] for r in per_checkpoint) and peak["checkpoints_evaluated"] == 3
+    by_is = evaluate.evaluate_run(str(trained_run), checkpoints, "is", options)
+    assert by_is["is_mean"] == max(r["is_mean"] for r in per_checkpoint)
+    with pytest.raises(ValueError, match="peak_by"):
+        evaluate.evaluate_run(str(trained_run), checkpoints, "kid", options)
 
 
 def test_generator_sampler_samples_labels_itself(trained_run):
