@@ -22,7 +22,7 @@ from evonorm_core.search.primitives import MODES
 from search.backends import BACKENDS, make_executor
 from search.presets import PRESETS, preset_value
 from search.progress import ProgressPrinter
-from search.proxy import DATASETS, SCHEDULES, ProxyConfig, ProxyEvaluator
+from search.proxy import DATASETS, SCHEDULES, ProxyConfig, ProxyEvaluator, load_data
 from search.report import print_report, write_progress_plot
 
 BASELINES = {
@@ -141,6 +141,7 @@ def build_search(args: argparse.Namespace, progress: ProgressPrinter) -> tuple[L
         proxy = ProxyConfig(**{**saved, "anchors": tuple(saved["anchors"]), "threads": args.threads})
     else:
         proxy = proxy_config(args)
+    load_data(proxy.data, proxy.data_dir, proxy.image_size)  # fail here, not in every candidate
     executor = make_executor(args.backend, ProxyEvaluator(proxy), args.workers, args.time_limit, args.ray_address)
     if args.resume:
         return LayerSearch.resume(executor, args.output_dir, on_record=progress), proxy
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = ProgressPrinter(StopCondition(args.max_candidates, args.time_budget))
     try:
         search, proxy = build_search(args, progress)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, OSError) as error:
         parser.error(str(error))
     data = "embedded sklearn digits proxy (no dataset given)" if proxy.data == "digits" else f"CIFAR-10 from {proxy.data_dir}"
     print(f"layer search: mode {search.config.mode}, {search.config.strategy}, data: {data}, anchors "

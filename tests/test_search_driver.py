@@ -1,0 +1,140 @@
+"""The search loop: equivalence-cache hits, checkpoint/resume, crashes and time-outs, selection."""
+import json
+import random
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from evonorm_core.search import (
+    EquivalenceCache, EvolutionConfig, Genome, LayerSearch, Member, StopCondition, fingerprint, genome_norm_act, parse,
+    pareto_frontier, read_checkpoint,
+)
+from evonorm_core.search.evolution import Proposer
+from search.backends import ProcessPoolExecutor, SequentialExecutor
+
+
+class TinyEvaluator:
+    """A real (small) proxy: a 2-conv net with the candidate layer, 5 steps on random data
+    that a working layer can fit; accuracy on the same data."""
+
+    def __call__(self, genome_dict: dict) -> dict:
+        torch.manual_seed(0)
+        make = genome_norm_act(Genome.from_dict(genome_dict), groups=2)
+        model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), make(4, True), nn.Conv2d(4, 4, 3, padding=1),
+                              make(4, True), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3))
+        x, y = torch.randn(24, 3, 6, 6), torch.arange(24) % 3
+        x[:, 0] += y.view(-1, 1, 1) * 2.0
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        for _ in range(5):
+            loss = F.cross_entropy(model(x), y)
+            if not torch.isfinite(loss):
+                return {"status": "rejected", "stage": "quality", "reason": "non-finite loss", "accuracies": {}}
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            acc = (model.eval()(x).argmax(1) == y).float().mean().item()
+        return {"status": "accepted", "stage": None, "reason": "", "accuracies": {"a": acc, "b": 1 - abs(acc - 0.5)}}
+
+
+class Crashing:
+    def __call__(self, genome_dict: dict) -> dict:
+        if "exp" in json.dumps(genome_dict):
+            raise RuntimeError("boom")
+        if "tanh" in json.dumps(genome_dict):
+            time.sleep(30)
+        return {"status": "accepted", "stage": None, "reason": "", "accuracies": {"a": 0.5}}
+
+
+def small_config(**overrides):
+    return EvolutionConfig(**{"mode": "S", "max_nodes": 3, "initial_population": 2, "window": 10, **overrides})
+
+
+def comparable(records):
+    return [{k: v for k, v in r.items() if k not in ("wall_time", "elapsed")} for r in records]
+
+
+def test_equivalent_graphs_share_a_fingerprint_and_others_do_not():
+    same = [("tanh(x * v1)", "tanh(v1 * x)"), ("sigmoid(max(x, x))", "sigmoid(abs(x) * 0 + x)"),
+            ("-(-group_std(x))", "group_std(x)"), ("x * sigmoid(v1 * x) / group_std(x)", "sigmoid(x * v1) * x / group_std(x)")]
+    for a, b in same:
+        assert fingerprint(parse(a)) == fingerprint(parse(b)), (a, b)
+    different = ["tanh(x)", "tanh(x * v1)", "tanh(x + v0)", "x * sigmoid(x)", "instance_std(x)", "group_std(x)",
+                 "batch_std(x)", "x / batch_std(x)"]
+    assert len({fingerprint(parse(e)) for e in different}) == len(different)
+    cache = EquivalenceCache()
+    cache.store(fingerprint(parse("tanh(x * v1)")), {"status": "accepted"})
+    assert cache.lookup(fingerprint(parse("tanh(v1 * x)"))) == {"status": "accepted"} and cache.hits == 1
+
+
+def test_search_reuses_evaluations_of_equivalent_graphs(tmp_path):
+    search = LayerSearch(small_config(strategy="random", max_nodes=1), SequentialExecutor(TinyEvaluator()),
+                         str(tmp_path), seed=0)
+    records = search.run(StopCondition(max_candidates=40))
+    hits = [r for r in records if r["cache_hit"]]
+    assert hits and search.cache.hits == len(hits)
+    trained = {r["fingerprint"]: r for r in records if not r["cache_hit"] and r["stage"] != "static"}
+    for hit in hits:
+        assert {k: hit[k] for k in ("status", "accuracies")} == {k: trained[hit["fingerprint"]][k] for k in ("status", "accuracies")}
+    assert any(hit["genome"] != trained[hit["fingerprint"]]["genome"] for hit in hits)  # e.g. x * v1 and v1 * x
+    assert {r["stage"] for r in records if r["status"] == "rejected"} <= {"static", "quality"}
+
+
+def test_resume_continues_exactly(tmp_path):
+    config = small_config()
+    whole = LayerSearch(config, SequentialExecutor(TinyEvaluator()), str(tmp_path / "whole"), seed=3)
+    expected = whole.run(StopCondition(max_candidates=24))
+    first = LayerSearch(config, SequentialExecutor(TinyEvaluator()), str(tmp_path / "split"), seed=3)
+    first.run(StopCondition(max_candidates=10))
+    resumed = LayerSearch.resume(SequentialExecutor(TinyEvaluator()), str(tmp_path / "split"))
+    assert resumed.config == config and len(resumed.records) == 10
+    got = resumed.run(StopCondition(max_candidates=24))
+    assert comparable(got) == comparable(expected)
+    assert any(r["origin"] == "mutation" for r in got)
+    lines = (tmp_path / "split" / "candidates.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == [r["id"] for r in got]
+    assert read_checkpoint(str(tmp_path / "split"))["next_id"] == 24
+
+
+def test_crashes_and_timeouts_are_rejections(tmp_path):
+    baselines = {"boom": parse("exp(x)"), "slow": parse("tanh(x)"), "fine": parse("sigmoid(x) * x")}
+    for executor in (SequentialExecutor(Crashing(), time_limit=1.0), ProcessPoolExecutor(Crashing(), 2, time_limit=1.0)):
+        search = LayerSearch(small_config(), executor, str(tmp_path / type(executor).__name__), baselines=baselines)
+        search.run(StopCondition(max_candidates=0))
+        executor.close()
+        stages = {name: r["stage"] for name, r in search.baselines.items()}
+        assert stages == {"boom": "crash", "slow": "timeout", "fine": None}, stages
+        assert "boom" in search.baselines["boom"]["reason"]
+
+
+def test_pareto_tournament_and_average_selection():
+    members = [Member(0, parse("x * v1"), (0.9, 0.1)), Member(1, parse("x * v0"), (0.5, 0.5)),
+               Member(2, parse("tanh(x)"), (0.4, 0.4)), Member(3, parse("exp(x)"), (0.1, 0.9))]
+    assert [m.candidate_id for m in pareto_frontier(members)] == [0, 1, 3]
+    proposer = Proposer(EvolutionConfig(selection="average", tournament_fraction=1.0), random.Random(0))
+    for m in members:
+        proposer.add(m)
+    assert proposer.select().candidate_id == 1
+    pareto = Proposer(EvolutionConfig(tournament_fraction=1.0), random.Random(0))
+    for m in members:
+        pareto.add(m)
+    assert {pareto.select().candidate_id for _ in range(60)} == {0, 1, 3}
+
+
+def test_sliding_window_keeps_the_most_recent():
+    proposer = Proposer(EvolutionConfig(window=3), random.Random(0))
+    for i in range(5):
+        proposer.add(Member(i, parse("tanh(x)"), (0.5,)))
+    assert [m.candidate_id for m in proposer.population] == [2, 3, 4]
+
+
+def test_bad_configuration_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="unknown strategy 'greedy'"):
+        EvolutionConfig(strategy="greedy")
+    with pytest.raises(ValueError, match="unknown search mode 'X'"):
+        EvolutionConfig(mode="X")
+    with pytest.raises(FileNotFoundError, match="no search checkpoint"):
+        LayerSearch.resume(SequentialExecutor(TinyEvaluator()), str(tmp_path))
