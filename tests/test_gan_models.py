@@ -139,3 +139,18 @@ def test_zero_projections_give_the_plain_layer():
 def test_conditional_rejects_a_layer_without_transform():
     with pytest.raises(TypeError, match="NormAct2d"):
         ConditionalNormAct2d(nn.BatchNorm2d(4), 3, lambda i, o: nn.Linear(i, o, bias=False))
+
+
+@pytest.mark.slow
+def test_paper_preset_is_biggan_deep_128():
+    from gan.checkpoint import build_discriminator, build_generator
+    from gan.config import make_config
+
+    config = make_config("imagenet128", norm="bn_relu")
+    assert (config.resolution, config.channels, config.dim_z, config.shared_dim, config.depth) == (128, 128, 128, 128, 2)
+    assert (config.g_lr, config.d_lr, config.betas, config.d_steps, config.batch_size) == (5e-5, 2e-4, (0.0, 0.999), 2, 2048)
+    assert config.accumulation(world_size=1) == 8 and config.accumulation(world_size=8) == 1
+    generator, discriminator = build_generator(config, 1000), build_discriminator(config, 1000)
+    # measured once and pinned: the architecture must not drift
+    assert sum(p.numel() for p in generator.parameters()) == 50_244_484
+    assert sum(p.numel() for p in discriminator.parameters()) == 34_590_210
