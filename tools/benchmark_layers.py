@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -101,8 +102,8 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def interleaved_medians(steps: dict[str, Callable[[], None]], reps: int, warmup: int, device: torch.device) -> dict[str, float]:
-    """Median seconds of each step, running the steps round-robin ``warmup + reps`` times."""
+def interleaved_times(steps: dict[str, Callable[[], None]], reps: int, warmup: int, device: torch.device) -> dict[str, list[float]]:
+    """Seconds of each timed repetition of each step, running the steps round-robin ``warmup + reps`` times."""
     times: dict[str, list[float]] = {name: [] for name in steps}
     for rep in range(warmup + reps):
         for name, step in steps.items():
@@ -112,7 +113,7 @@ def interleaved_medians(steps: dict[str, Callable[[], None]], reps: int, warmup:
             synchronize(device)
             if rep >= warmup:
                 times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
 
 
 @dataclass
@@ -120,10 +121,12 @@ class LayerResult:
     layer: str
     shape: tuple[int, int, int, int]
     baseline: str
-    ms: float
+    ms: float  # median
+    min_ms: float
     saved_bytes: int
     input_bytes: int
     ratio: float = float("nan")
+    min_ratio: float = float("nan")
 
     @property
     def saved_ratio(self) -> float:
@@ -144,14 +147,16 @@ def bench_shape(shape, layers, args, device, dtype) -> list[LayerResult]:
     grad = torch.randn_like(x)
     modules = {name: make(shape[1]).to(device).train(not args.eval) for name, (make, _) in layers.items()}
     steps = {name: layer_step(m, x, grad) for name, m in modules.items()}
-    medians = interleaved_medians(steps, args.reps, args.warmup, device)
+    times = interleaved_times(steps, args.reps, args.warmup, device)
     results = []
     for name, module in modules.items():
         kept = saved_bytes(lambda: module(x.detach().requires_grad_()))
-        results.append(LayerResult(name, shape, layers[name][1], medians[name] * 1e3, kept, x.numel() * x.element_size()))
+        ms = statistics.median(times[name]) * 1e3, min(times[name]) * 1e3
+        results.append(LayerResult(name, shape, layers[name][1], *ms, kept, x.numel() * x.element_size()))
     by_name = {r.layer: r for r in results}
     for r in results:
         r.ratio = r.ms / by_name[r.baseline].ms
+        r.min_ratio = r.min_ms / by_name[r.baseline].min_ms
     return results
 
 
@@ -198,7 +203,7 @@ def bench_model(args, device: torch.device) -> list[ModelResult]:
         return step
 
     steps = {n: train_step(m, torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)) for n, m in models.items()}
-    medians = interleaved_medians(steps, args.model_reps, 1, device)
+    medians = {n: statistics.median(t) for n, t in interleaved_times(steps, args.model_reps, 1, device).items()}
     names = list(models)
     return [
         ModelResult(f"{names[i]} vs {names[i + 1]}", args.model_batch, args.model_size, {n: medians[n] * 1e3 for n in names[i:i + 2]})
@@ -207,11 +212,15 @@ def bench_model(args, device: torch.device) -> list[ModelResult]:
 
 
 def format_layer_table(results: list[LayerResult]) -> str:
-    lines = [f"{'shape':<14} {'layer':<24} {'fwd+bwd ms':>10} {'ratio':>6} {'saved MB':>9} {'x input':>8}  ratio vs"]
+    lines = [
+        f"{'shape':<14} {'layer':<24} {'median ms':>9} {'ratio':>6} {'min ms':>8} {'ratio':>6} "
+        f"{'saved MB':>9} {'x input':>8}  ratios vs"
+    ]
     for r in results:
         shape = "x".join(map(str, r.shape))
         lines.append(
-            f"{shape:<14} {r.layer:<24} {r.ms:>10.2f} {r.ratio:>6.2f} {r.saved_bytes / 2**20:>9.2f} {r.saved_ratio:>8.2f}  {r.baseline}"
+            f"{shape:<14} {r.layer:<24} {r.ms:>9.2f} {r.ratio:>6.2f} {r.min_ms:>8.2f} {r.min_ratio:>6.2f} "
+            f"{r.saved_bytes / 2**20:>9.2f} {r.saved_ratio:>8.2f}  {r.baseline}"
         )
     return "\n".join(lines)
 
@@ -304,8 +313,9 @@ def main(argv: list[str] | None = None) -> None:
     dtype, layers = DTYPES[args.dtype], select_layers(args)
     print(f"# torch {torch.__version__}, device {args.device}, {args.threads} threads, {args.dtype}, "
           f"{'channels_last' if args.channels_last else 'NCHW'}, {'eval' if args.eval else 'train'} mode, "
-          f"median of {args.reps} interleaved reps after {args.warmup} warm-up; EVONORM backend for CPU fused: "
-          f"{evonorm_core.ops.select_kernels(torch.empty(1, device=args.device, dtype=dtype)).name}")
+          f"median and min of {args.reps} interleaved reps after {args.warmup} warm-up; fused kernels: "
+          f"{evonorm_core.ops.select_kernels(torch.empty(1, device=args.device, dtype=dtype)).name}; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     results = []
     for shape in args.shapes:
         results += bench_shape(shape, layers, args, args.device, dtype)
@@ -319,6 +329,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         payload = {
             "config": {k: str(v) if isinstance(v, torch.device) else v for k, v in vars(args).items()},
+            "torch": torch.__version__,
+            "load_average": os.getloadavg(),
             "layers": [asdict(r) | {"saved_ratio": r.saved_ratio} for r in results],
             "models": [asdict(r) | {"ratio": r.ratio} for r in model_results],
         }

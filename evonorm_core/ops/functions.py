@@ -129,12 +129,16 @@ class EvoNormSFunction(Function):
         return dx.to(x.dtype), (xs * rstd_c).sum(0).to(weight.dtype), g_sum.sum(0).to(weight.dtype), dv, None, None, None, None
 
 
-def _b_coefficients(variant: str, mean_nc: Tensor, var_nc: Tensor, v1: Tensor | None, eps: float) -> tuple[Tensor, Tensor]:
-    """Per-(n, c) ``(p, q)`` with the instance term ``u = p x + q``."""
+def _b_instance_std(variant: str, mean_nc: Tensor, var_nc: Tensor, eps: float) -> Tensor:
+    """Per-(n, c) ``q`` of the instance term ``u = p x + q``: the instance std (B0) or rms (B1, B2)."""
+    return torch.sqrt((var_nc if variant == "b0" else var_nc + mean_nc.square()) + eps)
+
+
+def _b_slope(variant: str, q: Tensor, v1: Tensor | None) -> Tensor:
+    """Per-(n, c) ``p`` of the instance term: ``v1`` (B0), ``q`` (B1, ``(x + 1) q``) or -1 (B2)."""
     if variant == "b0":
-        return v1.to(var_nc.dtype).expand_as(var_nc), torch.sqrt(var_nc + eps)
-    rms = torch.sqrt(var_nc + mean_nc.square() + eps)
-    return (rms, rms) if variant == "b1" else (torch.full_like(rms, -1.0), rms)
+        return v1.to(q.dtype).expand_as(q)
+    return q if variant == "b1" else torch.full_like(q, -1.0)
 
 
 class EvoNormBFunction(Function):
@@ -144,16 +148,16 @@ class EvoNormBFunction(Function):
     def forward(ctx, x, weight, bias, v1, mean_nc, var_nc, batch_std, batch_mean, variant, eps, kernels):  # noqa: D102
         xk = kernels.prepare(x)
         dtype = kernels.coefficient_dtype or xk.dtype
-        p, q = (t.to(dtype) for t in _b_coefficients(variant, mean_nc, var_nc, v1, eps))
+        q = _b_instance_std(variant, mean_nc, var_nc, eps).to(dtype)
         sb = batch_std.to(dtype)
-        y = kernels.b_forward(xk, sb, p, q, weight.to(dtype), bias.to(dtype))
-        ctx.save_for_backward(x, weight, v1, mean_nc, sb, batch_mean, p, q)
+        y = kernels.b_forward(xk, sb, _b_slope(variant, q, v1), q, weight.to(dtype), bias.to(dtype))
+        ctx.save_for_backward(x, weight, v1, mean_nc if variant == "b0" else None, sb, batch_mean, q)
         ctx.variant, ctx.kernels, ctx.eps = variant, kernels, eps
         return y.to(x.dtype)
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        x, weight, v1, mean_nc, sb, batch_mean, p, q = ctx.saved_tensors
+        x, weight, v1, mean_nc, sb, batch_mean, q = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph=True: differentiate the composed formula
             std = None if batch_mean is not None else sb
             formula = lambda x, w, v: _b_formula(x, w, v, std, ctx.variant, ctx.eps)  # noqa: E731
@@ -163,6 +167,7 @@ class EvoNormBFunction(Function):
         xk = kernels.prepare(x)
         g = kernels.prepare_grad(grad, xk)
         n, c, h, w = x.shape
+        p = _b_slope(ctx.variant, q, v1)
         dq, dp, dsb, g_sum, gz_sum = kernels.b_backward_sums(g, xk, sb, p, q, weight.to(p.dtype))
         k = (dq + dp if ctx.variant == "b1" else dq) / (q * (h * w))
         k0 = -k * mean_nc if ctx.variant == "b0" else torch.zeros_like(k)

@@ -1,8 +1,8 @@
 /* Fused CPU kernels for the EvoNorm layers (float32, NCHW or NHWC contiguous).
  *
  * Every kernel makes one pass over its inputs. Per-(n, c) coefficient arrays are
- * row-major (N, C); per-channel ones have C entries. Reductions accumulate in double and
- * write per-(n, c) sums; the small per-group / per-channel algebra is done by the caller.
+ * row-major (N, C); per-channel ones have C entries. Reductions write per-(n, c) sums
+ * (float within blocks, double across them); the small per-group / per-channel algebra is done by the caller.
  * `nhwc` selects the layout: 0 = NCHW (a run is one (n, c) plane of HW elements),
  * 1 = NHWC (a run is one pixel's C channels).
  */
@@ -12,16 +12,39 @@
 
 typedef int64_t i64;
 
-static inline float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
+/* exp(x) inlined so that loops vectorize at full width: x = k ln2 + r with |r| <= ln2 / 2,
+ * exp(r) by its degree-6 Taylor polynomial (relative error < 2e-7), 2^k through the exponent
+ * bits. Inputs are clamped to the finite float range; a NaN input gives some finite value,
+ * but every caller multiplies the result by x, so NaN still propagates. */
+static inline float exp_approx(float x) {
+    x = fminf(fmaxf(x, -87.0f), 88.0f);
+    const float k = rintf(x * 1.44269504f);
+    const float r = (x - k * 0.693145752f) - k * 1.42860677e-6f;
+    const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    union { int32_t i; float f; } scale = {.i = ((int32_t)k + 127) << 23};
+    return p * scale.f;
+}
+
+static inline float sigmoid(float z) { return 1.0f / (1.0f + exp_approx(-z)); }
+
+/* Sums over a plane accumulate in float within blocks of BLOCK elements (vectorized; a
+ * double accumulator makes the loop latency-bound, about 8x slower) and in double across
+ * blocks. */
+#define BLOCK 256
+static inline i64 block_end(i64 start, i64 end) { return start + BLOCK < end ? start + BLOCK : end; }
 
 /* ---- per-plane moments: s1 = sum x, s2 = sum x^2 ---------------------------------- */
-void plane_sums(const float *x, i64 N, i64 C, i64 HW, int nhwc, int nt, double *s1, double *s2) {
+void plane_sums(const float *restrict x, i64 N, i64 C, i64 HW, int nhwc, int nt, double *restrict s1, double *restrict s2) {
     if (!nhwc) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (i64 p = 0; p < N * C; p++) {
-            const float *xp = x + p * HW;
+            const float *restrict xp = x + p * HW;
             double a = 0, b = 0;
-            for (i64 i = 0; i < HW; i++) { a += xp[i]; b += (double)xp[i] * xp[i]; }
+            for (i64 i0 = 0; i0 < HW; i0 += BLOCK) {
+                float ba = 0, bb = 0;
+                for (i64 i = i0; i < block_end(i0, HW); i++) { ba += xp[i]; bb += xp[i] * xp[i]; }
+                a += ba; b += bb;
+            }
             s1[p] = a; s2[p] = b;
         }
         return;
@@ -31,7 +54,7 @@ void plane_sums(const float *x, i64 N, i64 C, i64 HW, int nhwc, int nt, double *
         double *a = s1 + n * C, *b = s2 + n * C;
         for (i64 c = 0; c < C; c++) { a[c] = 0; b[c] = 0; }
         for (i64 i = 0; i < HW; i++) {
-            const float *xr = x + (n * HW + i) * C;
+            const float *restrict xr = x + (n * HW + i) * C;
             for (i64 c = 0; c < C; c++) { a[c] += xr[c]; b[c] += (double)xr[c] * xr[c]; }
         }
     }
@@ -56,8 +79,8 @@ void plane_sums(const float *x, i64 N, i64 C, i64 HW, int nhwc, int nt, double *
     }
 
 /* ---- S series: y = x * sigmoid(v x) * a + b ---------------------------------------- */
-void s_forward(const float *x, const float *v, const float *a, const float *b, i64 N, i64 C, i64 HW,
-               int nhwc, int nt, float *y) {
+void s_forward(const float *restrict x, const float *restrict v, const float *restrict a, const float *restrict b, i64 N, i64 C, i64 HW,
+               int nhwc, int nt, float *restrict y) {
     ELEMENTWISE_LOOPS(y[j] = x[j] * sigmoid(v[c] * x[j]) * a[nc] + b[c];)
 }
 
@@ -68,17 +91,21 @@ static inline void s_terms(float g, float x, float v, float *p, float *q) {
     *q = g * x * f * (1.0f - s);
 }
 
-void s_backward_sums(const float *g, const float *x, const float *v, i64 N, i64 C, i64 HW, int nhwc, int nt,
-                     double *P, double *Q, double *G) {
+void s_backward_sums(const float *restrict g, const float *restrict x, const float *restrict v, i64 N, i64 C, i64 HW, int nhwc, int nt,
+                     double *restrict P, double *restrict Q, double *restrict G) {
     if (!nhwc) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (i64 nc = 0; nc < N * C; nc++) {
             const float vc = v[nc % C];
             double sp = 0, sq = 0, sg = 0;
-            for (i64 j = nc * HW; j < (nc + 1) * HW; j++) {
-                float p, q;
-                s_terms(g[j], x[j], vc, &p, &q);
-                sp += p; sq += q; sg += g[j];
+            for (i64 j0 = nc * HW; j0 < (nc + 1) * HW; j0 += BLOCK) {
+                float bp = 0, bq = 0, bg = 0;
+                for (i64 j = j0; j < block_end(j0, (nc + 1) * HW); j++) {
+                    float p, q;
+                    s_terms(g[j], x[j], vc, &p, &q);
+                    bp += p; bq += q; bg += g[j];
+                }
+                sp += bp; sq += bq; sg += bg;
             }
             P[nc] = sp; Q[nc] = sq; G[nc] = sg;
         }
@@ -100,8 +127,8 @@ void s_backward_sums(const float *g, const float *x, const float *v, i64 N, i64 
 }
 
 /* dx = g a (s + v x s (1 - s)) + k x + k0 */
-void s_backward_dx(const float *g, const float *x, const float *v, const float *a, const float *k, const float *k0,
-                   i64 N, i64 C, i64 HW, int nhwc, int nt, float *dx) {
+void s_backward_dx(const float *restrict g, const float *restrict x, const float *restrict v, const float *restrict a, const float *restrict k, const float *restrict k0,
+                   i64 N, i64 C, i64 HW, int nhwc, int nt, float *restrict dx) {
     ELEMENTWISE_LOOPS({
         const float s = sigmoid(v[c] * x[j]);
         dx[j] = g[j] * a[nc] * s * (1.0f + v[c] * x[j] * (1.0f - s)) + k[nc] * x[j] + k0[nc];
@@ -109,8 +136,8 @@ void s_backward_dx(const float *g, const float *x, const float *v, const float *
 }
 
 /* ---- B series: y = x / max(sb, p x + q) * gamma + beta ------------------------------ */
-void b_forward(const float *x, const float *sb, const float *p, const float *q, const float *gamma,
-               const float *beta, i64 N, i64 C, i64 HW, int nhwc, int nt, float *y) {
+void b_forward(const float *restrict x, const float *restrict sb, const float *restrict p, const float *restrict q, const float *restrict gamma,
+               const float *restrict beta, i64 N, i64 C, i64 HW, int nhwc, int nt, float *restrict y) {
     ELEMENTWISE_LOOPS(y[j] = x[j] / fmaxf(sb[c], p[nc] * x[j] + q[nc]) * gamma[c] + beta[c];)
 }
 
@@ -127,18 +154,22 @@ static inline void b_terms(float g, float x, float sb, float p, float q, float g
     *gz = g * z;
 }
 
-void b_backward_sums(const float *g, const float *x, const float *sb, const float *p, const float *q,
-                     const float *gamma, i64 N, i64 C, i64 HW, int nhwc, int nt, double *U, double *UX, double *B,
-                     double *G, double *GZ) {
+void b_backward_sums(const float *restrict g, const float *restrict x, const float *restrict sb, const float *restrict p, const float *restrict q,
+                     const float *restrict gamma, i64 N, i64 C, i64 HW, int nhwc, int nt, double *restrict U, double *restrict UX,
+                     double *restrict B, double *restrict G, double *restrict GZ) {
     if (!nhwc) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (i64 nc = 0; nc < N * C; nc++) {
             const i64 c = nc % C;
             double su = 0, sux = 0, sbb = 0, sg = 0, sgz = 0;
-            for (i64 j = nc * HW; j < (nc + 1) * HW; j++) {
-                float a1, a2, a3, a4;
-                b_terms(g[j], x[j], sb[c], p[nc], q[nc], gamma[c], &a1, &a2, &a3, &a4);
-                su += a1; sux += a2; sbb += a3; sg += g[j]; sgz += a4;
+            for (i64 j0 = nc * HW; j0 < (nc + 1) * HW; j0 += BLOCK) {
+                float bu = 0, bux = 0, bb = 0, bg = 0, bgz = 0;
+                for (i64 j = j0; j < block_end(j0, (nc + 1) * HW); j++) {
+                    float a1, a2, a3, a4;
+                    b_terms(g[j], x[j], sb[c], p[nc], q[nc], gamma[c], &a1, &a2, &a3, &a4);
+                    bu += a1; bux += a2; bb += a3; bg += g[j]; bgz += a4;
+                }
+                su += bu; sux += bux; sbb += bb; sg += bg; sgz += bgz;
             }
             U[nc] = su; UX[nc] = sux; B[nc] = sbb; G[nc] = sg; GZ[nc] = sgz;
         }
@@ -150,7 +181,7 @@ void b_backward_sums(const float *g, const float *x, const float *sb, const floa
         for (i64 c = 0; c < C; c++) { su[c] = 0; sux[c] = 0; sbb[c] = 0; sg[c] = 0; sgz[c] = 0; }
         for (i64 i = 0; i < HW; i++) {
             const i64 base = (n * HW + i) * C;
-            const float *pn = p + n * C, *qn = q + n * C;
+            const float *restrict pn = p + n * C, *qn = q + n * C;
             for (i64 c = 0; c < C; c++) {
                 float a1, a2, a3, a4;
                 b_terms(g[base + c], x[base + c], sb[c], pn[c], qn[c], gamma[c], &a1, &a2, &a3, &a4);
@@ -161,9 +192,9 @@ void b_backward_sums(const float *g, const float *x, const float *sb, const floa
 }
 
 /* dx = g gamma / d + [u > sb] dd p + k x + k0 */
-void b_backward_dx(const float *g, const float *x, const float *sb, const float *p, const float *q,
-                   const float *gamma, const float *k, const float *k0, i64 N, i64 C, i64 HW, int nhwc, int nt,
-                   float *dx) {
+void b_backward_dx(const float *restrict g, const float *restrict x, const float *restrict sb, const float *restrict p, const float *restrict q,
+                   const float *restrict gamma, const float *restrict k, const float *restrict k0, i64 N, i64 C, i64 HW, int nhwc, int nt,
+                   float *restrict dx) {
     ELEMENTWISE_LOOPS({
         const float u = p[nc] * x[j] + q[nc], d = fmaxf(sb[c], u), gd = g[j] * gamma[c] / d;
         dx[j] = gd + (u > sb[c] ? -gd * x[j] / d * p[nc] : 0.0f) + k[nc] * x[j] + k0[nc];
