@@ -93,7 +93,7 @@ def test_anchor_keeps_depth_and_unstrides_the_first_two_downsamplings(anchor):
 
 @pytest.mark.parametrize("layer", list_norm_acts())
 def test_every_layer_builds_every_anchor(layer):
-    x = torch.randn(2, 3, 16, 16)
+    x = torch.randn(2, 3, 8, 8)
     for anchor in ANCHOR_NAMES:
         out = build_anchor(anchor, layer)(x)
         assert out.shape == (2, 10) and torch.isfinite(out).all(), (layer, anchor)
@@ -104,7 +104,7 @@ def test_every_model_takes_a_layer_name_and_runs(model_name):
     if model_name == "efficientnet_b5":
         pytest.skip("covered by the parameter-count test; a forward pass is too slow for the CPU budget")
     model = build_model(model_name, "evonorm_s0", num_classes=7)
-    assert model(torch.randn(1, 3, 64, 64)).shape == (1, 7)
+    assert model(torch.randn(1, 3, 32, 32)).shape == (1, 7)
 
 
 def test_bad_names_raise_clear_errors():

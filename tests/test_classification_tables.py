@@ -93,3 +93,21 @@ def test_table2_report_and_missing_dir(tmp_path, capsys):
 def test_every_table_layer_label_is_known():
     for table in TABLES.values():
         assert set(table.layers) <= set(LAYERS)
+
+
+def test_mini_scale_maps_models_to_anchors(capsys):
+    main(["run", "table2", "--scale", "mini", "--dry-run", "--layers", "bn_relu", "evonorm_b0"])
+    out = capsys.readouterr().out
+    assert "no CIFAR anchor for resnet101, mnasnet_b1, efficientnet_b5" in out
+    assert "[6/6] efficientnet_cifar evonorm_b0 batch 128 seed 0" in out
+    main(["run", "table3", "--scale", "mini", "--dry-run", "--models", "mobilenetv2", "--layers", "frn",
+          "--batches", "128", "2", "--seeds", "0", "1"])
+    assert "[4/4] mobilenetv2_cifar frn batch 2 seed 1" in capsys.readouterr().out
+
+
+def test_diverged_runs_are_reported_as_such(tmp_path):
+    folder = tmp_path / "resnet50_cifar" / "frn" / "b2" / "seed0"
+    folder.mkdir(parents=True)
+    (folder / "result.json").write_text(json.dumps({"config": {"model": "resnet50_cifar", "norm_act": "frn"},
+                                                    "final_top1": None, "diverged": "loss became nan"}))
+    assert "diverged (1/1)" in report_markdown(TABLES["table3"], load_results(tmp_path))

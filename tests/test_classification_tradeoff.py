@@ -29,7 +29,7 @@ def randomize_norm_acts(model, seed=0):
 def test_folding_is_exact_in_float64(layer):
     model = randomize_norm_acts(build_model("mobilenetv2", layer, num_classes=10, width_multiplier=0.5)).double().eval()
     folded = fold_for_inference(model)
-    x = torch.randn(2, 3, 32, 32, dtype=torch.float64)
+    x = torch.randn(2, 3, 16, 16, dtype=torch.float64)
     torch.testing.assert_close(folded(x), model(x), rtol=1e-10, atol=1e-10)
     remaining = [m for m in folded.modules() if hasattr(m, "num_channels")]
     assert remaining == []  # every BN and every affine-only B0 folded
