@@ -105,8 +105,13 @@ class Trainer:
         self.opt_d = self._adam(self.discriminator, config.d_lr)
         self.g_train, self.d_train = self._wrap(self.generator), self._wrap(self.discriminator)
         self.batches = infinite_batches(dataset, config, self.ctx)
-        self.latent_rng = torch.Generator().manual_seed(config.seed * 1000 + self.ctx.rank)
         self.step = 0
+        self.latent_rng = torch.Generator()
+        self._seed_latents()
+
+    def _seed_latents(self) -> None:
+        """Seed the latent RNG from (seed, rank, step): distinct per process, reproducible on resume."""
+        self.latent_rng.manual_seed(self.config.seed * 1_000_003 + self.ctx.rank * 10_007 + self.step)
 
     def _adam(self, model: nn.Module, lr: float) -> torch.optim.Adam:
         return torch.optim.Adam(model.parameters(), lr=lr, betas=self.config.betas, eps=self.config.adam_eps)
@@ -178,7 +183,6 @@ class Trainer:
             "G_ema": self.ema.model.state_dict(),
             "opt_g": self.opt_g.state_dict(),
             "opt_d": self.opt_d.state_dict(),
-            "latent_rng": self.latent_rng.get_state(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -187,8 +191,8 @@ class Trainer:
         self.ema.model.load_state_dict(state["G_ema"])
         self.opt_g.load_state_dict(state["opt_g"])
         self.opt_d.load_state_dict(state["opt_d"])
-        self.latent_rng.set_state(state["latent_rng"])
         self.step = state["step"]
+        self._seed_latents()
 
     def save(self) -> None:
         if not self.ctx.is_main:
