@@ -81,6 +81,13 @@ def infinite_batches(dataset: Dataset, config: TrainConfig, ctx: DistributedCont
         epoch += 1
 
 
+def format_duration(seconds: float) -> str:
+    """``[Nd ]HH:MM:SS``; paper-scale runs take days."""
+    days, rest = divmod(int(seconds), 86_400)
+    clock = time.strftime("%H:%M:%S", time.gmtime(rest))
+    return f"{days}d {clock}" if days else clock
+
+
 def sync_on_last(model: nn.Module, index: int, count: int):
     """DDP's ``no_sync`` for all but the last of ``count`` accumulated micro-batches."""
     if isinstance(model, DistributedDataParallel) and index < count - 1:
@@ -247,6 +254,6 @@ class Trainer:
         values = " ".join(f"{k} {v:+.3f}" for k, v in scalars.items())
         print(
             f"step {self.step}/{self.config.total_steps} | {values} | {rate:.2f} step/s "
-            f"({rate * self.config.batch_size:.0f} img/s) | ETA {time.strftime('%H:%M:%S', time.gmtime(eta))}",
+            f"({rate * self.config.batch_size:.0f} img/s) | ETA {format_duration(eta)}",
             flush=True,
         )

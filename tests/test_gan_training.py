@@ -135,3 +135,9 @@ def test_cli_trains_resumes_and_refuses_to_overwrite(tmp_path, capsys):
 def test_latents():
     z, y = sample_latents(5, 3, 4, generator=torch.Generator().manual_seed(0))
     assert z.shape == (5, 3) and y.dtype == torch.long and 0 <= int(y.min()) and int(y.max()) < 4
+
+
+def test_eta_format_counts_days():
+    from gan.trainer import format_duration
+
+    assert format_duration(3725) == "01:02:05" and format_duration(2 * 86_400 + 61) == "2d 00:01:01"
