@@ -107,7 +107,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     args = vars(p.parse_args(argv))
     if args["data"] is None:
         args["data"] = "digits"
-        print("no --data given: training on the embedded digits proxy (sklearn load_digits, 1,797 images)")
+        if os.environ.get("RANK", "0") == "0":
+            print("no --data given: training on the embedded digits proxy (sklearn load_digits, 1,797 images)")
     return TrainConfig(**args)
 
 
@@ -193,7 +194,20 @@ def save_checkpoint(path: Path, state: dict) -> None:
     os.replace(tmp, path)
 
 
-def build(config: TrainConfig, env: Distributed):
+@dataclass
+class TrainingSetup:
+    """What :func:`train` works with, built from a :class:`TrainConfig`."""
+
+    model: nn.Module
+    recipe: Recipe
+    sampler: DistributedSampler
+    train_loader: DataLoader
+    val_loader: DataLoader
+    optimizer: torch.optim.Optimizer
+    scheduler: RecipeLR
+
+
+def build(config: TrainConfig, env: Distributed) -> TrainingSetup:
     """Model, recipe, data loaders, optimizer and scheduler for ``config``."""
     options = {} if config.groups is None else {"groups": config.groups}
     if config.sync_batch_stats:
@@ -226,14 +240,16 @@ def build(config: TrainConfig, env: Distributed):
     val_loader = DataLoader(val_shard, max(recipe.batch_per_worker, 256), num_workers=workers)
     optimizer = build_optimizer(model, recipe, scaled_lr(recipe.base_lr, total_batch))
     scheduler = RecipeLR(optimizer, recipe, len(train_loader))
-    return model, recipe, sampler, train_loader, val_loader, optimizer, scheduler
+    return TrainingSetup(model, recipe, sampler, train_loader, val_loader, optimizer, scheduler)
 
 
 def train(config: TrainConfig) -> dict:
     """Run (or resume) one training run; returns the final metrics written to ``result.json``."""
     env = Distributed()
     seed_everything(config.seed + env.rank)
-    model, recipe, sampler, train_loader, val_loader, optimizer, scheduler = build(config, env)
+    setup = build(config, env)
+    model, recipe, optimizer, scheduler = setup.model, setup.recipe, setup.optimizer, setup.scheduler
+    train_loader, val_loader = setup.train_loader, setup.val_loader
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     ckpt_path = out / "checkpoint.pt"
@@ -256,7 +272,7 @@ def train(config: TrainConfig) -> dict:
     for epoch in range(start_epoch, num_epochs):
         if step >= total_steps:
             break
-        sampler.set_epoch(epoch)
+        setup.sampler.set_epoch(epoch)
         for images, labels in train_loader:
             images, labels = images.to(env.device, non_blocking=True), labels.to(env.device, non_blocking=True)
             loss = F.cross_entropy(ddp_model(images), labels, label_smoothing=recipe.label_smoothing)
