@@ -154,3 +154,19 @@ def test_paper_preset_is_biggan_deep_128():
     # measured once and pinned: the architecture must not drift
     assert sum(p.numel() for p in generator.parameters()) == 50_244_484
     assert sum(p.numel() for p in discriminator.parameters()) == 34_590_210
+
+
+def test_norm_act_can_be_a_callable_like_everywhere_in_the_suite():
+    from evonorm_core.layers import EvoNormS0
+
+    built = []
+
+    def make(num_channels, nonlinearity):
+        built.append((num_channels, nonlinearity))
+        return EvoNormS0(num_channels, nonlinearity, groups=2)
+
+    generator = tiny_generator(make, channels=4, depth=1)
+    assert built and all(nonlinearity for _, nonlinearity in built)
+    assert all(m.norm.groups == 2 for m in generator.modules() if isinstance(m, ConditionalNormAct2d))
+    with pytest.raises(ValueError, match="callable"):
+        tiny_generator(make, channels=4, depth=1, groups=4)
