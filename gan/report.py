@@ -1,7 +1,7 @@
 """Aggregate evaluated runs into the form of the paper's Table 5.
 
     python gan/report.py runs/gan/imagenet128_*          # every seed<k>/metrics.json below
-    python gan/report.py runs/gan/*/seed* --out table5.md
+    python gan/report.py runs/gan/*/seed* --out table5.md --plot table5.png
 
 Runs are grouped by generator norm-act (and its options); each group gets the median and
 best (highest IS, lowest FID) over its seeds, next to the numbers the paper reports for
@@ -99,11 +99,36 @@ def markdown_table(results: list[LayerResult]) -> str:
     return "\n".join(lines)
 
 
+def plot(runs: list[dict], path: str) -> None:
+    """IS against FID, one point per run (seed), the paper's medians as hollow markers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for index, key in enumerate(sorted({layer_key(r) for r in runs})):
+        color = f"C{index % 10}"
+        group = [r for r in runs if layer_key(r) == key]
+        ax.scatter([r["fid"] for r in group], [r["is_mean"] for r in group], color=color, label=key)
+        paper = PAPER_TABLE5.get(key.split("(")[0])
+        if paper:
+            ax.scatter([paper[3]], [paper[1]], facecolors="none", edgecolors=color, s=90)
+    ax.set_xlabel("FID (lower is better)")
+    ax.set_ylabel("IS (higher is better)")
+    ax.set_title("runs (filled) vs paper Table 5 medians (hollow)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dirs", nargs="+", help="run directories, or folders containing them")
     parser.add_argument("--out", help="also write the markdown table to this file")
     parser.add_argument("--json", help="also write the aggregated numbers as JSON to this file")
+    parser.add_argument("--plot", help="also write IS vs FID of every run, with the paper's medians, as a PNG")
     return parser
 
 
@@ -126,6 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump([r.__dict__ for r in results], f, indent=2)
+    if args.plot:
+        plot(runs, args.plot)
 
 
 if __name__ == "__main__":

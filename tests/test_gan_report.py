@@ -21,7 +21,9 @@ def test_report_aggregates_three_seeds_into_median_and_best(tmp_path, capsys):
     for seed, (score, fid) in enumerate([(80.0, 9.0), (85.0, 8.5), (70.0, 11.0)]):
         write_run(tmp_path, "gn_relu", seed, score, fid, groups=16)
     out = tmp_path / "table.md"
-    report.main([str(tmp_path), "--out", str(out), "--json", str(tmp_path / "table.json")])
+    report.main([str(tmp_path), "--out", str(out), "--json", str(tmp_path / "table.json"), "--plot",
+                 str(tmp_path / "table.png")])
+    assert (tmp_path / "table.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = {r["layer"]: r for r in json.loads((tmp_path / "table.json").read_text())}
     s0 = rows["evonorm_s0"]
     assert (s0["seeds"], s0["is_median"], s0["is_best"], s0["fid_median"], s0["fid_best"]) == (3, 100.0, 110.0, 7.0, 6.0)
