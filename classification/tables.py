@@ -195,6 +195,7 @@ def plot_batch_sweep(table: PaperTable, results: dict, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     models = table.models
     fig, axes = plt.subplots(len(models), 2, figsize=(11, 4 * len(models)), squeeze=False)
@@ -205,12 +206,17 @@ def plot_batch_sweep(table: PaperTable, results: dict, path: Path) -> None:
                 continue
             color = f"C{i}"
             paper_ax.plot(table.batches, table.accuracy[(model, label)], "o-", color=color, label=label)
-            measured = sorted((b, statistics.mean(v)) for (m, n, b), v in results.items()
+            measured = sorted((b, v) for (m, n, b), v in results.items()
                               if m == model and n == LAYERS[label] and b is not None)
             if measured:
-                ours_ax.plot(*zip(*measured), "s--", color=color, label=label)
-        for ax, what in ((paper_ax, "paper (ImageNet)"), (ours_ax, "measured")):
+                xs = [b for b, _ in measured]
+                means = [statistics.mean(v) for _, v in measured]
+                spreads = [statistics.stdev(v) if len(v) > 1 else 0.0 for _, v in measured]
+                ours_ax.errorbar(xs, means, yerr=spreads, fmt="s--", color=color, capsize=3, label=label)
+        for ax, what in ((paper_ax, "paper (ImageNet)"), (ours_ax, "measured (mean, std over seeds)")):
             ax.set_xscale("log", base=2)
+            ax.set_xticks(table.batches if ax is paper_ax else sorted({b for (_, _, b) in results if b}) or [1])
+            ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
             ax.invert_xaxis()
             ax.set_xlabel("images per worker")
             ax.set_ylabel("top-1 (%)")
@@ -218,6 +224,8 @@ def plot_batch_sweep(table: PaperTable, results: dict, path: Path) -> None:
             ax.grid(alpha=0.3)
             if ax.lines:
                 ax.legend(fontsize=7)
+            else:
+                ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
