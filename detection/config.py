@@ -13,7 +13,8 @@ def add_evonorm_config(cfg: CN) -> CN:
       ``evonorm_b0``, ``evonorm_s0`` ...). ``SYNC``: batch statistics over all processes
       (SyncBN semantics; layers with batch statistics only). ``GROUPS``: groups of grouped
       layers, 0 = the layer's default (32, lowered until it divides). ``EPS``: 0 = the
-      layer's default (1e-5).
+      layer's default (1e-5). ``IMPL``: "" = the layer's default; EvoNorms accept "fused"
+      (evonorm_core's hand-written kernels) or "reference" (composed PyTorch ops).
     ``INPUT.LSJ``: scale-jitter training resize (``ResizeScale`` then ``FixedSizeCrop``
       to a square ``IMAGE_SIZE``, padded), replacing ``ResizeShortestEdge`` when
       ``ENABLED``; scales relative to ``IMAGE_SIZE``.
@@ -23,6 +24,7 @@ def add_evonorm_config(cfg: CN) -> CN:
     cfg.MODEL.NORM_ACT.SYNC = False
     cfg.MODEL.NORM_ACT.GROUPS = 0
     cfg.MODEL.NORM_ACT.EPS = 0.0
+    cfg.MODEL.NORM_ACT.IMPL = ""
     cfg.INPUT.LSJ = CN()
     cfg.INPUT.LSJ.ENABLED = False
     cfg.INPUT.LSJ.IMAGE_SIZE = 1024

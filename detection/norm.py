@@ -22,7 +22,7 @@ def norm_act_maker(cfg) -> NormActMaker:
     ``NAME`` is any name of :func:`evonorm_core.list_norm_acts` (``bn``/``gn`` are aliases
     of BN-ReLU/GN-ReLU); ``SYNC`` synchronizes batch statistics across processes
     (SyncBN semantics; only layers with batch statistics accept it); ``GROUPS`` (0 = the
-    layer's default of 32) and ``EPS`` are passed on when set. A bad name or option raises
+    layer's default of 32), ``EPS`` and ``IMPL`` are passed on when set. A bad name or option raises
     a ``ValueError`` that names the config key and the accepted values.
     """
     node = cfg.MODEL.NORM_ACT
@@ -33,6 +33,8 @@ def norm_act_maker(cfg) -> NormActMaker:
         options["groups"] = int(node.GROUPS)
     if node.EPS > 0:
         options["eps"] = float(node.EPS)
+    if node.IMPL:
+        options["impl"] = node.IMPL
     try:
         return norm_act_factory(node.NAME, **options)
     except ValueError as err:

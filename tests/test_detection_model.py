@@ -1,0 +1,192 @@
+"""Mask R-CNN with norm-act layers: configs, placement, parameter counts, empty RoIs, optimizer."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("detectron2", reason="detectron2 is not installed (tools/install.sh installs it)")
+pytestmark = pytest.mark.detectron2
+
+from detectron2.layers import Conv2d  # noqa: E402
+from detectron2.modeling import build_model  # noqa: E402
+from detectron2.structures import BitMasks, Boxes, Instances  # noqa: E402
+from detectron2.utils.events import EventStorage  # noqa: E402
+from torch import nn  # noqa: E402
+
+from detection import load_config  # noqa: E402
+from detection.norm import EmptyBatchSafe  # noqa: E402
+from detection.optimizer import optimizer_param_groups  # noqa: E402
+from detection.paper import TABLE4  # noqa: E402
+from evonorm_core import build_norm_act  # noqa: E402
+from evonorm_core.layers import NormAct2d  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parents[1] / "detection" / "configs"
+PAPER_CONFIGS = sorted(TABLE4)
+DEMO_CONFIGS = ["demo_shapes_gn", "demo_shapes_evonorm_s0", "demo_shapes_evonorm_b0"]
+# The demo model at a quarter of its width, for quick forward/backward checks.
+TINY = [
+    "MODEL.RESNETS.STEM_OUT_CHANNELS", "16", "MODEL.RESNETS.RES2_OUT_CHANNELS", "16", "MODEL.FPN.OUT_CHANNELS", "16",
+    "MODEL.ROI_BOX_HEAD.CONV_DIM", "16", "MODEL.ROI_BOX_HEAD.FC_DIM", "32", "MODEL.ROI_MASK_HEAD.CONV_DIM", "16",
+    "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", "16", "MODEL.RPN.POST_NMS_TOPK_TRAIN", "50",
+]
+LAYER_OF = {"bn": "BatchNormAct2d", "gn": "GroupNormAct2d", "evonorm_b0": "EvoNormB0", "evonorm_s0": "EvoNormS0"}
+
+
+def config(name: str, *opts):
+    return load_config(str(CONFIGS / f"{name}.yaml"), ["MODEL.DEVICE", "cpu", *opts])
+
+
+_models: dict[str, nn.Module] = {}
+
+
+def paper_model(name: str) -> nn.Module:
+    if name not in _models:
+        _models[name] = build_model(config(name))
+    return _models[name]
+
+
+def norm_of(conv: Conv2d) -> nn.Module:
+    return conv.norm.layer if isinstance(conv.norm, EmptyBatchSafe) else conv.norm
+
+
+def expected_placement(model: nn.Module) -> dict[str, bool]:
+    """Conv name -> nonlinearity its norm must have, following the paper / TF reference placement."""
+    expected = {}
+    for name, module in model.named_modules():
+        if not isinstance(module, Conv2d) or name.endswith("predictor") or ".rpn_head" in name or "proposal_generator" in name:
+            continue
+        if name.startswith("backbone.bottom_up"):  # stem conv1, block conv1/conv2 with; conv3/shortcut without
+            expected[name] = name.rsplit(".", 1)[-1] in ("conv1", "conv2")
+        elif name.startswith("backbone.fpn_"):
+            expected[name] = False
+        elif name.startswith(("roi_heads.box_head", "roi_heads.mask_head")):
+            expected[name] = True
+    return expected
+
+
+@pytest.mark.parametrize("name", PAPER_CONFIGS)
+def test_paper_config_places_norm_act_everywhere(name):
+    model = paper_model(name)
+    layer = LAYER_OF[name.split("_", 3)[-1]]
+    assert not any(isinstance(m, (nn.BatchNorm2d, nn.GroupNorm, nn.SyncBatchNorm)) for m in model.modules())
+    placement = expected_placement(model)
+    assert len(placement) == (53 if "R50" in name else 104) + 8 + 4 + 4  # backbone + FPN + box + mask convs
+    for conv_name, nonlinearity in placement.items():
+        conv = model.get_submodule(conv_name)
+        norm = norm_of(conv)
+        assert type(norm).__name__ == layer, conv_name
+        assert norm.nonlinearity is nonlinearity, conv_name
+        assert conv.activation is None, f"{conv_name}: separate activation after the norm-act"
+        assert conv.bias is None, conv_name
+    for head in (model.roi_heads.box_head, model.roi_heads.mask_head):
+        children = list(head.children())
+        for before, after in zip(children, children[1:]):
+            assert not (isinstance(before, Conv2d) and isinstance(after, nn.ReLU)), f"ReLU after a norm-act in {head}"
+    if name.endswith(("_bn", "_evonorm_b0")):
+        assert all(norm_of(model.get_submodule(c)).sync for c in placement), "batch statistics must be synchronized"
+
+
+def test_paper_configs_follow_the_paper_schedule():
+    cfg = config("mask_rcnn_R101_evonorm_b0")
+    assert cfg.MODEL.WEIGHTS == "" and cfg.MODEL.BACKBONE.FREEZE_AT == 0 and cfg.MODEL.RESNETS.DEPTH == 101
+    assert cfg.SOLVER.IMS_PER_BATCH == 64 and cfg.SOLVER.BASE_LR == 0.1 and cfg.SOLVER.MOMENTUM == 0.9
+    assert cfg.SOLVER.WEIGHT_DECAY == 4e-5 and cfg.SOLVER.WARMUP_ITERS > 0
+    assert cfg.SOLVER.MAX_ITER == 135000 and tuple(cfg.SOLVER.STEPS) == (120000, 125000) and cfg.SOLVER.GAMMA == 0.1
+    assert cfg.INPUT.LSJ.ENABLED and cfg.INPUT.LSJ.IMAGE_SIZE == 1024 and cfg.INPUT.MAX_SIZE_TEST == 1024
+    assert cfg.DATASETS.TRAIN == ("coco_2017_train",) and cfg.DATASETS.TEST == ("coco_2017_val",)
+
+
+@pytest.mark.parametrize("depth", ["R50", "R101"])
+def test_parameter_counts_match_baseline_and_paper(depth):
+    counts = {n: sum(p.numel() for p in paper_model(f"mask_rcnn_{depth}_{n}").parameters()) for n in LAYER_OF}
+    assert counts["bn"] == counts["gn"]
+    assert counts["evonorm_b0"] == counts["evonorm_s0"]
+    # EvoNorm adds one v1 per channel of each norm-act with activation: the paper's +0.01M / +0.02M.
+    overhead_m = (counts["evonorm_b0"] - counts["bn"]) / 1e6
+    paper = TABLE4[f"mask_rcnn_{depth}_evonorm_b0"].params_m - TABLE4[f"mask_rcnn_{depth}_bn"].params_m
+    assert overhead_m == pytest.approx(paper, abs=0.006)
+    # detectron2's P6 is a max-pool (the TF reference: a 3x3 conv, 0.59M) and COCO has 80 classes here (TF: 90+1).
+    assert counts["bn"] / 1e6 == pytest.approx(TABLE4[f"mask_rcnn_{depth}_bn"].params_m, rel=0.02)
+
+
+def synthetic_batch(size: int, boxes_per_image: list[int]) -> list[dict]:
+    batch = []
+    for count in boxes_per_image:
+        instances = Instances((size, size))
+        corners = torch.rand(count, 2) * size / 2
+        instances.gt_boxes = Boxes(torch.cat([corners, corners + size / 4 + torch.rand(count, 2) * size / 4], 1))
+        instances.gt_classes = torch.randint(0, 3, (count,))
+        masks = torch.zeros(count, size, size, dtype=torch.bool)
+        for mask, (x0, y0, x1, y1) in zip(masks, instances.gt_boxes.tensor.long().tolist()):
+            mask[y0:y1, x0:x1] = True
+        instances.gt_masks = BitMasks(masks)
+        batch.append({"image": torch.rand(3, size, size) * 255, "instances": instances})
+    return batch
+
+
+def assert_finite(model: nn.Module, losses: dict) -> None:
+    assert all(torch.isfinite(v) for v in losses.values()), losses
+    for name, p in model.named_parameters():
+        assert p.grad is None or torch.isfinite(p.grad).all(), name
+    for name, b in model.named_buffers():
+        assert not b.is_floating_point() or torch.isfinite(b).all(), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("norm", ["gn", "evonorm_s0", "evonorm_b0"])
+def test_forward_backward_with_empty_and_nonempty_instances(norm):
+    model = build_model(config(f"demo_shapes_{norm}", *TINY))
+    model.train()
+    with EventStorage(0):
+        for boxes_per_image in ([3, 0], [0, 0]):  # the second batch sends zero RoIs to the mask head
+            model.zero_grad()
+            losses = model(synthetic_batch(64, boxes_per_image))
+            sum(losses.values()).backward()
+            assert_finite(model, losses)
+        assert losses["loss_mask"] == 0
+    model.eval()
+    with torch.no_grad():
+        model.roi_heads.box_predictor.test_score_thresh = 1.0  # no detections: the mask head gets zero RoIs
+        outputs = model([{"image": torch.rand(3, 64, 64) * 255}])
+    assert len(outputs[0]["instances"]) == 0
+
+
+@pytest.mark.parametrize("name", ["evonorm_b0", "bn_relu", "evonorm_s0", "gn_relu"])
+@pytest.mark.parametrize("training", [True, False])
+def test_zero_rois_give_no_nan_and_keep_statistics(name, training):
+    layer = EmptyBatchSafe(build_norm_act(name, 16)).train(training)
+    before = [b.clone() for b in layer.buffers()]
+    x = torch.zeros(0, 16, 7, 7, requires_grad=True)
+    out = layer(x)
+    out.sum().backward()
+    assert out.shape == x.shape
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in layer.parameters())
+    for old, new in zip(before, layer.buffers()):
+        assert torch.equal(old, new) or not new.is_floating_point()
+    x = torch.randn(4, 16, 7, 7)
+    assert torch.equal(layer.train(False)(x), layer.layer(x))  # non-empty input: the layer itself
+
+
+def test_weight_decay_norm_applies_to_evonorm_parameters():
+    cfg = config("demo_shapes_evonorm_b0", "SOLVER.WEIGHT_DECAY_NORM", "0.0", "SOLVER.WEIGHT_DECAY", "1e-4")
+    model = build_model(cfg)
+    decay_of = {p: group["weight_decay"] for group in optimizer_param_groups(cfg, model) for p in group["params"]}
+    assert len(decay_of) == sum(1 for _ in model.parameters())
+    norm_params = {p for m in model.modules() if isinstance(m, NormAct2d) for p in m.parameters()}
+    assert any(m.nonlinearity and hasattr(m, "v1") for m in model.modules() if isinstance(m, NormAct2d))
+    for p, decay in decay_of.items():
+        assert decay == (0.0 if p in norm_params else 1e-4)
+
+
+def test_bad_norm_name_names_the_config_key():
+    with pytest.raises(ValueError, match="MODEL.NORM_ACT.*valid names"):
+        build_model(config("demo_shapes_gn", "MODEL.NORM_ACT.NAME", "not_a_layer"))
+    with pytest.raises(ValueError, match="MODEL.NORM_ACT.*sync"):
+        build_model(config("demo_shapes_gn", "MODEL.NORM_ACT.SYNC", "True"))
+
+
+def test_every_demo_config_builds():
+    for name in DEMO_CONFIGS:
+        assert sum(p.numel() for p in build_model(config(name)).parameters()) < 5e6

@@ -1,0 +1,130 @@
+"""The detection entry points end to end: demo data, training + COCO evaluation, resume, report, cost, errors."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("detectron2", reason="detectron2 is not installed (tools/install.sh installs it)")
+pytestmark = pytest.mark.detectron2
+
+from pycocotools.coco import COCO  # noqa: E402
+
+from detection import load_config, report  # noqa: E402
+from detection.cost import count_parameters, model_cost  # noqa: E402
+from detection.shapes import CLASSES, SPLITS, ensure_shapes_dataset  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "detection" / "configs"
+# The demo model at a quarter of its width and a few iterations: the same code path, quickly.
+TINY = [
+    "MODEL.RESNETS.STEM_OUT_CHANNELS", "16", "MODEL.RESNETS.RES2_OUT_CHANNELS", "16", "MODEL.FPN.OUT_CHANNELS", "16",
+    "MODEL.ROI_BOX_HEAD.CONV_DIM", "16", "MODEL.ROI_BOX_HEAD.FC_DIM", "32", "MODEL.ROI_MASK_HEAD.CONV_DIM", "16",
+    "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", "16", "MODEL.RPN.POST_NMS_TOPK_TRAIN", "50", "SOLVER.IMS_PER_BATCH", "2",
+    "DATALOADER.NUM_WORKERS", "0", "SOLVER.WARMUP_ITERS", "1",
+]
+
+
+def load_train_net():
+    spec = importlib.util.spec_from_file_location("train_net", ROOT / "tools" / "train_net.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def datasets_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("datasets")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DETECTRON2_DATASETS", str(root))
+        yield root
+
+
+@pytest.fixture(scope="module")
+def demo_run(datasets_root, tmp_path_factory):
+    """Train the EvoNorm-B0 demo for 3 iterations, evaluate, then resume to 5 iterations."""
+    output = tmp_path_factory.mktemp("output") / "demo_shapes_evonorm_b0"
+    train_net = load_train_net()
+    config = str(CONFIGS / "demo_shapes_evonorm_b0.yaml")
+    common = ["--threads", "2", "--config", config, *TINY, "OUTPUT_DIR", str(output)]
+    first = train_net.main(train_net.parse_args([*common, "SOLVER.MAX_ITER", "3"]))
+    resumed = train_net.main(train_net.parse_args(["--resume", *common, "SOLVER.MAX_ITER", "5"]))
+    return output, first, resumed
+
+
+def test_shapes_dataset_is_valid_coco(datasets_root):
+    paths = ensure_shapes_dataset(datasets_root / "shapes", size=64)
+    for split, json_path in paths.items():
+        coco = COCO(str(json_path))
+        assert len(coco.getImgIds()) == SPLITS[split]
+        assert [c["name"] for c in coco.loadCats(coco.getCatIds())] == list(CLASSES)
+        annotations = coco.loadAnns(coco.getAnnIds())
+        assert annotations and any(not coco.getAnnIds(imgIds=[i]) for i in coco.getImgIds())  # some images are empty
+        for annotation in annotations[:50]:
+            mask = coco.annToMask(annotation)
+            assert mask.shape == (64, 64) and mask.sum() == pytest.approx(annotation["area"], rel=0.25, abs=8)
+            x, y, w, h = annotation["bbox"]
+            assert 0 <= x and 0 <= y and x + w <= 64 and y + h <= 64
+    assert ensure_shapes_dataset(datasets_root / "shapes", size=64) == paths  # reused, not rewritten
+
+
+@pytest.mark.slow
+def test_demo_trains_evaluates_and_resumes(demo_run):
+    output, first, resumed = demo_run
+    for results in (first, resumed):
+        for task in ("bbox", "segm"):
+            assert {"AP", "AP50", "AP75"} <= set(results[task])
+            assert all(isinstance(v, float) for v in results[task].values())
+    iterations = [json.loads(line)["iteration"] for line in (output / "metrics.json").read_text().splitlines()]
+    assert max(iterations) == 4
+    assert "Starting training from iteration 3" in (output / "log.txt").read_text()
+    assert json.loads((output / report.RESULTS_FILE).read_text()) == json.loads(json.dumps(resumed))
+    assert list(output.glob("events.out.tfevents.*")), "TensorBoard scalars are written"
+
+
+@pytest.mark.slow
+def test_report_prints_results_next_to_paper(demo_run, capsys, tmp_path):
+    output, _, resumed = demo_run
+    report.main([str(output)])
+    table = capsys.readouterr().out
+    row = next(line for line in table.splitlines() if output.name in line)
+    assert f"{resumed['bbox']['AP']:.1f} / {resumed['bbox']['AP50']:.1f}" in row
+    assert f"{resumed['segm']['AP']:.1f} / {resumed['segm']['AP50']:.1f}" in row
+    paper_dir = tmp_path / "mask_rcnn_R50_evonorm_b0"
+    paper_dir.mkdir()
+    (paper_dir / report.RESULTS_FILE).write_text(json.dumps(resumed))
+    report.main([str(paper_dir)])
+    assert "44.0 / 65.2 / 48.1" in capsys.readouterr().out  # Table 4, R-50-FPN EvoNorm-B0 box AP
+    with pytest.raises(SystemExit):
+        report.main([str(tmp_path / "missing")])
+    assert "no evaluation" in capsys.readouterr().err
+
+
+def test_missing_coco_gives_one_clear_message(datasets_root, capsys):
+    train_net = load_train_net()
+    with pytest.raises(SystemExit) as exit_info:
+        train_net.cli(["--config", str(CONFIGS / "mask_rcnn_R50_bn.yaml")])
+    message = str(exit_info.value.code)
+    assert "$DETECTRON2_DATASETS/coco" in message and "instances_train2017.json" in message
+    assert "demo_shapes_evonorm_s0.yaml" in message and "Traceback" not in message
+
+
+def test_train_net_help_lists_every_flag(capsys):
+    with pytest.raises(SystemExit):
+        load_train_net().parse_args(["--help"])
+    text = capsys.readouterr().out
+    for flag in ("--config", "--config-file", "--num-gpus", "--num-machines", "--machine-rank", "--dist-url", "--resume", "--eval-only", "--threads"):
+        assert re.search(rf"{flag}\b", text), flag
+
+
+def test_model_cost_counts_convolutions_and_parameters():
+    cfg = load_config(str(CONFIGS / "demo_shapes_gn.yaml"), TINY)
+    cost = model_cost(cfg, image_size=64)
+    from detectron2.modeling import build_model
+
+    assert cost.params_m == pytest.approx(count_parameters(build_model(cfg.clone())) / 1e6)
+    stem_madds = 16 * 3 * 7 * 7 * 32 * 32  # the stem conv alone: 7x7, 3->16 channels on a 32x32 output
+    assert stem_madds / 1e9 < cost.madds_b < 1.0
