@@ -59,6 +59,7 @@ class ProxyConfig:
     stability_lr: float = 0.01
     stability_batch_size: int = 32
     stability_anchors: int | None = None
+    holdout: bool = False
     seed: int = 0
     threads: int = 1
     layer_options: dict = field(default_factory=dict, hash=False)
@@ -79,15 +80,27 @@ class ProxyConfig:
             raise ValueError(f"quality_steps must be in [0, train_steps={self.train_steps}], got {self.quality_steps}")
 
 
+HOLDOUT_FRACTION = 0.1
+
+
 @lru_cache(maxsize=2)
-def load_data(data: str, data_dir: str | None, image_size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(train_x, train_y, val_x, val_y)`` at ``image_size``, loaded once per process."""
+def load_data(data: str, data_dir: str | None, image_size: int, holdout: bool = False) -> tuple[Tensor, ...]:
+    """``(train_x, train_y, val_x, val_y)`` at ``image_size``, loaded once per process.
+
+    With ``holdout`` (reranking, paper section 5.2) the validation set is not used: the
+    training set is split 90% / 10% (fixed seed) and the 10% is returned in its place.
+    """
     if data == "digits":
-        return load_digits_proxy(image_size)
-    train_x, train_y, val_x, val_y = load_cifar10(data_dir)
-    if image_size != train_x.shape[-1]:
-        train_x, val_x = (F.interpolate(t, size=image_size, mode="bilinear", align_corners=False) for t in (train_x, val_x))
-    return train_x, train_y, val_x, val_y
+        train_x, train_y, val_x, val_y = load_digits_proxy(image_size)
+    else:
+        train_x, train_y, val_x, val_y = load_cifar10(data_dir)
+        if image_size != train_x.shape[-1]:
+            train_x, val_x = (F.interpolate(t, size=image_size, mode="bilinear", align_corners=False) for t in (train_x, val_x))
+    if not holdout:
+        return train_x, train_y, val_x, val_y
+    order = torch.randperm(len(train_y), generator=torch.Generator().manual_seed(0))
+    cut = int(round(len(order) * HOLDOUT_FRACTION))
+    return train_x[order[cut:]], train_y[order[cut:]], train_x[order[:cut]], train_y[order[:cut]]
 
 
 def random_crops(images: Tensor, size: int, generator: torch.Generator) -> Tensor:
@@ -164,7 +177,7 @@ class ProxyEvaluator:
     def __call__(self, genome_dict: dict) -> dict:
         torch.set_num_threads(self.config.threads)
         genome = Genome.from_dict(genome_dict)
-        data = load_data(self.config.data, self.config.data_dir, self.config.image_size)
+        data = load_data(self.config.data, self.config.data_dir, self.config.image_size, self.config.holdout)
         timings: dict[str, float] = {}
         result = self._evaluate(genome, data, timings)
         result["timings"] = {k: round(v, 3) for k, v in timings.items()}

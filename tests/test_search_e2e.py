@@ -1,0 +1,80 @@
+"""``search/evolve.py`` end to end on the real anchors and digits proxy, tiny settings:
+local backend, Ray backend (``ray.init(num_cpus=2)``), and kill-and-resume."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from search import evolve, report
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--anchors", "resnet50_cifar", "--image-size", "8", "--crop-size", "8", "--batch-size", "8",
+        "--train-steps", "2", "--quality-steps", "1", "--quality-threshold", "0", "--stability-steps", "1",
+        "--stability-batch-size", "4", "--initial-population", "1", "--mode", "S"]
+
+
+def records(output_dir):
+    return [json.loads(line) for line in (Path(output_dir) / "candidates.jsonl").read_text().splitlines()]
+
+
+def comparable(rows):
+    return [{k: v for k, v in r.items() if k not in ("wall_time", "elapsed")} for r in rows]
+
+
+def test_local_search_runs_reports_and_plots(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert evolve.main(TINY + ["--workers", "1", "--max-candidates", "6", "--baselines", "evonorm_s0",
+                               "--output-dir", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "embedded sklearn digits proxy" in printed and "Pareto frontier" in printed and "evonorm_s0" in printed
+    rows = records(out)
+    assert len(rows) == 6 and {"expression", "accuracies", "stage", "cache_hit", "wall_time"} <= set(rows[0])
+    assert (out / "progress.png").stat().st_size > 1000
+    assert report.main([str(out), "--plot", str(tmp_path / "p.png")]) == 0 and (tmp_path / "p.png").exists()
+
+
+def test_ray_backend(tmp_path):
+    ray = pytest.importorskip("ray")
+    out = tmp_path / "ray"
+    try:
+        assert evolve.main(TINY + ["--backend", "ray", "--workers", "2", "--max-candidates", "5",
+                                   "--baselines", "none", "--output-dir", str(out)]) == 0
+        assert ray.cluster_resources().get("CPU") == 2
+    finally:
+        ray.shutdown()
+    assert len(records(out)) == 5
+
+
+def test_bad_arguments_are_clear_errors(tmp_path, capsys):
+    for argv, message in ((["--data", "cifar10"], "needs a data_dir"),
+                          (["--data", "cifar10", "--data-dir", str(tmp_path)], "cifar-10"),
+                          (["--anchors", "vgg"], "unknown anchors ['vgg']"),
+                          (["--baselines", "bn"], "unknown baselines ['bn']"),
+                          (["--resume", "--output-dir", str(tmp_path / "none")], "no search checkpoint")):
+        with pytest.raises(SystemExit):
+            evolve.main(argv)
+        assert message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_kill_and_resume_gives_the_uninterrupted_result(tmp_path):
+    args = TINY + ["--workers", "1", "--max-candidates", "14", "--baselines", "none", "--seed", "5"]
+    evolve.main(args + ["--output-dir", str(tmp_path / "whole")])
+    killed = tmp_path / "killed"
+    command = [sys.executable, str(REPO / "search" / "evolve.py"), *args, "--output-dir", str(killed)]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = killed / "candidates.jsonl"
+    deadline = time.monotonic() + 300
+    while not (log.exists() and len(log.read_text().splitlines()) >= 5) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    done_before = len(records(killed))
+    assert 5 <= done_before < 14
+    subprocess.run(command + ["--resume"], cwd=REPO, check=True, stdout=subprocess.DEVNULL, timeout=600)
+    assert comparable(records(killed)) == comparable(records(tmp_path / "whole"))
