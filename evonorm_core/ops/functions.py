@@ -72,7 +72,8 @@ def _b_formula(x: Tensor, weight: Tensor, v1: Tensor | None, batch_std: Tensor |
 
 def _per_channel(t: Tensor, num_channels: int) -> Tensor:
     """(N, G) per-group values repeated for each of a group's channels: (N, C)."""
-    return t.repeat_interleave(num_channels // t.shape[1], dim=1)
+    n, groups = t.shape
+    return t[:, :, None].expand(n, groups, num_channels // groups).reshape(n, num_channels)
 
 
 def group_moments(mean_nc: Tensor, var_nc: Tensor, groups: int) -> tuple[Tensor, Tensor]:

@@ -130,6 +130,10 @@ def compiled_kernels() -> _CompiledKernels:
     return _CompiledKernels()
 
 
+def _is_dense_float32(t: Tensor) -> bool:
+    return t.dtype == torch.float32 and t.is_contiguous()
+
+
 class CpuKernels:
     """The primitives from the C library of :mod:`.cpu_library` (float32, contiguous NCHW or channels_last)."""
 
@@ -156,7 +160,7 @@ class CpuKernels:
         """Run ``primitive``; full-size inputs are in ``x``'s layout, coefficients are made dense float32."""
         n, c, h, w = x.shape
         nhwc = not x.is_contiguous()
-        inputs = tuple(t if t.dim() == 4 else t.to(torch.float32).contiguous() for t in inputs)
+        inputs = tuple(t if t.dim() == 4 or _is_dense_float32(t) else t.to(torch.float32).contiguous() for t in inputs)
         args = [t.data_ptr() for t in inputs] + [n, c, h * w, int(nhwc), torch.get_num_threads()]
         getattr(self.lib, primitive)(*args, *[t.data_ptr() for t in outputs])
 
