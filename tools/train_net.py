@@ -75,7 +75,8 @@ def main(args: argparse.Namespace):
     else:
         trainer = NormActTrainer(cfg)
         trainer.resume_or_load(resume=args.resume)
-        results = trainer.train()
+        trainer.train()
+        results = getattr(trainer, "_last_eval_results", {})  # set by DefaultTrainer's final evaluation
     save_results(cfg, results)
     return results
 
