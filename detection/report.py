@@ -65,9 +65,12 @@ def report_rows(output_dirs: list[Path]) -> list[list[str]]:
     return rows
 
 
+def markdown_row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+    return "\n".join([markdown_row(header), "|" + "---|" * len(header), *map(markdown_row, rows)])
 
 
 def main(argv: list[str] | None = None) -> None:

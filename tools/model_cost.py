@@ -14,7 +14,7 @@ import torch
 from detection import load_config
 from detection.cost import model_cost
 from detection.paper import paper_row
-from detection.report import markdown_table
+from detection.report import markdown_row, markdown_table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,21 +27,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    rows = []
+    header = [f"config ({args.image_size}x{args.image_size})", "MAdds (B)", "paper MAdds (B)", "Params (M)", "paper Params (M)"]
+    print(markdown_table(header, []), flush=True)
     for config_file in args.config:
         cost = model_cost(load_config(config_file, args.opts), args.image_size)
         paper = paper_row(config_file)
-        rows.append([
+        row = [
             config_file,
             f"{cost.madds_b:.1f}",
             f"{paper.madds_b:.1f}" if paper else "-",
             f"{cost.params_m:.2f}",
             f"{paper.params_m:.2f}" if paper else "-",
-        ])
+        ]
+        print(markdown_row(row), flush=True)  # one row per config as soon as it is counted
         if args.show_uncounted:
             print(f"{config_file}: not counted by fvcore: {cost.uncounted_ops}", file=sys.stderr)
-    header = [f"config ({args.image_size}x{args.image_size})", "MAdds (B)", "paper MAdds (B)", "Params (M)", "paper Params (M)"]
-    print(markdown_table(header, rows))
     return 0
 
 
