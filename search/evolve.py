@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--stability-batch-size", int, "images in the stability test's batch"),
         ("--stability-anchors", int, "run the stability test on the first N anchors (default: preset; paper: all)"),
         ("--bn-momentum", float, "moving-average momentum of the batch aggregations"),
+        ("--recalibration-batches", int, "recompute the moving averages over N batches before validation (0: off)"),
         ("--window", int, "sliding window of the population (paper: 2500)"),
         ("--tournament-fraction", float, "tournament size as a fraction of the population (paper: 0.05)"),
         ("--initial-population", int, "accepted random candidates before tournaments start"),
@@ -112,7 +113,8 @@ def proxy_config(args: argparse.Namespace) -> ProxyConfig:
         schedule=args.schedule, quality_steps=args.quality_steps, quality_threshold=args.quality_threshold,
         stability_steps=args.stability_steps, stability_threshold=args.stability_threshold,
         stability_batch_size=args.stability_batch_size, stability_anchors=args.stability_anchors,
-        seed=args.seed, threads=args.threads, layer_options={"momentum": args.bn_momentum},
+        recalibration_batches=args.recalibration_batches, seed=args.seed, threads=args.threads,
+        layer_options={"momentum": args.bn_momentum},
     )
 
 

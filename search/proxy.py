@@ -12,7 +12,8 @@ before, in the driver):
    search, 5000 cosine for the S search); the K accuracies are the candidate's fitness.
 
 Training: random ``crop_size`` crops of the training images, SGD with Nesterov momentum
-0.9, weight decay 1e-4; validation on the full images. Every candidate is trained from
+0.9, weight decay 1e-4; validation on the full images, batch aggregations reading their
+moving averages (optionally recomputed first over ``recalibration_batches`` batches). Every candidate is trained from
 the same seed, so equal layers get equal scores.
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ from torch import Tensor, nn
 from classification.anchors import ANCHOR_NAMES, build_anchor
 from classification.data import load_cifar10, load_digits_proxy
 from evonorm_core.search.genome import Genome
-from evonorm_core.search.layer import genome_norm_act
+from evonorm_core.search.layer import GraphLayer, genome_norm_act
 from evonorm_core.search.rejection import worst_case_gradient_norm
 
 DATASETS = ("digits", "cifar10")
@@ -59,6 +60,7 @@ class ProxyConfig:
     stability_lr: float = 0.01
     stability_batch_size: int = 32
     stability_anchors: int | None = None
+    recalibration_batches: int = 0
     holdout: bool = False
     seed: int = 0
     threads: int = 1
@@ -144,8 +146,28 @@ class _Trainer:
         return True
 
     @torch.no_grad()
+    def recalibrate(self) -> None:
+        """Recompute the moving averages of the batch aggregations as the plain average over
+        ``recalibration_batches`` training batches with the current weights (after very
+        short training, averages that lag the fast-moving weights put eval accuracy at chance)."""
+        layers = [m for m in self.model.modules() if isinstance(m, GraphLayer) and m.uses_batch_statistics]
+        if not layers or not self.config.recalibration_batches:
+            return
+        momenta = [m.momentum for m in layers]
+        for layer in layers:
+            layer.reset_running_stats()
+            layer.momentum = None
+        self.model.train()
+        for _ in range(self.config.recalibration_batches):
+            idx = torch.randint(0, len(self.data[0]), (self.config.batch_size,), generator=self.generator)
+            self.model(self.data[0][idx])
+        for layer, momentum in zip(layers, momenta):
+            layer.momentum = momentum
+
+    @torch.no_grad()
     def accuracy(self) -> float:
         val_x, val_y = self.data[2:]
+        self.recalibrate()
         self.model.eval()
         correct = sum(
             (self.model(val_x[i:i + self.config.eval_batch_size]).argmax(1) == val_y[i:i + self.config.eval_batch_size]).sum().item()

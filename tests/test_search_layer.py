@@ -77,3 +77,15 @@ def test_norm_act_spec_uses_channel_affine_without_nonlinearity():
     x = torch.randn(2, 16, 3, 3)
     torch.testing.assert_close(affine(x), x)
     assert evonorm_core.norm_act_factory(make)(16, True).num_channels == 16
+
+
+def test_cumulative_momentum_averages_every_batch_since_reset():
+    layer = GraphLayer(parse("x / batch_std(x)"), 4, momentum=None).double()
+    batches = [torch.randn(6, 4, 3, 3, dtype=torch.float64) * s for s in (1.0, 2.0, 3.0)]
+    for batch in batches:
+        layer(batch)
+    unbiased = torch.stack([b.var(dim=(0, 2, 3), unbiased=True) for b in batches]).mean(0)
+    torch.testing.assert_close(layer.running_var_4, unbiased)
+    assert int(layer.num_batches_tracked) == 3
+    layer.reset_running_stats()
+    assert int(layer.num_batches_tracked) == 0 and torch.equal(layer.running_var_4, torch.ones(4, dtype=torch.float64))

@@ -45,7 +45,9 @@ class GraphLayer(NormAct2d):
     only when the graph reads them. Each batch aggregation node keeps a moving average
     (buffer ``running_<kind>_<node>``, updated as :class:`~torch.nn.BatchNorm2d` does with
     ``momentum``, variances stored unbiased) that replaces the batch statistic in eval.
-    Grouped ops use ``groups`` (``None``: 32 lowered until it divides ``num_channels``).
+    ``momentum=None`` makes the averages cumulative (equal weight to every batch since the
+    last :meth:`reset_running_stats`), as in ``BatchNorm2d``. Grouped ops use ``groups``
+    (``None``: 32 lowered until it divides ``num_channels``).
     """
 
     def __init__(
@@ -54,14 +56,14 @@ class GraphLayer(NormAct2d):
         num_channels: int,
         eps: float = 1e-5,
         groups: int | None = None,
-        momentum: float = 0.1,
+        momentum: float | None = 0.1,
     ) -> None:
         super().__init__(num_channels, nonlinearity=True, eps=eps)
-        if not 0 < momentum <= 1:
-            raise ValueError(f"momentum must be in (0, 1], got {momentum!r}")
+        if momentum is not None and not 0 < momentum <= 1:
+            raise ValueError(f"momentum must be in (0, 1] or None (cumulative), got {momentum!r}")
         self.genome = genome
         self.groups = stats.resolve_groups(num_channels, groups)
-        self.momentum = float(momentum)
+        self.momentum = momentum if momentum is None else float(momentum)
         self._live = [i for i in genome.live_nodes() if i >= len(INITIAL_NODES)]
         live = set(genome.live_nodes())
         for index, name, init in ((V0, "v0", 0.0), (V1, "v1", 1.0)):
@@ -71,7 +73,20 @@ class GraphLayer(NormAct2d):
             kind = _batch_kind(genome.node(index).op)
             if kind is not None:
                 self.register_buffer(f"running_{kind}_{index}", torch.full((num_channels,), _BATCH_STAT_INIT[kind]))
+        if self.uses_batch_statistics:
+            self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
         self._contexts = {index: _NodeContext(self, index) for index in self._live}
+
+    @property
+    def uses_batch_statistics(self) -> bool:
+        return any(name.startswith("running_") for name, _ in self.named_buffers())
+
+    def reset_running_stats(self) -> None:
+        for name, buffer in self.named_buffers():
+            if name.startswith("running_"):
+                buffer.fill_(_BATCH_STAT_INIT[name.split("_", 1)[1].rsplit("_", 1)[0]])
+        if self.uses_batch_statistics:
+            self.num_batches_tracked.zero_()
 
     def batch_statistic(self, index: int, kind: str, value: Tensor) -> Tensor:
         """Batch ``kind`` of node ``index``'s input ``value`` (the batch's in training,
@@ -82,12 +97,19 @@ class GraphLayer(NormAct2d):
             stat = {"mean": mean, "var": var, "mean_square": var + mean.square()}[kind]
             with torch.no_grad():
                 stored = var * (count / (count - 1)) if kind == "var" and count > 1 else stat
-                running.lerp_(stored.to(running.dtype), self.momentum)
+                weight = self.momentum if self.momentum is not None else 1.0 / (int(self.num_batches_tracked) + 1)
+                running.lerp_(stored.to(running.dtype), weight)
         else:
             stat = running.to(value.dtype)
         return stat.view(1, -1, 1, 1)
 
     def transform(self, x: Tensor) -> Tensor:
+        out = self._evaluate(x)
+        if self.training and self.uses_batch_statistics:
+            self.num_batches_tracked.add_(1)
+        return out
+
+    def _evaluate(self, x: Tensor) -> Tensor:
         values: dict[int, Tensor] = {INPUT: x, ZERO: x.new_zeros(1, 1, 1, 1)}
         for index, name in ((V0, "v0"), (V1, "v1")):
             if hasattr(self, name):
