@@ -22,7 +22,7 @@ from pathlib import Path
 SOURCE = Path(__file__).with_name("csrc") / "evonorm_cpu.c"
 # -ffast-math lets gcc vectorize expf through glibc's libmvec. The object is linked
 # without it so that crtfastmath (which would flush denormals process-wide) is not pulled in.
-COMPILE_FLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-ffast-math", "-fopenmp", "-fPIC"]
+COMPILE_FLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-ffast-math", "-mrecip", "-fopenmp", "-fPIC"]
 LINK_FLAGS = ["-shared", "-fopenmp", "-lmvec", "-lm"]
 
 _I64, _INT, _PTR = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
