@@ -190,3 +190,29 @@ def test_bad_norm_name_names_the_config_key():
 def test_every_demo_config_builds():
     for name in DEMO_CONFIGS:
         assert sum(p.numel() for p in build_model(config(name)).parameters()) < 5e6
+
+
+def _synced_empty_rank_worker(rank: int, init_file: str, results) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    layer = EmptyBatchSafe(build_norm_act("evonorm_b0", 8, sync=True)).train()
+    x = torch.randn(3, 8, 5, 5) * 3 + 1 if rank == 1 else torch.zeros(0, 8, 5, 5)
+    layer(x.requires_grad_()).sum().backward()
+    results[rank] = layer.layer.running_var.clone()
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_synchronized_b0_with_zero_rois_on_one_process(tmp_path):
+    """A process without RoIs joins the all-reduce: no deadlock, and both get the other's statistics."""
+    import torch.multiprocessing as mp
+
+    results = mp.Manager().dict()
+    mp.spawn(_synced_empty_rank_worker, args=(str(tmp_path / "init"), results), nprocs=2, join=True)
+    torch.manual_seed(0)
+    x = torch.randn(3, 8, 5, 5) * 3 + 1
+    expected = 0.9 + 0.1 * x.var(dim=(0, 2, 3), unbiased=True).double()
+    assert torch.allclose(results[0].double(), expected, rtol=1e-4)
+    assert torch.equal(results[0], results[1])

@@ -12,6 +12,7 @@ pytest.importorskip("detectron2", reason="detectron2 is not installed (tools/ins
 pytestmark = pytest.mark.detectron2
 
 from pycocotools.coco import COCO  # noqa: E402
+from test_detection_model import TINY as TINY_MODEL  # noqa: E402
 
 from detection import load_config, report  # noqa: E402
 from detection.cost import count_parameters, model_cost  # noqa: E402
@@ -19,12 +20,10 @@ from detection.shapes import CLASSES, SPLITS, ensure_shapes_dataset, register_sh
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "detection" / "configs"
-# The demo model at a quarter of its width and a few iterations: the same code path, quickly.
+# The tiny demo model of test_detection_model, trained with small batches and evaluated at every score.
 TINY = [
-    "MODEL.RESNETS.STEM_OUT_CHANNELS", "16", "MODEL.RESNETS.RES2_OUT_CHANNELS", "16", "MODEL.FPN.OUT_CHANNELS", "16",
-    "MODEL.ROI_BOX_HEAD.CONV_DIM", "16", "MODEL.ROI_BOX_HEAD.FC_DIM", "32", "MODEL.ROI_MASK_HEAD.CONV_DIM", "16",
-    "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", "16", "MODEL.RPN.POST_NMS_TOPK_TRAIN", "50", "SOLVER.IMS_PER_BATCH", "2",
-    "DATALOADER.NUM_WORKERS", "0", "SOLVER.WARMUP_ITERS", "1", "MODEL.ROI_HEADS.SCORE_THRESH_TEST", "0.0",
+    *TINY_MODEL, "SOLVER.IMS_PER_BATCH", "2", "DATALOADER.NUM_WORKERS", "0", "SOLVER.WARMUP_ITERS", "1",
+    "MODEL.ROI_HEADS.SCORE_THRESH_TEST", "0.0",
 ]
 
 
