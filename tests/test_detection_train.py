@@ -12,7 +12,7 @@ pytest.importorskip("detectron2", reason="detectron2 is not installed (tools/ins
 pytestmark = pytest.mark.detectron2
 
 from pycocotools.coco import COCO  # noqa: E402
-from test_detection_model import TINY as TINY_MODEL  # noqa: E402
+from tests.test_detection_model import TINY as TINY_MODEL  # noqa: E402
 
 from detection import load_config, report  # noqa: E402
 from detection.cost import count_parameters, model_cost  # noqa: E402
@@ -61,14 +61,14 @@ def datasets_root(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def demo_run(datasets_root, tmp_path_factory):
-    """Train the EvoNorm-B0 demo for 3 iterations, evaluate, then resume to 5 iterations."""
+    """Train the EvoNorm-B0 demo for 2 iterations, evaluate, then resume to 3 iterations and evaluate."""
     output = tmp_path_factory.mktemp("output") / "demo_shapes_evonorm_b0"
     train_net = load_train_net()
     config = str(CONFIGS / "demo_shapes_evonorm_b0.yaml")
     val = register_shapes_dataset()[1]
-    common = ["--threads", "2", "--config", config, *TINY, "OUTPUT_DIR", str(output), "DATASETS.TEST", f"('{first_images(val, 6)}',)"]
-    first = train_net.main(train_net.parse_args([*common, "SOLVER.MAX_ITER", "3"]))
-    resumed = train_net.main(train_net.parse_args(["--resume", *common, "SOLVER.MAX_ITER", "5"]))
+    common = ["--threads", "2", "--config", config, *TINY, "OUTPUT_DIR", str(output), "DATASETS.TEST", f"('{first_images(val, 3)}',)"]
+    first = train_net.main(train_net.parse_args([*common, "SOLVER.MAX_ITER", "2"]))
+    resumed = train_net.main(train_net.parse_args(["--resume", *common, "SOLVER.MAX_ITER", "3"]))
     return output, first, resumed
 
 
@@ -96,8 +96,8 @@ def test_demo_trains_evaluates_and_resumes(demo_run):
             assert {"AP", "AP50", "AP75"} <= set(results[task])
             assert all(isinstance(v, float) for v in results[task].values())
     iterations = [json.loads(line)["iteration"] for line in (output / "metrics.json").read_text().splitlines()]
-    assert max(iterations) >= 4  # iterations 3 and 4 were trained after resuming
-    assert "Starting training from iteration 3" in (output / "log.txt").read_text()
+    assert max(iterations) >= 2  # iteration 2 was trained after resuming
+    assert "Starting training from iteration 2" in (output / "log.txt").read_text()
     assert json.loads((output / report.RESULTS_FILE).read_text()) == json.loads(json.dumps(resumed))
     assert list(output.glob("events.out.tfevents.*")), "TensorBoard scalars are written"
 
@@ -129,6 +129,17 @@ def test_missing_coco_gives_one_clear_message(datasets_root, capsys):
     assert "demo_shapes_evonorm_s0.yaml" in message and "Traceback" not in message
 
 
+def test_bad_config_input_gives_clear_errors(datasets_root, capsys):
+    train_net = load_train_net()
+    with pytest.raises(SystemExit):
+        train_net.parse_args(["--config", "no/such/config.yaml"])
+    assert "no/such/config.yaml" in capsys.readouterr().err
+    demo = str(CONFIGS / "demo_shapes_gn.yaml")
+    with pytest.raises(SystemExit) as exit_info:
+        train_net.cli(["--config", demo, "MODEL.NO_SUCH_KEY", "1"])
+    assert "MODEL.NO_SUCH_KEY" in str(exit_info.value.code)
+
+
 def test_train_net_help_lists_every_flag(capsys):
     with pytest.raises(SystemExit):
         load_train_net().parse_args(["--help"])
@@ -138,7 +149,7 @@ def test_train_net_help_lists_every_flag(capsys):
 
 
 def test_model_cost_counts_convolutions_and_parameters():
-    cfg = load_config(str(CONFIGS / "demo_shapes_gn.yaml"), TINY)
+    cfg = load_config(str(CONFIGS / "demo_shapes_gn.yaml"), [*TINY, "MODEL.DEVICE", "cpu"])
     cost = model_cost(cfg, image_size=64)
     from detectron2.modeling import build_model
 

@@ -38,8 +38,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--threads", type=int, default=0, help="CPU threads per process for torch (default 0: torch's default)"
     )
     args = parser.parse_args(argv)
-    if not args.config_file:
-        parser.error("--config FILE is required (see detection/configs/)")
+    if not args.config_file or not os.path.isfile(args.config_file):
+        parser.error(f"--config FILE is required and must exist, got {args.config_file!r} (see detection/configs/)")
     return args
 
 
@@ -85,8 +85,10 @@ def cli(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.num_gpus > max(torch.cuda.device_count(), 1):
         sys.exit(f"--num-gpus {args.num_gpus} but this machine has {torch.cuda.device_count()} CUDA GPU(s)")
-    try:
-        prepare_datasets(load_config(args.config_file, args.opts))  # fail before spawning workers
+    try:  # fail before spawning workers: bad config keys or values (yacs asserts), missing data
+        prepare_datasets(load_config(args.config_file, args.opts))
+    except (AssertionError, KeyError, ValueError) as err:
+        sys.exit(f"error: config {args.config_file} with overrides {args.opts}: {err}")
     except DatasetNotFoundError as err:
         sys.exit(f"error: {err}")
     launch(
