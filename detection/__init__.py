@@ -8,4 +8,10 @@ from .backbone import build_norm_act_resnet_fpn_backbone
 from .config import add_evonorm_config, load_config
 from .heads import NormActConvFCHead, NormActMaskHead
 
-__all__ = ["NormActConvFCHead", "NormActMaskHead", "add_evonorm_config", "build_norm_act_resnet_fpn_backbone", "load_config"]
+__all__ = [
+    "NormActConvFCHead",
+    "NormActMaskHead",
+    "add_evonorm_config",
+    "build_norm_act_resnet_fpn_backbone",
+    "load_config",
+]

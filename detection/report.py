@@ -61,7 +61,8 @@ def report_rows(output_dirs: list[Path]) -> list[list[str]]:
         paper = TABLE4.get(Path(output_dir).name)
         ours = [[results.get(task, {}).get(m) for m in METRICS] for task in ("bbox", "segm")]
         paper_aps = [paper.box_ap, paper.mask_ap] if paper else [(None,) * 3] * 2
-        rows.append([Path(output_dir).name, format_aps(ours[0]), format_aps(paper_aps[0]), format_aps(ours[1]), format_aps(paper_aps[1])])
+        name = Path(output_dir).name
+        rows.append([name, format_aps(ours[0]), format_aps(paper_aps[0]), format_aps(ours[1]), format_aps(paper_aps[1])])
     return rows
 
 

@@ -140,7 +140,9 @@ def register_shapes_dataset(root: Path | None = None, size: int = 128) -> list[s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--root", type=Path, default=None, help="output folder (default: $DETECTRON2_DATASETS/evonorm_shapes)")
+    parser.add_argument(
+        "--root", type=Path, default=None, help="output folder (default: $DETECTRON2_DATASETS/evonorm_shapes)"
+    )
     parser.add_argument("--size", type=int, default=128, help="image side in pixels (default: 128)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     args = parser.parse_args()

@@ -55,8 +55,8 @@ def expected_placement(model: nn.Module) -> dict[str, bool]:
     """Conv name -> nonlinearity its norm must have, following the paper / TF reference placement."""
     expected = {}
     for name, module in model.named_modules():
-        if not isinstance(module, Conv2d) or name.endswith("predictor") or ".rpn_head" in name or "proposal_generator" in name:
-            continue
+        if not isinstance(module, Conv2d) or name.endswith("predictor") or name.startswith("proposal_generator"):
+            continue  # no norm in detectron2's RPN head and predictors
         if name.startswith("backbone.bottom_up"):  # stem conv1, block conv1/conv2 with; conv3/shortcut without
             expected[name] = name.rsplit(".", 1)[-1] in ("conv1", "conv2")
         elif name.startswith("backbone.fpn_"):

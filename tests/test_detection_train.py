@@ -66,7 +66,8 @@ def demo_run(datasets_root, tmp_path_factory):
     train_net = load_train_net()
     config = str(CONFIGS / "demo_shapes_evonorm_b0.yaml")
     val = register_shapes_dataset()[1]
-    common = ["--threads", "2", "--config", config, *TINY, "OUTPUT_DIR", str(output), "DATASETS.TEST", f"('{first_images(val, 3)}',)"]
+    quick_test_set = f"('{first_images(val, 3)}',)"
+    common = ["--threads", "2", "--config", config, *TINY, "OUTPUT_DIR", str(output), "DATASETS.TEST", quick_test_set]
     first = train_net.main(train_net.parse_args([*common, "SOLVER.MAX_ITER", "2"]))
     resumed = train_net.main(train_net.parse_args(["--resume", *common, "SOLVER.MAX_ITER", "3"]))
     return output, first, resumed
@@ -144,7 +145,8 @@ def test_train_net_help_lists_every_flag(capsys):
     with pytest.raises(SystemExit):
         load_train_net().parse_args(["--help"])
     text = capsys.readouterr().out
-    for flag in ("--config", "--config-file", "--num-gpus", "--num-machines", "--machine-rank", "--dist-url", "--resume", "--eval-only", "--threads"):
+    flags = ["--config", "--config-file", "--num-gpus", "--num-machines", "--machine-rank", "--dist-url", "--resume"]
+    for flag in (*flags, "--eval-only", "--threads"):
         assert re.search(rf"{flag}\b", text), flag
 
 

@@ -20,14 +20,17 @@ from detection.report import markdown_row, markdown_table
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", "--config-file", nargs="+", required=True, metavar="FILE", help="config file(s)")
-    parser.add_argument("--image-size", type=int, default=1024, help="side of the square input image (default: 1024, the paper's)")
+    parser.add_argument(
+        "--image-size", type=int, default=1024, help="side of the square input image (default: 1024, the paper's)"
+    )
     parser.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default 0: torch's default)")
     parser.add_argument("--show-uncounted", action="store_true", help="also list the ops fvcore did not count")
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides, applied to every config")
     args = parser.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    header = [f"config ({args.image_size}x{args.image_size})", "MAdds (B)", "paper MAdds (B)", "Params (M)", "paper Params (M)"]
+    size = f"{args.image_size}x{args.image_size}"
+    header = [f"config ({size})", "MAdds (B)", "paper MAdds (B)", "Params (M)", "paper Params (M)"]
     print(markdown_table(header, []), flush=True)
     for config_file in args.config:
         cost = model_cost(load_config(config_file, args.opts), args.image_size)
