@@ -238,6 +238,8 @@ def report(args: argparse.Namespace) -> None:
         raise SystemExit(f"error: runs directory {str(runs_dir)!r} does not exist")
     results = load_results(runs_dir)
     print(report_markdown(table, results))
+    print(f"measured: final top-1 of the runs under {runs_dir} (mean ± std over seeds); mini-scale runs are the "
+          "CIFAR anchors trained on the embedded digits, not ImageNet, so compare trends, not values.")
     if table.is_batch_sweep:
         png = Path(args.png or runs_dir / f"{table.key}.png")
         plot_batch_sweep(table, results, png)
