@@ -46,27 +46,42 @@ def digits_dataset(resolution: int = 32) -> TensorDataset:
 
 
 class ArrayImageDataset(Dataset):
-    """Images and labels from a prepared ``.npz`` or ``.hdf5``/``.h5`` file (keys ``imgs``, ``labels``)."""
+    """Images and labels from a prepared ``.npz`` or ``.hdf5``/``.h5`` file (keys ``imgs``, ``labels``).
+
+    ``.npz`` is loaded into memory (small sets); ``.hdf5`` is read image by image through
+    a handle each process opens on first use, so ImageNet 128 (~63 GB) is never copied.
+    """
 
     def __init__(self, path: str) -> None:
+        self.path = path
+        self._images = None  # the hdf5 handle's dataset, opened lazily in each worker
         if path.endswith(".npz"):
             arrays = np.load(path)
-            self.images, self.labels = arrays["imgs"], arrays["labels"]
+            self._images, self.labels = arrays["imgs"], arrays["labels"]
+            shape, dtype = self._images.shape, self._images.dtype
         elif path.endswith((".hdf5", ".h5")):
             import h5py
 
-            with h5py.File(path, "r") as f:  # loaded into memory: ImageNet 128 fits in ~60 GB
-                self.images, self.labels = f["imgs"][:], f["labels"][:]
+            with h5py.File(path, "r") as f:
+                self.labels = f["labels"][:]
+                shape, dtype = f["imgs"].shape, f["imgs"].dtype
         else:
             raise ValueError(f"array dataset {path!r} must end with .npz, .hdf5 or .h5")
-        if self.images.ndim != 4 or self.images.shape[1] != 3 or self.images.dtype != np.uint8:
-            raise ValueError(f"{path}: 'imgs' must be uint8 (N, 3, H, W), got {self.images.dtype} {self.images.shape}")
+        if len(shape) != 4 or shape[1] != 3 or dtype != np.uint8 or shape[0] != len(self.labels):
+            raise ValueError(f"{path}: 'imgs' must be uint8 (N, 3, H, W) with N labels, got {dtype} {shape}")
+
+    def images(self):
+        if self._images is None:
+            import h5py
+
+            self._images = h5py.File(self.path, "r")["imgs"]
+        return self._images
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
-        return to_unit_range(torch.from_numpy(self.images[index])), int(self.labels[index])
+        return to_unit_range(torch.from_numpy(np.asarray(self.images()[index]))), int(self.labels[index])
 
 
 def folder_transform(resolution: int):

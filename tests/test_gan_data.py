@@ -21,6 +21,23 @@ def test_prepared_npz_dataset(tmp_path):
     assert UInt8Images(dataset, limit=4)[3].dtype == torch.uint8 and len(UInt8Images(dataset, limit=4)) == 4
 
 
+def test_prepared_hdf5_dataset_reads_lazily(tmp_path):
+    import h5py
+
+    images = np.random.default_rng(1).integers(0, 256, size=(5, 3, 16, 16), dtype=np.uint8)
+    with h5py.File(tmp_path / "I16.hdf5", "w") as f:
+        f["imgs"], f["labels"] = images, np.array([3, 1, 0, 2, 1])
+    dataset = build_dataset("array", str(tmp_path / "I16.hdf5"), 16)
+    assert len(dataset) == 5 and num_classes_of(dataset) == 4
+    x, y = dataset[0]
+    assert y == 3
+    torch.testing.assert_close(to_uint8(x), torch.from_numpy(images[0]))
+    with h5py.File(tmp_path / "bad.h5", "w") as f:
+        f["imgs"], f["labels"] = images.astype(np.float32), np.zeros(5)
+    with pytest.raises(ValueError, match="uint8"):
+        build_dataset("array", str(tmp_path / "bad.h5"), 16)
+
+
 def test_image_folder_is_resized_and_center_cropped(tmp_path):
     for wnid in ("n01", "n02"):
         os.makedirs(tmp_path / wnid)
