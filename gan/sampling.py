@@ -72,14 +72,16 @@ def grid_latents(dim_z: int, num_classes: int, per_class: int = 8, seed: int = 0
 
 
 @torch.no_grad()
-def save_sample_grid(generator: nn.Module, path: str, z: Tensor, y: Tensor, per_row: int = 8) -> None:
-    """Generate images for ``(z, y)`` in eval mode and save them as one PNG grid."""
-    from torchvision.utils import save_image
+def save_sample_grid(generator: nn.Module, path: str, z: Tensor, y: Tensor, per_row: int = 8) -> Tensor:
+    """Generate images for ``(z, y)`` in eval mode, save them as one PNG grid and return the grid (3, H, W)."""
+    from torchvision.utils import make_grid, save_image
 
     was_training = generator.training
     generator.eval()
     device = next(generator.parameters()).device
     images = generator(z.to(device), y.to(device))
     generator.train(was_training)
+    grid = make_grid(images.float().cpu(), nrow=per_row, normalize=True, value_range=(-1, 1))
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    save_image(images.float().cpu(), path, nrow=per_row, normalize=True, value_range=(-1, 1))
+    save_image(grid, path)
+    return grid

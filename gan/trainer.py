@@ -229,7 +229,7 @@ class Trainer:
                 self._log(writer, scalars, start_step, start_time)
             if main and (self.step % config.sample_every == 0 or self.step == config.total_steps):
                 path = os.path.join(self.run_dir, "samples", f"step_{self.step:07d}.png")
-                save_sample_grid(self.ema.model, path, *grid)
+                writer.add_image("samples/G_ema", save_sample_grid(self.ema.model, path, *grid), self.step)
             if self.step % config.save_every == 0 or self.step == config.total_steps:
                 self.save()
         if writer is not None:
