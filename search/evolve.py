@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--preset", choices=sorted(PRESETS), default="cpu", help="cpu: ~15 min on 2 cores; paper: Appendix B/C settings")
     add("--data", choices=DATASETS, default="digits", help="digits: embedded sklearn digits proxy; cifar10: needs --data-dir")
     add("--data-dir", help="folder holding cifar-10-batches-py (torchvision layout), for --data cifar10")
-    add("--anchors", default=",".join(ANCHOR_NAMES), help=f"comma-separated anchors, from {', '.join(ANCHOR_NAMES)}")
+    add("--anchors", help=f"comma-separated anchors, from {', '.join(ANCHOR_NAMES)} (default: preset; cpu the first two)")
     add("--max-candidates", type=int, help="stop after this many candidates (default: no limit)")
     add("--time-budget", type=parse_duration, help="stop proposing after this long, e.g. 900, 15m, 1h "
         "(default: preset; cpu 780 s, paper none)")
