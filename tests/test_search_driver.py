@@ -111,7 +111,7 @@ def test_crashes_and_timeouts_are_rejections(tmp_path):
 
 
 def test_pareto_tournament_and_average_selection():
-    members = [Member(0, parse("x * v1"), (0.9, 0.1)), Member(1, parse("x * v0"), (0.5, 0.5)),
+    members = [Member(0, parse("x * v1"), (0.9, 0.1)), Member(1, parse("x * v0"), (0.6, 0.6)),
                Member(2, parse("tanh(x)"), (0.4, 0.4)), Member(3, parse("exp(x)"), (0.1, 0.9))]
     assert [m.candidate_id for m in pareto_frontier(members)] == [0, 1, 3]
     proposer = Proposer(EvolutionConfig(selection="average", tournament_fraction=1.0), random.Random(0))
