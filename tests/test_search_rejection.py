@@ -33,8 +33,7 @@ def test_quality_rejects_a_constant_zero_layer():
 @pytest.mark.slow
 def test_quality_and_stability_accept_bn_relu():
     proxy = tiny_proxy(image_size=16, crop_size=12, batch_size=32, quality_steps=30, train_steps=30,
-                       quality_threshold=0.2, stability_steps=3, stability_batch_size=8,
-                       layer_options={"momentum": 0.3})
+                       quality_threshold=0.2, stability_steps=3, stability_batch_size=8, recalibration_batches=4)
     result = ProxyEvaluator(proxy)(parse(BASELINES["bn_relu"]).to_dict())
     assert result["status"] == "accepted", result
     assert result["accuracies"]["resnet50_cifar"] >= 0.2

@@ -84,7 +84,7 @@ class _Pending:
         return cls(data["id"], Genome.from_dict(data["genome"]), data["origin"], data["parent"], data["fingerprint"])
 
 
-_RESULT_KEYS = ("status", "stage", "reason", "accuracies")
+_RESULT_KEYS = ("status", "stage", "reason", "accuracies", "timings")
 
 
 class LayerSearch:
@@ -114,6 +114,8 @@ class LayerSearch:
         self.next_id = 0
         self.elapsed_before = 0.0
         self.in_flight: dict[int, _Pending] = {}
+        self.resubmit: list[_Pending] = []
+        self._started: float | None = None
         self.todo_baselines = {name: genome for name, genome in (baselines or {}).items()}
         os.makedirs(output_dir, exist_ok=True)
 
@@ -170,12 +172,12 @@ class LayerSearch:
 
     # ----------------------------------------------------------------------- the loop
     def elapsed(self) -> float:
-        return self.elapsed_before + time.monotonic() - self._started if hasattr(self, "_started") else self.elapsed_before
+        return self.elapsed_before + (time.monotonic() - self._started if self._started is not None else 0.0)
 
     def run(self, stop: StopCondition) -> list[dict]:
         """Search until ``stop`` is reached and every candidate in flight has finished."""
         self._started = time.monotonic()
-        for pending in getattr(self, "resubmit", []):
+        for pending in self.resubmit:
             self._submit(pending)
         self.resubmit = []
         names = sorted({*self.baselines, *self.todo_baselines})
@@ -200,12 +202,12 @@ class LayerSearch:
         """Record at once what needs no training (static rejects, cache hits), else submit."""
         reason = static_rejection(pending.genome)
         if reason is not None:
-            result = {"status": "rejected", "stage": "static", "reason": reason, "accuracies": {}}
+            result = {"status": "rejected", "stage": "static", "reason": reason, "accuracies": {}, "timings": {}}
             self._record(pending, result, cache_hit=False)
             return
         cached = self.cache.lookup(pending.fingerprint)
         if cached is not None:
-            self._record(pending, cached, cache_hit=True)
+            self._record(pending, {**cached, "timings": {}}, cache_hit=True)
             return
         self._submit(pending)
 
@@ -215,7 +217,8 @@ class LayerSearch:
         self.executor.submit(pending.candidate_id, pending.genome.to_dict())
 
     def _finish(self, pending: _Pending, result: dict) -> None:
-        result = {key: result.get(key) for key in _RESULT_KEYS} | {"accuracies": result.get("accuracies") or {}}
+        result = {key: result.get(key) for key in _RESULT_KEYS} | {
+            "accuracies": result.get("accuracies") or {}, "timings": result.get("timings") or {}}
         if result["stage"] not in ("timeout", "crash"):  # a crash may be transient: do not cache it
             self.cache.store(pending.fingerprint, result)
         if pending.origin.startswith("baseline:"):
