@@ -2,8 +2,10 @@
 
 MAdds are counted by fvcore (through detectron2's ``FlopCountAnalysis``, which counts one
 multiply-add as one flop) for one ``IMAGE_SIZE`` x ``IMAGE_SIZE`` image in inference, with
-``TEST.DETECTIONS_PER_IMAGE`` detections reaching the mask head (the score threshold is set
-to 0 so a randomly initialised model produces them too). fvcore counts convolutions,
+exactly ``RPN.POST_NMS_TOPK_TEST`` proposals reaching the box head and
+``TEST.DETECTIONS_PER_IMAGE`` detections reaching the mask head: the score threshold is 0
+and both NMS thresholds 1, so the count does not depend on what a randomly initialised
+model happens to predict. fvcore counts convolutions,
 matrix products, BatchNorm/GroupNorm and upsampling; the element-wise arithmetic of the
 norm-act layers (and of box decoding) is not counted, and :func:`model_cost` returns those
 uncounted op names.
@@ -33,6 +35,8 @@ def model_cost(cfg, image_size: int = 1024) -> ModelCost:
     cfg.defrost()
     cfg.MODEL.DEVICE = "cpu"
     cfg.MODEL.ROI_HEADS.SCORE_THRESH_TEST = 0.0
+    cfg.MODEL.ROI_HEADS.NMS_THRESH_TEST = 1.0
+    cfg.MODEL.RPN.NMS_THRESH = 1.0
     model = build_model(cfg).eval()
     image = torch.randint(0, 256, (3, image_size, image_size), generator=torch.Generator().manual_seed(0))
     flops = FlopCountAnalysis(model, [{"image": image.float()}])
