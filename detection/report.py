@@ -35,6 +35,31 @@ def last_logged_evaluation(metrics_file: Path) -> dict[str, dict[str, float]] | 
     return results
 
 
+def training_curve(output_dir: Path) -> tuple[list[int], list[float]]:
+    """(iterations, total_loss) logged in a run's ``metrics.json``."""
+    metrics_file = Path(output_dir) / "metrics.json"
+    entries = [json.loads(line) for line in metrics_file.read_text().splitlines()] if metrics_file.exists() else []
+    entries = [e for e in entries if "total_loss" in e]
+    return [e["iteration"] for e in entries], [e["total_loss"] for e in entries]
+
+
+def plot_training_curves(output_dirs: list[Path], path: Path) -> None:
+    """PNG of each run's total training loss against iterations."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for output_dir in output_dirs:
+        ax.plot(*training_curve(output_dir), label=Path(output_dir).name)
+    ax.set(xlabel="iteration", ylabel="total loss", title="Mask R-CNN training loss")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def load_results(output_dir: Path) -> dict[str, dict[str, float]]:
     """``{"bbox": {...}, "segm": {...}}`` of a run; ``FileNotFoundError`` saying what to run if absent."""
     path = Path(output_dir) / RESULTS_FILE
@@ -77,6 +102,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Print box/mask AP (AP / AP50 / AP75) of runs next to paper Table 4.")
     parser.add_argument("output_dirs", nargs="+", type=Path, help="OUTPUT_DIR folders of finished runs")
+    parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw the runs' training loss curves into PNG")
     args = parser.parse_args(argv)
     try:
         rows = report_rows(args.output_dirs)
@@ -84,6 +110,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.exit(2, f"error: {err}\n")
     header = ["run", "box AP/AP50/AP75", "paper box", "mask AP/AP50/AP75", "paper mask"]
     print(markdown_table(header, rows))
+    if args.plot:
+        plot_training_curves(args.output_dirs, args.plot)
+        print(f"training loss curves: {args.plot}")
 
 
 if __name__ == "__main__":

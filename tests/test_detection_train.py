@@ -106,8 +106,9 @@ def test_demo_trains_evaluates_and_resumes(demo_run):
 @pytest.mark.slow
 def test_report_prints_results_next_to_paper(demo_run, capsys, tmp_path):
     output, _, resumed = demo_run
-    report.main([str(output)])
+    report.main([str(output), "--plot", str(tmp_path / "loss.png")])
     table = capsys.readouterr().out
+    assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
     row = next(line for line in table.splitlines() if output.name in line)
     assert f"{resumed['bbox']['AP']:.1f} / {resumed['bbox']['AP50']:.1f}" in row
     assert f"{resumed['segm']['AP']:.1f} / {resumed['segm']['AP50']:.1f}" in row
