@@ -109,7 +109,9 @@ def write_progress_plot(output_dirs: list[str], path: str | Path, k: int = 10) -
     for output_dir in output_dirs:
         state = read_checkpoint(output_dir)
         xs, means, stds = top_k_curve(state["records"], k)
-        label = f"{state['config']['strategy']} ({Path(output_dir).name})"
+        label = f"{state['config']['strategy']} ({Path(output_dir).name}, {len(state['records'])} candidates)"
+        if not xs:
+            label += ": none accepted"
         line, = ax.plot(xs, means, label=label)
         ax.fill_between(xs, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
                         color=line.get_color(), alpha=0.2)

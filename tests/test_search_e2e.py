@@ -23,7 +23,7 @@ def records(output_dir):
 
 
 def comparable(rows):
-    return [{k: v for k, v in r.items() if k not in ("wall_time", "elapsed")} for r in rows]
+    return [{k: v for k, v in r.items() if k not in ("wall_time", "elapsed", "timings")} for r in rows]
 
 
 def test_local_search_runs_reports_and_plots(tmp_path, capsys):
