@@ -109,8 +109,8 @@ class EagerKernels:
 
 
 class _CompiledKernels:
-    """:class:`EagerKernels` under ``torch.compile(dynamic=True)``: one compilation per
-    primitive and dtype, not per shape; Triton kernels on CUDA."""
+    """:class:`EagerKernels` under ``torch.compile(dynamic=True)``, compiled lazily per
+    primitive (symbolic shapes, so few recompilations); Triton kernels on CUDA."""
 
     name = "compiled"
     coefficient_dtype = None
