@@ -1,6 +1,6 @@
 """Builds and loads the fused C kernels of ``csrc/evonorm_cpu.c`` (CPU, float32).
 
-The library is compiled once per machine with the system C compiler (about 2 s) into
+The library is compiled once per machine with the system C compiler (a few seconds) into
 ``$EVONORM_CACHE_DIR`` (default ``~/.cache/evonorm_core``), keyed by a hash of the source,
 the flags and the CPU, and loaded with :mod:`ctypes`. It depends on no PyTorch headers, so
 there is no long extension build. Without a compiler :func:`load` warns once and returns
