@@ -13,6 +13,15 @@ from classification.train import TrainConfig, main, parse_args, train
 from evonorm_core import build_norm_act
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """These models see tiny batches: a second intra-op thread only adds contention."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def test_paper_base_learning_rates_and_batches():
     for model in ("resnet50", "resnet101", "mobilenetv2", "mnasnet_b1"):
         assert recipe_for(model).base_lr == 0.1
