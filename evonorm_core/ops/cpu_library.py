@@ -28,7 +28,7 @@ LINK_FLAGS = ["-shared", "-fopenmp", "-lmvec", "-lm"]
 _I64, _INT, _PTR = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
 # kernel name -> number of pointer arguments before (N, C, HW, nhwc, nt), pointers after
 SIGNATURES = {
-    "plane_sums": (1, 2),
+    "plane_sums": (2, 2),
     "s_forward": (4, 1),
     "s_backward_sums": (3, 3),
     "s_backward_dx": (6, 1),

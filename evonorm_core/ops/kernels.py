@@ -175,10 +175,11 @@ class CpuKernels:
         return outs
 
     def plane_moments(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        s1, s2 = self._sums("plane_sums", 2, x, x)
+        shift = x[:, :, 0, 0]  # sums of x - shift stay exact for near-constant planes
+        s1, s2 = self._sums("plane_sums", 2, x, x, shift)
         count = x.shape[2] * x.shape[3]
-        mean = s1 / count
-        return mean, (s2 / count - mean.square()).clamp_min_(0)
+        offset = s1 / count
+        return shift.double() + offset, (s2 / count - offset.square()).clamp_min_(0)
 
     def s_forward(self, x: Tensor, v: Tensor, a: Tensor, b: Tensor) -> Tensor:
         return self._elementwise("s_forward", x, x, v, a, b)

@@ -33,16 +33,20 @@ static inline float sigmoid(float z) { return 1.0f / (1.0f + exp_approx(-z)); }
 #define BLOCK 256
 static inline i64 block_end(i64 start, i64 end) { return start + BLOCK < end ? start + BLOCK : end; }
 
-/* ---- per-plane moments: s1 = sum x, s2 = sum x^2 ---------------------------------- */
-void plane_sums(const float *restrict x, i64 N, i64 C, i64 HW, int nhwc, int nt, double *restrict s1, double *restrict s2) {
+/* ---- per-plane moments: s1 = sum (x - k), s2 = sum (x - k)^2 ----------------------
+ * k is a per-(n, c) shift (the caller passes the plane's first value): summing x - k keeps
+ * the variance exact when |mean| >> std, where sum x^2 - (sum x)^2 / n would cancel. */
+void plane_sums(const float *restrict x, const float *restrict k, i64 N, i64 C, i64 HW, int nhwc, int nt,
+                double *restrict s1, double *restrict s2) {
     if (!nhwc) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (i64 p = 0; p < N * C; p++) {
             const float *restrict xp = x + p * HW;
+            const float kp = k[p];
             double a = 0, b = 0;
             for (i64 i0 = 0; i0 < HW; i0 += BLOCK) {
                 float ba = 0, bb = 0;
-                for (i64 i = i0; i < block_end(i0, HW); i++) { ba += xp[i]; bb += xp[i] * xp[i]; }
+                for (i64 i = i0; i < block_end(i0, HW); i++) { const float d = xp[i] - kp; ba += d; bb += d * d; }
                 a += ba; b += bb;
             }
             s1[p] = a; s2[p] = b;
@@ -52,10 +56,11 @@ void plane_sums(const float *restrict x, i64 N, i64 C, i64 HW, int nhwc, int nt,
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (i64 n = 0; n < N; n++) {
         double *a = s1 + n * C, *b = s2 + n * C;
+        const float *kn = k + n * C;
         for (i64 c = 0; c < C; c++) { a[c] = 0; b[c] = 0; }
         for (i64 i = 0; i < HW; i++) {
             const float *restrict xr = x + (n * HW + i) * C;
-            for (i64 c = 0; c < C; c++) { a[c] += xr[c]; b[c] += (double)xr[c] * xr[c]; }
+            for (i64 c = 0; c < C; c++) { const double d = (double)xr[c] - kn[c]; a[c] += d; b[c] += d * d; }
         }
     }
 }
