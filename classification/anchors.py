@@ -26,8 +26,11 @@ ANCHOR_NAMES = tuple(ANCHORS)
 CIFAR_UNSTRIDED_DOWNSAMPLES = 2
 
 
-def build_anchor(name: str, norm_act: NormActSpec, num_classes: int = 10) -> nn.Module:
+def build_anchor(name: str, norm_act: NormActSpec, num_classes: int = 10, depth_multiplier: float = 1.0) -> nn.Module:
     """Build anchor ``name`` (one of :data:`ANCHOR_NAMES`) with ``norm_act`` layers.
+
+    ``depth_multiplier`` 1.0 is the paper's anchor; smaller values keep fewer blocks per
+    stage (rounded up, so 0.01 keeps one), for proxy runs that must fit a CPU.
 
     ``norm_act`` is a registered layer name or a callable ``(num_channels, nonlinearity)
     -> nn.Module``; every BN-ReLU/BN-Swish slot gets ``(C, True)``, every BN without an
@@ -39,5 +42,5 @@ def build_anchor(name: str, norm_act: NormActSpec, num_classes: int = 10) -> nn.
     model, width = ANCHORS[key]
     return build_model(
         model, norm_act, num_classes=num_classes, width_multiplier=width,
-        unstrided_downsamples=CIFAR_UNSTRIDED_DOWNSAMPLES,
+        unstrided_downsamples=CIFAR_UNSTRIDED_DOWNSAMPLES, depth_multiplier=depth_multiplier,
     )

@@ -9,6 +9,8 @@ layer from a genome.
 """
 from __future__ import annotations
 
+import math
+
 from typing import Callable, Union
 
 from torch import nn
@@ -38,27 +40,33 @@ def build_model(
     num_classes: int = 1000,
     width_multiplier: float = 1.0,
     unstrided_downsamples: int = 0,
+    depth_multiplier: float = 1.0,
     **norm_act_options,
 ) -> nn.Module:
     """Build classifier ``name`` (one of :data:`MODEL_NAMES`) with ``norm_act`` layers.
 
     ``width_multiplier`` scales channels on top of the model's own scaling (MobileNetV2's
     0.9x/1.0x/1.1x of Fig. 11, the anchors' 0.25x/0.5x); ``unstrided_downsamples`` runs the
-    first downsamplings at stride 1 (2 for the CIFAR anchors); ``norm_act_options`` go to
+    first downsamplings at stride 1 (2 for the CIFAR anchors); ``depth_multiplier`` scales
+    every stage's block count, rounded up (EfficientNet's compound depth comes on top; the
+    layer search's CPU preset uses one block per stage); ``norm_act_options`` go to
     the layer (``groups``, ``eps``, ``momentum``, ``sync`` ...).
     """
     key = name.lower().replace("-", "_")
     if key not in MODEL_RESOLUTIONS:
         raise ValueError(f"unknown model {name!r}; accepted: {', '.join(MODEL_NAMES)}")
-    if not width_multiplier > 0:
-        raise ValueError(f"width_multiplier must be positive, got {width_multiplier!r}")
+    for name_, value in (("width_multiplier", width_multiplier), ("depth_multiplier", depth_multiplier)):
+        if not value > 0:
+            raise ValueError(f"{name_} must be positive, got {value!r}")
     make = norm_act_factory(norm_act, **norm_act_options)
     common = dict(num_classes=num_classes, unstrided_downsamples=unstrided_downsamples)
     if key.startswith("resnet"):
-        return PreActResNet(STAGE_DEPTHS[int(key[6:])], make, width_multiplier=width_multiplier, **common)
-    if key == "mobilenetv2":
-        return MBConvNet(MOBILENET_V2, make, width_multiplier=width_multiplier, **common)
-    if key == "mnasnet_b1":
-        return MBConvNet(MNASNET_B1, make, width_multiplier=width_multiplier, **common)
+        depths = tuple(math.ceil(d * depth_multiplier) for d in STAGE_DEPTHS[int(key[6:])])
+        return PreActResNet(depths, make, width_multiplier=width_multiplier, **common)
+    if key in ("mobilenetv2", "mnasnet_b1"):
+        config = MOBILENET_V2 if key == "mobilenetv2" else MNASNET_B1
+        return MBConvNet(config, make, width_multiplier=width_multiplier, depth_multiplier=depth_multiplier, **common)
     config, width, depth, _ = efficientnet_config(key.split("_")[1])
-    return MBConvNet(config, make, width_multiplier=width * width_multiplier, depth_multiplier=depth, **common)
+    return MBConvNet(
+        config, make, width_multiplier=width * width_multiplier, depth_multiplier=depth * depth_multiplier, **common
+    )

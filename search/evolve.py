@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--time-limit", type=parse_duration, help="per-candidate limit; a candidate past it is rejected (default: preset)")
     knobs = p.add_argument_group("proxy task and evolution knobs (default: the preset's value)")
     for flag, kind, text in [
+        ("--anchor-depth", float, "anchors' depth multiplier: blocks per stage, rounded up (paper: 1.0; cpu: 0.01, one block)"),
+        ("--lr", float, "SGD learning rate (paper: 0.1)"),
         ("--image-size", int, "training and validation image size"),
         ("--crop-size", int, "random training crop (paper: 24 of 32)"),
         ("--batch-size", int, "training batch (paper: 128)"),
@@ -107,8 +109,8 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
 
 def proxy_config(args: argparse.Namespace) -> ProxyConfig:
     return ProxyConfig(
-        anchors=tuple(a.strip() for a in args.anchors.split(",") if a.strip()),
-        data=args.data, data_dir=args.data_dir, image_size=args.image_size, crop_size=args.crop_size,
+        anchors=tuple(a.strip() for a in args.anchors.split(",") if a.strip()), anchor_depth=args.anchor_depth,
+        lr=args.lr, data=args.data, data_dir=args.data_dir, image_size=args.image_size, crop_size=args.crop_size,
         batch_size=args.batch_size, eval_batch_size=args.eval_batch_size, train_steps=args.train_steps,
         schedule=args.schedule, quality_steps=args.quality_steps, quality_threshold=args.quality_threshold,
         stability_steps=args.stability_steps, stability_threshold=args.stability_threshold,

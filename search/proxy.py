@@ -42,6 +42,7 @@ class ProxyConfig:
     """How candidates are trained and rejected; defaults are the paper's (B search)."""
 
     anchors: tuple[str, ...] = ANCHOR_NAMES
+    anchor_depth: float = 1.0
     data: str = "digits"
     data_dir: str | None = None
     image_size: int = 32
@@ -194,7 +195,9 @@ class ProxyEvaluator:
 
     def build(self, anchor: str, genome: Genome) -> nn.Module:
         torch.manual_seed(self.config.seed)
-        return build_anchor(anchor, genome_norm_act(genome, **self.config.layer_options))
+        return build_anchor(
+            anchor, genome_norm_act(genome, **self.config.layer_options), depth_multiplier=self.config.anchor_depth
+        )
 
     def __call__(self, genome_dict: dict) -> dict:
         torch.set_num_threads(self.config.threads)
