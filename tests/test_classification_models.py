@@ -121,3 +121,19 @@ def test_bad_names_raise_clear_errors():
         build_model("resnet18")
     with pytest.raises(ValueError, match="valid names"):
         build_anchor("resnet50_cifar", "batchnorm_tanh")
+
+
+def test_anchor_depth_multiplier_keeps_one_block_per_stage():
+    from classification.resnet import PreActBottleneck
+
+    def blocks(model):
+        return sum(isinstance(m, PreActBottleneck) for m in model.modules())
+
+    assert blocks(build_anchor("resnet50_cifar", "bn_relu")) == 16
+    assert blocks(build_anchor("resnet50_cifar", "bn_relu", depth_multiplier=0.01)) == 4
+    shallow = build_anchor("mobilenetv2_cifar", "evonorm_s0", depth_multiplier=0.01)
+    full = build_anchor("mobilenetv2_cifar", "evonorm_s0")
+    assert sum(p.numel() for p in shallow.parameters()) < sum(p.numel() for p in full.parameters())
+    assert shallow(torch.randn(2, 3, 16, 16)).shape == (2, 10)
+    with pytest.raises(ValueError, match="depth_multiplier must be positive, got 0"):
+        build_anchor("resnet50_cifar", "bn_relu", depth_multiplier=0)
