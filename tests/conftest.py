@@ -17,6 +17,15 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip_gpu)
 
 
+@pytest.fixture
+def one_thread():
+    """Run the test with one intra-op thread, restoring the count afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

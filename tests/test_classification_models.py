@@ -9,13 +9,8 @@ from classification.models import MODEL_NAMES, build_model
 from evonorm_core import list_norm_acts
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These models see tiny batches: a second intra-op thread only adds contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# These models see tiny batches: a second intra-op thread only adds contention.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def num_params(module: nn.Module) -> int:

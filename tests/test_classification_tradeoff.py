@@ -7,13 +7,8 @@ from classification.models import build_model
 from classification.tradeoff import InferenceEvoNormB0, count_flops, fold_for_inference, main
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These models see tiny batches: a second intra-op thread only adds contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# These models see tiny batches: a second intra-op thread only adds contention.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def randomize_norm_acts(model, seed=0):

@@ -13,13 +13,8 @@ from classification.train import TrainConfig, main, parse_args, train
 from evonorm_core import build_norm_act
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These models see tiny batches: a second intra-op thread only adds contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# These models see tiny batches: a second intra-op thread only adds contention.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_paper_base_learning_rates_and_batches():
