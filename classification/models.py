@@ -10,7 +10,6 @@ layer from a genome.
 from __future__ import annotations
 
 import math
-
 from typing import Callable, Union
 
 from torch import nn

@@ -122,7 +122,8 @@ def convert_norm_act(
             users[0].replace_all_uses_with(node)
             graph.erase_node(users[0])
         layer = make(bn.num_features, activation is not None)
-        _replace_submodule(gm, node.target, layer.to(device=bn.weight.device if bn.affine else None))
+        state = [*bn.parameters(), *bn.buffers()]
+        _replace_submodule(gm, node.target, layer.to(device=state[0].device if state else None))
         entries.append(ConvertedNorm(node.target, activation))
     graph.lint()
     gm.delete_all_unused_submodules()
