@@ -131,6 +131,40 @@ def test_sliding_window_keeps_the_most_recent():
     assert [m.candidate_id for m in proposer.population] == [2, 3, 4]
 
 
+def test_a_function_already_in_the_window_is_not_added_again():
+    proposer = Proposer(EvolutionConfig(window=5), random.Random(0))
+    added = [proposer.add(Member(i, parse(e), (0.5,), fingerprint(parse(e))))
+             for i, e in enumerate(["tanh(x)", "tanh(max(x, x))", "tanh(x * v1)"])]
+    assert added == [True, False, True]
+    assert [m.candidate_id for m in proposer.population] == [0, 2]
+
+
+def test_missing_anchor_accuracies_count_as_zero():
+    partial = Member(0, parse("tanh(x)"), (0.9,))  # rejected on the second anchor before the third ran
+    full = Member(1, parse("x * v1"), (0.8, 0.3, 0.2))
+    assert {m.candidate_id for m in pareto_frontier([partial, full])} == {0, 1}
+    assert pareto_frontier([Member(0, parse("tanh(x)"), (0.5,)), Member(1, parse("x * v1"), (0.5, 0.1))])[0].candidate_id == 1
+
+
+class QualityRejectsTanh(TinyEvaluator):
+    def __call__(self, genome_dict: dict) -> dict:
+        if "tanh" in json.dumps(genome_dict):
+            return {"status": "rejected", "stage": "quality", "reason": "low", "accuracies": {"a": 0.3}}
+        return super().__call__(genome_dict)
+
+
+@pytest.mark.parametrize("admit", [True, False])
+def test_quality_rejected_candidates_join_the_population_only_when_admitted(tmp_path, admit):
+    search = LayerSearch(small_config(admit_quality_rejected=admit), SequentialExecutor(QualityRejectsTanh()), str(tmp_path))
+    search.run(StopCondition(max_candidates=40))
+    by_id = {r["id"]: r for r in search.records}
+    members = [by_id[m.candidate_id] for m in search.proposer.population]
+    rejected = [r for r in members if r["status"] == "rejected"]
+    assert all(r["stage"] == "quality" and r["accuracies"] for r in rejected)
+    assert bool(rejected) == admit
+    assert len({r["fingerprint"] for r in members}) == len(members)
+
+
 def test_bad_configuration_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="unknown strategy 'greedy'"):
         EvolutionConfig(strategy="greedy")

@@ -3,10 +3,13 @@
 :class:`LayerSearch` runs the static rejection and the equivalence-cache lookup itself
 (milliseconds) and hands the remaining candidates to an :class:`Executor` that trains
 them (quality, stability and fitness; see ``search/proxy.py``), several at a time. After
-every finished candidate it writes a checkpoint (atomically) with everything needed to
-continue exactly: the random state, the population, the history, the cache and the
-candidates still in flight; :meth:`LayerSearch.resume` picks it up. Every record is also
-appended to ``candidates.jsonl``.
+every trained candidate it writes a checkpoint (atomically) with everything needed to
+continue exactly: the random state, the population, the cache, the candidates still in
+flight and how many records of ``candidates.jsonl`` (the history, one JSON line per
+candidate) it covers; :meth:`LayerSearch.resume` picks it up. Records that took no
+training (static rejections, cache hits: milliseconds each) are checkpointed with the next
+trained one or after ``CHECKPOINT_INTERVAL`` seconds; after a kill they are proposed and
+recorded again, identically, from the checkpointed random state.
 """
 from __future__ import annotations
 
@@ -25,15 +28,24 @@ from .rejection import static_rejection
 
 CHECKPOINT = "checkpoint.json"
 LOG = "candidates.jsonl"
+CHECKPOINT_INTERVAL = 10.0  # seconds
 
 
 def read_checkpoint(output_dir: str) -> dict:
-    """The checkpoint of the run in ``output_dir``; ``FileNotFoundError`` saying so if there is none."""
+    """The checkpoint of the run in ``output_dir`` with its ``records`` (the first
+    ``logged`` lines of the log); ``FileNotFoundError`` saying so if there is none."""
     path = os.path.join(output_dir, CHECKPOINT)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no search checkpoint {CHECKPOINT} in {output_dir!r}")
     with open(path) as f:
-        return json.load(f)
+        state = json.load(f)
+    state["records"] = []
+    if state["logged"]:
+        with open(os.path.join(output_dir, LOG)) as f:
+            state["records"] = [json.loads(line) for line, _ in zip(f, range(state["logged"]))]
+    if len(state["records"]) != state["logged"]:
+        raise ValueError(f"{LOG} in {output_dir!r} has {len(state['records'])} records, the checkpoint covers {state['logged']}")
+    return state
 
 
 class Executor(Protocol):
@@ -87,6 +99,11 @@ class _Pending:
 _RESULT_KEYS = ("status", "stage", "reason", "accuracies", "timings")
 
 
+def _member(record: dict) -> Member:
+    return Member(record["id"], Genome.from_dict(record["genome"]), tuple(record["accuracies"].values()),
+                  record["fingerprint"])
+
+
 class LayerSearch:
     """One search run writing to ``output_dir``.
 
@@ -116,6 +133,7 @@ class LayerSearch:
         self.in_flight: dict[int, _Pending] = {}
         self.resubmit: list[_Pending] = []
         self._started: float | None = None
+        self._checkpointed = 0.0
         self.todo_baselines = {name: genome for name, genome in (baselines or {}).items()}
         os.makedirs(output_dir, exist_ok=True)
 
@@ -129,7 +147,7 @@ class LayerSearch:
             "rng": [version, list(internal), gauss],
             "next_id": self.next_id,
             "elapsed": self.elapsed(),
-            "records": self.records,
+            "logged": len(self.records),
             "baselines": self.baselines,
             "todo_baselines": {name: g.to_dict() for name, g in self.todo_baselines.items()},
             "population": [m.candidate_id for m in self.proposer.population],
@@ -146,11 +164,12 @@ class LayerSearch:
         by_id = {r["id"]: r for r in self.records}
         for candidate_id in state["population"]:
             record = by_id[candidate_id]
-            self.proposer.add(Member(candidate_id, Genome.from_dict(record["genome"]), tuple(record["accuracies"].values())))
+            self.proposer.add(_member(record))
         self.cache.load_state_dict(state["cache"])
         self.resubmit = [_Pending.from_dict(p) for p in state["in_flight"]]
 
     def checkpoint(self) -> None:
+        self._checkpointed = time.monotonic()
         path = os.path.join(self.output_dir, CHECKPOINT)
         tmp = f"{path}.tmp"
         with open(tmp, "w") as f:
@@ -188,6 +207,7 @@ class LayerSearch:
             while len(self.in_flight) < self.executor.capacity and not stop.reached(self.next_id, self.elapsed()):
                 self._dispatch(self._propose())
             if not self.in_flight:
+                self.checkpoint()
                 return self.records
             for candidate_id, result in self.executor.wait():
                 self._finish(self.in_flight.pop(candidate_id), result)
@@ -229,7 +249,12 @@ class LayerSearch:
             if self.on_record is not None:
                 self.on_record(self, self.baselines[name])
             return
-        self._record(pending, result, cache_hit=False)
+        self._record(pending, result, cache_hit=False, trained=True)
+
+    def _joins_population(self, record: dict) -> bool:
+        if record["status"] == "accepted":
+            return True
+        return self.config.admit_quality_rejected and record["stage"] == "quality" and bool(record["accuracies"])
 
     def _make_record(self, pending: _Pending, result: dict, cache_hit: bool) -> dict:
         return {
@@ -245,13 +270,14 @@ class LayerSearch:
             "elapsed": round(self.elapsed(), 3),
         }
 
-    def _record(self, pending: _Pending, result: dict, cache_hit: bool) -> None:
+    def _record(self, pending: _Pending, result: dict, cache_hit: bool, trained: bool = False) -> None:
         record = self._make_record(pending, result, cache_hit)
         self.records.append(record)
-        if record["status"] == "accepted":
-            self.proposer.add(Member(record["id"], pending.genome, tuple(record["accuracies"].values())))
-        self.checkpoint()
+        if self._joins_population(record):
+            self.proposer.add(_member(record))
         with open(os.path.join(self.output_dir, LOG), "a") as f:
             f.write(json.dumps(record) + "\n")
+        if trained or time.monotonic() - self._checkpointed > CHECKPOINT_INTERVAL:
+            self.checkpoint()
         if self.on_record is not None:
             self.on_record(self, record)
