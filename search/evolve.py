@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--preset", choices=sorted(PRESETS), default="cpu", help="cpu: ~15 min on 2 cores; paper: Appendix B/C settings")
     add("--data", choices=DATASETS, default="digits", help="digits: embedded sklearn digits proxy; cifar10: needs --data-dir")
     add("--data-dir", help="folder holding cifar-10-batches-py (torchvision layout), for --data cifar10")
-    add("--anchors", help=f"comma-separated anchors, from {', '.join(ANCHOR_NAMES)} (default: preset; cpu the first two)")
+    add("--anchors", help=f"comma-separated anchors, from {', '.join(ANCHOR_NAMES)} (default: preset, all three)")
     add("--max-candidates", type=int, help="stop after this many candidates (default: no limit)")
     add("--time-budget", type=parse_duration, help="stop proposing after this long, e.g. 900, 15m, 1h "
         "(default: preset; cpu 780 s, paper none)")
@@ -88,10 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         ("--recalibration-batches", int, "recompute the moving averages over N batches before validation (0: off)"),
         ("--window", int, "sliding window of the population (paper: 2500)"),
         ("--tournament-fraction", float, "tournament size as a fraction of the population (paper: 0.05)"),
-        ("--initial-population", int, "accepted random candidates before tournaments start"),
+        ("--initial-population", int, "random candidates in the population before tournaments start"),
     ]:
         knobs.add_argument(flag, type=kind, help=text)
     knobs.add_argument("--max-nodes", type=int, default=10, help="intermediate nodes per graph (paper: 10)")
+    knobs.add_argument("--accepted-only", action="store_true",
+                       help="keep quality-rejected candidates (with the accuracies they reached) out of the population")
     knobs.add_argument("--random-offspring-probability", type=float, default=0.5,
                        help="chance an offspring is replaced by a random graph (paper: 0.5)")
     return p
@@ -125,6 +127,7 @@ def evolution_config(args: argparse.Namespace) -> EvolutionConfig:
         mode=args.mode, strategy=args.strategy, selection=args.selection, max_nodes=args.max_nodes,
         window=args.window, tournament_fraction=args.tournament_fraction,
         initial_population=args.initial_population, random_offspring_probability=args.random_offspring_probability,
+        admit_quality_rejected=not args.accepted_only,
     )
 
 

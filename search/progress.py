@@ -1,5 +1,6 @@
-"""One progress line per finished candidate: counts, rejections by stage, cache hits,
-best accuracies, rate and ETA."""
+"""A progress line for a running search: counts, rejections by stage, cache hits, best
+accuracies, rate and ETA; printed for every accepted candidate and otherwise at most every
+few seconds (most candidates are rejected in milliseconds)."""
 from __future__ import annotations
 
 import time
@@ -16,11 +17,15 @@ def _duration(seconds: float) -> str:
 class ProgressPrinter:
     """``on_record`` callback of :class:`LayerSearch` printing a status line."""
 
-    def __init__(self, stop: StopCondition) -> None:
-        self.stop = stop
-        self.started = time.monotonic()
+    def __init__(self, stop: StopCondition, interval: float = 5.0) -> None:
+        self.stop, self.interval = stop, interval
+        self.rejected: Counter[str] = Counter()
+        self.accepted = 0
+        self.best: dict | None = None
+        self.counted = 0
+        self.printed = float("-inf")
 
-    def eta(self, search: LayerSearch, done: int, elapsed: float) -> str:
+    def eta(self, done: int, elapsed: float) -> str:
         remaining = []
         if self.stop.time_budget is not None:
             remaining.append(self.stop.time_budget - elapsed)
@@ -28,21 +33,32 @@ class ProgressPrinter:
             remaining.append((self.stop.max_candidates - done) * elapsed / done)
         return _duration(min(remaining)) if remaining else "until stopped"
 
+    def count(self, records: list[dict]) -> None:
+        """Fold in the records not counted yet (all of them after ``--resume``)."""
+        for record in records[self.counted:]:
+            if record["status"] == "accepted":
+                self.accepted += 1
+                if self.best is None or sum(record["accuracies"].values()) > sum(self.best["accuracies"].values()):
+                    self.best = record
+            else:
+                self.rejected[record["stage"]] += 1
+        self.counted = len(records)
+
     def __call__(self, search: LayerSearch, record: dict) -> None:
         if record["origin"].startswith("baseline:"):
             accs = ", ".join(f"{a} {v:.3f}" for a, v in record["accuracies"].items())
             print(f"baseline {record['origin'].split(':', 1)[1]}: {record['status']} {record['stage'] or ''} {accs}", flush=True)
             return
-        records = search.records
-        done, elapsed = len(records), search.elapsed()
-        rejected = Counter(r["stage"] for r in records if r["status"] == "rejected")
-        accepted = [r for r in records if r["status"] == "accepted"]
-        best = max(accepted, key=lambda r: sum(r["accuracies"].values()), default=None)
-        best_text = " ".join(f"{v:.3f}" for v in best["accuracies"].values()) if best else "-"
+        self.count(search.records)
+        if record["status"] != "accepted" and time.monotonic() - self.printed < self.interval:
+            return
+        self.printed = time.monotonic()
+        done, elapsed = len(search.records), search.elapsed()
+        best = " ".join(f"{v:.3f}" for v in self.best["accuracies"].values()) if self.best else "-"
+        rejected = " ".join(f"{k} {v}" for k, v in sorted(self.rejected.items())) or "0"
         print(
-            f"[{done} candidates | accepted {len(accepted)} | rejected "
-            f"{' '.join(f'{k} {v}' for k, v in sorted(rejected.items())) or '0'} | cache hits {search.cache.hits} | "
-            f"best {best_text} | {elapsed / done:.1f} s/cand | {_duration(elapsed)} elapsed | ETA {self.eta(search, done, elapsed)}]"
+            f"[{done} candidates | accepted {self.accepted} | rejected {rejected} | cache hits {search.cache.hits} | "
+            f"best {best} | {elapsed / done:.2f} s/cand | {_duration(elapsed)} elapsed | ETA {self.eta(done, elapsed)}]"
             f" #{record['id']} {record['status']}{' (' + record['stage'] + ')' if record['stage'] else ''}",
             flush=True,
         )

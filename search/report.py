@@ -31,14 +31,22 @@ def accepted(records: list[dict]) -> list[dict]:
     return [r for r in records if r["status"] == "accepted"]
 
 
+def distinct_accepted(records: list[dict]) -> list[dict]:
+    """The accepted records, only the first of each function (equivalence-cache fingerprint)."""
+    first: dict[str, dict] = {}
+    for record in accepted(records):
+        first.setdefault(record["fingerprint"], record)
+    return list(first.values())
+
+
 def top_k(records: list[dict], k: int = 10) -> list[dict]:
-    """The ``k`` accepted records with the best mean accuracy (ties: the earlier first)."""
-    return sorted(accepted(records), key=lambda r: (-mean_accuracy(r), r["id"]))[:k]
+    """The ``k`` distinct accepted layers with the best mean accuracy (ties: the earlier first)."""
+    return sorted(distinct_accepted(records), key=lambda r: (-mean_accuracy(r), r["id"]))[:k]
 
 
 def frontier(records: list[dict]) -> list[dict]:
-    """Accepted records on the Pareto frontier of the per-anchor accuracies."""
-    by_id = {r["id"]: r for r in accepted(records)}
+    """Distinct accepted layers on the Pareto frontier of the per-anchor accuracies."""
+    by_id = {r["id"]: r for r in distinct_accepted(records)}
     members = [Member(r["id"], Genome.from_dict(r["genome"]), tuple(r["accuracies"].values())) for r in by_id.values()]
     return sorted((by_id[m.candidate_id] for m in pareto_frontier(members)), key=lambda r: -mean_accuracy(r))
 
@@ -55,10 +63,12 @@ def counts(state: dict) -> dict:
 
 
 def top_k_curve(records: list[dict], k: int = 10) -> tuple[list[int], list[float], list[float]]:
-    """After each evaluated candidate: (count, mean, std) of the mean accuracy of the top-``k`` so far."""
-    xs, means, stds, best = [], [], [], []
+    """After each evaluated candidate: (count, mean, std) of the mean accuracy of the top-``k``
+    distinct layers so far (a repeat of a function already seen does not count twice)."""
+    xs, means, stds, best, seen = [], [], [], [], set()
     for i, record in enumerate(records, 1):
-        if record["status"] == "accepted":
+        if record["status"] == "accepted" and record["fingerprint"] not in seen:
+            seen.add(record["fingerprint"])
             best = sorted(best + [mean_accuracy(record)], reverse=True)[:k]
         if best:
             xs.append(i)

@@ -78,3 +78,15 @@ def test_kill_and_resume_gives_the_uninterrupted_result(tmp_path):
     assert 3 <= done_before < 8
     subprocess.run(command + ["--resume"], cwd=REPO, check=True, stdout=subprocess.DEVNULL, timeout=600)
     assert comparable(records(killed)) == comparable(records(tmp_path / "whole"))
+
+
+def test_report_counts_each_function_once():
+    def row(i, fp, accs, status="accepted"):
+        return {"id": i, "fingerprint": fp, "status": status, "accuracies": dict(zip("ab", accs)),
+                "genome": {"nodes": [["tanh", 0]]}}
+    rows = [row(0, "f", (0.9, 0.8)), row(1, "f", (0.9, 0.8)), row(2, "g", (0.5, 0.4)),
+            row(3, "h", (0.1, 0.1), "rejected")]
+    assert [r["id"] for r in report.top_k(rows, 2)] == [0, 2]
+    assert [r["id"] for r in report.frontier(rows)] == [0]
+    xs, means, _ = report.top_k_curve(rows, k=2)
+    assert xs == [1, 2, 3, 4] and means == pytest.approx([0.85, 0.85, 0.65, 0.65])
