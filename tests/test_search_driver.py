@@ -99,6 +99,22 @@ def test_resume_continues_exactly(tmp_path):
     assert read_checkpoint(str(tmp_path / "split"))["next_id"] == 24
 
 
+def test_resume_drops_records_logged_after_the_checkpoint(tmp_path):
+    """A kill between logging a record and checkpointing it (static rejections and cache
+    hits are checkpointed lazily): the resumed run replays them identically."""
+    config, out = small_config(), tmp_path / "run"
+    expected = LayerSearch(config, SequentialExecutor(TinyEvaluator()), str(tmp_path / "whole"), seed=3).run(
+        StopCondition(max_candidates=24))
+    LayerSearch(config, SequentialExecutor(TinyEvaluator()), str(out), seed=3).run(StopCondition(max_candidates=10))
+    checkpoint = (out / "checkpoint.json").read_text()
+    LayerSearch.resume(SequentialExecutor(TinyEvaluator()), str(out)).run(StopCondition(max_candidates=16))
+    (out / "checkpoint.json").write_text(checkpoint)  # the log now runs 6 records past the checkpoint
+    assert len(read_checkpoint(str(out))["records"]) == 10
+    got = LayerSearch.resume(SequentialExecutor(TinyEvaluator()), str(out)).run(StopCondition(max_candidates=24))
+    assert comparable(got) == comparable(expected)
+    assert len((out / "candidates.jsonl").read_text().splitlines()) == 24
+
+
 def test_crashes_and_timeouts_are_rejections(tmp_path):
     baselines = {"boom": parse("exp(x)"), "slow": parse("tanh(x)"), "fine": parse("sigmoid(x) * x")}
     for executor in (SequentialExecutor(Crashing(), time_limit=1.0), ProcessPoolExecutor(Crashing(), 2, time_limit=1.0)):
