@@ -1,6 +1,7 @@
 """Building pieces shared by the model families: convolutions, initialization, stride plans."""
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from torch import nn
@@ -45,14 +46,26 @@ def make_divisible(value: float, divisor: int = 8) -> int:
     return rounded + divisor if rounded < 0.9 * value else rounded
 
 
+def conv_fan_out(conv: nn.Conv2d) -> int:
+    """Outputs one input channel feeds: ``kh * kw * out_channels / groups``.
+
+    ``nn.init.kaiming_normal_(mode="fan_out")`` counts all output channels even for a
+    grouped convolution, so a depthwise conv would start ``C`` times too small in variance
+    and, without a normalizing layer after it, the signal would vanish within a few blocks
+    (as TF's ``variance_scaling`` on a depthwise kernel, timm's ``_init_weight_goog``).
+    """
+    kh, kw = conv.kernel_size
+    return kh * kw * conv.out_channels // conv.groups
+
+
 def init_weights(model: nn.Module) -> None:
-    """He-normal (fan-out) convolutions, small-normal classifier, zero biases.
+    """He-normal (fan-out, per group) convolutions, small-normal classifier, zero biases.
 
     Norm-act layers keep the initialization they define themselves.
     """
     for module in model.modules():
         if isinstance(module, nn.Conv2d):
-            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+            nn.init.normal_(module.weight, std=math.sqrt(2.0 / conv_fan_out(module)))
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Linear):
