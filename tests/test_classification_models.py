@@ -132,3 +132,19 @@ def test_anchor_depth_multiplier_keeps_one_block_per_stage():
     assert shallow(torch.randn(2, 3, 16, 16)).shape == (2, 10)
     with pytest.raises(ValueError, match="depth_multiplier must be positive, got 0"):
         build_anchor("resnet50_cifar", "bn_relu", depth_multiplier=0)
+
+
+@pytest.mark.parametrize("anchor", ["mobilenetv2_cifar", "efficientnet_cifar"])
+def test_depthwise_init_keeps_the_signal_without_normalization(anchor):
+    """He fan-out per group: a depthwise k x k starts with std sqrt(2 / k^2), not sqrt(2 / k^2 C),
+    so an unnormalized layer (tanh) still carries signal to the head."""
+    from evonorm_core.search import genome_norm_act, parse
+
+    torch.manual_seed(0)
+    model = build_anchor(anchor, genome_norm_act(parse("tanh(x)")), depth_multiplier=0.01)
+    depthwise = [m for m in model.modules() if isinstance(m, nn.Conv2d) and m.groups == m.in_channels > 1]
+    big = [m for m in depthwise if m.weight.numel() >= 900]
+    assert big and all(m.weight.std().item() == pytest.approx((2 / m.weight[0, 0].numel()) ** 0.5, rel=0.1) for m in big)
+    with torch.no_grad():
+        features = model.head(model.blocks(model.stem(torch.randn(16, 3, 8, 8))))
+    assert features.std().item() > 1e-3  # before the fix: about 5e-7 on MobileNetV2-CIFAR
