@@ -9,6 +9,8 @@ e.g. under autocast, are normalized exactly and returned in their own dtype.
 """
 from __future__ import annotations
 
+import abc
+
 import torch
 from torch import Tensor, nn
 
@@ -52,7 +54,7 @@ ACTIVATIONS = {
 }
 
 
-class NormAct2d(nn.Module):
+class NormAct2d(nn.Module, abc.ABC):
     """Base class: ``activate(transform(x) * gamma + beta)``.
 
     Subclasses implement :meth:`transform`, the part of the paper's expression in front of
@@ -96,8 +98,9 @@ class NormAct2d(nn.Module):
         """Per-channel parameter ``name`` shaped (1, C, 1, 1) in ``dtype``, to broadcast over NCHW."""
         return getattr(self, name).to(dtype).view(1, -1, 1, 1)
 
+    @abc.abstractmethod
     def transform(self, x: Tensor) -> Tensor:
-        raise NotImplementedError
+        """The expression in front of the per-channel affine, same shape as ``x``."""
 
     def activate(self, z: Tensor) -> Tensor:
         if self.activation is None:

@@ -13,6 +13,8 @@ one process takes part.
 """
 from __future__ import annotations
 
+import abc
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -79,8 +81,9 @@ class _EvoNormB(BatchStatsNormAct2d):
     def uses_batch_stats(self) -> bool:
         return self.nonlinearity
 
+    @abc.abstractmethod
     def instance_term(self, x: Tensor) -> Tensor:
-        raise NotImplementedError
+        """The variant's second operand of the ``max`` in the denominator (composed ops)."""
 
     def instance_rms(self, x: Tensor) -> Tensor:
         return torch.sqrt(stats.instance_mean_square(x) + self.eps)
