@@ -1,8 +1,8 @@
 """Run directories and checkpoints.
 
 A run directory holds ``config.json``, ``checkpoints/last.pt`` (everything needed to
-resume), ``checkpoints/step_XXXXXXX.pt`` snapshots, ``samples/*.png``, ``tb/`` (TensorBoard)
-and, after evaluation, ``metrics.json``.
+resume), snapshots named by step (``checkpoints/step_0005000.pt``), ``samples/*.png``,
+``tb/`` (TensorBoard) and, after evaluation, ``metrics.json``.
 """
 from __future__ import annotations
 
