@@ -9,7 +9,6 @@ layer from a genome.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, Union
 
 from torch import nn
@@ -60,8 +59,8 @@ def build_model(
     make = norm_act_factory(norm_act, **norm_act_options)
     common = dict(num_classes=num_classes, unstrided_downsamples=unstrided_downsamples)
     if key.startswith("resnet"):
-        depths = tuple(math.ceil(d * depth_multiplier) for d in STAGE_DEPTHS[int(key[6:])])
-        return PreActResNet(depths, make, width_multiplier=width_multiplier, **common)
+        depths = STAGE_DEPTHS[int(key[6:])]
+        return PreActResNet(depths, make, width_multiplier=width_multiplier, depth_multiplier=depth_multiplier, **common)
     if key in ("mobilenetv2", "mnasnet_b1"):
         config = MOBILENET_V2 if key == "mobilenetv2" else MNASNET_B1
         return MBConvNet(config, make, width_multiplier=width_multiplier, depth_multiplier=depth_multiplier, **common)

@@ -10,6 +10,7 @@ input), a final norm-act, global average pooling and a linear classifier.
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from torch import Tensor, nn
@@ -59,6 +60,7 @@ class PreActResNet(nn.Module):
             :func:`evonorm_core.norm_act_factory`).
         num_classes: classifier outputs.
         width_multiplier: scales every channel count (the CIFAR anchor uses 0.25).
+        depth_multiplier: scales every stage's block count, rounded up.
         unstrided_downsamples: how many of the first downsampling convolutions run at
             stride 1 (the CIFAR anchor uses 2, see :class:`~classification.layers.StridePlan`).
     """
@@ -69,6 +71,7 @@ class PreActResNet(nn.Module):
         make: NormActMaker,
         num_classes: int = 1000,
         width_multiplier: float = 1.0,
+        depth_multiplier: float = 1.0,
         unstrided_downsamples: int = 0,
     ) -> None:
         super().__init__()
@@ -81,7 +84,7 @@ class PreActResNet(nn.Module):
         in_channels = stem_channels
         for stage, (depth, base_width) in enumerate(zip(depths, STAGE_WIDTHS)):
             width = scaled(base_width, width_multiplier)
-            for index in range(depth):
+            for index in range(math.ceil(depth * depth_multiplier)):
                 stride = strides.next(2 if stage > 0 and index == 0 else 1)
                 blocks.append(PreActBottleneck(in_channels, width, stride, make))
                 in_channels = width * EXPANSION
