@@ -20,11 +20,15 @@ RESULTS_FILE = "final_results.json"
 METRICS = ("AP", "AP50", "AP75")
 
 
-def last_logged_evaluation(metrics_file: Path) -> dict[str, dict[str, float]] | None:
-    """The last ``bbox/AP``... entry of detectron2's ``metrics.json`` (one JSON object per line) as nested dicts."""
-    if not metrics_file.exists():
-        return None
-    evaluations = [e for e in map(json.loads, metrics_file.read_text().splitlines()) if "bbox/AP" in e]
+def logged_metrics(output_dir: Path) -> list[dict]:
+    """The entries of a run's ``metrics.json`` (detectron2 writes one JSON object per line); [] if absent."""
+    metrics_file = Path(output_dir) / "metrics.json"
+    return [json.loads(line) for line in metrics_file.read_text().splitlines()] if metrics_file.exists() else []
+
+
+def last_logged_evaluation(output_dir: Path) -> dict[str, dict[str, float]] | None:
+    """The last ``bbox/AP``... entry of a run's ``metrics.json`` as nested dicts."""
+    evaluations = [e for e in logged_metrics(output_dir) if "bbox/AP" in e]
     if not evaluations:
         return None
     results: dict[str, dict[str, float]] = {}
@@ -37,9 +41,7 @@ def last_logged_evaluation(metrics_file: Path) -> dict[str, dict[str, float]] | 
 
 def training_curve(output_dir: Path) -> tuple[list[int], list[float]]:
     """(iterations, total_loss) logged in a run's ``metrics.json``."""
-    metrics_file = Path(output_dir) / "metrics.json"
-    entries = [json.loads(line) for line in metrics_file.read_text().splitlines()] if metrics_file.exists() else []
-    entries = [e for e in entries if "total_loss" in e]
+    entries = [e for e in logged_metrics(output_dir) if "total_loss" in e]
     return [e["iteration"] for e in entries], [e["total_loss"] for e in entries]
 
 
@@ -66,7 +68,7 @@ def load_results(output_dir: Path) -> dict[str, dict[str, float]]:
     if path.exists():
         results = json.loads(path.read_text())
         return results if "bbox" in results else next(iter(results.values()))  # {...} or {dataset: {...}}
-    results = last_logged_evaluation(Path(output_dir) / "metrics.json")
+    results = last_logged_evaluation(output_dir)
     if results is None:
         raise FileNotFoundError(
             f"no evaluation in {output_dir}: train with tools/train_net.py (it writes {RESULTS_FILE} after the "
