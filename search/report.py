@@ -17,9 +17,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evonorm_core.search.driver import read_checkpoint
-from evonorm_core.search.evolution import Member, pareto_frontier
-from evonorm_core.search.genome import Genome
+from evonorm_core.search.driver import member_from_record, read_checkpoint
+from evonorm_core.search.evolution import pareto_frontier
 
 
 def mean_accuracy(record: dict) -> float:
@@ -47,7 +46,7 @@ def top_k(records: list[dict], k: int = 10) -> list[dict]:
 def frontier(records: list[dict]) -> list[dict]:
     """Distinct accepted layers on the Pareto frontier of the per-anchor accuracies."""
     by_id = {r["id"]: r for r in distinct_accepted(records)}
-    members = [Member(r["id"], Genome.from_dict(r["genome"]), tuple(r["accuracies"].values())) for r in by_id.values()]
+    members = [member_from_record(r) for r in by_id.values()]
     return sorted((by_id[m.candidate_id] for m in pareto_frontier(members)), key=lambda r: -mean_accuracy(r))
 
 

@@ -99,7 +99,8 @@ class _Pending:
 _RESULT_KEYS = ("status", "stage", "reason", "accuracies", "timings")
 
 
-def _member(record: dict) -> Member:
+def member_from_record(record: dict) -> Member:
+    """The population :class:`Member` of a logged candidate record."""
     return Member(record["id"], Genome.from_dict(record["genome"]), tuple(record["accuracies"].values()),
                   record["fingerprint"])
 
@@ -164,7 +165,7 @@ class LayerSearch:
         by_id = {r["id"]: r for r in self.records}
         for candidate_id in state["population"]:
             record = by_id[candidate_id]
-            self.proposer.add(_member(record))
+            self.proposer.add(member_from_record(record))
         self.cache.load_state_dict(state["cache"])
         self.resubmit = [_Pending.from_dict(p) for p in state["in_flight"]]
 
@@ -274,7 +275,7 @@ class LayerSearch:
         record = self._make_record(pending, result, cache_hit)
         self.records.append(record)
         if self._joins_population(record):
-            self.proposer.add(_member(record))
+            self.proposer.add(member_from_record(record))
         with open(os.path.join(self.output_dir, LOG), "a") as f:
             f.write(json.dumps(record) + "\n")
         if trained or time.monotonic() - self._checkpointed > CHECKPOINT_INTERVAL:
