@@ -1,0 +1,81 @@
+"""Moving averages of batch statistics: the one update rule, reset and recalibration.
+
+Every layer with batch statistics (BatchNorm, the EvoNorm-B series, batch aggregations of
+a searched layer) keeps per-channel moving averages that replace the batch's statistics in
+eval mode. They follow ``nn.BatchNorm2d``:
+
+.. math::
+    \\hat{r} \\leftarrow (1 - f)\\, \\hat{r} + f\\, r_{batch},
+    \\qquad f = \\text{momentum} \\text{ or } 1 / \\text{num\\_batches\\_tracked} \\text{ (momentum=None)}
+
+with variances stored unbiased (times ``n / (n - 1)``, ``n`` the elements per channel).
+:func:`recalibrate` recomputes the averages for fixed weights (BigGAN's "standing
+statistics", the search proxy's recalibration after very short training).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import Tensor, nn
+
+
+def momentum_factor(momentum: float | None, num_batches_tracked: Tensor | int | None) -> float:
+    """The weight ``f`` of the current batch: ``momentum``, or ``1 / num_batches_tracked``
+    (a cumulative average) when ``momentum`` is None. Call it after counting the batch."""
+    if momentum is not None:
+        return float(momentum)
+    tracked = int(num_batches_tracked) if num_batches_tracked is not None else 1
+    return 1.0 / max(tracked, 1)
+
+
+@torch.no_grad()
+def update_running_(running: Tensor, batch_value: Tensor, factor: float, count: int | None = None) -> None:
+    """``running <- (1 - factor) running + factor batch_value`` in place.
+
+    ``count``: the number of elements the batch variance ``batch_value`` was taken over; the
+    variance is then stored unbiased (``* count / (count - 1)``), as ``nn.BatchNorm2d`` does.
+    """
+    value = batch_value.detach()
+    if count is not None and count > 1:
+        value = value * (count / (count - 1))
+    running.lerp_(value.to(running.dtype), factor)
+
+
+def batch_stat_layers(model: nn.Module) -> list[nn.Module]:
+    """The submodules of ``model`` (itself included) that keep moving averages of batch statistics."""
+    return [m for m in model.modules() if getattr(m, "uses_batch_stats", False)]
+
+
+@torch.no_grad()
+def recalibrate(
+    model: nn.Module, batches: Iterable[Any], forward: Callable[[nn.Module, Any], Any] | None = None
+) -> int:
+    """Recompute every moving average of ``model`` as the plain average over ``batches``.
+
+    Each batch-statistics layer is reset and set to a cumulative average (``momentum=None``);
+    only those layers run in train mode (so e.g. dropout and spectral-norm power iterations
+    stay as in eval), the model is run on every batch with ``forward(model, batch)`` (default
+    ``model(batch)``), then modes and momenta are restored. Returns the number of layers
+    recalibrated (0: the model has no batch statistics and nothing is run).
+    """
+    layers = batch_stat_layers(model)
+    if not layers:
+        return 0
+    forward = forward or (lambda m, batch: m(batch))
+    modes = {m: m.training for m in model.modules()}
+    momenta = [layer.momentum for layer in layers]
+    model.eval()
+    for layer in layers:
+        layer.reset_running_stats()
+        layer.momentum = None
+        layer.train()
+    try:
+        for batch in batches:
+            forward(model, batch)
+    finally:
+        for layer, momentum in zip(layers, momenta):
+            layer.momentum = momentum
+        for module, mode in modes.items():
+            module.training = mode
+    return len(layers)
