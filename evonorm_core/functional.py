@@ -44,6 +44,12 @@ B_VARIANTS = ("b0", "b1", "b2")
 
 __all__ = ["B_VARIANTS", "IMPLS", "affine", "evonorm_b", "evonorm_s"]
 
+# torch.fx.symbolic_trace (and create_feature_extractor) records calls of these as single
+# nodes when made through this module's namespace (``functional.evonorm_s(...)``), so the
+# argument checks and dispatch inside never see a traced value.
+for _name in ("affine", "evonorm_s", "evonorm_b"):
+    torch.fx.wrap(_name)
+
 
 def _compute_dtype(x: Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32

@@ -128,3 +128,32 @@ def test_empty_batch_leaves_running_var(impl):
 def test_bad_arguments_are_named(call, message):
     with pytest.raises(ValueError, match=message):
         call(torch.randn(2, 8, 3, 3))
+
+
+class _Calls(torch.nn.Module):
+    """Calls the functional API the way the layers do: through the module's namespace."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("running_var", torch.ones(8))
+        self.register_buffer("num_batches_tracked", torch.tensor(0))
+        self.v1 = torch.nn.Parameter(torch.rand(8) + 0.5)
+
+    def forward(self, x, w):
+        y = EF.evonorm_s(x, w, None, self.v1, groups=4, eps=1e-5)
+        y = EF.evonorm_b(y, w, None, self.v1, self.running_var, self.num_batches_tracked, variant="b0",
+                         training=self.training, momentum=0.1, eps=1e-5)
+        return EF.affine(y, w, None)
+
+
+def test_fx_symbolic_trace_records_one_node_per_call():
+    module = _Calls()
+    traced = torch.fx.symbolic_trace(module)
+    targets = [n.target for n in traced.graph.nodes if n.op == "call_function"]
+    assert [t.__name__ for t in targets] == ["evonorm_s", "evonorm_b", "affine"]
+    x, w = torch.randn(2, 8, 4, 4), torch.rand(2, 8) + 0.5
+    eager, copy = _Calls(), _Calls()
+    copy.load_state_dict(eager.state_dict())
+    torch.testing.assert_close(torch.fx.symbolic_trace(copy)(x, w), eager(x, w))
+    torch.testing.assert_close(copy.running_var, eager.running_var)
+    assert copy.num_batches_tracked.item() == 1
