@@ -12,9 +12,9 @@ Backends (``EVONORM_BACKEND``, read on every call; default ``auto``):
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from . import cpu_library
@@ -23,7 +23,7 @@ from .kernels import CpuKernels, EagerKernels, compiled_kernels
 
 BACKENDS = ("auto", "cpu", "compiled", "eager")
 
-__all__ = ["BACKENDS", "B_VARIANTS", "affine", "evonorm_b", "evonorm_s", "select_kernels"]
+__all__ = ["BACKENDS", "B_VARIANTS", "BatchMoments", "fused_batch_moments", "fused_evonorm_b", "fused_evonorm_s", "select_kernels"]
 
 
 def select_kernels(x: Tensor):
@@ -40,57 +40,69 @@ def select_kernels(x: Tensor):
     return EagerKernels
 
 
-def affine(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """``x * weight + bias`` per channel (an EvoNorm with ``nonlinearity=False``) in ``x``'s dtype.
+class BatchMoments(NamedTuple):
+    """Per-(n, c) plane moments (N, C) and the per-channel batch moments (C,) they combine to."""
 
-    Computed as an inference-mode batch norm with mean 0, variance 1 and eps 0: PyTorch's
-    fused kernels then give the forward in one pass and ``dx``, ``dweight``, ``dbias`` in
-    one backward call (half the time of ``addcmul`` and its autograd), keeping only ``x``.
-    """
-    zeros = torch.zeros_like(weight)
-    return F.batch_norm(x, zeros, torch.ones_like(weight), weight, bias, training=False, momentum=0.0, eps=0.0)
+    mean_nc: Tensor
+    var_nc: Tensor
+    mean: Tensor
+    var: Tensor
 
 
-def evonorm_s(
+def fused_batch_moments(x: Tensor) -> BatchMoments:
+    """Plane and batch moments of ``x`` from the selected kernels (no gradient)."""
+    kernels = select_kernels(x)
+    with torch.no_grad():
+        mean_nc, var_nc = kernels.plane_moments(kernels.prepare(x))
+        return BatchMoments(mean_nc, var_nc, *batch_moments(mean_nc, var_nc))
+
+
+def fused_evonorm_s(
     x: Tensor, weight: Tensor, bias: Tensor, v1: Tensor | None, groups: int, eps: float, centered: bool = True
 ) -> Tensor:
-    """EvoNorm-S0 (``v1`` given), S1 (``v1=None``) or S2 (``v1=None, centered=False``):
-    ``x sigmoid(v1 x) / sqrt(m2 + eps) * weight + bias``, ``m2`` the variance (``centered``)
-    or mean square over each sample's ``groups`` groups of channels."""
+    """EvoNorm-S0/S1/S2 on the fused kernels (per-channel weight and bias); see
+    :func:`evonorm_core.functional.evonorm_s`."""
     return EvoNormSFunction.apply(x, weight, bias, v1, groups, eps, centered, select_kernels(x))
 
 
-def evonorm_b(
+def fused_evonorm_b(
     x: Tensor,
     weight: Tensor,
     bias: Tensor,
     v1: Tensor | None,
     variant: str,
     eps: float,
-    running_var: Tensor,
-    training: bool,
-    momentum: float = 0.1,
-    num_batches_tracked: Tensor | None = None,
+    running_var: Tensor | None,
+    batch: BatchMoments | None,
 ) -> Tensor:
-    """EvoNorm-B0/B1/B2 (``variant`` in :data:`B_VARIANTS`; ``v1`` only for B0).
-
-    In training the batch variance is used and ``running_var`` (and ``num_batches_tracked``)
-    are updated in place as ``BatchNorm2d`` does (unbiased variance, ``momentum``); in eval
-    ``running_var`` is used and receives no gradient.
-    """
-    if variant not in B_VARIANTS:
-        raise ValueError(f"unknown EvoNorm-B variant {variant!r}; accepted: {list(B_VARIANTS)}")
+    """EvoNorm-B0/B1/B2 on the fused kernels with the batch moments ``batch`` (training) or
+    ``running_var`` (eval); see :func:`evonorm_core.functional.evonorm_b`."""
     kernels = select_kernels(x)
     with torch.no_grad():
-        mean_nc, var_nc = kernels.plane_moments(kernels.prepare(x))
-        if training:
-            batch_mean, batch_var = batch_moments(mean_nc, var_nc)
-            count = x.numel() // x.shape[1]
-            unbiased = batch_var * (count / (count - 1)) if count > 1 else batch_var
-            running_var.lerp_(unbiased.to(running_var.dtype), momentum)
-            if num_batches_tracked is not None:
-                num_batches_tracked.add_(1)
-        else:
+        if batch is None:
+            mean_nc, var_nc = kernels.plane_moments(kernels.prepare(x))
             batch_mean, batch_var = None, running_var.to(var_nc.dtype)
+        else:
+            mean_nc, var_nc, batch_mean, batch_var = batch
         batch_std = torch.sqrt(batch_var + eps)
     return EvoNormBFunction.apply(x, weight, bias, v1, mean_nc, var_nc, batch_std, batch_mean, variant, eps, kernels)
+
+
+# Until the layers call evonorm_core.functional, these keep their old call signatures.
+def affine(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    from ..functional import affine
+
+    return affine(x, weight, bias)
+
+
+def evonorm_s(x, weight, bias, v1, groups, eps, centered=True):  # noqa: D103
+    from ..functional import evonorm_s
+
+    return evonorm_s(x, weight, bias, v1, groups=groups, eps=eps, centered=centered)
+
+
+def evonorm_b(x, weight, bias, v1, variant, eps, running_var, training, momentum=0.1, num_batches_tracked=None):  # noqa: D103
+    from ..functional import evonorm_b
+
+    return evonorm_b(x, weight, bias, v1, running_var, num_batches_tracked, variant=variant, training=training,
+                     momentum=momentum, eps=eps)

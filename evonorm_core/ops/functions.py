@@ -36,7 +36,6 @@ import torch
 from torch import Tensor
 from torch.autograd import Function
 
-from .. import statistics as stats
 
 B_VARIANTS = ("b0", "b1", "b2")
 
@@ -51,23 +50,22 @@ def _differentiable_grads(formula, grad: Tensor, inputs: tuple[Tensor | None, ..
 
 
 def _s_formula(x: Tensor, weight: Tensor, v1: Tensor | None, groups: int, eps: float, centered: bool) -> Tensor:
+    """The layer without its bias, composed (twice differentiable), for double backward."""
+    from ..functional import s_transform
+
     x = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
-    m2 = stats.group_var(x, groups) if centered else stats.group_mean_square(x, groups)
-    gate = x if v1 is None else x * v1.view(1, -1, 1, 1)
-    return x * torch.sigmoid(gate) * torch.rsqrt(m2 + eps) * weight.view(1, -1, 1, 1)
+    return s_transform(x, v1, groups, eps, centered) * weight.view(1, -1, 1, 1)
 
 
-def _b_formula(x: Tensor, weight: Tensor, v1: Tensor | None, batch_std: Tensor | None, variant: str, eps: float) -> Tensor:
-    """``batch_std=None`` means training: the batch statistics of ``x``."""
+def _b_formula(x: Tensor, weight: Tensor, v1: Tensor | None, batch_var: Tensor | None, variant: str, eps: float) -> Tensor:
+    """The layer without its bias, composed, for double backward; ``batch_var=None`` means
+    training: the batch variance of ``x``."""
+    from ..functional import b_transform
+
     x = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
-    if batch_std is None:
-        batch_std = torch.sqrt(torch.var(x, dim=(0, 2, 3), unbiased=False) + eps)
-    if variant == "b0":
-        instance = v1.view(1, -1, 1, 1) * x + torch.sqrt(stats.instance_var(x) + eps)
-    else:
-        rms = torch.sqrt(stats.instance_mean_square(x) + eps)
-        instance = (x + 1) * rms if variant == "b1" else rms - x
-    return x / torch.maximum(batch_std.to(x.dtype).view(1, -1, 1, 1), instance) * weight.view(1, -1, 1, 1)
+    if batch_var is None:
+        batch_var = torch.var(x, dim=(0, 2, 3), unbiased=False)
+    return b_transform(x, v1, batch_var, variant, eps) * weight.view(1, -1, 1, 1)
 
 
 def _per_channel(t: Tensor, num_channels: int) -> Tensor:
@@ -76,7 +74,7 @@ def _per_channel(t: Tensor, num_channels: int) -> Tensor:
     return t[:, :, None].expand(n, groups, num_channels // groups).reshape(n, num_channels)
 
 
-def group_moments(mean_nc: Tensor, var_nc: Tensor, groups: int) -> tuple[Tensor, Tensor]:
+def combine_group_moments(mean_nc: Tensor, var_nc: Tensor, groups: int) -> tuple[Tensor, Tensor]:
     """Group ``(mean, var)`` of shape (N, G) from per-(n, c) plane moments (Chan's combination)."""
     n = mean_nc.shape[0]
     means, variances = mean_nc.view(n, groups, -1), var_nc.view(n, groups, -1)
@@ -97,7 +95,7 @@ class EvoNormSFunction(Function):
     def forward(ctx, x, weight, bias, v1, groups, eps, centered, kernels):  # noqa: D102
         xk = kernels.prepare(x)
         c = x.shape[1]
-        mean, var = group_moments(*kernels.plane_moments(xk), groups)
+        mean, var = combine_group_moments(*kernels.plane_moments(xk), groups)
         rstd = torch.rsqrt((var if centered else var + mean.square()) + eps)
         dtype = kernels.coefficient_dtype or xk.dtype
         v = torch.ones(c, dtype=dtype, device=x.device) if v1 is None else v1.to(dtype)
@@ -160,8 +158,8 @@ class EvoNormBFunction(Function):
     def backward(ctx, grad):  # noqa: D102
         x, weight, v1, mean_nc, sb, batch_mean, q = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph=True: differentiate the composed formula
-            std = None if batch_mean is not None else sb
-            formula = lambda x, w, v: _b_formula(x, w, v, std, ctx.variant, ctx.eps)  # noqa: E731
+            batch_var = None if batch_mean is not None else sb.square() - ctx.eps
+            formula = lambda x, w, v: _b_formula(x, w, v, batch_var, ctx.variant, ctx.eps)  # noqa: E731
             dx, dw, dv = _differentiable_grads(formula, grad, (x, weight, v1))
             return (dx, dw, grad.sum((0, 2, 3)).to(weight.dtype), dv) + (None,) * 7
         kernels = ctx.kernels

@@ -1,0 +1,262 @@
+r"""The EvoNorm layers as functions: the paper's formulas, composed and fused.
+
+Every EvoNorm layer of the suite calls these (Liu et al., "Evolving Normalization-Activation
+Layers", Tables 2 and 3); ``gamma`` is ``weight`` and ``beta`` is ``bias``:
+
+.. math::
+    \text{S0: } \frac{x\,\sigma(v_1 x)}{\sqrt{s^2_{w,h,c/g}(x) + \epsilon}}\gamma + \beta \qquad
+    \text{S1: } \frac{x\,\sigma(x)}{\sqrt{s^2_{w,h,c/g}(x) + \epsilon}}\gamma + \beta \qquad
+    \text{S2: } \frac{x\,\sigma(x)}{\sqrt{\mu_{w,h,c/g}(x^2) + \epsilon}}\gamma + \beta
+
+.. math::
+    \text{B: } \frac{x}{\max(\sqrt{s^2_{b,w,h}(x) + \epsilon},\ u(x))}\gamma + \beta, \quad
+    u = v_1 x + \sqrt{s^2_{w,h}(x) + \epsilon} \text{ (B0)},\
+    (x + 1)\sqrt{\mu_{w,h}(x^2) + \epsilon} \text{ (B1)},\
+    \sqrt{\mu_{w,h}(x^2) + \epsilon} - x \text{ (B2)}
+
+``weight`` and ``bias`` are ``None`` (1 and 0), per channel ``(C,)`` or per sample ``(N, C)``
+(class-conditional layers). Statistics are computed in float32 (float64 stays float64) and
+the result has the input's dtype.
+
+``impl="reference"`` evaluates the formula as composed PyTorch ops: the one home of the
+composed formulas, twice differentiable, and what ONNX export and the fused path's double
+backward use. ``impl="fused"`` runs the fused kernels of :mod:`evonorm_core.ops` (a
+hand-derived backward that keeps only the input and small statistics).
+
+B series: in training (or when ``running_var`` is None) the batch variance is used and,
+with ``running_var`` given, ``num_batches_tracked`` is incremented and ``running_var``
+updated in place by :func:`evonorm_core.running_stats.update_running_` (unbiased, as
+``nn.BatchNorm2d``); in eval ``running_var`` is used and gets no gradient.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from . import running_stats
+from . import statistics as stats
+
+IMPLS = ("fused", "reference")
+B_VARIANTS = ("b0", "b1", "b2")
+
+__all__ = ["B_VARIANTS", "IMPLS", "affine", "evonorm_b", "evonorm_s"]
+
+# torch.fx.symbolic_trace (and create_feature_extractor) records calls of these as single
+# nodes when made through this module's namespace (``functional.evonorm_s(...)``), so the
+# argument checks and dispatch inside never see a traced value.
+for _name in ("affine", "evonorm_s", "evonorm_b"):
+    torch.fx.wrap(_name)
+
+
+def _compute_dtype(x: Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _check_input(fn: str, x: Tensor, eps: float, impl: str) -> None:
+    if not isinstance(x, Tensor) or x.dim() != 4:
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"{fn} expects an NCHW tensor (4 dims), got {shape}")
+    if not x.is_floating_point():
+        raise ValueError(f"{fn} expects a floating-point input, got dtype {x.dtype}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+        raise ValueError(f"{fn}: eps must be a finite positive number, got {eps!r}")
+    if impl not in IMPLS:
+        raise ValueError(f"{fn}: impl must be one of {list(IMPLS)}, got {impl!r}")
+
+
+def _check_channel_tensor(fn: str, name: str, t: Tensor | None, x: Tensor) -> None:
+    if t is None:
+        return
+    n, c = x.shape[:2]
+    if tuple(t.shape) not in ((c,), (n, c)):
+        raise ValueError(f"{fn}: {name} must be None, ({c},) or per sample ({n}, {c}) for input {tuple(x.shape)}, "
+                         f"got shape {tuple(t.shape)}")
+
+
+def _nchw(t: Tensor, dtype: torch.dtype) -> Tensor:
+    """A (C,) or (N, C) tensor as (1 or N, C, 1, 1) in ``dtype``, to broadcast over NCHW."""
+    t = t.to(dtype)
+    return t.view(1, -1, 1, 1) if t.dim() == 1 else t[:, :, None, None]
+
+
+def _apply_affine(z: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+    if weight is not None:
+        z = z * _nchw(weight, z.dtype)
+    if bias is not None:
+        z = z + _nchw(bias, z.dtype)
+    return z
+
+
+def affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+    """``x * weight + bias`` per channel (an EvoNorm with ``nonlinearity=False``), in ``x``'s dtype.
+
+    With per-channel ``(C,)`` weight and bias this is an inference-mode batch norm with mean
+    0, variance 1 and eps 0: PyTorch's fused kernels give the forward in one pass and ``dx``,
+    ``dweight``, ``dbias`` in one backward call, keeping only ``x``.
+    """
+    _check_channel_tensor("affine", "weight", weight, x)
+    _check_channel_tensor("affine", "bias", bias, x)
+    if weight is None and bias is None:
+        return x
+    if (weight is None or weight.dim() == 1) and (bias is None or bias.dim() == 1):
+        c = x.shape[1]
+        like = weight if weight is not None else bias
+        zeros = torch.zeros(c, dtype=like.dtype, device=like.device)
+        ones = torch.ones(c, dtype=like.dtype, device=like.device)
+        return torch.nn.functional.batch_norm(x, zeros, ones, weight, bias, training=False, momentum=0.0, eps=0.0)
+    return _apply_affine(x.to(_compute_dtype(x)), weight, bias).to(x.dtype)
+
+
+# ---- the composed formulas (impl="reference") ---------------------------------------------
+
+def s_transform(x: Tensor, v1: Tensor | None, groups: int, eps: float, centered: bool = True) -> Tensor:
+    """The S series in front of the affine, composed ops: ``x sigmoid(v1 x) / sqrt(m2 + eps)``,
+    ``m2`` the group variance (``centered``, S0/S1) or group mean square (S2); ``v1=None``
+    gates with ``sigmoid(x)``. ``x`` in its compute dtype."""
+    m2 = stats.group_var(x, groups) if centered else stats.group_mean_square(x, groups)
+    gate = x if v1 is None else x * _nchw(v1, x.dtype)
+    return x * torch.sigmoid(gate) * torch.rsqrt(m2 + eps)
+
+
+def b_instance_term(x: Tensor, v1: Tensor | None, variant: str, eps: float) -> Tensor:
+    """The B series' second operand of the ``max``: ``v1 x + sqrt(s2_wh + eps)`` (B0),
+    ``(x + 1) sqrt(mu_wh(x^2) + eps)`` (B1), ``sqrt(mu_wh(x^2) + eps) - x`` (B2)."""
+    if variant == "b0":
+        return _nchw(v1, x.dtype) * x + torch.sqrt(stats.instance_var(x) + eps)
+    rms = torch.sqrt(stats.instance_mean_square(x) + eps)
+    return (x + 1) * rms if variant == "b1" else rms - x
+
+
+def b_transform(x: Tensor, v1: Tensor | None, batch_var: Tensor, variant: str, eps: float) -> Tensor:
+    """The B series in front of the affine, composed ops: ``x / max(sqrt(batch_var + eps), u)``
+    with ``batch_var`` per channel (C,)."""
+    batch_std = torch.sqrt(batch_var.to(x.dtype).view(1, -1, 1, 1) + eps)
+    return x / torch.maximum(batch_std, b_instance_term(x, v1, variant, eps))
+
+
+# ---- public API ---------------------------------------------------------------------------
+
+def evonorm_s(
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    v1: Tensor | None,
+    *,
+    groups: int,
+    eps: float,
+    centered: bool = True,
+    impl: str = "fused",
+) -> Tensor:
+    """EvoNorm-S0 (``v1`` given), S1 (``v1=None``) or S2 (``v1=None, centered=False``).
+
+    ``x`` is NCHW; ``groups`` must divide its channels; ``v1`` is ``None`` or ``(C,)``.
+    """
+    _check_input("evonorm_s", x, eps, impl)
+    n, c = x.shape[:2]
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0 or c % groups:
+        raise ValueError(f"evonorm_s: groups must be a positive int dividing the {c} channels, got {groups!r}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        _check_channel_tensor("evonorm_s", name, t, x)
+    if v1 is not None and tuple(v1.shape) != (c,):
+        raise ValueError(f"evonorm_s: v1 must be None or ({c},), got shape {tuple(v1.shape)}")
+    if x.numel() == 0:
+        return _apply_affine(x, weight, bias)
+    if impl == "fused" and _fused_supports(x, weight, bias):
+        from . import ops
+
+        return ops.fused_evonorm_s(x, *_dense_affine(x, weight, bias), v1, groups, eps, centered)
+    z = s_transform(x.to(_compute_dtype(x)), v1, groups, eps, centered)
+    return _apply_affine(z, weight, bias).to(x.dtype)
+
+
+def _syncs(sync: bool, process_group: object | None) -> bool:
+    return bool(sync) and dist.is_available() and dist.is_initialized() and dist.get_world_size(process_group) > 1
+
+
+def _update_running(
+    running_var: Tensor, num_batches_tracked: Tensor | None, batch_var: Tensor, count: int, momentum: float | None
+) -> None:
+    """Count the batch and fold its (biased) variance into ``running_var`` (stored unbiased)."""
+    with torch.no_grad():
+        if num_batches_tracked is not None:
+            num_batches_tracked.add_(1)
+        factor = running_stats.momentum_factor(momentum, num_batches_tracked)
+        running_stats.update_running_(running_var, batch_var, factor, count)
+
+
+def evonorm_b(
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    v1: Tensor | None,
+    running_var: Tensor | None,
+    num_batches_tracked: Tensor | None,
+    *,
+    variant: str,
+    training: bool,
+    momentum: float | None,
+    eps: float,
+    sync: bool = False,
+    process_group: object | None = None,
+    impl: str = "fused",
+) -> Tensor:
+    """EvoNorm-B0/B1/B2 (``variant`` in :data:`B_VARIANTS`; ``v1`` (C,) only for B0).
+
+    Batch statistics are used when ``training`` or ``running_var`` is None; with ``sync`` and
+    an initialised process group of more than one process they are those of the whole
+    batch across processes (as ``SyncBatchNorm``). In training with ``running_var`` given,
+    ``num_batches_tracked`` (if given) is incremented and ``running_var`` updated in place
+    (``momentum``, or a cumulative average for ``momentum=None``).
+    """
+    _check_input("evonorm_b", x, eps, impl)
+    c = x.shape[1]
+    if variant not in B_VARIANTS:
+        raise ValueError(f"evonorm_b: unknown variant {variant!r}; accepted: {list(B_VARIANTS)}")
+    if variant == "b0" and (v1 is None or tuple(v1.shape) != (c,)):
+        raise ValueError(f"evonorm_b: variant 'b0' needs v1 of shape ({c},), got "
+                         f"{None if v1 is None else tuple(v1.shape)}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        _check_channel_tensor("evonorm_b", name, t, x)
+    if running_var is not None and tuple(running_var.shape) != (c,):
+        raise ValueError(f"evonorm_b: running_var must have shape ({c},), got {tuple(running_var.shape)}")
+    if x.numel() == 0:
+        return _apply_affine(x, weight, bias)
+    use_batch = training or running_var is None
+    synced = use_batch and _syncs(sync, process_group)
+    if impl == "fused" and not synced and _fused_supports(x, weight, bias):
+        from . import ops
+
+        w, b = _dense_affine(x, weight, bias)
+        if not use_batch:
+            return ops.fused_evonorm_b(x, w, b, v1, variant, eps, running_var, batch=None)
+        batch = ops.fused_batch_moments(x)
+        if training and running_var is not None:
+            _update_running(running_var, num_batches_tracked, batch.var, x.numel() // c, momentum)
+        return ops.fused_evonorm_b(x, w, b, v1, variant, eps, None, batch=batch)
+    xc = x.to(_compute_dtype(x))
+    if use_batch:
+        _, batch_var, count = stats.batch_moments(xc, sync, process_group)
+        if training and running_var is not None:
+            _update_running(running_var, num_batches_tracked, batch_var, count, momentum)
+    else:
+        batch_var = running_var
+    return _apply_affine(b_transform(xc, v1, batch_var, variant, eps), weight, bias).to(x.dtype)
+
+
+# ---- choosing the fused path ------------------------------------------------------------
+
+def _fused_supports(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> bool:
+    """Whether today's fused kernels take these arguments (per-sample affine: not yet)."""
+    return all(t is None or t.dim() == 1 for t in (weight, bias))
+
+
+def _dense_affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> tuple[Tensor, Tensor]:
+    c = x.shape[1]
+    like = weight if weight is not None else bias
+    dtype, device = (like.dtype, like.device) if like is not None else (_compute_dtype(x), x.device)
+    w = weight if weight is not None else torch.ones(c, dtype=dtype, device=device)
+    b = bias if bias is not None else torch.zeros(c, dtype=dtype, device=device)
+    return w, b

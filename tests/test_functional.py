@@ -1,0 +1,159 @@
+"""evonorm_core.functional against the float64 paper formulas: both impls, every weight form,
+the running-variance update, and clear errors for bad arguments."""
+import pytest
+import torch
+
+from evonorm_core import functional as EF
+
+from . import paper_reference as ref
+
+S_SERIES = {"evonorm_s0": dict(v1=True, centered=True), "evonorm_s1": dict(v1=False, centered=True),
+            "evonorm_s2": dict(v1=False, centered=False)}
+B_SERIES = {"evonorm_b0": "b0", "evonorm_b1": "b1", "evonorm_b2": "b2"}
+WEIGHTS = ["none", "channel", "sample"]
+
+
+def affine_params(kind, n, c, dtype=torch.float32):
+    """(weight, bias) of the kind, and the (N or 1, C, 1, 1) float64 gamma/beta to apply by hand."""
+    if kind == "none":
+        return None, None, torch.ones(1, c, 1, 1, dtype=torch.float64), torch.zeros(1, c, 1, 1, dtype=torch.float64)
+    shape = (c,) if kind == "channel" else (n, c)
+    w, b = torch.randn(shape, dtype=dtype) * 0.5 + 1, torch.randn(shape, dtype=dtype) * 0.5
+    view = (lambda t: t.double().view(1, c, 1, 1)) if kind == "channel" else (lambda t: t.double()[:, :, None, None])
+    return w, b, view(w), view(b)
+
+
+def unit_params(c, v1=None, running_var=None):
+    p = {"gamma": torch.ones(c, dtype=torch.float64), "beta": torch.zeros(c, dtype=torch.float64)}
+    if v1 is not None:
+        p["v1"] = v1.double()
+    if running_var is not None:
+        p["running_var"] = running_var.double()
+    return p
+
+
+@pytest.mark.parametrize("impl", EF.IMPLS)
+@pytest.mark.parametrize("kind", WEIGHTS)
+@pytest.mark.parametrize("name", list(S_SERIES))
+def test_evonorm_s_matches_paper(name, kind, impl):
+    n, c, groups = 3, 12, 4
+    x = torch.randn(n, c, 9, 7) * 1.5 + 0.3
+    w, b, gamma, beta = affine_params(kind, n, c)
+    v1 = torch.rand(c) + 0.5 if S_SERIES[name]["v1"] else None
+    y = EF.evonorm_s(x, w, b, v1, groups=groups, eps=1e-3, centered=S_SERIES[name]["centered"], impl=impl)
+    want = ref.reference(name, True)(x.double(), unit_params(c, v1), 1e-3, groups=groups) * gamma + beta
+    torch.testing.assert_close(y.double(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("impl", EF.IMPLS)
+@pytest.mark.parametrize("kind", WEIGHTS)
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("name", list(B_SERIES))
+def test_evonorm_b_matches_paper_and_updates_running_var(name, training, kind, impl):
+    n, c = 4, 6
+    x = torch.randn(n, c, 5, 6) * 1.5 + 0.3
+    w, b, gamma, beta = affine_params(kind, n, c)
+    v1 = torch.rand(c) + 0.5 if name == "evonorm_b0" else None
+    running_var, tracked = torch.rand(c) + 0.5, torch.tensor(3)
+    before = running_var.clone()
+    y = EF.evonorm_b(x, w, b, v1, running_var, tracked, variant=B_SERIES[name], training=training,
+                     momentum=0.25, eps=1e-3, impl=impl)
+    p = unit_params(c, v1, before)
+    want = ref.reference(name, True)(x.double(), p, 1e-3, training=training) * gamma + beta
+    torch.testing.assert_close(y.double(), want, rtol=1e-4, atol=1e-4)
+    if training:  # BatchNorm's rule: unbiased batch variance, weight momentum
+        unbiased = x.double().var(dim=(0, 2, 3), unbiased=True)
+        torch.testing.assert_close(running_var.double(), 0.75 * before.double() + 0.25 * unbiased)
+        assert tracked.item() == 4
+    else:
+        assert torch.equal(running_var, before) and tracked.item() == 3
+
+
+def test_momentum_none_is_a_cumulative_average():
+    running_var, tracked = torch.ones(4), torch.tensor(0)
+    batches = [torch.randn(3, 4, 5, 5) * s for s in (1.0, 2.0, 3.0)]
+    for x in batches:
+        EF.evonorm_b(x, None, None, None, running_var, tracked, variant="b2", training=True, momentum=None, eps=1e-5)
+    want = torch.stack([x.double().var(dim=(0, 2, 3)) for x in batches]).mean(0)
+    torch.testing.assert_close(running_var.double(), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["evonorm_s0", "evonorm_b0"])
+def test_per_sample_affine_gradients_match_reference(name):
+    """Class-conditional layers: the per-sample (N, C) weight and bias get per-sample gradients."""
+    n, c = 3, 8
+    x = torch.randn(n, c, 6, 5, dtype=torch.float64)
+    w = (torch.randn(n, c, dtype=torch.float64) * 0.3 + 1)
+    b = torch.randn(n, c, dtype=torch.float64) * 0.3
+    v1 = torch.rand(c, dtype=torch.float64) + 0.5
+    grads = []
+    for impl in EF.IMPLS:
+        inputs = [t.clone().requires_grad_() for t in (x, w, b, v1)]
+        if name == "evonorm_s0":
+            y = EF.evonorm_s(*inputs, groups=4, eps=1e-5, impl=impl)
+        else:
+            y = EF.evonorm_b(*inputs, torch.ones(c, dtype=torch.float64), None, variant="b0", training=True,
+                             momentum=0.1, eps=1e-5, impl=impl)
+        grads.append(torch.autograd.grad(y, inputs, torch.cos(torch.arange(y.numel(), dtype=y.dtype)).view_as(y)))
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("impl", EF.IMPLS)
+def test_empty_batch_leaves_running_var(impl):
+    running_var, tracked = torch.ones(4), torch.tensor(0)
+    y = EF.evonorm_b(torch.empty(0, 4, 3, 3), None, None, None, running_var, tracked, variant="b1", training=True,
+                     momentum=0.1, eps=1e-5, impl=impl)
+    assert y.shape == (0, 4, 3, 3) and tracked.item() == 0 and torch.equal(running_var, torch.ones(4))
+    assert EF.evonorm_s(torch.empty(2, 4, 0, 3), None, None, None, groups=2, eps=1e-5, impl=impl).shape == (2, 4, 0, 3)
+
+
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda x: EF.evonorm_s(x, None, None, None, groups=3, eps=1e-5), r"groups must be a positive int dividing the 8"),
+        (lambda x: EF.evonorm_s(x, None, None, None, groups=2, eps=0.0), r"eps must be a finite positive number, got 0.0"),
+        (lambda x: EF.evonorm_s(x, None, None, None, groups=2, eps=1e-5, impl="triton"),
+         r"impl must be one of \['fused', 'reference'\], got 'triton'"),
+        (lambda x: EF.evonorm_s(x, torch.ones(3, 8), None, None, groups=2, eps=1e-5),
+         r"weight must be None, \(8,\) or per sample \(2, 8\) .* got shape \(3, 8\)"),
+        (lambda x: EF.evonorm_s(x[0], None, None, None, groups=2, eps=1e-5), r"expects an NCHW tensor"),
+        (lambda x: EF.evonorm_s(x.long(), None, None, None, groups=2, eps=1e-5), r"floating-point input, got dtype torch.int64"),
+        (lambda x: EF.evonorm_b(x, None, None, None, None, None, variant="b3", training=True, momentum=0.1, eps=1e-5),
+         r"unknown variant 'b3'; accepted: \['b0', 'b1', 'b2'\]"),
+        (lambda x: EF.evonorm_b(x, None, None, None, None, None, variant="b0", training=True, momentum=0.1, eps=1e-5),
+         r"variant 'b0' needs v1 of shape \(8,\), got None"),
+    ],
+)
+def test_bad_arguments_are_named(call, message):
+    with pytest.raises(ValueError, match=message):
+        call(torch.randn(2, 8, 3, 3))
+
+
+class _Calls(torch.nn.Module):
+    """Calls the functional API the way the layers do: through the module's namespace."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("running_var", torch.ones(8))
+        self.register_buffer("num_batches_tracked", torch.tensor(0))
+        self.v1 = torch.nn.Parameter(torch.rand(8) + 0.5)
+
+    def forward(self, x, w):
+        y = EF.evonorm_s(x, w, None, self.v1, groups=4, eps=1e-5)
+        y = EF.evonorm_b(y, w, None, self.v1, self.running_var, self.num_batches_tracked, variant="b0",
+                         training=self.training, momentum=0.1, eps=1e-5)
+        return EF.affine(y, w, None)
+
+
+def test_fx_symbolic_trace_records_one_node_per_call():
+    module = _Calls()
+    traced = torch.fx.symbolic_trace(module)
+    targets = [n.target for n in traced.graph.nodes if n.op == "call_function"]
+    assert [t.__name__ for t in targets] == ["evonorm_s", "evonorm_b", "affine"]
+    x, w = torch.randn(2, 8, 4, 4), torch.rand(2, 8) + 0.5
+    eager, copy = _Calls(), _Calls()
+    copy.load_state_dict(eager.state_dict())
+    torch.testing.assert_close(torch.fx.symbolic_trace(copy)(x, w), eager(x, w))
+    torch.testing.assert_close(copy.running_var, eager.running_var)
+    assert copy.num_batches_tracked.item() == 1
