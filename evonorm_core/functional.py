@@ -164,10 +164,8 @@ def evonorm_s(
         raise ValueError(f"evonorm_s: v1 must be None or ({c},), got shape {tuple(v1.shape)}")
     if x.numel() == 0:
         return _apply_affine(x, weight, bias)
-    if impl == "fused" and _fused_supports(x, weight, bias):
-        from . import ops
-
-        return ops.fused_evonorm_s(x, *_dense_affine(x, weight, bias), v1, groups, eps, centered)
+    if impl == "fused" and _use_operator(x):
+        return _operators().s_forward(x, weight, bias, v1, groups, float(eps), bool(centered))[0]
     z = s_transform(x.to(_compute_dtype(x)), v1, groups, eps, centered)
     return _apply_affine(z, weight, bias).to(x.dtype)
 
@@ -225,21 +223,25 @@ def evonorm_b(
     if x.numel() == 0:
         return _apply_affine(x, weight, bias)
     use_batch = training or running_var is None
+    update = training and running_var is not None
     synced = use_batch and _syncs(sync, process_group)
-    if impl == "fused" and not synced and _fused_supports(x, weight, bias):
-        from . import ops
-
-        w, b = _dense_affine(x, weight, bias)
+    count = x.numel() // c
+    if impl == "fused" and _use_operator(x):
+        op, index = _operators().b_forward, B_VARIANTS.index(variant)
         if not use_batch:
-            return ops.fused_evonorm_b(x, w, b, v1, variant, eps, running_var, batch=None)
-        batch = ops.fused_batch_moments(x)
-        if training and running_var is not None:
-            _update_running(running_var, num_batches_tracked, batch.var, x.numel() // c, momentum)
-        return ops.fused_evonorm_b(x, w, b, v1, variant, eps, None, batch=batch)
+            return op(x, weight, bias, v1, running_var, index, float(eps))[0]
+        if not synced:
+            y, _, _, _, batch_var = op(x, weight, bias, v1, None, index, float(eps))
+        else:  # the operator takes the all-reduced variance; its gradient flows back through the all-reduce
+            _, batch_var, count = stats.batch_moments(x.to(_compute_dtype(x)), sync, process_group)
+            y = op(x, weight, bias, v1, batch_var, index, float(eps))[0]
+        if update:
+            _update_running(running_var, num_batches_tracked, batch_var, count, momentum)
+        return y
     xc = x.to(_compute_dtype(x))
     if use_batch:
         _, batch_var, count = stats.batch_moments(xc, sync, process_group)
-        if training and running_var is not None:
+        if update:
             _update_running(running_var, num_batches_tracked, batch_var, count, momentum)
     else:
         batch_var = running_var
@@ -248,15 +250,32 @@ def evonorm_b(
 
 # ---- choosing the fused path ------------------------------------------------------------
 
-def _fused_supports(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> bool:
-    """Whether today's fused kernels take these arguments (per-sample affine: not yet)."""
-    return all(t is None or t.dim() == 1 for t in (weight, bias))
+# Under torch.compile (Inductor), per device type: True runs the registered operator (an
+# opaque kernel call in the compiled graph), False the composed formula (which Inductor
+# fuses into its own kernels: C++ on the CPU, Triton on CUDA). Chosen by measurement, see
+# docs/benchmarks.md ("compiled").
+COMPILED_USES_OPERATOR = {"cpu": True, "cuda": False}
 
 
-def _dense_affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> tuple[Tensor, Tensor]:
-    c = x.shape[1]
-    like = weight if weight is not None else bias
-    dtype, device = (like.dtype, like.device) if like is not None else (_compute_dtype(x), x.device)
-    w = weight if weight is not None else torch.ones(c, dtype=dtype, device=device)
-    b = bias if bias is not None else torch.zeros(c, dtype=dtype, device=device)
-    return w, b
+def _use_operator(x: Tensor) -> bool:
+    """Whether ``impl="fused"`` runs the registered operator for ``x`` here, or the composed formula.
+
+    ONNX export: the formula (plain ONNX ops). ``torch.export``: the operator (one node per
+    layer). ``torch.compile``: :data:`COMPILED_USES_OPERATOR`. Eager: the operator.
+    """
+    if torch.onnx.is_in_onnx_export():
+        return False
+    if torch.compiler.is_exporting():
+        return True
+    if torch.compiler.is_compiling():
+        return COMPILED_USES_OPERATOR.get(x.device.type, False)
+    return True
+
+
+def _operators():
+    """``torch.ops.evonorm``, defined and with its CPU kernels loaded."""
+    from . import ops
+
+    if not ops.is_loaded():
+        ops.load()
+    return torch.ops.evonorm

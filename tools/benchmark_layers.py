@@ -313,8 +313,8 @@ def main(argv: list[str] | None = None) -> None:
     dtype, layers = DTYPES[args.dtype], select_layers(args)
     print(f"# torch {torch.__version__}, device {args.device}, {args.threads} threads, {args.dtype}, "
           f"{'channels_last' if args.channels_last else 'NCHW'}, {'eval' if args.eval else 'train'} mode, "
-          f"median and min of {args.reps} interleaved reps after {args.warmup} warm-up; fused kernels: "
-          f"{evonorm_core.ops.select_kernels(torch.empty(1, device=args.device, dtype=dtype)).name}; "
+          f"median and min of {args.reps} interleaved reps after {args.warmup} warm-up; CPU kernels: "
+          f"{evonorm_core.ops.status()}; "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     results = []
     for shape in args.shapes:

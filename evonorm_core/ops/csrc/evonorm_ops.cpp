@@ -1,0 +1,554 @@
+// CPU kernels of the EvoNorm operators (namespace `evonorm`; schemas, fake tensors and
+// autograd are registered from Python in evonorm_core/ops/library.py).
+//
+// Each operator is one call per direction: the forward makes two passes over x (moments,
+// then the output), the backward two passes over (grad, x) (per-(n, c) sums, then dx), and
+// everything in between (group / batch combination, the per-(n, c) coefficients, the
+// small parameter gradients) is O(N C) work done here, not by PyTorch ops from Python.
+// Layouts: NCHW-contiguous or channels_last-contiguous x (anything else is made
+// contiguous). Dtypes: float32, float16, bfloat16 (statistics in float32) and float64
+// (statistics in float64). Affine weight/bias: absent, per channel (C) or per sample (N, C).
+// The derivation of the backward is written out in evonorm_core/ops/reference.py.
+#include <Python.h>  // first, as Python requires
+
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+namespace evonorm {
+namespace {
+
+using at::Tensor;
+using i64 = int64_t;
+
+template <typename T> struct AccOf { using type = float; };
+template <> struct AccOf<double> { using type = double; };
+
+// exp(x) without libm so that loops vectorize: x = k ln2 + r, |r| <= ln2 / 2, exp(r) by its
+// degree-6 Taylor polynomial (relative error < 3e-7), 2^k through the exponent bits. The
+// reduction uses rint and fma, which -fassociative-math cannot reorder. NaN stays NaN.
+inline float exp_fast(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    const float k = __builtin_rintf(x * 1.44269504f);
+    const float r = __builtin_fmaf(-k, 1.42860677e-6f, __builtin_fmaf(-k, 0.693145752f, x));
+    const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    const int32_t scale_bits = (static_cast<int32_t>(k) + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &scale_bits, sizeof scale);
+    return p * scale;
+}
+inline double exp_fast(double x) { return std::exp(x); }
+
+template <typename A> inline A sigmoid(A z) { return A(1) / (A(1) + exp_fast(-z)); }
+template <typename A> inline A max_of(A a, A b) { return a > b ? a : b; }
+
+// Sums over long runs accumulate in the accumulation type within blocks of BLOCK
+// elements (vectorized) and in double across blocks.
+constexpr i64 BLOCK = 256;
+constexpr i64 CHANNEL_CHUNK = 256;  // channels per task in channels_last reductions
+
+struct Shape {
+    i64 N, C, HW;
+    bool nhwc;
+};
+
+Shape shape_of(const Tensor& x) {
+    return {x.size(0), x.size(1), x.size(2) * x.size(3), !x.is_contiguous()};
+}
+
+// x as a dense tensor: NCHW-contiguous, or channels_last-contiguous when it is that already.
+Tensor dense(const Tensor& x) {
+    if (x.is_contiguous() || x.is_contiguous(at::MemoryFormat::ChannelsLast)) return x;
+    return x.contiguous();
+}
+
+Tensor like_layout(const Tensor& t, const Tensor& x) {
+    const auto format = x.is_contiguous() ? at::MemoryFormat::Contiguous : at::MemoryFormat::ChannelsLast;
+    return t.contiguous(format);
+}
+
+Tensor empty_like_layout(const Tensor& x, at::ScalarType dtype) {
+    const auto format = x.is_contiguous() ? at::MemoryFormat::Contiguous : at::MemoryFormat::ChannelsLast;
+    return at::empty(x.sizes(), x.options().dtype(dtype).memory_format(format));
+}
+
+at::ScalarType acc_dtype(const Tensor& x) {
+    return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+// A per-channel (C) or per-sample (N, C) tensor as a dense (N, C) vector in `acc`, or `fill`.
+template <typename A>
+std::vector<A> per_nc(const std::optional<Tensor>& t, i64 N, i64 C, A fill) {
+    std::vector<A> out(N * C, fill);
+    if (!t.has_value()) return out;
+    const Tensor d = t->detach().to(c10::CppTypeToScalarType<A>::value).contiguous();
+    const A* p = d.data_ptr<A>();
+    const bool per_sample = d.dim() == 2;
+    for (i64 n = 0; n < N; n++)
+        for (i64 c = 0; c < C; c++) out[n * C + c] = per_sample ? p[n * C + c] : p[c];
+    return out;
+}
+
+template <typename A>
+std::vector<A> per_c(const std::optional<Tensor>& t, i64 C, A fill) {
+    return per_nc<A>(t.has_value() ? std::optional<Tensor>(t->reshape({-1})) : std::nullopt, 1, C, fill);
+}
+
+i64 grain(i64 work_per_item) { return std::max<i64>(1, 16384 / std::max<i64>(1, work_per_item)); }
+
+// ---- per-(n, c) sums of K terms over each plane ---------------------------------------
+// term(j, c, nc, out) adds the K terms of element j (channel c, plane nc) to out[0..K).
+// Result: sums[k * N * C + nc], double.
+template <int K, typename A, typename Term>
+std::vector<double> plane_sums(const Shape& s, Term term) {
+    std::vector<double> sums(K * s.N * s.C, 0.0);
+    double* out = sums.data();
+    const i64 NC = s.N * s.C;
+    if (!s.nhwc) {
+        at::parallel_for(0, NC, grain(s.HW), [&](i64 begin, i64 end) {
+            for (i64 nc = begin; nc < end; nc++) {
+                const i64 c = nc % s.C;
+                double total[K] = {};
+                for (i64 j0 = nc * s.HW; j0 < (nc + 1) * s.HW; j0 += BLOCK) {
+                    const i64 j1 = std::min(j0 + BLOCK, (nc + 1) * s.HW);
+                    A block[K] = {};
+                    for (i64 j = j0; j < j1; j++) term(j, c, nc, block);
+                    for (int k = 0; k < K; k++) total[k] += block[k];
+                }
+                for (int k = 0; k < K; k++) out[k * NC + nc] = total[k];
+            }
+        });
+        return sums;
+    }
+    const i64 chunks = (s.C + CHANNEL_CHUNK - 1) / CHANNEL_CHUNK;
+    at::parallel_for(0, s.N * chunks, grain(s.HW * CHANNEL_CHUNK), [&](i64 begin, i64 end) {
+        std::vector<A> block(K * CHANNEL_CHUNK);
+        for (i64 task = begin; task < end; task++) {
+            const i64 n = task / chunks, c0 = (task % chunks) * CHANNEL_CHUNK, c1 = std::min(c0 + CHANNEL_CHUNK, s.C);
+            const i64 width = c1 - c0;
+            for (i64 i0 = 0; i0 < s.HW; i0 += BLOCK) {
+                std::fill(block.begin(), block.end(), A(0));
+                for (i64 i = i0; i < std::min(i0 + BLOCK, s.HW); i++) {
+                    const i64 base = (n * s.HW + i) * s.C;
+                    A* b = block.data();
+                    for (i64 c = c0; c < c1; c++) {
+                        A t[K] = {};
+                        term(base + c, c, n * s.C + c, t);
+                        for (int k = 0; k < K; k++) b[k * CHANNEL_CHUNK + (c - c0)] += t[k];
+                    }
+                }
+                for (int k = 0; k < K; k++)
+                    for (i64 c = 0; c < width; c++) out[k * NC + n * s.C + c0 + c] += block[k * CHANNEL_CHUNK + c];
+            }
+        }
+    });
+    return sums;
+}
+
+// body(j, c, nc) for every element j (channel c, plane nc).
+template <typename Body>
+void elementwise(const Shape& s, Body body) {
+    if (!s.nhwc) {
+        at::parallel_for(0, s.N * s.C, grain(s.HW), [&](i64 begin, i64 end) {
+            for (i64 nc = begin; nc < end; nc++) {
+                const i64 c = nc % s.C;
+                for (i64 j = nc * s.HW; j < (nc + 1) * s.HW; j++) body(j, c, nc);
+            }
+        });
+        return;
+    }
+    at::parallel_for(0, s.N * s.HW, grain(s.C), [&](i64 begin, i64 end) {
+        for (i64 p = begin; p < end; p++) {
+            const i64 n_c = (p / s.HW) * s.C;
+            for (i64 c = 0; c < s.C; c++) body(p * s.C + c, c, n_c + c);
+        }
+    });
+}
+
+// Per-(n, c) mean and biased variance. Sums are of x - k, k the plane's first value, so
+// the variance stays exact for near-constant planes (|mean| >> std).
+template <typename T, typename A>
+void plane_moments(const T* x, const Shape& s, std::vector<double>& mean, std::vector<double>& var) {
+    const i64 NC = s.N * s.C;
+    std::vector<A> shift(NC);
+    for (i64 nc = 0; nc < NC; nc++) {
+        const i64 n = nc / s.C, c = nc % s.C;
+        shift[nc] = static_cast<A>(x[s.nhwc ? n * s.HW * s.C + c : nc * s.HW]);
+    }
+    const A* k = shift.data();
+    auto sums = plane_sums<2, A>(s, [&](i64 j, i64, i64 nc, A* out) {
+        const A d = static_cast<A>(x[j]) - k[nc];
+        out[0] += d;
+        out[1] += d * d;
+    });
+    mean.resize(NC);
+    var.resize(NC);
+    for (i64 nc = 0; nc < NC; nc++) {
+        const double offset = sums[nc] / s.HW;
+        mean[nc] = k[nc] + offset;
+        var[nc] = std::max(sums[NC + nc] / s.HW - offset * offset, 0.0);
+    }
+}
+
+// Group moments (N, G): for NCHW each group is one contiguous run, summed directly;
+// channels_last combines per-channel moments (Chan's formula).
+template <typename T, typename A>
+void group_moments(const T* x, const Shape& s, i64 G, double* mean, double* var) {
+    const i64 Cg = s.C / G;
+    if (s.nhwc) {
+        std::vector<double> m, v;
+        plane_moments<T, A>(x, s, m, v);
+        for (i64 ng = 0; ng < s.N * G; ng++) {
+            double mu = 0, within = 0, between = 0;
+            for (i64 c = 0; c < Cg; c++) mu += m[ng * Cg + c];
+            mu /= Cg;
+            for (i64 c = 0; c < Cg; c++) {
+                within += v[ng * Cg + c];
+                between += (m[ng * Cg + c] - mu) * (m[ng * Cg + c] - mu);
+            }
+            mean[ng] = mu;
+            var[ng] = (within + between) / Cg;
+        }
+        return;
+    }
+    const i64 L = Cg * s.HW;
+    at::parallel_for(0, s.N * G, grain(L), [&](i64 begin, i64 end) {
+        for (i64 ng = begin; ng < end; ng++) {
+            const T* run = x + ng * L;
+            const A k = static_cast<A>(run[0]);
+            double s1 = 0, s2 = 0;
+            for (i64 j0 = 0; j0 < L; j0 += BLOCK) {
+                const i64 j1 = std::min(j0 + BLOCK, L);
+                A b1 = 0, b2 = 0;
+                for (i64 j = j0; j < j1; j++) {
+                    const A d = static_cast<A>(run[j]) - k;
+                    b1 += d;
+                    b2 += d * d;
+                }
+                s1 += b1;
+                s2 += b2;
+            }
+            const double offset = s1 / L;
+            mean[ng] = k + offset;
+            var[ng] = std::max(s2 / L - offset * offset, 0.0);
+        }
+    });
+}
+
+// Copy `v` into the dense tensor `t` (any floating dtype).
+void fill(Tensor& t, const std::vector<double>& v) {
+    TORCH_CHECK(t.is_contiguous() && static_cast<size_t>(t.numel()) == v.size(), "evonorm: internal size mismatch");
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t.scalar_type(), "evonorm_fill", [&] {
+        scalar_t* p = t.data_ptr<scalar_t>();
+        for (size_t i = 0; i < v.size(); i++) p[i] = static_cast<scalar_t>(v[i]);
+    });
+}
+
+Tensor nc_tensor(const std::vector<double>& v, at::IntArrayRef sizes, const at::TensorOptions& options) {
+    Tensor t = at::empty(sizes, options);
+    fill(t, v);
+    return t;
+}
+
+std::vector<double> as_double(const Tensor& t) {
+    const Tensor d = t.detach().to(at::kDouble).contiguous();
+    return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+}
+
+// The gradient of a per-channel or per-sample parameter from its per-(n, c) sums.
+Tensor param_grad(const std::vector<double>& per_nc_sum, const Tensor& like, i64 N, i64 C) {
+    if (like.dim() == 2) return nc_tensor(per_nc_sum, {N, C}, like.options());
+    std::vector<double> per_c(C, 0.0);
+    for (i64 n = 0; n < N; n++)
+        for (i64 c = 0; c < C; c++) per_c[c] += per_nc_sum[n * C + c];
+    return nc_tensor(per_c, {C}, like.options());
+}
+
+void check_input(const Tensor& x, const char* op) {
+    TORCH_CHECK(x.dim() == 4, op, ": expected an NCHW tensor, got ", x.dim(), " dims");
+    TORCH_CHECK(at::isFloatingType(x.scalar_type()), op, ": expected a floating-point tensor, got ", x.scalar_type());
+}
+
+Tensor empty_vector() { return at::empty({0}, at::TensorOptions().dtype(at::kFloat)); }
+
+// ============================== S series ==============================================
+// y = x sigmoid(v x) r gamma + beta, r = (m2 + eps)^-1/2 per (n, group), m2 the group
+// variance (centered) or mean square. Returns (y, group mean (N, G), r (N, G)).
+std::tuple<Tensor, Tensor, Tensor> s_forward(const Tensor& x_in, const std::optional<Tensor>& weight,
+                                             const std::optional<Tensor>& bias, const std::optional<Tensor>& v1,
+                                             int64_t groups, double eps, bool centered) {
+    check_input(x_in, "evonorm::s_forward");
+    const Tensor x = dense(x_in);
+    const Shape s = shape_of(x);
+    const i64 G = groups, Cg = s.C / G;
+    TORCH_CHECK(G > 0 && s.C % G == 0, "evonorm::s_forward: groups=", G, " does not divide C=", s.C);
+    const auto stats = x.options().dtype(acc_dtype(x));
+    Tensor y = empty_like_layout(x, x.scalar_type());
+    Tensor mean_t = at::empty({s.N, G}, stats), rstd_t = at::empty({s.N, G}, stats);
+    std::vector<double> mean(s.N * G), rstd(s.N * G);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "evonorm_s_forward", [&] {
+        using A = typename AccOf<scalar_t>::type;
+        const scalar_t* xp = x.const_data_ptr<scalar_t>();
+        std::vector<double> var(s.N * G);
+        group_moments<scalar_t, A>(xp, s, G, mean.data(), var.data());
+        for (i64 ng = 0; ng < s.N * G; ng++)
+            rstd[ng] = 1.0 / std::sqrt((centered ? var[ng] : var[ng] + mean[ng] * mean[ng]) + eps);
+        std::vector<A> a = per_nc<A>(weight, s.N, s.C, A(1)), b = per_nc<A>(bias, s.N, s.C, A(0));
+        const std::vector<A> v = per_c<A>(v1, s.C, A(1));
+        for (i64 nc = 0; nc < s.N * s.C; nc++) a[nc] *= static_cast<A>(rstd[nc / Cg]);
+        const A *ap = a.data(), *bp = b.data(), *vp = v.data();
+        scalar_t* yp = y.data_ptr<scalar_t>();
+        elementwise(s, [&](i64 j, i64 c, i64 nc) {
+            const A xj = static_cast<A>(xp[j]);
+            yp[j] = static_cast<scalar_t>(xj * sigmoid(vp[c] * xj) * ap[nc] + bp[nc]);
+        });
+    });
+    fill(mean_t, mean);
+    fill(rstd_t, rstd);
+    return {y, mean_t, rstd_t};
+}
+
+// With s = sigmoid(v x), r the group's rstd, M = C/G HW:
+//   dgamma = sum_hw g x s r, dbeta = sum_hw g, dv = sum_{n,hw} g x^2 s (1 - s) r gamma,
+//   dr = sum_{group,hw} g x s gamma, k = -dr r^3 / M,
+//   dx = g r gamma (s + v x s (1 - s)) + k (x - mu)       (mu the group mean; 0 if not centered)
+std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, const Tensor& x_in,
+                                                      const std::optional<Tensor>& weight,
+                                                      const std::optional<Tensor>& bias,
+                                                      const std::optional<Tensor>& v1, const Tensor& mean_t,
+                                                      const Tensor& rstd_t, int64_t groups, bool centered,
+                                                      std::array<bool, 3> mask) {
+    check_input(x_in, "evonorm::s_backward");
+    const Tensor x = dense(x_in);
+    const Tensor g = like_layout(grad_in.to(x.scalar_type()), x);
+    const Shape s = shape_of(x);
+    const i64 G = groups, Cg = s.C / G, NC = s.N * s.C;
+    const std::vector<double> mean = as_double(mean_t), rstd = as_double(rstd_t);
+    Tensor dx = empty_like_layout(x, x.scalar_type()), dweight, dbias, dv;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "evonorm_s_backward", [&] {
+        using A = typename AccOf<scalar_t>::type;
+        const scalar_t *xp = x.const_data_ptr<scalar_t>(), *gp = g.const_data_ptr<scalar_t>();
+        const std::vector<A> v = per_c<A>(v1, s.C, A(1));
+        const std::vector<A> w = per_nc<A>(weight, s.N, s.C, A(1));
+        const A* vp = v.data();
+        const bool need_dv = mask[2] && v1.has_value();
+        // sums[0] = sum g x s, sums[1] = sum g, sums[2] = sum g x^2 s (1 - s)
+        std::vector<double> sums;
+        if (need_dv) {
+            sums = plane_sums<3, A>(s, [&](i64 j, i64 c, i64, A* out) {
+                const A xj = static_cast<A>(xp[j]), gj = static_cast<A>(gp[j]);
+                const A sg = sigmoid(vp[c] * xj), f = gj * xj * sg;
+                out[0] += f;
+                out[1] += gj;
+                out[2] += f * xj * (A(1) - sg);
+            });
+        } else {
+            sums = plane_sums<2, A>(s, [&](i64 j, i64 c, i64, A* out) {
+                const A xj = static_cast<A>(xp[j]), gj = static_cast<A>(gp[j]);
+                out[0] += gj * xj * sigmoid(vp[c] * xj);
+                out[1] += gj;
+            });
+        }
+        std::vector<A> a(NC), k(s.N * s.C), k0(NC);
+        std::vector<double> dgamma(NC), dbeta(NC), dvnc(need_dv ? NC : 0);
+        const double M = static_cast<double>(Cg * s.HW);
+        for (i64 ng = 0; ng < s.N * G; ng++) {
+            double dr = 0;
+            for (i64 nc = ng * Cg; nc < (ng + 1) * Cg; nc++) dr += sums[nc] * w[nc];
+            const double r = rstd[ng], kk = -dr * r * r * r / M, kk0 = centered ? -kk * mean[ng] : 0.0;
+            for (i64 nc = ng * Cg; nc < (ng + 1) * Cg; nc++) {
+                a[nc] = static_cast<A>(w[nc] * r);
+                k[nc] = static_cast<A>(kk);
+                k0[nc] = static_cast<A>(kk0);
+                dgamma[nc] = sums[nc] * r;
+                dbeta[nc] = sums[NC + nc];
+                if (need_dv) dvnc[nc] = sums[2 * NC + nc] * w[nc] * r;
+            }
+        }
+        const A *ap = a.data(), *kp = k.data(), *k0p = k0.data();
+        scalar_t* dxp = dx.data_ptr<scalar_t>();
+        elementwise(s, [&](i64 j, i64 c, i64 nc) {
+            const A xj = static_cast<A>(xp[j]), sg = sigmoid(vp[c] * xj);
+            dxp[j] = static_cast<scalar_t>(static_cast<A>(gp[j]) * ap[nc] * sg * (A(1) + vp[c] * xj * (A(1) - sg)) +
+                                           kp[nc] * xj + k0p[nc]);
+        });
+        if (mask[0] && weight.has_value()) dweight = param_grad(dgamma, *weight, s.N, s.C);
+        if (mask[1] && bias.has_value()) dbias = param_grad(dbeta, *bias, s.N, s.C);
+        if (need_dv) dv = param_grad(dvnc, *v1, s.N, s.C);
+    });
+    auto or_empty = [](const Tensor& t) { return t.defined() ? t : empty_vector(); };
+    return {dx, or_empty(dweight), or_empty(dbias), or_empty(dv)};
+}
+
+// ============================== B series ==============================================
+// y = x / max(sb, p x + q) gamma + beta with sb = sqrt(batch_var + eps) per channel and, per
+// (n, c), B0: p = v1, q = sqrt(s2_wh + eps); B1: p = q = sqrt(mu_wh(x^2) + eps); B2: p = -1,
+// q = sqrt(mu_wh(x^2) + eps). batch_var: given (eval: the moving average; synchronized
+// training: the all-reduced variance), else the batch's own (biased) variance.
+// Returns (y, instance mean (N, C), q (N, C), batch mean (C), batch var (C)); the last two
+// are empty when batch_var was given.
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in, const std::optional<Tensor>& weight,
+                                                             const std::optional<Tensor>& bias,
+                                                             const std::optional<Tensor>& v1,
+                                                             const std::optional<Tensor>& batch_var_in,
+                                                             int64_t variant, double eps) {
+    check_input(x_in, "evonorm::b_forward");
+    TORCH_CHECK(variant >= 0 && variant <= 2, "evonorm::b_forward: variant must be 0, 1 or 2, got ", variant);
+    const Tensor x = dense(x_in);
+    const Shape s = shape_of(x);
+    const i64 NC = s.N * s.C;
+    const bool given = batch_var_in.has_value();
+    const auto stats = x.options().dtype(acc_dtype(x));
+    Tensor y = empty_like_layout(x, x.scalar_type());
+    Tensor mean_t = at::empty({s.N, s.C}, stats), q_t = at::empty({s.N, s.C}, stats);
+    Tensor batch_mean_t = at::empty({given ? 0 : s.C}, stats), batch_var_t = at::empty({given ? 0 : s.C}, stats);
+    std::vector<double> mean, var, q(NC), batch_mean, batch_var;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "evonorm_b_forward", [&] {
+        using A = typename AccOf<scalar_t>::type;
+        const scalar_t* xp = x.const_data_ptr<scalar_t>();
+        plane_moments<scalar_t, A>(xp, s, mean, var);
+        if (batch_var_in.has_value()) {
+            batch_var = as_double(*batch_var_in);
+        } else {
+            batch_mean.assign(s.C, 0.0);
+            batch_var.assign(s.C, 0.0);
+            for (i64 nc = 0; nc < NC; nc++) batch_mean[nc % s.C] += mean[nc] / s.N;
+            for (i64 nc = 0; nc < NC; nc++) {
+                const double d = mean[nc] - batch_mean[nc % s.C];
+                batch_var[nc % s.C] += (var[nc] + d * d) / s.N;
+            }
+        }
+        std::vector<A> sb(s.C), p(NC), qa(NC);
+        for (i64 c = 0; c < s.C; c++) sb[c] = static_cast<A>(std::sqrt(batch_var[c] + eps));
+        const std::vector<A> v = per_c<A>(v1, s.C, A(1));
+        for (i64 nc = 0; nc < NC; nc++) {
+            q[nc] = std::sqrt((variant == 0 ? var[nc] : var[nc] + mean[nc] * mean[nc]) + eps);
+            qa[nc] = static_cast<A>(q[nc]);
+            p[nc] = variant == 0 ? v[nc % s.C] : (variant == 1 ? qa[nc] : A(-1));
+        }
+        const std::vector<A> w = per_nc<A>(weight, s.N, s.C, A(1)), b = per_nc<A>(bias, s.N, s.C, A(0));
+        const A *sbp = sb.data(), *pp = p.data(), *qp = qa.data(), *wp = w.data(), *bp = b.data();
+        scalar_t* yp = y.data_ptr<scalar_t>();
+        elementwise(s, [&](i64 j, i64 c, i64 nc) {
+            const A xj = static_cast<A>(xp[j]);
+            yp[j] = static_cast<scalar_t>(xj / max_of(sbp[c], pp[nc] * xj + qp[nc]) * wp[nc] + bp[nc]);
+        });
+    });
+    fill(mean_t, mean);
+    fill(q_t, q);
+    if (!given) {
+        fill(batch_mean_t, batch_mean);
+        fill(batch_var_t, batch_var);
+    }
+    return {y, mean_t, q_t, batch_mean_t, batch_var_t};
+}
+
+// With d = max(sb, u), u = p x + q, z = x / d, dd = -g gamma z / d (the gradient reaching d),
+// per (n, c): U = sum dd [u > sb], UX = sum dd x [u > sb], B = sum dd [u <= sb], G = sum g,
+// GZ = sum g z. Then dgamma = GZ, dbeta = G, dv1 = UX (B0), and
+//   dx = g gamma / d + [u > sb] dd p + k (x - mu_i) + k_b (x - mu_b)
+// with k = dq' / (q HW) (dq' = U, or U + UX for B1 where p = q; mu_i the instance mean for
+// B0, 0 for B1/B2), k_b = dsb / (sb N HW) when the batch statistics are x's own
+// (batch_from_x), dsb = sum_n B; d batch_var = dsb / (2 sb) is returned for given ones.
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
+    const Tensor& grad_in, const Tensor& x_in, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+    const std::optional<Tensor>& v1, const Tensor& mean_t, const Tensor& q_t, const Tensor& batch_mean_t, const Tensor& batch_var_t, int64_t variant,
+    double eps, bool batch_from_x, std::array<bool, 4> mask) {
+    check_input(x_in, "evonorm::b_backward");
+    const Tensor x = dense(x_in);
+    const Tensor g = like_layout(grad_in.to(x.scalar_type()), x);
+    const Shape s = shape_of(x);
+    const i64 NC = s.N * s.C;
+    const std::vector<double> mean = as_double(mean_t), q = as_double(q_t);
+    const std::vector<double> batch_var = as_double(batch_var_t);
+    const std::vector<double> batch_mean = batch_from_x ? as_double(batch_mean_t) : std::vector<double>();
+    Tensor dx = empty_like_layout(x, x.scalar_type()), dweight, dbias, dv, dbatch_var;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "evonorm_b_backward", [&] {
+        using A = typename AccOf<scalar_t>::type;
+        const scalar_t *xp = x.const_data_ptr<scalar_t>(), *gp = g.const_data_ptr<scalar_t>();
+        std::vector<A> sb(s.C), p(NC), qa(NC);
+        std::vector<double> sbd(s.C);
+        for (i64 c = 0; c < s.C; c++) sbd[c] = std::sqrt(batch_var[c] + eps), sb[c] = static_cast<A>(sbd[c]);
+        const std::vector<A> v = per_c<A>(v1, s.C, A(1)), w = per_nc<A>(weight, s.N, s.C, A(1));
+        for (i64 nc = 0; nc < NC; nc++) {
+            qa[nc] = static_cast<A>(q[nc]);
+            p[nc] = variant == 0 ? v[nc % s.C] : (variant == 1 ? qa[nc] : A(-1));
+        }
+        const A *sbp = sb.data(), *pp = p.data(), *qp = qa.data(), *wp = w.data();
+        // sums: 0 U, 1 UX, 2 B, 3 G, 4 GZ
+        auto sums = plane_sums<5, A>(s, [&](i64 j, i64 c, i64 nc, A* out) {
+            const A xj = static_cast<A>(xp[j]), gj = static_cast<A>(gp[j]);
+            const A u = pp[nc] * xj + qp[nc], d = max_of(sbp[c], u), z = xj / d, dd = -gj * wp[nc] * z / d;
+            const bool take_u = u > sbp[c];
+            out[0] += take_u ? dd : A(0);
+            out[1] += take_u ? dd * xj : A(0);
+            out[2] += take_u ? A(0) : dd;
+            out[3] += gj;
+            out[4] += gj * z;
+        });
+        std::vector<double> dsb(s.C, 0.0);
+        for (i64 nc = 0; nc < NC; nc++) dsb[nc % s.C] += sums[2 * NC + nc];
+        std::vector<A> k(NC), k0(NC);
+        for (i64 nc = 0; nc < NC; nc++) {
+            const i64 c = nc % s.C;
+            double kk = (variant == 1 ? sums[nc] + sums[NC + nc] : sums[nc]) / (q[nc] * s.HW);
+            double kk0 = variant == 0 ? -kk * mean[nc] : 0.0;
+            if (batch_from_x) {
+                const double kb = dsb[c] / (sbd[c] * static_cast<double>(s.N * s.HW));
+                kk += kb;
+                kk0 -= kb * batch_mean[c];
+            }
+            k[nc] = static_cast<A>(kk);
+            k0[nc] = static_cast<A>(kk0);
+        }
+        const A *kp = k.data(), *k0p = k0.data();
+        scalar_t* dxp = dx.data_ptr<scalar_t>();
+        elementwise(s, [&](i64 j, i64 c, i64 nc) {
+            const A xj = static_cast<A>(xp[j]);
+            const A u = pp[nc] * xj + qp[nc], d = max_of(sbp[c], u), gd = static_cast<A>(gp[j]) * wp[nc] / d;
+            dxp[j] = static_cast<scalar_t>(gd - (u > sbp[c] ? gd * xj / d * pp[nc] : A(0)) + kp[nc] * xj + k0p[nc]);
+        });
+        auto slice = [&](int index) { return std::vector<double>(sums.begin() + index * NC, sums.begin() + (index + 1) * NC); };
+        if (mask[0] && weight.has_value()) dweight = param_grad(slice(4), *weight, s.N, s.C);
+        if (mask[1] && bias.has_value()) dbias = param_grad(slice(3), *bias, s.N, s.C);
+        if (mask[2] && variant == 0 && v1.has_value()) dv = param_grad(slice(1), *v1, s.N, s.C);
+        if (mask[3] && !batch_from_x) {
+            std::vector<double> dvar(s.C);
+            for (i64 c = 0; c < s.C; c++) dvar[c] = dsb[c] / (2 * sbd[c]);
+            dbatch_var = nc_tensor(dvar, {s.C}, batch_var_t.options());
+        }
+    });
+    auto or_empty = [](const Tensor& t) { return t.defined() ? t : empty_vector(); };
+    return {dx, or_empty(dweight), or_empty(dbias), or_empty(dv), or_empty(dbatch_var)};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(evonorm, CPU, m) {
+    m.impl("s_forward", &s_forward);
+    m.impl("s_backward", &s_backward);
+    m.impl("b_forward", &b_forward);
+    m.impl("b_backward", &b_backward);
+}
+
+}  // namespace evonorm
+
+// Importable as a Python module (setup.py builds evonorm_core.ops._C); importing it
+// registers the kernels above.
+#define EVONORM_CONCAT_(a, b) a##b
+#define EVONORM_CONCAT(a, b) EVONORM_CONCAT_(a, b)
+extern "C" PyMODINIT_FUNC EVONORM_CONCAT(PyInit_, TORCH_EXTENSION_NAME)(void) {
+    static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", "EvoNorm CPU kernels", -1, nullptr};
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,330 @@
+r"""The ``evonorm`` PyTorch operators: schemas, fake tensors, autograd and a device-generic
+implementation.
+
+Four operators, one call per direction of a layer (``torch.ops.evonorm.*``):
+
+* ``s_forward(x, weight?, bias?, v1?, groups, eps, centered) -> (y, mean, rstd)``:
+  ``y = x sigmoid(v x) r gamma + beta`` with ``r = (m2 + eps)^-1/2`` per (sample, group), ``m2``
+  the group variance (``centered``; S0, S1) or mean square (S2); ``v = v1`` or 1; ``mean``,
+  ``rstd`` are (N, G).
+* ``s_backward(grad, x, weight?, bias?, v1?, mean, rstd, groups, centered, output_mask)
+  -> (dx, dweight, dbias, dv1)``.
+* ``b_forward(x, weight?, bias?, v1?, batch_var?, variant, eps) -> (y, mean, q, batch_mean, batch_var)``:
+  ``y = x / max(sb, p x + q) gamma + beta`` with ``sb = sqrt(batch_var + eps)`` per channel
+  and per (n, c) B0 (``variant=0``): ``p = v1``, ``q = sqrt(s2_wh + eps)``; B1: ``p = q =
+  sqrt(mu_wh(x^2) + eps)``; B2: ``p = -1``, same ``q``. ``batch_var`` given: used as is
+  (the moving average in eval, the all-reduced variance in synchronized training); absent:
+  the batch's own variance, returned with the batch mean (else those two are empty).
+* ``b_backward(grad, x, weight?, bias?, v1?, mean, q, batch_mean, batch_var, variant, eps,
+  batch_from_x, output_mask) -> (dx, dweight, dbias, dv1, dbatch_var)``.
+
+``weight``/``bias``: absent, per channel (C,) or per sample (N, C); their gradients have
+their shape. Statistics are float32 (float64 for float64 inputs); ``y`` and ``dx`` have
+the input's dtype and memory layout (channels_last stays channels_last). Gradients that
+are not asked for (``output_mask``) come back as empty tensors.
+
+The backward keeps only the input and these small statistics; it recomputes the gate and
+the denominator. Derivation (``M`` = elements a statistic is taken over, ``s = sigmoid(v x)``):
+
+S series, ``y = x s r gamma + beta``::
+
+    dgamma = sum_hw g x s r     dbeta = sum_hw g      dv = sum_{n,hw} g x^2 s (1 - s) r gamma
+    dr = sum_{group, hw} g x s gamma ;  k = -dr r^3 / M
+    dx = g r gamma (s + v x s (1 - s)) + k (x - mu)      (mu = group mean; 0 for S2)
+
+B series, ``y = x / d gamma + beta``, ``d = max(sb, u)``, ``u = p x + q``; with ``dd = -g gamma x / d^2``::
+
+    U = sum_hw dd [u > sb]   UX = sum_hw dd x [u > sb]   B = sum_hw dd [u <= sb]
+    dgamma = sum_hw g x / d   dbeta = sum_hw g   dv1 = sum_n UX (B0)   dsb = sum_{n} B
+    dx = g gamma / d + [u > sb] dd p + k (x - mu_i) + k_b (x - mu_b)
+
+with ``k = U' / (q HW)`` (``U' = U + UX`` for B1, where ``p = q``; ``mu_i`` the instance
+mean for B0, 0 for B1/B2); ``k_b = dsb / (sb N HW)`` when the batch statistics are the
+input's own, and ``d batch_var = dsb / (2 sb)`` when they were given.
+
+Kernels: C++ for the CPU (``csrc/evonorm_ops.cpp``, loaded by :mod:`.extension`); this
+module's PyTorch implementation for every other device (CUDA) and for the CPU when the C++
+kernels could not be built. Double backward (``create_graph=True``) differentiates the
+composed formula of :mod:`evonorm_core.functional` from the saved input.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+NAMESPACE = "evonorm"
+VARIANTS = ("b0", "b1", "b2")  # b_forward's `variant` is the index
+SCHEMAS = [
+    "s_forward(Tensor x, Tensor? weight, Tensor? bias, Tensor? v1, int groups, float eps, bool centered)"
+    " -> (Tensor, Tensor, Tensor)",
+    "s_backward(Tensor grad, Tensor x, Tensor? weight, Tensor? bias, Tensor? v1, Tensor mean, Tensor rstd,"
+    " int groups, bool centered, bool[3] output_mask) -> (Tensor, Tensor, Tensor, Tensor)",
+    "b_forward(Tensor x, Tensor? weight, Tensor? bias, Tensor? v1, Tensor? batch_var, int variant, float eps)"
+    " -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "b_backward(Tensor grad, Tensor x, Tensor? weight, Tensor? bias, Tensor? v1, Tensor mean, Tensor q,"
+    " Tensor batch_mean, Tensor batch_var, int variant, float eps, bool batch_from_x, bool[4] output_mask)"
+    " -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+]
+
+
+# ---- shapes, dtypes and layouts shared by the fake and the real implementations -----------
+
+def acc_dtype(x: Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def memory_format(x: Tensor) -> torch.memory_format:
+    """The layout of ``y`` and ``dx``: channels_last for a channels_last-only input, else NCHW."""
+    if not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    return torch.contiguous_format
+
+
+def _like_x(x: Tensor) -> Tensor:
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device, memory_format=memory_format(x))
+
+
+def _empty(x: Tensor) -> Tensor:
+    return torch.empty(0, dtype=torch.float32, device=x.device)
+
+
+def _grad_like(t: Tensor | None, wanted: bool, x: Tensor) -> Tensor:
+    return torch.empty_like(t, memory_format=torch.contiguous_format) if wanted and t is not None else _empty(x)
+
+
+def fake_s_forward(x, weight, bias, v1, groups, eps, centered):
+    stat = x.new_empty((x.shape[0], groups), dtype=acc_dtype(x))
+    return _like_x(x), stat, torch.empty_like(stat)
+
+
+def fake_s_backward(grad, x, weight, bias, v1, mean, rstd, groups, centered, output_mask):
+    return (_like_x(x), _grad_like(weight, output_mask[0], x), _grad_like(bias, output_mask[1], x),
+            _grad_like(v1, output_mask[2], x))
+
+
+def fake_b_forward(x, weight, bias, v1, batch_var, variant, eps):
+    acc = acc_dtype(x)
+    n, c = x.shape[:2]
+    batch = (0,) if batch_var is not None else (c,)
+    return (_like_x(x), x.new_empty((n, c), dtype=acc), x.new_empty((n, c), dtype=acc),
+            x.new_empty(batch, dtype=acc), x.new_empty(batch, dtype=acc))
+
+
+def fake_b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var, variant, eps, batch_from_x, output_mask):
+    return (_like_x(x), _grad_like(weight, output_mask[0], x), _grad_like(bias, output_mask[1], x),
+            _grad_like(v1, output_mask[2] and variant == 0, x),
+            _grad_like(batch_var, output_mask[3] and not batch_from_x, x))
+
+
+# ---- the device-generic implementation (PyTorch ops; CUDA, and CPU without the C++ build) ---
+
+def _nc(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """A (C,) or (N, C) tensor as (1 or N, C, 1, 1)."""
+    if t is None:
+        return None
+    t = t.to(dtype)
+    return (t.view(1, -1) if t.dim() == 1 else t)[:, :, None, None]
+
+
+def _mul(a: Tensor, b: Tensor | None) -> Tensor:
+    return a if b is None else a * b
+
+
+def _add(a: Tensor, b: Tensor | None) -> Tensor:
+    return a if b is None else a + b
+
+
+def _reduce_like(per_nc: Tensor, like: Tensor | None, wanted: bool, x: Tensor) -> Tensor:
+    """A parameter gradient from its per-(n, c) sums: summed over n for a (C,) parameter."""
+    if not wanted or like is None:
+        return _empty(x)
+    return (per_nc if like.dim() == 2 else per_nc.sum(0)).to(like.dtype)
+
+
+def _out(t: Tensor, x: Tensor) -> Tensor:
+    return t.to(x.dtype).contiguous(memory_format=memory_format(x))
+
+
+def generic_s_forward(x, weight, bias, v1, groups, eps, centered):
+    acc = acc_dtype(x)
+    xa = x.to(acc)
+    n, c = x.shape[:2]
+    var, mean = torch.var_mean(xa.reshape(n, groups, -1), dim=2, unbiased=False)
+    rstd = torch.rsqrt((var if centered else var + mean.square()) + eps)
+    r = rstd.repeat_interleave(c // groups, dim=1)[:, :, None, None]
+    gate = torch.sigmoid(_mul(xa, _nc(v1, acc)))
+    y = _add(xa * gate * _mul(r, _nc(weight, acc)), _nc(bias, acc))
+    return _out(y, x), mean, rstd
+
+
+def generic_s_backward(grad, x, weight, bias, v1, mean, rstd, groups, centered, output_mask):
+    acc = acc_dtype(x)
+    xa, g = x.to(acc), grad.to(acc)
+    n, c, h, w = x.shape
+    cg = c // groups
+    vx = _mul(xa, _nc(v1, acc))
+    s = torch.sigmoid(vx)
+    gxs = g * xa * s
+    p_sum = gxs.sum((2, 3))
+    w_nc = torch.ones(1, c, dtype=acc, device=x.device) if weight is None else _nc(weight, acc)[:, :, 0, 0]
+    dr = (p_sum * w_nc).view(n, groups, cg).sum(2)
+    k = -dr * rstd.pow(3) / (cg * h * w)
+    k0 = -k * mean if centered else torch.zeros_like(k)
+    r_c = rstd.repeat_interleave(cg, dim=1)
+    a = (w_nc * r_c)[:, :, None, None]
+    dgate = s * (1 + vx * (1 - s))
+    dx = g * a * dgate + k.repeat_interleave(cg, 1)[:, :, None, None] * xa + k0.repeat_interleave(cg, 1)[:, :, None, None]
+    dv = _empty(x)
+    if output_mask[2] and v1 is not None:
+        dv = ((gxs * xa * (1 - s)).sum((2, 3)) * a[:, :, 0, 0]).sum(0).to(v1.dtype)
+    return (_out(dx, x), _reduce_like(p_sum * r_c, weight, output_mask[0], x),
+            _reduce_like(g.sum((2, 3)), bias, output_mask[1], x), dv)
+
+
+def _b_coefficients(xa, v1, mean, var_or_q, variant, eps, from_moments: bool):
+    """Per-(n, c) ``(p, q)`` of the instance term ``u = p x + q`` as (N, C, 1, 1)."""
+    q = torch.sqrt((var_or_q if variant == 0 else var_or_q + mean.square()) + eps) if from_moments else var_or_q
+    if variant == 0:
+        p = v1.to(xa.dtype).view(1, -1).expand_as(q)
+    else:
+        p = q if variant == 1 else torch.full_like(q, -1.0)
+    return p[:, :, None, None], q
+
+
+def generic_b_forward(x, weight, bias, v1, batch_var, variant, eps):
+    acc = acc_dtype(x)
+    xa = x.to(acc)
+    var, mean = torch.var_mean(xa, dim=(2, 3), unbiased=False)
+    if batch_var is None:
+        b_mean = mean.mean(0)
+        b_var = var.mean(0) + (mean - b_mean).square().mean(0)
+        used, out_mean, out_var = b_var, b_mean, b_var.clone()
+    else:
+        used, out_mean, out_var = batch_var.to(acc), xa.new_empty(0), xa.new_empty(0)
+    p, q = _b_coefficients(xa, v1, mean, var, variant, eps, True)
+    sb = torch.sqrt(used + eps).view(1, -1, 1, 1)
+    d = torch.maximum(sb, p * xa + q[:, :, None, None])
+    y = _add(xa / d * (1 if weight is None else _nc(weight, acc)), _nc(bias, acc))
+    return _out(y, x), mean, q, out_mean, out_var
+
+
+def generic_b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var, variant, eps, batch_from_x, output_mask):
+    acc = acc_dtype(x)
+    xa, g = x.to(acc), grad.to(acc)
+    n, c, h, w = x.shape
+    p, q = _b_coefficients(xa, v1, mean, q.to(acc), variant, eps, False)
+    sb_c = torch.sqrt(batch_var.to(acc) + eps)
+    sb = sb_c.view(1, -1, 1, 1)
+    u = p * xa + q[:, :, None, None]
+    take_u = u > sb
+    d = torch.where(take_u, u, sb)
+    gamma = 1 if weight is None else _nc(weight, acc)
+    gd = g * gamma / d
+    dd = -gd * xa / d
+    dd_u = torch.where(take_u, dd, 0)
+    u_sum, ux_sum, b_sum = dd_u.sum((2, 3)), (dd_u * xa).sum((2, 3)), (dd - dd_u).sum((2, 3))
+    k = (u_sum + ux_sum if variant == 1 else u_sum) / (q * (h * w))
+    k0 = -k * mean.to(acc) if variant == 0 else torch.zeros_like(k)
+    dsb = b_sum.sum(0)
+    if batch_from_x:
+        k_b = dsb / (sb_c * (n * h * w))
+        k, k0 = k + k_b, k0 - k_b * batch_mean.to(acc)
+    dx = gd - torch.where(take_u, gd * xa / d * p, 0) + k[:, :, None, None] * xa + k0[:, :, None, None]
+    dv = _empty(x)
+    if output_mask[2] and variant == 0 and v1 is not None:
+        dv = ux_sum.sum(0).to(v1.dtype)
+    dvar = _empty(x)
+    if output_mask[3] and not batch_from_x:
+        dvar = (dsb / (2 * sb_c)).to(batch_var.dtype)
+    return (_out(dx, x), _reduce_like((g * xa / d).sum((2, 3)), weight, output_mask[0], x),
+            _reduce_like(g.sum((2, 3)), bias, output_mask[1], x), dv, dvar)
+
+
+# ---- autograd -----------------------------------------------------------------------------
+
+def _s_setup_context(ctx, inputs, output):
+    x, weight, bias, v1, groups, eps, centered = inputs
+    ctx.save_for_backward(x, weight, bias, v1, output[1], output[2])
+    ctx.groups, ctx.eps, ctx.centered = groups, eps, centered
+
+
+def _double_backward(formula, grad: Tensor, inputs: tuple, bias: Tensor | None, need_bias: bool) -> list:
+    """Gradients of ``formula(*inputs)`` (the layer without its bias) with ``create_graph=True``,
+    and of the bias (``grad`` summed to its shape)."""
+    wanted = [t for t in inputs if t is not None and t.requires_grad]
+    with torch.enable_grad():
+        y = formula(*inputs)
+        found = iter(torch.autograd.grad(y, wanted, grad.to(y.dtype), create_graph=True) if wanted else ())
+    grads = [next(found).to(t.dtype) if t is not None and t.requires_grad else None for t in inputs]
+    dbias = None
+    if need_bias and bias is not None:
+        dbias = (grad.sum((2, 3)) if bias.dim() == 2 else grad.sum((0, 2, 3))).to(bias.dtype)
+    return grads, dbias
+
+
+def _s_backward(ctx, grad, _grad_mean, _grad_rstd):
+    x, weight, bias, v1, mean, rstd = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    if torch.is_grad_enabled():  # create_graph=True: differentiate the composed formula
+        from ..functional import s_transform
+
+        def formula(x, weight, v1):
+            z = s_transform(x.to(acc_dtype(x)), v1, ctx.groups, ctx.eps, ctx.centered)
+            return _mul(z, _nc(weight, z.dtype))
+
+        (dx, dw, dv), db = _double_backward(formula, grad, (x, weight, v1), bias, need[2])
+        return dx, dw, db, dv, None, None, None
+    mask = [need[1] and weight is not None, need[2] and bias is not None, need[3] and v1 is not None]
+    dx, dw, db, dv = torch.ops.evonorm.s_backward(grad, x, weight, bias, v1, mean, rstd, ctx.groups, ctx.centered, mask)
+    return dx, dw if mask[0] else None, db if mask[1] else None, dv if mask[2] else None, None, None, None
+
+
+def _b_setup_context(ctx, inputs, output):
+    x, weight, bias, v1, batch_var, variant, eps = inputs
+    _, mean, q, batch_mean, own_var = output
+    from_x = batch_var is None
+    ctx.save_for_backward(x, weight, bias, v1, mean, q, batch_mean, own_var if from_x else batch_var)
+    ctx.variant, ctx.eps, ctx.from_x = variant, eps, from_x
+
+
+def _b_backward(ctx, grad, *_unused):
+    x, weight, bias, v1, mean, q, batch_mean, batch_var = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    if torch.is_grad_enabled():  # create_graph=True: differentiate the composed formula
+        from ..functional import b_transform
+
+        def formula(x, weight, v1, given_var):
+            xa = x.to(acc_dtype(x))
+            var = torch.var(xa, dim=(0, 2, 3), unbiased=False) if given_var is None else given_var
+            return _mul(b_transform(xa, v1, var, VARIANTS[ctx.variant], ctx.eps), _nc(weight, xa.dtype))
+
+        given = None if ctx.from_x else batch_var
+        (dx, dw, dv, dvar), db = _double_backward(formula, grad, (x, weight, v1, given), bias, need[2])
+        return dx, dw, db, dv, dvar, None, None
+    mask = [need[1] and weight is not None, need[2] and bias is not None,
+            need[3] and v1 is not None and ctx.variant == 0, need[4] and not ctx.from_x]
+    dx, dw, db, dv, dvar = torch.ops.evonorm.b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var,
+                                                        ctx.variant, ctx.eps, ctx.from_x, mask)
+    return (dx, dw if mask[0] else None, db if mask[1] else None, dv if mask[2] else None,
+            dvar if mask[3] else None, None, None)
+
+
+@functools.lru_cache(maxsize=None)
+def define() -> torch.library.Library:
+    """Define the operators (once per process) with their fake, generic and autograd parts."""
+    lib = torch.library.Library(NAMESPACE, "DEF")
+    for schema in SCHEMAS:
+        lib.define(schema)
+    for name, fake, generic in [
+        ("s_forward", fake_s_forward, generic_s_forward),
+        ("s_backward", fake_s_backward, generic_s_backward),
+        ("b_forward", fake_b_forward, generic_b_forward),
+        ("b_backward", fake_b_backward, generic_b_backward),
+    ]:
+        torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=lib)
+        lib.impl(name, generic, "CompositeExplicitAutograd")
+    torch.library.register_autograd(f"{NAMESPACE}::s_forward", _s_backward, setup_context=_s_setup_context, lib=lib)
+    torch.library.register_autograd(f"{NAMESPACE}::b_forward", _b_backward, setup_context=_b_setup_context, lib=lib)
+    return lib
