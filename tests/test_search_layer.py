@@ -99,7 +99,7 @@ def test_uses_batch_stats_follows_the_live_graph():
 
 
 def test_empty_batch_leaves_moving_averages_and_count_alone():
-    layer = GraphLayer(parse(BN_RELU), 4)
+    layer = GraphLayer(parse(f"({BN_RELU}) / group_std(x) + channel_rms(x)"), 4, groups=2)
     layer(torch.randn(3, 4, 2, 2))
     before = {n: b.clone() for n, b in layer.named_buffers()}
     for shape in [(0, 4, 2, 2), (3, 4, 0, 2)]:
