@@ -43,8 +43,13 @@ def update_running_(running: Tensor, batch_value: Tensor, factor: float, count: 
 
 
 def batch_stat_layers(model: nn.Module) -> list[nn.Module]:
-    """The submodules of ``model`` (itself included) that keep moving averages of batch statistics."""
-    return [m for m in model.modules() if getattr(m, "uses_batch_stats", False)]
+    """The submodules of ``model`` (itself included) that keep moving averages of batch
+    statistics: the suite's layers (``uses_batch_stats``) and PyTorch's BatchNorms."""
+    return [
+        m for m in model.modules()
+        if getattr(m, "uses_batch_stats", False)
+        or (isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats)
+    ]
 
 
 @torch.no_grad()
