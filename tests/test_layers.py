@@ -241,7 +241,7 @@ def test_bad_inputs_have_clear_errors():
         layer(torch.randn(2, 6, 3, 3))
     with pytest.raises(ValueError, match="num_channels must be a positive int, got 0"):
         evonorm_core.build_norm_act("evonorm_b0", 0)
-    with pytest.raises(ValueError, match="eps must be a positive number, got -1"):
+    with pytest.raises(ValueError, match="eps must be a finite positive number, got -1"):
         evonorm_core.build_norm_act("evonorm_b0", 8, eps=-1)
-    with pytest.raises(ValueError, match=r"momentum must be in \(0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match=r"momentum must be in \(0, 1\] or None \(cumulative average\), got 1.5"):
         evonorm_core.build_norm_act("evonorm_b0", 8, momentum=1.5)
