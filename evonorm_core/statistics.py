@@ -123,6 +123,9 @@ def batch_moments(
         total = sums[0]
         mean, mean_square = sums[1:1 + c] / total, sums[1 + c:] / total
         return mean, (mean_square - mean.square()).clamp_min(0), int(total.item())  # an empty local batch takes part
+    if count == 0:
+        nan = x.new_full((c,), float("nan"))
+        return nan, nan, 0
     var, mean = torch.var_mean(x, dim=(0, 2, 3), unbiased=False)
     return mean, var, count
 

@@ -51,7 +51,7 @@ def evonorm_b(
             x, weight, bias, v1, running_var, num_batches_tracked, variant=variant, training=training,
             momentum=momentum, eps=eps, sync=sync, process_group=process_group, impl=impl,
         )
-    tie = sum((t.sum() * 0 for t in (weight, bias, v1) if t is not None), x.new_zeros((), dtype=torch.float32))
+    tie = _zero_tie(x, weight, bias, v1)
     if training and stats.syncs_across_processes(sync, process_group):
         _, var, count = stats.batch_moments(x.to(base.compute_dtype(x)), sync, process_group)
         if count > 0:
@@ -59,6 +59,30 @@ def evonorm_b(
             running_stats.update_running_(running_var, var, factor, count)
         tie = tie + var.sum().to(tie.dtype) * 0
     return base.apply_affine(x, weight, bias) + tie.to(x.dtype)
+
+
+def _zero_tie(x: Tensor, *parameters: Tensor | None) -> Tensor:
+    """A scalar 0 that depends on every given parameter (zero gradients for an empty batch)."""
+    return sum((t.sum() * 0 for t in parameters if t is not None), x.new_zeros((), dtype=torch.float32))
+
+
+@torch.fx.wrap
+def evonorm_s(
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    v1: Tensor | None,
+    *,
+    groups: int,
+    eps: float,
+    centered: bool,
+    impl: str,
+) -> Tensor:
+    """:func:`evonorm_core.functional.evonorm_s`, and (interim, until it does this itself) for an
+    empty input an empty output tied to every parameter (zero gradients, as DDP expects)."""
+    if x.numel() > 0:
+        return functional.evonorm_s(x, weight, bias, v1, groups=groups, eps=eps, centered=centered, impl=impl)
+    return base.apply_affine(x, weight, bias) + _zero_tie(x, weight, bias, v1).to(x.dtype)
 
 
 def check_impl(impl: str) -> str:
@@ -188,7 +212,7 @@ class _EvoNormS(GroupedNormAct2d):
             self.register_channel_param("v1", 1.0, device=device, dtype=dtype)
 
     def _call(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, impl: str) -> Tensor:
-        return functional.evonorm_s(
+        return evonorm_s(
             x, weight, bias, getattr(self, "v1", None), groups=self.groups, eps=self.eps, centered=self.centered,
             impl=impl,
         )
