@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from evonorm_core import uses_batch_statistics
+
 PAPER_FACTS = {
     "base_lr_per_256": "0.1 for ResNets, MobileNetV2 and MnasNet; 0.016 for EfficientNets",
     "mobilenetv2_batch_free_lr": "0.03 (tuned w.r.t. GN-ReLU among 0.01, 0.03, 0.1)",
@@ -68,25 +70,25 @@ RECIPES = {
 MOBILENETV2_BATCH_FREE_LR = 0.03
 
 
-def uses_batch_statistics(make: nn.Module) -> bool:
-    """Whether a norm-act layer keeps moving averages (BN, B series) rather than per-sample stats."""
-    return any(name.startswith("running_") for name, _ in make.named_buffers())
+def recipe_for(model: str, norm_act: str | None = None, **overrides) -> Recipe:
+    """The paper's recipe for ``model`` trained with the registered layer ``norm_act``.
 
-
-def recipe_for(model: str, layer: nn.Module | None = None, **overrides) -> Recipe:
-    """The paper's recipe for ``model``; MobileNetV2 with a batch-free ``layer`` gets LR 0.03.
-
-    ``layer`` is one instance of the norm-act layer (e.g. ``make(32, True)``); ``overrides``
-    replace any field (``epochs=180``, ``schedule="cosine"``, ``randaugment=True`` ...).
+    MobileNetV2 with a layer without batch statistics gets base LR 0.03 (section 5.1: "for
+    results presented in Table 3 (layers without batch statistics), the base learning rate
+    for MobileNetV2 is lowered to 0.03"); whether a layer has batch statistics is the
+    registry's metadata (:func:`evonorm_core.uses_batch_statistics`). ``overrides``
+    replace any field (``epochs=180``, ``schedule="cosine"``, ``randaugment=True`` ...),
+    e.g. a paper table's setup (:func:`classification.paper_tables.table_recipe`).
     """
     if model not in RECIPES:
         raise ValueError(f"no recipe for model {model!r}; accepted: {', '.join(RECIPES)}")
     recipe = RECIPES[model]
-    if model == "mobilenetv2" and layer is not None and not uses_batch_statistics(layer):
+    if model == "mobilenetv2" and norm_act is not None and not uses_batch_statistics(norm_act):
         recipe = dataclasses.replace(recipe, base_lr=MOBILENETV2_BATCH_FREE_LR)
-    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(Recipe)})
+    fields = [f.name for f in dataclasses.fields(Recipe)]
+    unknown = sorted(set(overrides) - set(fields))
     if unknown:
-        raise ValueError(f"unknown recipe field(s) {unknown}; accepted: {[f.name for f in dataclasses.fields(Recipe)]}")
+        raise ValueError(f"unknown recipe field(s) {unknown}; accepted: {fields}")
     recipe = dataclasses.replace(recipe, **overrides)
     check_recipe(recipe)
     return recipe
@@ -126,10 +128,13 @@ def lr_multiplier(recipe: Recipe, epoch: float) -> float:
 
 
 class RecipeLR(torch.optim.lr_scheduler.LambdaLR):
-    """A per-step scheduler following :func:`lr_multiplier`; ``steps_per_epoch`` converts steps."""
+    """A per-step scheduler following :func:`lr_multiplier`; ``steps_per_epoch`` converts steps.
 
-    def __init__(self, optimizer: torch.optim.Optimizer, recipe: Recipe, steps_per_epoch: int) -> None:
-        self.recipe, self.steps_per_epoch = recipe, steps_per_epoch
+    Its ``state_dict`` holds plain data only (the step count and LRs), so checkpoints load
+    with ``weights_only=True``; the recipe itself is rebuilt from the run's configuration.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, recipe: Recipe, steps_per_epoch: float) -> None:
         super().__init__(optimizer, lambda step: lr_multiplier(recipe, step / steps_per_epoch))
 
 

@@ -83,14 +83,9 @@ def paper_command(table: PaperTable, cell: Cell, runs_dir: Path, data_dir: str) 
     cmd = ["torchrun", f"--nnodes={nodes}", f"--nproc_per_node={per_node}", "-m", "classification.train",
            "--model", cell.model, "--norm-act", LAYERS[cell.label], "--data", "imagenet", "--data-dir", data_dir,
            "--seed", str(cell.seed), "--output-dir", str(cell.run_dir(runs_dir)), "--resume", "--no-progress"]
+    cmd += ["--table", table.key]  # the table's whole recipe, resolved by classification.train
     if cell.batch is not None:
         cmd += ["--batch-size", str(cell.batch)]
-    overrides = table.recipe.get(cell.model, {})
-    if overrides.get("randaugment"):
-        cmd.append("--randaugment")
-    for key in ("epochs", "schedule"):
-        if key in overrides:
-            cmd += [f"--{key}", str(overrides[key])]
     return cmd
 
 
@@ -102,9 +97,18 @@ def mini_config(cell: Cell, scale: MiniScale, runs_dir: Path) -> TrainConfig:
     )
 
 
+def check_selection(flag: str, chosen: list[str] | None, accepted: list[str]) -> None:
+    """Exit with an error naming ``flag`` if ``chosen`` holds a name ``accepted`` lacks."""
+    unknown = sorted(set(chosen or ()) - set(accepted))
+    if unknown:
+        raise SystemExit(f"error: {flag} {' '.join(unknown)}: not in this table; accepted: {', '.join(accepted)}")
+
+
 def run_table(args: argparse.Namespace) -> None:
     table = TABLES[args.table]
     runs_dir = Path(args.runs_dir)
+    check_selection("--models", args.models, table.models)
+    check_selection("--layers", args.layers, [LAYERS[label] for label in table.layers if LAYERS[label]])
     if args.scale == "paper":
         grid = cells(table, tuple(args.batches) if args.batches else None, tuple(args.seeds), args.models, args.layers)
         for cell in grid:

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from evonorm_core import BatchNormAct2d, EvoNormB0, EvoNormB1, EvoNormB2, EvoNormS0, EvoNormS1, EvoNormS2, NormAct2d
+from evonorm_core import EvoNormB0, NormAct2d
 
 from .models import build_model
 
@@ -39,45 +39,35 @@ PAPER_TOP1 = {("bn_relu", 1.0): 73.1, ("evonorm_b0", 1.0): 75.1}
 ELEMENTWISE_OPS = ("aten::add", "aten::add_", "aten::mul", "aten::div", "aten::maximum", "aten::sqrt",
                    "aten::relu", "aten::relu_", "aten::sigmoid", "aten::sub")
 REDUCTION_OPS = ("aten::var", "aten::mean")
-EVONORMS = (EvoNormB0, EvoNormB1, EvoNormB2, EvoNormS0, EvoNormS1, EvoNormS2)
 
 
-class InferenceEvoNormB0(nn.Module):
-    """EvoNorm-B0 in eval mode as plain tensor ops, with ``gamma``/``beta`` possibly folded away.
+class SplitAffine(nn.Module):
+    """``norm(x) [* gamma] [+ beta]``: an eval-mode norm-act layer whose ``gamma``/``beta`` were
+    taken out of it so they can be folded into the convolution that follows."""
 
-    ``x / max(running_std, v1*x + sqrt(s^2_{w,h}(x) + eps)) [* gamma] [+ beta]``.
-    """
-
-    def __init__(self, layer: EvoNormB0) -> None:
+    def __init__(self, layer: NormAct2d) -> None:
         super().__init__()
-        shape = (1, -1, 1, 1)
-        self.eps = layer.eps
-        self.register_buffer("running_std", torch.sqrt(layer.running_var + layer.eps).view(shape))
-        self.register_buffer("v1", layer.v1.detach().view(shape).clone())
-        self.register_buffer("gamma", layer.weight.detach().view(shape).clone())
-        self.register_buffer("beta", layer.bias.detach().view(shape).clone())
+        gamma, beta = layer.weight.detach().clone(), layer.bias.detach().clone()
+        self.norm = copy.deepcopy(layer).eval()
+        self.norm.weight = self.norm.bias = None  # the same layer without its affine
+        if hasattr(self.norm, "impl"):
+            self.norm.impl = "reference"  # plain tensor ops, which fvcore counts
+        self.register_buffer("gamma", gamma.view(1, -1, 1, 1))
+        self.register_buffer("beta", beta.view(1, -1, 1, 1))
         self.has_gamma = self.has_beta = True
 
     def forward(self, x: Tensor) -> Tensor:
-        instance_std = torch.sqrt(x.var(dim=(2, 3), unbiased=False, keepdim=True) + self.eps)
-        out = x / torch.maximum(self.running_std, self.v1 * x + instance_std)
+        out = self.norm(x)
         if self.has_gamma:
             out = out * self.gamma
         return out + self.beta if self.has_beta else out
 
 
 def _affine_of(layer: nn.Module) -> tuple[Tensor, Tensor, nn.Module] | None:
-    """``(scale, shift, what remains)`` if ``layer`` is an eval-mode affine plus optional ReLU."""
-    if not isinstance(layer, NormAct2d) or layer.activation not in (None, "relu"):
-        return None
-    remainder = nn.ReLU() if layer.activation == "relu" else nn.Identity()
-    gamma, beta = layer.weight.detach(), layer.bias.detach()
-    if isinstance(layer, BatchNormAct2d):
-        scale = gamma / torch.sqrt(layer.running_var + layer.eps)
-        return scale, beta - layer.running_mean * scale, remainder
-    if not layer.nonlinearity and isinstance(layer, EVONORMS):
-        return gamma, beta, remainder  # Appendix A: x * gamma + beta
-    return None
+    """``(scale, shift, what remains)`` if ``layer`` is, in eval mode, an affine plus an activation
+    (the layer's own :meth:`~evonorm_core.NormAct2d.folded_affine`)."""
+    folded = layer.folded_affine() if isinstance(layer, NormAct2d) else None
+    return None if folded is None else (*folded, layer.activation_module())
 
 
 def _fold_into_conv(conv: nn.Conv2d, scale: Tensor, shift: Tensor) -> None:
@@ -88,7 +78,7 @@ def _fold_into_conv(conv: nn.Conv2d, scale: Tensor, shift: Tensor) -> None:
         conv.bias = nn.Parameter(bias + shift)
 
 
-def _fold_forward(norm: InferenceEvoNormB0, conv: nn.Conv2d) -> None:
+def _fold_forward(norm: SplitAffine, conv: nn.Conv2d) -> None:
     """Fold ``gamma`` (1x1 or depthwise) and ``beta`` (1x1 only) into the convolution after ``norm``."""
     depthwise = conv.groups == conv.in_channels == conv.out_channels
     pointwise = conv.kernel_size == (1, 1) and conv.groups == 1
@@ -116,14 +106,14 @@ def fold_for_inference(model: nn.Module) -> nn.Module:
         for i in range(len(seq)):
             layer = seq[i]
             if isinstance(layer, EvoNormB0) and layer.nonlinearity:
-                seq[i] = InferenceEvoNormB0(layer)
+                seq[i] = SplitAffine(layer)
                 continue
             affine = _affine_of(layer)
             if affine is not None and i > 0 and isinstance(seq[i - 1], nn.Conv2d):
                 _fold_into_conv(seq[i - 1], affine[0], affine[1])
                 seq[i] = affine[2]
         for i in range(len(seq) - 1):
-            if isinstance(seq[i], InferenceEvoNormB0) and isinstance(seq[i + 1], nn.Conv2d):
+            if isinstance(seq[i], SplitAffine) and isinstance(seq[i + 1], nn.Conv2d):
                 _fold_forward(seq[i], seq[i + 1])
     return model
 

@@ -5,33 +5,41 @@ from pathlib import Path
 import pytest
 
 from classification.paper_tables import LAYERS, TABLES
+
+from . import paper_classification_tables as paper
 from classification.tables import Cell, cells, load_results, main, paper_command, report_markdown
 
 
-@pytest.mark.parametrize("table, model, label, batch, value", [
-    ("table2", "resnet50", "BN-ReLU", None, 76.1),
-    ("table2", "resnet101", "EvoNorm-B0", None, 79.1),
-    ("table2", "mobilenetv2", "EvoNorm-B0", None, 75.1),
-    ("table2", "mnasnet_b1", "BN-Swish", None, 75.3),
-    ("table2", "efficientnet_b0", "BN-Swish-1", None, 77.0),
-    ("table2", "efficientnet_b5", "RS + rej", None, 83.2),
-    ("table2", "mobilenetv2", "Random + rej", None, 1e-3),
-    ("table3", "resnet50", "BN-ReLU", 4, 70.7),
-    ("table3", "resnet50", "EvoNorm-S0", 32, 77.6),
-    ("table3", "mobilenetv2", "BN-ReLU", 8, 64.5),
-    ("table3", "mobilenetv2", "GN-Swish", 8, 74.0),
-    ("table9", "resnet50", "EvoNorm-S2", 32, 76.4),
-    ("table9", "resnet50", "BN-ReLU", 64, 76.4),
-    ("table10", "resnet50", "FRN", 4, 76.0),
-    ("table11", "resnet50", "BN-ReLU", 4, 72.0),
-    ("table11", "resnet50", "EvoNorm-S0", 16, 78.1),
-    ("table12", "resnet50", "EvoNorm-S0", 32, 78.4),
-    ("table12", "resnet50", "GN-ReLU", 128, 77.1),
-    ("table13", "mobilenetv2", "BN-ReLU", 4, 60.4),
-    ("table13", "mobilenetv2", "EvoNorm-S1", 64, 74.0),
-])
-def test_tables_hold_the_paper_numbers(table, model, label, batch, value):
-    assert TABLES[table].paper_value(model, label, batch) == value
+def printed(value: float) -> str:
+    return "1e-3" if value == 1e-3 else f"{value:.1f}"
+
+
+def expected_tables() -> dict:
+    """table -> {(model, label): printed row}, from the paper text (tests/paper_classification_tables.py)."""
+    models = ["resnet50", "resnet101", "mobilenetv2", "mnasnet_b1", "efficientnet_b0", "efficientnet_b5"]
+    assert paper.TABLE2_COLUMNS == ["R-50", "R-101", "MobileNetV2", "MnasNet-B1", "EfficientNet-B0", "EfficientNet-B5"]
+    table2 = {(m, label): [row[i]] for label, row in paper.TABLE2.items() for i, m in enumerate(models)}
+    def block(model, rows):
+        return {(model, label): row for label, row in rows.items()}
+    return {
+        "table2": table2,
+        "table3": {key: row for key, row in paper.TABLE3.items()},
+        "table9": block("resnet50", paper.TABLE9),
+        "table10": block("resnet50", paper.TABLE10),
+        "table11": block("resnet50", paper.TABLE11),
+        "table12": block("resnet50", paper.TABLE12),
+        "table13": block("mobilenetv2", paper.TABLE13),
+    }
+
+
+@pytest.mark.parametrize("key", sorted(TABLES))
+def test_every_cell_holds_the_papers_number(key):
+    expected = expected_tables()[key]
+    table = TABLES[key]
+    assert list(table.accuracy) == list(expected)  # same rows, same order
+    for row, values in table.accuracy.items():
+        assert [printed(v) for v in values] == expected[row], row
+    assert table.batches == (() if key == "table2" else paper.BATCHES)
 
 
 def test_grid_shapes():
@@ -43,12 +51,10 @@ def test_grid_shapes():
     assert len(cells(TABLES["table2"], None, (0,))) == 6 * 8  # Random and Random + rej are not layers
 
 
-def test_paper_commands_use_the_papers_workers_and_recipe():
+def test_paper_commands_pass_the_table_and_batch():
     r50 = paper_command(TABLES["table11"], Cell("resnet50", "EvoNorm-S0", 4), Path("r"), "/in")
-    assert "--nproc_per_node=8" in r50 and "--nnodes=1" in r50 and "--randaugment" in r50
-    assert r50[r50.index("--epochs") + 1] == "180" and r50[r50.index("--batch-size") + 1] == "4"
-    mbv2 = paper_command(TABLES["table13"], Cell("mobilenetv2", "FRN", 16), Path("r"), "/in")
-    assert "--nnodes=4" in mbv2 and "--randaugment" not in mbv2
+    assert r50[r50.index("--table") + 1] == "table11" and r50[r50.index("--batch-size") + 1] == "4"
+    assert "--resume" in r50 and r50[r50.index("--data-dir") + 1] == "/in"
 
 
 def write_run(root, model, layer, batch, seed, top1):
@@ -111,3 +117,60 @@ def test_diverged_runs_are_reported_as_such(tmp_path):
     (folder / "result.json").write_text(json.dumps({"config": {"model": "resnet50_cifar", "norm_act": "frn"},
                                                     "final_top1": None, "diverged": "loss became nan"}))
     assert "diverged (1/1)" in report_markdown(TABLES["table3"], load_results(tmp_path))
+
+
+# The paper's training setup of every table (section 5.1 and the NeurIPS appendix), typed from the
+# text: base LR per 256 images, schedule, images per worker, workers, resolution, RandAugment and
+# epochs/stages where the paper states them. Unstated values are this suite's documented choices
+# (ResNet 90 epochs with stages at 30/60/80, MobileNet/EfficientNet 350 epochs).
+PAPER_SETUP = {
+    "resnet50": dict(base_lr=0.1, schedule="multistep", workers=8, resolution=224, epochs=90, milestones=(30, 60, 80)),
+    "resnet101": dict(base_lr=0.1, schedule="multistep", workers=8, resolution=224, epochs=90, milestones=(30, 60, 80)),
+    "mobilenetv2": dict(base_lr=0.1, schedule="cosine", workers=32, resolution=224, epochs=350),
+    "mnasnet_b1": dict(base_lr=0.1, schedule="cosine", workers=32, resolution=224, epochs=350),
+    "efficientnet_b0": dict(base_lr=0.016, schedule="polynomial", workers=32, resolution=224, epochs=350),
+    "efficientnet_b5": dict(base_lr=0.016, schedule="polynomial", workers=32, resolution=456, epochs=350,
+                            batch_per_worker=64),
+}
+TABLE_SETUP = {
+    "table2": {},
+    "table3": {"resnet50": dict(randaugment=True), "mobilenetv2": dict(base_lr=0.03)},
+    "table9": {},
+    "table10": {"resnet50": dict(randaugment=True)},
+    "table11": {"resnet50": dict(randaugment=True, epochs=180, milestones=(60, 120, 160))},
+    "table12": {"resnet50": dict(randaugment=True, epochs=180, schedule="cosine")},
+    "table13": {"mobilenetv2": dict(base_lr=0.03)},
+}
+
+
+def all_cells():
+    for key, table in TABLES.items():
+        for cell in cells(table, None, (0,)):
+            yield key, cell
+
+
+@pytest.mark.parametrize("key,cell", list(all_cells()), ids=lambda v: v if isinstance(v, str) else
+                         f"{v.model}-{v.label}-{v.batch}")
+def test_every_cell_trains_with_the_papers_whole_recipe(key, cell, tmp_path):
+    """The command a cell runs, parsed by classification.train, resolves every recipe field as the paper says."""
+    from classification.train import config_from_argv, resolve_recipe
+
+    command = paper_command(TABLES[key], cell, tmp_path / "runs", str(tmp_path))
+    argv = command[command.index("classification.train") + 1:]
+    recipe = resolve_recipe(config_from_argv(argv))
+    expected = {"batch_per_worker": 128, "randaugment": False, "warmup_epochs": 5.0,
+                **PAPER_SETUP[cell.model], **TABLE_SETUP[key].get(cell.model, {})}
+    if cell.batch is not None:
+        expected["batch_per_worker"] = cell.batch
+    for field, value in expected.items():
+        assert getattr(recipe, field) == value, (field, getattr(recipe, field), value)
+    nodes, per_node = (1, 8) if cell.model.startswith("resnet") else (4, 8)
+    assert f"--nnodes={nodes}" in command and f"--nproc_per_node={per_node}" in command
+
+
+def test_unknown_models_and_layers_are_errors(tmp_path):
+    with pytest.raises(SystemExit, match="--models nope: not in this table; accepted: resnet50, mobilenetv2"):
+        main(["run", "table3", "--scale", "mini", "--models", "nope", "--runs-dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="--layers nope: not in this table"):
+        main(["run", "table3", "--scale", "mini", "--layers", "nope", "--dry-run", "--runs-dir", str(tmp_path)])
+    assert not any(tmp_path.iterdir())

@@ -9,7 +9,9 @@ import torch.nn.functional as F
 
 from classification.data import load_digits_proxy
 from classification.recipes import RecipeLR, lr_multiplier, recipe_for, scaled_lr
-from classification.train import TrainConfig, main, parse_args, train
+from classification.train import TrainConfig, config_from_argv, main, train
+from evonorm_core.experiment.config import ConfigError
+from evonorm_core.experiment.files import load_checkpoint
 from evonorm_core import build_norm_act
 
 
@@ -22,10 +24,10 @@ def test_paper_base_learning_rates_and_batches():
         assert recipe_for(model).base_lr == 0.1
     for model in ("efficientnet_b0", "efficientnet_b5"):
         assert recipe_for(model).base_lr == 0.016
-    assert recipe_for("mobilenetv2", build_norm_act("evonorm_s0", 32)).base_lr == 0.03
-    assert recipe_for("mobilenetv2", build_norm_act("gn_relu", 32)).base_lr == 0.03
-    assert recipe_for("mobilenetv2", build_norm_act("evonorm_b0", 32)).base_lr == 0.1
-    assert recipe_for("resnet50", build_norm_act("evonorm_s0", 32)).base_lr == 0.1
+    assert recipe_for("mobilenetv2", "evonorm_s0").base_lr == 0.03
+    assert recipe_for("mobilenetv2", "gn_relu").base_lr == 0.03
+    assert recipe_for("mobilenetv2", "evonorm_b0").base_lr == 0.1
+    assert recipe_for("resnet50", "evonorm_s0").base_lr == 0.1
     b5 = recipe_for("efficientnet_b5")
     assert (b5.batch_per_worker, b5.resolution) == (64, 456)
     assert (recipe_for("resnet50").batch_per_worker, recipe_for("resnet50").resolution) == (128, 224)
@@ -38,7 +40,7 @@ def test_linear_lr_scaling_over_table3_batches():
     # ResNet-50, 8 workers: 1024 images -> 0.4, 32 images -> 0.0125
     assert scaled_lr(0.1, 8 * 128) == pytest.approx(0.4)
     assert scaled_lr(0.1, 8 * 4) == pytest.approx(0.0125)
-    assert recipe_for("mobilenetv2", build_norm_act("frn", 32)).peak_lr(32 * 128) == pytest.approx(0.48)
+    assert recipe_for("mobilenetv2", "frn").peak_lr(32 * 128) == pytest.approx(0.48)
 
 
 def test_schedules_warmup_and_decay():
@@ -96,7 +98,7 @@ def test_few_steps_reduce_the_training_loss(tmp_path):
     initial = loss_on(build_anchor(config.model, config.norm_act), images, labels)
     result = train(config)
     trained = build_anchor(config.model, config.norm_act)
-    trained.load_state_dict(torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["model"])
+    trained.load_state_dict(load_checkpoint(tmp_path / "run" / "checkpoint.pt")["model"])
     assert result["steps"] == 10
     assert loss_on(trained, images, labels) < initial - 0.3
 
@@ -105,29 +107,71 @@ def test_few_steps_reduce_the_training_loss(tmp_path):
 def test_resume_continues_schedule_and_weights_exactly(tmp_path):
     straight = train(quick_config(tmp_path / "a", schedule="cosine"))
     train(quick_config(tmp_path / "b", schedule="cosine", max_steps=4))
-    state = torch.load(tmp_path / "b" / "run" / "checkpoint.pt", weights_only=False)
-    assert state["step"] == 4 and state["scheduler"]["last_epoch"] == 4
+    state = load_checkpoint(tmp_path / "b" / "run" / "checkpoint.pt")
+    assert state["step"] == 4 and state["trainer"]["scheduler"]["last_epoch"] == 4
     resumed = train(quick_config(tmp_path / "b", schedule="cosine", resume=True))
     assert resumed["steps"] == straight["steps"] == 8
-    a = torch.load(tmp_path / "a" / "run" / "checkpoint.pt", weights_only=False)
-    b = torch.load(tmp_path / "b" / "run" / "checkpoint.pt", weights_only=False)
-    assert a["optimizer"]["param_groups"][0]["lr"] == b["optimizer"]["param_groups"][0]["lr"]
-    assert math.isclose(a["optimizer"]["param_groups"][0]["lr"], 0.4 * 16 / 256 * 0.5 * (1 + math.cos(math.pi * 8 / 8)),
+    a = load_checkpoint(tmp_path / "a" / "run" / "checkpoint.pt")
+    b = load_checkpoint(tmp_path / "b" / "run" / "checkpoint.pt")
+    assert a["trainer"]["optimizer"]["param_groups"][0]["lr"] == b["trainer"]["optimizer"]["param_groups"][0]["lr"]
+    assert math.isclose(a["trainer"]["optimizer"]["param_groups"][0]["lr"], 0.4 * 16 / 256 * 0.5 * (1 + math.cos(math.pi * 8 / 8)),
                         abs_tol=1e-12)
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name
     assert json.loads((tmp_path / "b" / "run" / "result.json").read_text())["history"] == resumed["history"]
 
 
-def test_cli_defaults_to_digits_and_explains(capsys):
-    config = parse_args(["--epochs", "1"])
+def test_cli_defaults_to_digits_and_explains(capsys, tmp_path):
+    config = config_from_argv(["--epochs", "1", "--output-dir", str(tmp_path / "o")])
     assert config.data == "digits" and "embedded digits" in capsys.readouterr().out
 
 
-def test_cli_errors_name_the_bad_value(tmp_path):
+@pytest.mark.parametrize("argv,message", [
+    (["--train-subset", "0"], "--train-subset must be >= 1, got 0"),
+    (["--epochs", "-1"], "--epochs must be > 0, got -1.0"),
+    (["--norm-act", "bn_tanh"], "valid names"),
+    (["--data", "cifar10"], "--data cifar10 needs --data-dir"),
+    (["--model", "resnet50_cifar", "--width-multiplier", "2"], "fixed by the paper for anchors"),
+    (["--model", "resnet50", "--table", "table13"], "table13 has no 'resnet50' column"),
+])
+def test_cli_errors_name_the_bad_value(argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main([*argv, "--output-dir", str(tmp_path / "o")])
+    assert message in capsys.readouterr().err
+
+
+def test_missing_dataset_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="cifar-10-batches-py"):
         main(["--data", "cifar10", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "o")])
-    with pytest.raises(SystemExit, match="train-subset must be in"):
-        main(["--train-subset", "0", "--output-dir", str(tmp_path / "o"), "--image-size", "8"])
-    with pytest.raises(SystemExit, match="valid names"):
-        main(["--norm-act", "bn_tanh", "--output-dir", str(tmp_path / "o")])
+
+
+def test_an_earlier_run_is_neither_overwritten_nor_resumed_with_other_settings(tmp_path, capsys):
+    train(quick_config(tmp_path, max_steps=2))
+    before = (tmp_path / "run" / "checkpoint.pt").read_bytes()
+    with pytest.raises(SystemExit, match="is not empty .*pass --resume"):
+        main(["--output-dir", str(tmp_path / "run"), "--image-size", "8"])
+    assert (tmp_path / "run" / "checkpoint.pt").read_bytes() == before
+    with pytest.raises(SystemExit):
+        main(["--resume", "--output-dir", str(tmp_path / "run"), "--norm-act", "bn_relu"])
+    assert "--norm-act cannot change when resuming" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"cannot resume .*config.json: it was started with different \['norm_act'\]"):
+        train(quick_config(tmp_path, norm_act="gn_relu", resume=True))
+
+
+def test_resume_from_the_command_line_keeps_the_runs_settings(tmp_path):
+    train(quick_config(tmp_path, max_steps=2))
+    config = config_from_argv(["--resume", "--output-dir", str(tmp_path / "run"), "--max-steps", "3"])
+    assert config == quick_config(tmp_path, max_steps=3, resume=True)
+
+
+def test_corrupt_or_foreign_checkpoints_are_named(tmp_path):
+    train(quick_config(tmp_path, max_steps=2))
+    path = tmp_path / "run" / "checkpoint.pt"
+    state = load_checkpoint(path)
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(SystemExit, match=r"checkpoint.pt' is truncated"):
+        main(["--resume", "--output-dir", str(tmp_path / "run")])
+    state["model"] = {k: v[:1] for k, v in state["model"].items()}
+    torch.save(state, path)
+    with pytest.raises(SystemExit, match=r"checkpoint.pt' does not fit this run"):
+        main(["--resume", "--output-dir", str(tmp_path / "run")])

@@ -1,50 +1,61 @@
-"""tools/benchmark_layers.py: measures real layers, counts saved bytes, writes JSON, rejects bad flags."""
-import importlib.util
+"""evonorm_core.benchmark: measures real layers (eager and compiled), counts saved bytes and peak
+memory, checks the targets, writes JSON and PNG, rejects bad flags."""
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "benchmark_layers.py"
+from evonorm_core import benchmark as bench
 
 
-@pytest.fixture(scope="module")
-def bench():
-    # Loaded by path: an installed detectron2 wheel can shadow the name `tools`.
-    spec = importlib.util.spec_from_file_location("benchmark_layers", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_saved_bytes_counts_each_stored_tensor_once(bench):
+def test_saved_bytes_counts_each_stored_tensor_once():
     x = torch.randn(4, 8, 5, 5, requires_grad=True)
     assert bench.saved_bytes(lambda: torch.relu(x)) == x.numel() * 4  # relu keeps its output
     assert bench.saved_bytes(lambda: x * x) == x.numel() * 4  # the same tensor twice
     assert bench.saved_bytes(lambda: torch.relu(x.detach())) == 0
 
 
-def test_layer_table_and_json(bench, tmp_path, capsys):
+def test_peak_step_bytes_sees_a_large_temporary():
+    size = 64 * 2**20
+
+    def step():
+        t = torch.ones(size // 4)  # 64 MiB, touched
+        t.add_(1)
+
+    peak = bench.peak_step_bytes(step, torch.device("cpu"))
+    if math.isnan(peak):
+        pytest.skip("peak resident memory cannot be measured on this system")
+    assert 0.9 * size <= peak <= 1.5 * size
+
+
+def test_layer_table_targets_and_json(tmp_path, capsys):
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
-    argv = ["--shapes", "2x32x12x12", "--reps", "2", "--warmup", "0", "--threads", "1", "--no-model", "--no-timm"]
-    bench.main([*argv, "--json", str(out), "--plot", str(png)])
+    argv = ["--shapes", "2x32x12x12", "--reps", "2", "--warmup", "0", "--threads", "1", "--no-model", "--no-timm",
+            "--compiled-layers", "evonorm_s0", "--json", str(out), "--plot", str(png)]
+    assert bench.main(argv) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
-    assert "evonorm_s0 (fused)" in printed and "gn_silu (native)" in printed
-    rows = {r["layer"]: r for r in json.loads(out.read_text())["layers"]}
-    expected = {"bn_relu (native)", "gn_relu (native)", "gn_silu (native)"} | {
+    assert "evonorm_s0 (fused)" in printed and "gn_silu (native) compiled" in printed and "targets:" in printed
+    payload = json.loads(out.read_text())
+    rows = {r["layer"]: r for r in payload["layers"]}
+    expected = {"bn_relu (native)", "gn_relu (native)", "gn_silu (native)", "gn_silu (native) compiled",
+                "evonorm_s0 (fused) compiled"} | {
         f"evonorm_{s} ({impl})" for s in ("s0", "s1", "s2", "b0", "b1", "b2") for impl in ("fused", "reference")
     }
-    assert expected <= set(rows)
+    assert expected == set(rows)
     assert rows["gn_silu (native)"]["ratio"] == 1.0 and rows["bn_relu (native)"]["ratio"] == 1.0
+    compiled = rows["evonorm_s0 (fused) compiled"]
+    assert compiled["baseline"] == "gn_silu (native) compiled" and compiled["compiled"] and compiled["compile_s"] > 0
     for s in ("s0", "s1", "s2", "b0", "b1", "b2"):
         fused, reference = rows[f"evonorm_{s} (fused)"], rows[f"evonorm_{s} (reference)"]
         assert fused["saved_ratio"] <= 1.1 < 3 <= reference["saved_ratio"]
         assert fused["ms"] > 0 and math.isfinite(fused["ratio"])
+    targets = {t["target"]: t for t in payload["targets"]}
+    eager_s0 = targets["evonorm_s0 fwd+bwd vs gn_silu (native) at 2x32x12x12"]
+    assert eager_s0["limit"] == 1.25 and eager_s0["met"] == (eager_s0["ratio"] <= 1.25)
+    assert targets["evonorm_b1 fwd+bwd vs bn_relu (native) at 2x32x12x12"]["limit"] == 1.5
+    assert targets["evonorm_s0 compiled fwd+bwd vs gn_silu (native) compiled at 2x32x12x12"]["limit"] == 1.1
 
 
 @pytest.mark.parametrize(
@@ -54,17 +65,21 @@ def test_layer_table_and_json(bench, tmp_path, capsys):
         (["--reps", "0"], "--reps must be at least 1"),
         (["--dtype", "int8"], "invalid choice"),
         (["--device", "tpu9"], "is not a torch device"),
+        (["--compiled-layers", "evonorm_x9"], "'evonorm_x9' is not one of"),
     ],
 )
-def test_bad_flags_name_the_value(bench, capsys, argv, message):
+def test_bad_flags_name_the_value(capsys, argv, message):
     with pytest.raises(SystemExit):
         bench.parse_args(argv)
     assert message in capsys.readouterr().err
 
 
 @pytest.mark.slow
-def test_whole_model_step_pairs(bench):
+def test_whole_model_step_pairs():
     args = bench.parse_args(["--model-batch", "2", "--model-size", "32", "--model-reps", "1", "--threads", "1"])
-    results = bench.bench_model(args, torch.device("cpu"))
+    results = bench.bench_model(args, torch.device("cpu"), compiled=False)
     assert [r.pair for r in results] == ["evonorm_s0 vs gn_relu (native)", "evonorm_b0 vs bn_relu (native)"]
     assert all(math.isfinite(r.ratio) and r.ratio > 0 for r in results)
+    assert all(all(mb > 0 for mb in r.peak_mb.values()) for r in results)
+    lines = bench.format_model_lines(results)
+    assert "eager): evonorm_s0 vs gn_relu (native): time" in lines and "peak memory" in lines
