@@ -47,9 +47,17 @@ def resolve_groups(num_channels: int, groups: int | None) -> int:
     return groups
 
 
+def _var_mean(x: Tensor, dim: int | tuple[int, ...], keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    """``torch.var_mean`` (biased); NaN, without PyTorch's warning, where there is nothing to reduce."""
+    if x.numel() == 0:
+        nan = x.new_full(x.mean(dim=dim, keepdim=keepdim).shape, float("nan"))
+        return nan, nan
+    return torch.var_mean(x, dim=dim, unbiased=False, keepdim=keepdim)
+
+
 def instance_var(x: Tensor) -> Tensor:
     """``s^2_{w,h}(x)``: variance over each sample's channel plane, shape (N, C, 1, 1)."""
-    return x.var(dim=_SPATIAL, unbiased=False, keepdim=True)
+    return _var_mean(x, _SPATIAL, keepdim=True)[0]
 
 
 def instance_mean_square(x: Tensor) -> Tensor:
@@ -71,7 +79,7 @@ def _grouped(x: Tensor, groups: int) -> Tensor:
 def group_moments(x: Tensor, groups: int) -> tuple[Tensor, Tensor]:
     """``(mu_{w,h,c/g}(x), s^2_{w,h,c/g}(x))``, each of shape (N, C, 1, 1)."""
     n, c = x.shape[:2]
-    var, mean = torch.var_mean(_grouped(x, groups), dim=2, unbiased=False)
+    var, mean = _var_mean(_grouped(x, groups), 2)
     return _per_group(mean, c), _per_group(var, c)
 
 
@@ -88,7 +96,7 @@ def group_mean_square(x: Tensor, groups: int) -> Tensor:
 
 def layer_moments(x: Tensor) -> tuple[Tensor, Tensor]:
     """``(mu_{w,h,c}(x), s^2_{w,h,c}(x))``: over all of a sample's elements, shape (N, 1, 1, 1)."""
-    var, mean = torch.var_mean(x, dim=(1, 2, 3), unbiased=False, keepdim=True)
+    var, mean = _var_mean(x, (1, 2, 3), keepdim=True)
     return mean, var
 
 

@@ -115,6 +115,11 @@ def doubling_genome(levels: int) -> Genome:
     return Genome((Node("tanh", (0,)), *(Node("add", (4 + k, 4 + k)) for k in range(levels))))
 
 
+def test_shared_subexpressions_print_once():
+    genome = doubling_genome(18)  # inlined: 2**18 copies of tanh(x), quick to notice
+    assert len(to_infix(genome)) < 40 * 18 and len(to_latex(genome)) < 80 * 18
+
+
 def test_shared_subexpressions_print_once_and_parse_back():
     genome = doubling_genome(400)
     text = to_infix(genome)

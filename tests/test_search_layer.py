@@ -89,3 +89,59 @@ def test_cumulative_momentum_averages_every_batch_since_reset():
     assert int(layer.num_batches_tracked) == 3
     layer.reset_running_stats()
     assert int(layer.num_batches_tracked) == 0 and torch.equal(layer.running_var_4, torch.ones(4, dtype=torch.float64))
+
+
+def test_uses_batch_stats_follows_the_live_graph():
+    assert GraphLayer(parse(B0), 8).uses_batch_stats
+    assert not GraphLayer(parse(S0), 8).uses_batch_stats
+    assert evonorm_core.uses_batch_statistics(genome_norm_act(parse(B0))) is True
+    assert evonorm_core.uses_batch_statistics(genome_norm_act(parse(S0))) is False
+
+
+def test_empty_batch_leaves_moving_averages_and_count_alone():
+    layer = GraphLayer(parse(f"({BN_RELU}) / group_std(x) + channel_rms(x)"), 4, groups=2)
+    layer(torch.randn(3, 4, 2, 2))
+    before = {n: b.clone() for n, b in layer.named_buffers()}
+    for shape in [(0, 4, 2, 2), (3, 4, 0, 2)]:
+        x = torch.randn(shape, requires_grad=True)
+        y = layer(x)
+        y.sum().backward()
+        assert y.shape == shape
+    for n, b in layer.named_buffers():
+        assert torch.equal(b, before[n]), n
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_graph_layer_traces_with_fx(training):
+    def make():
+        return GraphLayer(parse("x / max(batch_std(x), v1 * x + group_std(x))"), 8, groups=4).double().train(training)
+
+    layer, twin = make(), torch.fx.symbolic_trace(make())
+    x = torch.randn(4, 8, 3, 3, dtype=torch.float64)
+    torch.testing.assert_close(twin(x), layer(x), rtol=0, atol=0)
+    torch.testing.assert_close(twin.running_var_4, layer.running_var_4, rtol=0, atol=0)
+
+
+def test_device_dtype_affine_and_folding():
+    layer = GraphLayer(parse(BN_RELU), 8, device="meta", dtype=torch.float64)
+    assert all(t.is_meta for t in [*layer.parameters(), *layer.buffers()])
+    assert layer.running_var_7.dtype == torch.float64 and layer.num_batches_tracked.dtype == torch.long
+    bare = GraphLayer(parse(S0), 8, affine=False)
+    assert bare.weight is None and bare.folded_affine() is None
+    affine = genome_norm_act(parse(S0), dtype=torch.float64)(8, False)
+    assert isinstance(affine, ChannelAffine2d) and affine.weight.dtype == torch.float64
+    with torch.no_grad():
+        affine.weight.uniform_(), affine.bias.uniform_()
+    scale, shift = affine.folded_affine()
+    x = torch.randn(2, 8, 3, 3, dtype=torch.float64)
+    torch.testing.assert_close(affine(x), x * scale.view(1, -1, 1, 1) + shift.view(1, -1, 1, 1))
+
+
+def test_recalibration_through_running_stats():
+    layer = GraphLayer(parse("x / batch_std(x)"), 4).double()
+    layer(torch.randn(6, 4, 3, 3, dtype=torch.float64) * 10)
+    batches = [torch.randn(6, 4, 3, 3, dtype=torch.float64) * s for s in (1.0, 2.0)]
+    assert evonorm_core.running_stats.recalibrate(layer, batches) == 1
+    unbiased = torch.stack([b.var(dim=(0, 2, 3), unbiased=True) for b in batches]).mean(0)
+    torch.testing.assert_close(layer.running_var_4, unbiased)
+    assert layer.momentum == 0.1

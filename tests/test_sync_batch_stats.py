@@ -1,4 +1,6 @@
-"""``sync=True`` B-series/BN layers over 2 gloo processes equal one process with the whole batch."""
+"""``sync=True`` B-series/BN layers over 2 gloo processes equal one process with the whole batch,
+also when one process has an empty batch (it must still take part in the all-reduce)."""
+import datetime
 import os
 import socket
 
@@ -18,18 +20,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+SPLITS = {"even": (3, 3), "one_empty": (6, 0)}  # samples per process
+
+
 def _worker(rank, world, port, x, grad_out, results):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    for name in SYNCED:
-        layer = evonorm_core.build_norm_act(name, x.shape[1], sync=True).double()
-        shard = x.chunk(world)[rank].clone().requires_grad_()
-        y = layer(shard)
-        y.backward(grad_out.chunk(world)[rank])
-        grads = {n: p.grad.clone() for n, p in layer.named_parameters()}
-        for g in grads.values():
-            dist.all_reduce(g)  # what DDP does with parameter gradients
-        results[(name, rank)] = (y.detach(), shard.grad, grads, layer.running_var.clone())
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    for split, sizes in SPLITS.items():
+        for name in SYNCED:
+            layer = evonorm_core.build_norm_act(name, x.shape[1], sync=True).double()
+            shard = x.split(sizes)[rank].clone().requires_grad_()
+            y = layer(shard)
+            y.backward(grad_out.split(sizes)[rank])
+            grads = {n: p.grad.clone() for n, p in layer.named_parameters()}
+            for g in grads.values():
+                dist.all_reduce(g)  # what DDP does with parameter gradients
+            results[(split, name, rank)] = (y.detach(), shard.grad, grads, layer.running_var.clone())
     dist.destroy_process_group()
 
 
@@ -44,10 +50,11 @@ def synced_results():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("name", SYNCED)
-def test_sync_matches_full_batch(name, synced_results):
+def test_sync_matches_full_batch(name, split, synced_results):
     x, grad_out, results = synced_results
-    results = [results[(name, 0)], results[(name, 1)]]
+    results = [results[(split, name, 0)], results[(split, name, 1)]]
 
     layer = evonorm_core.build_norm_act(name, 4).double()
     full = x.clone().requires_grad_()

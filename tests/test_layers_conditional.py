@@ -1,0 +1,105 @@
+"""ConditionalNormAct2d: gamma = 1 + W_g c, beta = W_b c through the layer's own forward, against float64 formulas."""
+import pytest
+import torch
+from torch import nn
+
+import evonorm_core
+from evonorm_core import ConditionalNormAct2d, conditional_norm_act_factory, functional
+
+from . import paper_reference as ref
+
+NAMES = evonorm_core.list_norm_acts()
+
+
+def options(name):
+    return {"groups": 4} if name in ref.GROUPED else {}
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("name", NAMES)
+def test_matches_paper_formula_with_class_conditional_gamma_beta(name, training):
+    gen = torch.Generator().manual_seed(3)
+    layer = conditional_norm_act_factory(name, 5, **options(name))(8).double().train(training)
+    assert layer.norm.weight is None and layer.norm.bias is None
+    p = {}
+    with torch.no_grad():
+        for n, param in layer.norm.named_parameters():
+            param.uniform_(0.5, 1.5, generator=gen)
+            p[n] = param.detach().clone()
+        for n, buffer in layer.norm.named_buffers():
+            if buffer.is_floating_point():
+                buffer.uniform_(0.5, 1.5, generator=gen)
+            p[n] = buffer.detach().clone()
+    x = torch.randn(4, 8, 3, 5, generator=gen, dtype=torch.float64) * 2 + 0.5
+    cond = torch.randn(4, 5, generator=gen, dtype=torch.float64)
+    gamma = 1 + cond @ layer.gain.weight.detach().t()  # 1 + W_g c, per sample
+    beta = cond @ layer.bias.weight.detach().t()
+    f = ref.reference(name, True)
+    groups = 4 if name in ref.GROUPED else None
+    expected = torch.stack([f(x, {**p, "gamma": gamma[i], "beta": beta[i]}, 1e-5, training=training, groups=groups)[i]
+                            for i in range(4)])
+    torch.testing.assert_close(layer(x, cond), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_zero_projections_give_the_layer_at_gamma_1_beta_0():
+    layer = conditional_norm_act_factory("evonorm_b0", 3)(8)
+    with torch.no_grad():
+        layer.gain.weight.zero_()
+        layer.bias.weight.zero_()
+    plain = evonorm_core.build_norm_act("evonorm_b0", 8)
+    x = torch.randn(2, 8, 4, 4)
+    torch.testing.assert_close(layer(x, torch.randn(2, 3)), plain(x))
+    torch.testing.assert_close(layer.norm.running_var, plain.running_var)  # statistics are the layer's own
+
+
+@pytest.mark.parametrize("name, function", [("evonorm_s0", "evonorm_s"), ("evonorm_b0", "evonorm_b")])
+def test_runs_through_the_layers_fused_path(monkeypatch, name, function):
+    """The conditional layer is the layer's forward_affine, so its impl is honoured (fused here)."""
+    seen = []
+    original = getattr(functional, function)
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs["impl"], tuple(args[1].shape)))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(functional, function, spy)
+    layer = conditional_norm_act_factory(name, 3, impl="fused", **options(name))(8)
+    layer(torch.randn(2, 8, 4, 4), torch.randn(2, 3))
+    assert seen == [("fused", (2, 8))]
+
+
+def test_gradients_reach_the_projections_and_the_layer():
+    layer = conditional_norm_act_factory("evonorm_s0", 3, groups=2)(8)
+    layer(torch.randn(2, 8, 4, 4), torch.randn(2, 3)).square().sum().backward()
+    for n, p in layer.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, n
+
+
+def test_custom_projection_and_a_maker_without_affine():
+    calls = []
+
+    def make_linear(i, o):
+        calls.append((i, o))
+        return nn.Linear(i, o, bias=False)
+
+    make = conditional_norm_act_factory(evonorm_core.norm_act_factory("gn_relu", groups=2, affine=False), 6, make_linear)
+    layer = make(8)
+    assert calls == [(6, 8), (6, 8)] and layer.num_channels == 8
+    assert layer(torch.randn(3, 8, 2, 2), torch.randn(3, 6)).shape == (3, 8, 2, 2)
+    assert torch.fx.symbolic_trace(layer)  # the conditional layer traces too
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="must be built with affine=False"):
+        ConditionalNormAct2d(evonorm_core.build_norm_act("evonorm_s0", 8), 4)
+    with pytest.raises(ValueError, match="must be built with affine=False"):
+        conditional_norm_act_factory(evonorm_core.norm_act_factory("bn_relu"), 4)(8)
+    with pytest.raises(TypeError, match="needs a layer with forward_affine"):
+        ConditionalNormAct2d(nn.BatchNorm2d(8, affine=False), 4)
+    with pytest.raises(ValueError, match="cond_dim must be a positive int"):
+        ConditionalNormAct2d(evonorm_core.build_norm_act("evonorm_s0", 8, affine=False), 0)
+    layer = conditional_norm_act_factory("bn_relu", 4)(8)
+    with pytest.raises(ValueError, match=r"cond must be \(N, cond_dim\) = \(2, 4\).*got \(3, 4\)"):
+        layer(torch.randn(2, 8, 3, 3), torch.randn(3, 4))
+    with pytest.raises(ValueError, match="does not take option"):
+        conditional_norm_act_factory("evonorm_s0", 4, momentum=0.1)

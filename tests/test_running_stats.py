@@ -1,0 +1,80 @@
+"""evonorm_core.running_stats: the one moving-average rule, and recalibration of whole models."""
+import pytest
+import torch
+from torch import nn
+
+import evonorm_core
+from evonorm_core import running_stats
+from evonorm_core.search import GraphLayer, parse
+
+
+def test_momentum_factor_and_counting():
+    assert running_stats.momentum_factor(0.25, 7) == 0.25
+    assert running_stats.momentum_factor(None, 4) == 0.25  # cumulative: 1 / batches counted
+    tracked = torch.tensor(2)
+    assert running_stats.count_batch_(tracked, None) == pytest.approx(1 / 3) and int(tracked) == 3
+    assert running_stats.count_batch_(None, 0.1) == 0.1
+
+
+def test_update_running_is_batchnorms_rule():
+    running = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    running_stats.update_running_(running, torch.tensor([3.0, 6.0]), 0.25, count=5)
+    torch.testing.assert_close(running, torch.tensor([0.75 * 1 + 0.25 * 3 * 5 / 4, 0.75 * 2 + 0.25 * 6 * 5 / 4], dtype=torch.float64))
+    running_stats.update_running_(running, torch.tensor([0.0, 0.0]), 1.0)  # no count: stored as is
+    torch.testing.assert_close(running, torch.zeros(2, dtype=torch.float64))
+
+
+def model_with_every_kind(dropout=0.5):
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        evonorm_core.build_norm_act("evonorm_b0", 8),
+        nn.Dropout(dropout),
+        nn.Conv2d(8, 8, 1),
+        nn.BatchNorm2d(8),
+        GraphLayer(parse("x / batch_rms(x)"), 8),
+        evonorm_core.build_norm_act("evonorm_s0", 8, groups=4),
+    )
+
+
+def test_recalibrate_is_the_plain_average_over_the_batches():
+    model = model_with_every_kind().train()
+    model(torch.randn(4, 3, 6, 6) * 5)  # moving averages away from their start
+    model.eval()
+    batches = [torch.randn(4, 3, 6, 6) * s for s in (0.5, 1.0, 2.0)]
+    assert running_stats.recalibrate(model, batches) == 3  # B0, BatchNorm2d, the searched layer
+    # the first layer sees the conv's output directly: its average is the plain mean of the
+    # unbiased batch variances, whatever its momentum
+    with torch.no_grad():
+        inputs = [model[0](b) for b in batches]
+    expected = torch.stack([h.var(dim=(0, 2, 3), unbiased=True) for h in inputs]).mean(0)
+    torch.testing.assert_close(model[1].running_var, expected, rtol=1e-5, atol=1e-6)
+    assert int(model[1].num_batches_tracked) == 3 and int(model[5].num_batches_tracked) == 3
+    assert model[1].momentum == 0.1 and model[4].momentum == 0.1 and model[5].momentum == 0.1  # restored
+    assert not any(m.training for m in model.modules())  # modes restored
+
+
+def test_recalibrate_runs_only_batch_layers_in_train_mode():
+    model = model_with_every_kind(dropout=1.0)  # in train mode dropout would zero everything after it
+    model.train()
+    seen = []
+    model[4].register_forward_pre_hook(lambda m, args: seen.append(args[0].abs().sum().item()))
+    running_stats.recalibrate(model, [torch.randn(2, 3, 5, 5)])
+    assert seen and seen[0] > 0  # dropout stayed in eval
+    assert all(m.training for m in model.modules())  # the model's own mode is back
+
+
+def test_a_model_without_batch_statistics_is_not_run():
+    model = nn.Sequential(nn.Conv2d(3, 8, 1), evonorm_core.build_norm_act("evonorm_s0", 8))
+    calls = []
+    assert running_stats.recalibrate(model, [torch.randn(1, 3, 2, 2)], forward=lambda m, b: calls.append(b)) == 0
+    assert calls == []
+    assert running_stats.batch_stat_layers(model) == []
+
+
+def test_batch_stat_layers_finds_every_kind():
+    model = model_with_every_kind()
+    found = running_stats.batch_stat_layers(model)
+    assert [type(m).__name__ for m in found] == ["EvoNormB0", "BatchNorm2d", "GraphLayer"]
+    untracked = nn.BatchNorm2d(8, track_running_stats=False)
+    assert running_stats.batch_stat_layers(untracked) == []
