@@ -32,7 +32,8 @@ from evonorm_core import list_norm_acts, norm_act_factory
 from .anchors import ANCHOR_NAMES, ANCHORS, build_anchor
 from .data import TensorImages, load_cifar10, load_digits_proxy, load_imagenet
 from .models import MODEL_NAMES, MODEL_RESOLUTIONS, build_model
-from .recipes import SCHEDULES, Recipe, RecipeLR, build_optimizer, recipe_for, scaled_lr
+from .recipes import SCHEDULES, Recipe, recipe_for
+from .trainer import Trainer
 
 DATASETS = ("digits", "cifar10", "imagenet")
 # The proxy task (paper section 5.1): SGD with LR 0.1 at batch 128, i.e. 0.2 per 256 images.
@@ -203,8 +204,7 @@ class TrainingSetup:
     sampler: DistributedSampler
     train_loader: DataLoader
     val_loader: DataLoader
-    optimizer: torch.optim.Optimizer
-    scheduler: RecipeLR
+    trainer: Trainer
 
 
 def build(config: TrainConfig, env: Distributed) -> TrainingSetup:
@@ -238,9 +238,9 @@ def build(config: TrainConfig, env: Distributed) -> TrainingSetup:
                          f"{len(train_set)} training images")
     val_shard = Subset(val_set, range(env.rank, len(val_set), env.world_size))
     val_loader = DataLoader(val_shard, max(recipe.batch_per_worker, 256), num_workers=workers)
-    optimizer = build_optimizer(model, recipe, scaled_lr(recipe.base_lr, total_batch))
-    scheduler = RecipeLR(optimizer, recipe, len(train_loader))
-    return TrainingSetup(model, recipe, sampler, train_loader, val_loader, optimizer, scheduler)
+    module = nn.parallel.DistributedDataParallel(model) if env.world_size > 1 else model
+    trainer = Trainer(model, recipe, total_batch, len(train_loader), module=module)
+    return TrainingSetup(model, recipe, sampler, train_loader, val_loader, trainer)
 
 
 def train(config: TrainConfig) -> dict:
@@ -248,7 +248,7 @@ def train(config: TrainConfig) -> dict:
     env = Distributed()
     seed_everything(config.seed + env.rank)
     setup = build(config, env)
-    model, recipe, optimizer, scheduler = setup.model, setup.recipe, setup.optimizer, setup.scheduler
+    model, recipe, trainer = setup.model, setup.recipe, setup.trainer
     train_loader, val_loader = setup.train_loader, setup.val_loader
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -257,13 +257,11 @@ def train(config: TrainConfig) -> dict:
     if config.resume and ckpt_path.exists():
         state = torch.load(ckpt_path, map_location=env.device, weights_only=False)
         model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
+        trainer.load_state_dict(state["trainer"])
         start_epoch, step, history = state["epoch"], state["step"], state["history"]
         torch.set_rng_state(state["rng"])
         if env.is_main:
             print(f"resumed {ckpt_path} at epoch {start_epoch}, step {step}")
-    ddp_model = nn.parallel.DistributedDataParallel(model) if env.world_size > 1 else model
     writer = _summary_writer(out) if env.is_main else None
     num_epochs = int(np.ceil(recipe.epochs))
     total_steps = min(num_epochs * len(train_loader), config.max_steps or float("inf"))
@@ -275,30 +273,26 @@ def train(config: TrainConfig) -> dict:
         setup.sampler.set_epoch(epoch)
         for images, labels in train_loader:
             images, labels = images.to(env.device, non_blocking=True), labels.to(env.device, non_blocking=True)
-            loss = F.cross_entropy(ddp_model(images), labels, label_smoothing=recipe.label_smoothing)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
+            loss = trainer.step(images, labels)
             step += 1
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"loss became {loss.item()} at step {step} ({config.norm_act}, {config.model})")
+            if not np.isfinite(loss):
+                raise FloatingPointError(f"loss became {loss} at step {step} ({config.norm_act}, {config.model})")
             if writer and step % config.log_every == 0:
-                writer.add_scalar("train/loss", loss.item(), step)
-                writer.add_scalar("train/lr", optimizer.param_groups[0]["lr"], step)
+                writer.add_scalar("train/loss", loss, step)
+                writer.add_scalar("train/lr", trainer.lr, step)
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.3f}", img_s=_rate((step - first_step) * labels.numel() * env.world_size, start))
+                bar.set_postfix(loss=f"{loss:.3f}", img_s=_rate((step - first_step) * labels.numel() * env.world_size, start))
             if step >= total_steps:
                 break
-        metrics = evaluate(ddp_model, val_loader, env)
+        metrics = evaluate(trainer.module, val_loader, env)
         history.append({"epoch": epoch + 1, "step": step, **metrics})
         if env.is_main:
             if writer:
                 writer.add_scalar("val/top1", metrics["top1"], step)
                 writer.add_scalar("val/loss", metrics["loss"], step)
-            save_checkpoint(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                        "scheduler": scheduler.state_dict(), "epoch": epoch + 1, "step": step,
+            save_checkpoint(ckpt_path, {"model": model.state_dict(), "trainer": trainer.state_dict(),
+                                        "epoch": epoch + 1, "step": step,
                                         "history": history, "rng": torch.get_rng_state(),
                                         "config": dataclasses.asdict(config)})
     if bar is not None:

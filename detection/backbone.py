@@ -24,7 +24,9 @@ from detectron2.modeling.backbone.resnet import ResNet
 from fvcore.nn import weight_init
 from torch import Tensor
 
-from .norm import NormActMaker, norm_act_maker
+from evonorm_core import NormActMaker
+
+from .norm import norm_act_maker
 
 BLOCKS_PER_STAGE = {18: [2, 2, 2, 2], 34: [3, 4, 6, 3], 50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3]}
 

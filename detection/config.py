@@ -34,8 +34,21 @@ def add_evonorm_config(cfg: CN) -> CN:
 
 
 def load_config(config_file: str, opts: list[str] | None = None) -> CN:
-    """detectron2's defaults + :func:`add_evonorm_config`, merged with a YAML file and ``KEY VALUE`` overrides."""
+    """detectron2's defaults + :func:`add_evonorm_config`, merged with a YAML file and ``KEY VALUE`` overrides.
+
+    The YAML (and every ``_BASE_`` it names) is read with ``yaml.safe_load``: detectron2's
+    ``merge_from_file`` allows Python-object tags by default, which would run code from a
+    config file; here such a file is refused with a ``ValueError`` naming it.
+    """
+    import yaml
+
     cfg = add_evonorm_config(get_cfg())
-    cfg.merge_from_file(config_file)
+    try:
+        cfg.merge_from_file(config_file, allow_unsafe=False)
+    except yaml.constructor.ConstructorError as error:
+        raise ValueError(
+            f"config {config_file!r} uses a YAML tag that builds Python objects ({error.problem}); "
+            "config files may hold only plain values (numbers, strings, lists, mappings)"
+        ) from None
     cfg.merge_from_list(list(opts or []))
     return cfg

@@ -6,15 +6,11 @@ as in the paper ("EvoNorms are applied to both the backbone and the heads").
 """
 from __future__ import annotations
 
-from typing import Callable
 
 import torch
 from torch import Tensor, nn
 
-from evonorm_core import norm_act_factory
-
-NormActMaker = Callable[[int, bool], nn.Module]
-
+from evonorm_core import NormActMaker, norm_act_factory
 
 def norm_act_maker(cfg) -> NormActMaker:
     """``make(num_channels, nonlinearity)`` for the layer named by ``cfg.MODEL.NORM_ACT``.

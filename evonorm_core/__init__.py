@@ -4,11 +4,25 @@
     >>> layer = evonorm_core.build_norm_act("evonorm_s0", 64)
     >>> evonorm_core.list_norm_acts()[:3]
     ['bn_prelu', 'bn_relu', 'bn_swish']
+    >>> evonorm_core.uses_batch_statistics("evonorm_b0"), evonorm_core.uses_batch_statistics("evonorm_s0")
+    (True, False)
 """
+from . import running_stats
 from .layers import *  # noqa: F401,F403  (registers every layer)
 from .layers import __all__ as _layer_names
 from .convert import ConversionReport, convert_norm_act
-from .registry import build_norm_act, list_norm_acts, norm_act_factory, register_norm_act, resolve_name
+from .registry import (
+    NormActMaker,
+    build_norm_act,
+    list_norm_acts,
+    norm_act_factory,
+    register_norm_act,
+    resolve_name,
+    uses_batch_statistics,
+)
 
 __version__ = "0.1.0"
-__all__ = [*_layer_names, "ConversionReport", "convert_norm_act", "build_norm_act", "list_norm_acts", "norm_act_factory", "register_norm_act", "resolve_name"]
+__all__ = [
+    *_layer_names, "ConversionReport", "NormActMaker", "build_norm_act", "convert_norm_act", "list_norm_acts",
+    "norm_act_factory", "register_norm_act", "resolve_name", "running_stats", "uses_batch_statistics",
+]

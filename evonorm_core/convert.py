@@ -12,14 +12,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import Counter
-from typing import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
 from .layers.base import NormAct2d
-from .registry import norm_act_factory
+from .layers.conditional import ConditionalNormAct2d
+from .registry import NormActMaker, build_norm_act, norm_act_factory, options_of
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ class _Tracer(fx.Tracer):
     """Keeps the suite's own norm-act layers opaque, like torch.nn's modules."""
 
     def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        return isinstance(m, NormAct2d) or super().is_leaf_module(m, qualname)
+        return isinstance(m, (NormAct2d, ConditionalNormAct2d)) or super().is_leaf_module(m, qualname)
 
 
 def _activation_name(node: fx.Node, modules: dict[str, nn.Module]) -> str | None:
@@ -88,17 +87,42 @@ def _replace_submodule(root: nn.Module, qualname: str, new: nn.Module) -> None:
     setattr(root.get_submodule(parent) if parent else root, child, new)
 
 
-def convert_norm_act(
-    model: nn.Module, norm_act: str | Callable[[int, bool], nn.Module], **options
-) -> fx.GraphModule:
+def _unconvertible(bn: nn.Module) -> str | None:
+    """Why ``bn`` (a ``_BatchNorm``) cannot become a 2-d norm-act layer, or None if it can."""
+    if isinstance(bn, nn.SyncBatchNorm):
+        return ("is a SyncBatchNorm; convert the model before nn.SyncBatchNorm.convert_sync_batchnorm and pass "
+                "sync=True to a layer with batch statistics")
+    if isinstance(bn, nn.modules.lazy.LazyModuleMixin):
+        return "is a lazy BatchNorm whose number of channels is not known yet; run the model once first"
+    if not isinstance(bn, nn.BatchNorm2d):
+        return f"is a {type(bn).__name__}; the norm-act layers are 2-d (NCHW), only nn.BatchNorm2d is converted"
+    return None
+
+
+def _state_of(module: nn.Module) -> dict:
+    """``{"device": ..., "dtype": ...}`` of ``module``'s first floating-point tensor (empty if none)."""
+    for tensor in [*module.parameters(), *module.buffers()]:
+        if tensor.is_floating_point():
+            return {"device": tensor.device, "dtype": tensor.dtype}
+    return {}
+
+
+def convert_norm_act(model: nn.Module, norm_act: str | NormActMaker, **options) -> fx.GraphModule:
     """Replace every ``BatchNorm2d`` of ``model`` (not modified) by the ``norm_act`` layer.
 
-    ``norm_act`` is a registered name (with ``options``, e.g. ``groups=16``) or a callable
-    ``(num_channels, nonlinearity) -> nn.Module``. Returns a ``GraphModule`` in the same
-    train/eval mode, with the report as ``.norm_act_report`` (a :class:`ConversionReport`).
-    Raises ``ValueError`` if the model cannot be traced or calls one BatchNorm twice.
+    ``norm_act`` is a registered name (with ``options``, e.g. ``groups=16``; each layer is
+    built on its BatchNorm's device and in its dtype) or a callable
+    ``(num_channels, nonlinearity) -> nn.Module`` (its layers are moved there). Returns a
+    ``GraphModule`` in the same train/eval mode, with the report as ``.norm_act_report``
+    (a :class:`ConversionReport`). Raises ``ValueError`` if the model cannot be traced,
+    calls one BatchNorm twice, or has a BatchNorm that is not a ``BatchNorm2d`` (1-d, 3-d,
+    synchronised or lazy ones), naming it.
     """
     make = norm_act_factory(norm_act, **options)
+    bad = [f"{name!r} {why}" for name, m in model.named_modules()
+           if isinstance(m, nn.modules.batchnorm._BatchNorm) and (why := _unconvertible(m))]
+    if bad:
+        raise ValueError(f"convert_norm_act cannot convert {len(bad)} BatchNorm layer(s): " + "; ".join(bad))
     try:
         graph = _Tracer().trace(model)
     except Exception as exc:  # fx raises many types; all mean "not symbolically traceable"
@@ -121,9 +145,12 @@ def convert_norm_act(
         if activation is not None:
             users[0].replace_all_uses_with(node)
             graph.erase_node(users[0])
-        layer = make(bn.num_features, activation is not None)
-        state = [*bn.parameters(), *bn.buffers()]
-        _replace_submodule(gm, node.target, layer.to(device=state[0].device if state else None))
+        state = _state_of(bn)
+        if isinstance(norm_act, str) and {"device", "dtype"} <= set(options_of(norm_act)):
+            layer = build_norm_act(norm_act, bn.num_features, activation is not None, **{**state, **options})
+        else:  # a callable, or a third-party layer without device/dtype arguments
+            layer = make(bn.num_features, activation is not None).to(**state)
+        _replace_submodule(gm, node.target, layer)
         entries.append(ConvertedNorm(node.target, activation))
     graph.lint()
     gm.delete_all_unused_submodules()

@@ -5,7 +5,11 @@ Names are case- and separator-insensitive: ``evonorm_s0``, ``EvoNormS0`` and
 
     @register_norm_act("my_norm")
     class MyNorm(nn.Module):
+        uses_batch_stats = False
         def __init__(self, num_channels, nonlinearity=True, **options): ...
+
+Models take a :data:`NormActMaker`, ``make(num_channels, nonlinearity) -> nn.Module``, made
+from a name by :func:`norm_act_factory`.
 """
 from __future__ import annotations
 
@@ -16,9 +20,16 @@ from typing import Callable
 
 from torch import nn
 
-NormActFactory = Callable[..., nn.Module]
+from . import running_stats
 
-_FACTORIES: dict[str, NormActFactory] = {}  # canonical name -> factory
+NormActMaker = Callable[[int, bool], nn.Module]
+"""The layer contract of every model of the suite: ``make(num_channels, nonlinearity) -> nn.Module``
+(``nonlinearity=False`` where the replaced BatchNorm had no activation after it)."""
+
+_Constructor = Callable[..., nn.Module]  # ``(num_channels, nonlinearity=True, **options) -> nn.Module``
+
+_FACTORIES: dict[str, _Constructor] = {}  # canonical name -> constructor (options bound)
+_BATCH_STATISTICS: dict[str, Callable[[bool], bool] | None] = {}  # canonical name -> nonlinearity -> bool
 _KEYS: dict[str, str] = {}  # normalized name or alias -> canonical name
 
 
@@ -34,22 +45,51 @@ def normalize_name(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
-def register_norm_act(name: str, *aliases: str, **defaults) -> Callable[[NormActFactory], NormActFactory]:
-    """Register ``factory(num_channels, nonlinearity=True, **options)`` under ``name``.
+def _declared_batch_statistics(constructor: _Constructor) -> Callable[[bool], bool] | None:
+    """``nonlinearity -> uses batch statistics`` from a layer class's metadata, if it declares it:
+    a classmethod ``batch_stats_for(nonlinearity)`` or a class attribute ``uses_batch_stats``."""
+    target = constructor.func if isinstance(constructor, functools.partial) else constructor
+    if not inspect.isclass(target):
+        return None
+    if callable(getattr(target, "batch_stats_for", None)):
+        return target.batch_stats_for
+    declared = inspect.getattr_static(target, "uses_batch_stats", None)
+    if isinstance(declared, bool):
+        return lambda nonlinearity: declared
+    return None
+
+
+def register_norm_act(
+    name: str, *aliases: str, override: bool = False, batch_statistics: bool | None = None, **defaults
+) -> Callable[[_Constructor], _Constructor]:
+    """Register ``constructor(num_channels, nonlinearity=True, **options)`` under ``name``.
 
     Used as a decorator; ``defaults`` are options bound for this name (e.g. the same class
-    registered as ``bn_relu`` and ``bn_swish`` with different ``activation``).
-    Raises ``ValueError`` if a name is already taken by another layer.
+    registered as ``bn_relu`` and ``bn_swish`` with different ``activation``). A name or
+    alias that is already taken raises ``ValueError`` unless ``override=True`` (then it
+    points to the new layer for every caller). ``batch_statistics`` declares whether the
+    layer uses batch statistics, for a constructor that is not a class declaring it itself
+    (``batch_stats_for(nonlinearity)`` or ``uses_batch_stats``), see :func:`uses_batch_statistics`.
     """
+    keys = {normalize_name(n) for n in (name, *aliases)}
 
-    def decorator(factory: NormActFactory) -> NormActFactory:
-        bound = functools.partial(factory, **defaults) if defaults else factory
-        for key in {normalize_name(n) for n in (name, *aliases)}:
-            if key in _KEYS and _KEYS[key] != name:
-                raise ValueError(f"norm-act name {key!r} is already registered for {_KEYS[key]!r}")
+    def decorator(constructor: _Constructor) -> _Constructor:
+        taken = sorted(k for k in keys if k in _KEYS)
+        if taken and not override:
+            owners = ", ".join(f"{k!r} by {_KEYS[k]!r}" for k in taken)
+            raise ValueError(
+                f"cannot register norm-act {name!r}: name(s) already taken ({owners}); "
+                "pick another name or pass override=True to replace it for every caller"
+            )
+        bound = functools.partial(constructor, **defaults) if defaults else constructor
+        for key in keys:
             _KEYS[key] = name
         _FACTORIES[name] = bound
-        return factory
+        declared = _declared_batch_statistics(constructor)
+        if batch_statistics is not None:
+            declared = lambda nonlinearity: bool(batch_statistics)  # noqa: E731
+        _BATCH_STATISTICS[name] = declared
+        return constructor
 
     return decorator
 
@@ -66,10 +106,10 @@ def resolve_name(name: str) -> str:
     return _KEYS[normalize_name(name)]
 
 
-def accepted_options(factory: NormActFactory) -> list[str]:
-    """Keyword options a factory accepts, following ``**kwargs`` up a class's base classes."""
-    bound = set(factory.keywords) if isinstance(factory, functools.partial) else set()
-    target = factory.func if isinstance(factory, functools.partial) else factory
+def accepted_options(constructor: _Constructor) -> list[str]:
+    """Keyword options a constructor accepts, following ``**kwargs`` up a class's base classes."""
+    bound = set(constructor.keywords) if isinstance(constructor, functools.partial) else set()
+    target = constructor.func if isinstance(constructor, functools.partial) else constructor
     chain = [c.__init__ for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else [target]
     names: list[str] = []
     for fn in chain:
@@ -80,11 +120,17 @@ def accepted_options(factory: NormActFactory) -> list[str]:
     return sorted(set(names) - {"self", "num_channels", "nonlinearity"} - bound)
 
 
+def options_of(name: str) -> list[str]:
+    """The options the layer registered as ``name`` accepts (bound defaults excluded)."""
+    return accepted_options(_FACTORIES[resolve_name(name)])
+
+
 def build_norm_act(name: str, num_channels: int, nonlinearity: bool = True, **options) -> nn.Module:
     """Build the layer registered as ``name`` for ``num_channels`` channels.
 
-    ``options`` go to the layer (``eps``, ``groups``, ``momentum``, ``sync`` ...); an
-    option the layer does not take raises ``ValueError`` naming the accepted ones.
+    ``options`` go to the layer (``eps``, ``groups``, ``momentum``, ``sync``, ``affine``,
+    ``device``, ``dtype`` ...); an option the layer does not take raises ``ValueError``
+    naming the accepted ones.
     """
     canonical = _checked_name(name, options)
     return _FACTORIES[canonical](num_channels, nonlinearity=nonlinearity, **options)
@@ -100,13 +146,14 @@ def _checked_name(name: str, options: dict) -> str:
     return canonical
 
 
-def norm_act_factory(spec: str | Callable[[int, bool], nn.Module], **options) -> Callable[[int, bool], nn.Module]:
+def norm_act_factory(spec: str | NormActMaker, **options) -> NormActMaker:
     """Turn a layer spec into ``make(num_channels, nonlinearity) -> nn.Module``.
 
     ``spec`` is a registered name (``options`` are bound to it and checked now, so a bad
     name or option fails before any model is built) or already such a callable, e.g. one
     that builds a searched layer from a genome. Models take this so one argument selects
-    any layer.
+    any layer. The maker of a name carries ``uses_batch_stats`` (see
+    :func:`uses_batch_statistics`).
     """
     if callable(spec):
         if options:
@@ -118,4 +165,35 @@ def norm_act_factory(spec: str | Callable[[int, bool], nn.Module], **options) ->
         return build_norm_act(canonical, num_channels, nonlinearity, **options)
 
     make.__name__ = make.__qualname__ = f"make_{canonical}"
+    declared = _BATCH_STATISTICS[canonical]
+    if declared is not None:
+        make.uses_batch_stats = bool(declared(True))
     return make
+
+
+def uses_batch_statistics(spec: str | NormActMaker | nn.Module, nonlinearity: bool = True) -> bool:
+    """Whether a layer normalizes with batch statistics (keeps moving averages for eval).
+
+    ``spec`` is a registered name (answered from the layer's declared metadata, for the
+    layer built with ``nonlinearity``; nothing is built), a :data:`NormActMaker` carrying a
+    ``uses_batch_stats`` attribute (those of :func:`norm_act_factory` and of the search's
+    ``genome_norm_act`` do), or a module: a layer, or a whole model (True if any of its
+    layers does, native ``nn.BatchNorm*`` included).
+    """
+    if isinstance(spec, nn.Module):
+        return bool(running_stats.batch_stat_layers(spec))
+    if isinstance(spec, str):
+        canonical = resolve_name(spec)
+        declared = _BATCH_STATISTICS[canonical]
+        if declared is None:
+            raise ValueError(
+                f"norm-act layer {canonical!r} does not declare whether it uses batch statistics; register it "
+                "with batch_statistics=True/False or give its class a uses_batch_stats attribute"
+            )
+        return bool(declared(nonlinearity))
+    if callable(spec) and isinstance(getattr(spec, "uses_batch_stats", None), bool):
+        return spec.uses_batch_stats
+    raise TypeError(
+        f"cannot tell whether {spec!r} uses batch statistics without building a layer: pass a registered "
+        "name, a layer or model, or a maker with a boolean uses_batch_stats attribute"
+    )

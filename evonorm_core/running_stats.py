@@ -1,16 +1,19 @@
 """Moving averages of batch statistics: the one update rule, reset and recalibration.
 
-Every layer with batch statistics (BatchNorm, the EvoNorm-B series, batch aggregations of
-a searched layer) keeps per-channel moving averages that replace the batch's statistics in
-eval mode. They follow ``nn.BatchNorm2d``:
+Every layer with batch statistics (BatchNorm, the EvoNorm-B series, the "RS + rej" layer,
+batch aggregations of a searched layer) keeps per-channel moving averages that replace the
+batch's statistics in eval mode. They follow ``nn.BatchNorm2d``:
 
 .. math::
     \\hat{r} \\leftarrow (1 - f)\\, \\hat{r} + f\\, r_{batch},
     \\qquad f = \\text{momentum} \\text{ or } 1 / \\text{num\\_batches\\_tracked} \\text{ (momentum=None)}
 
 with variances stored unbiased (times ``n / (n - 1)``, ``n`` the elements per channel).
-:func:`recalibrate` recomputes the averages for fixed weights (BigGAN's "standing
-statistics", the search proxy's recalibration after very short training).
+A training step counts its batch with :func:`count_batch_` (which returns ``f``) and folds
+each statistic in with :func:`update_running_`; an empty batch is neither counted nor
+folded in (the averages stay as they are). :func:`recalibrate` recomputes the averages for
+fixed weights (BigGAN's "standing statistics", the search proxy's recalibration after very
+short training).
 """
 from __future__ import annotations
 
@@ -20,6 +23,15 @@ import torch
 from torch import Tensor, nn
 
 
+def check_momentum(momentum: float | None) -> float | None:
+    """``momentum`` as a float in (0, 1], or None (a cumulative average); ``ValueError`` otherwise."""
+    if momentum is None:
+        return None
+    if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0 < momentum <= 1:
+        raise ValueError(f"momentum must be in (0, 1] or None (cumulative average), got {momentum!r}")
+    return float(momentum)
+
+
 def momentum_factor(momentum: float | None, num_batches_tracked: Tensor | int | None) -> float:
     """The weight ``f`` of the current batch: ``momentum``, or ``1 / num_batches_tracked``
     (a cumulative average) when ``momentum`` is None. Call it after counting the batch."""
@@ -27,6 +39,15 @@ def momentum_factor(momentum: float | None, num_batches_tracked: Tensor | int | 
         return float(momentum)
     tracked = int(num_batches_tracked) if num_batches_tracked is not None else 1
     return 1.0 / max(tracked, 1)
+
+
+@torch.no_grad()
+def count_batch_(num_batches_tracked: Tensor | None, momentum: float | None) -> float:
+    """Count one (non-empty) training batch in ``num_batches_tracked`` (if given) and return
+    its weight :func:`momentum_factor` for :func:`update_running_`."""
+    if num_batches_tracked is not None:
+        num_batches_tracked.add_(1)
+    return momentum_factor(momentum, num_batches_tracked)
 
 
 @torch.no_grad()
@@ -42,9 +63,18 @@ def update_running_(running: Tensor, batch_value: Tensor, factor: float, count: 
     running.lerp_(value.to(running.dtype), factor)
 
 
+def uses_batch_stats(module: nn.Module) -> bool:
+    """Whether ``module`` itself (not its children) keeps moving averages of batch statistics:
+    a layer of the suite declaring ``uses_batch_stats``, or a native ``nn.BatchNorm*`` that
+    tracks running statistics."""
+    if isinstance(module, nn.modules.batchnorm._BatchNorm):
+        return bool(module.track_running_stats)
+    return getattr(module, "uses_batch_stats", False) is True
+
+
 def batch_stat_layers(model: nn.Module) -> list[nn.Module]:
     """The submodules of ``model`` (itself included) that keep moving averages of batch statistics."""
-    return [m for m in model.modules() if getattr(m, "uses_batch_stats", False)]
+    return [m for m in model.modules() if uses_batch_stats(m)]
 
 
 @torch.no_grad()
@@ -79,3 +109,4 @@ def recalibrate(
         for module, mode in modes.items():
             module.training = mode
     return len(layers)
+

@@ -16,6 +16,13 @@ DEFAULT_GROUPS = 32
 
 _SPATIAL = (2, 3)
 
+# torch.fx.symbolic_trace records a call of these (through this module, ``stats.group_var(x)``)
+# as one node, so layers composed of them trace although they read shapes.
+_TRACED_AS_CALLS = (
+    "instance_var", "instance_mean_square", "group_moments", "group_var", "group_mean_square",
+    "layer_moments", "pixel_mean_square", "batch_moments",
+)
+
 
 def resolve_groups(num_channels: int, groups: int | None) -> int:
     """Number of groups used for ``num_channels`` channels.
@@ -55,10 +62,16 @@ def _per_group(stat: Tensor, num_channels: int) -> Tensor:
     return stat.view(n, groups, 1).expand(n, groups, num_channels // groups).reshape(n, num_channels, 1, 1)
 
 
+def _grouped(x: Tensor, groups: int) -> Tensor:
+    """``x`` viewed as (N, groups, C/groups * H * W) (explicit sizes, so empty tensors work too)."""
+    n, c, h, w = x.shape
+    return x.reshape(n, groups, c // groups * h * w)
+
+
 def group_moments(x: Tensor, groups: int) -> tuple[Tensor, Tensor]:
     """``(mu_{w,h,c/g}(x), s^2_{w,h,c/g}(x))``, each of shape (N, C, 1, 1)."""
     n, c = x.shape[:2]
-    var, mean = torch.var_mean(x.reshape(n, groups, -1), dim=2, unbiased=False)
+    var, mean = torch.var_mean(_grouped(x, groups), dim=2, unbiased=False)
     return _per_group(mean, c), _per_group(var, c)
 
 
@@ -70,7 +83,7 @@ def group_var(x: Tensor, groups: int) -> Tensor:
 def group_mean_square(x: Tensor, groups: int) -> Tensor:
     """``mu_{w,h,c/g}(x^2)``, shape (N, C, 1, 1)."""
     n, c = x.shape[:2]
-    return _per_group(x.reshape(n, groups, -1).square().mean(dim=2), c)
+    return _per_group(_grouped(x, groups).square().mean(dim=2), c)
 
 
 def layer_moments(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -84,11 +97,17 @@ def pixel_mean_square(x: Tensor) -> Tensor:
     return x.square().mean(dim=1, keepdim=True)
 
 
+def syncs_across_processes(sync: bool, process_group: object | None = None) -> bool:
+    """Whether ``sync`` gathers batch statistics over more than one process right now."""
+    return bool(sync) and dist.is_available() and dist.is_initialized() and dist.get_world_size(process_group) > 1
+
+
 def batch_moments(
     x: Tensor, sync: bool = False, process_group: object | None = None
 ) -> tuple[Tensor, Tensor, int]:
     """``(mu_{b,w,h}(x), s^2_{b,w,h}(x), n)``: per-channel moments of shape (C,), and the
-    number of elements ``n`` each channel's moments were taken over.
+    number of elements ``n`` each channel's moments were taken over (0: an empty batch,
+    whose moments are NaN).
 
     With ``sync`` and an initialised process group of more than one process, the moments
     are those of the batch gathered over all processes (as ``SyncBatchNorm``), computed
@@ -96,13 +115,20 @@ def batch_moments(
     """
     c = x.shape[1]
     count = x.numel() // c
-    if sync and dist.is_available() and dist.is_initialized() and dist.get_world_size(process_group) > 1:
+    if syncs_across_processes(sync, process_group):
         from torch.distributed.nn.functional import all_reduce
 
         sums = torch.cat([x.new_full((1,), count), x.sum(dim=(0, 2, 3)), x.square().sum(dim=(0, 2, 3))])
         sums = all_reduce(sums, group=process_group or dist.group.WORLD)
         total = sums[0]
         mean, mean_square = sums[1:1 + c] / total, sums[1 + c:] / total
-        return mean, (mean_square - mean.square()).clamp_min(0), int(total.item())
+        return mean, (mean_square - mean.square()).clamp_min(0), int(total.item())  # an empty local batch takes part
+    if count == 0:
+        nan = x.new_full((c,), float("nan"))
+        return nan, nan, 0
     var, mean = torch.var_mean(x, dim=(0, 2, 3), unbiased=False)
     return mean, var, count
+
+
+for _name in _TRACED_AS_CALLS:
+    torch.fx.wrap(_name)

@@ -106,13 +106,13 @@ def test_resume_continues_schedule_and_weights_exactly(tmp_path):
     straight = train(quick_config(tmp_path / "a", schedule="cosine"))
     train(quick_config(tmp_path / "b", schedule="cosine", max_steps=4))
     state = torch.load(tmp_path / "b" / "run" / "checkpoint.pt", weights_only=False)
-    assert state["step"] == 4 and state["scheduler"]["last_epoch"] == 4
+    assert state["step"] == 4 and state["trainer"]["scheduler"]["last_epoch"] == 4
     resumed = train(quick_config(tmp_path / "b", schedule="cosine", resume=True))
     assert resumed["steps"] == straight["steps"] == 8
     a = torch.load(tmp_path / "a" / "run" / "checkpoint.pt", weights_only=False)
     b = torch.load(tmp_path / "b" / "run" / "checkpoint.pt", weights_only=False)
-    assert a["optimizer"]["param_groups"][0]["lr"] == b["optimizer"]["param_groups"][0]["lr"]
-    assert math.isclose(a["optimizer"]["param_groups"][0]["lr"], 0.4 * 16 / 256 * 0.5 * (1 + math.cos(math.pi * 8 / 8)),
+    assert a["trainer"]["optimizer"]["param_groups"][0]["lr"] == b["trainer"]["optimizer"]["param_groups"][0]["lr"]
+    assert math.isclose(a["trainer"]["optimizer"]["param_groups"][0]["lr"], 0.4 * 16 / 256 * 0.5 * (1 + math.cos(math.pi * 8 / 8)),
                         abs_tol=1e-12)
     for name, tensor in a["model"].items():
         assert torch.equal(tensor, b["model"][name]), name

@@ -63,14 +63,31 @@ def assembled_by_hand(original, gm):
     return model.eval()
 
 
+def torchvision_resnet_nonlinearity(model):
+    """BN name -> whether a ReLU follows it directly, read from torchvision's own module structure:
+    the stem's bn1 and each Bottleneck's bn1/bn2 feed ``relu``; bn3 feeds the residual add and the
+    downsample BN the shortcut."""
+    expected = {"bn1": True}
+    for name, block in model.named_modules():
+        if isinstance(block, models.resnet.Bottleneck):
+            expected.update({f"{name}.bn1": True, f"{name}.bn2": True, f"{name}.bn3": False})
+            if block.downsample is not None:
+                bn = [i for i, m in enumerate(block.downsample) if isinstance(m, nn.BatchNorm2d)]
+                expected.update({f"{name}.downsample.{i}": False for i in bn})
+    assert set(expected) == {n for n, m in model.named_modules() if isinstance(m, nn.BatchNorm2d)}
+    return expected
+
+
 def test_resnet50():
     model, gm = converted(models.resnet50)
+    expected = torchvision_resnet_nonlinearity(model)
     report = gm.norm_act_report
-    assert len(report.folded) == 33 and {e.folded_activation for e in report.folded} == {"relu"}
-    assert sorted(e.name for e in report.unfolded) == sorted(
-        [f"layer{s}.{i}.bn3" for s, n in zip(range(1, 5), (3, 4, 6, 3)) for i in range(n)]
-        + [f"layer{s}.0.downsample.1" for s in range(1, 5)]
-    )
+    assert {e.name: e.nonlinearity for e in report.entries} == expected
+    assert {e.folded_activation for e in report.folded} == {"relu"} and len(report.folded) == 33
+    for name, nonlinearity in expected.items():  # the layers themselves, not only the report
+        layer = gm.get_submodule(name)
+        assert isinstance(layer, evonorm_core.EvoNormS0) and layer.nonlinearity is nonlinearity
+        assert hasattr(layer, "v1") is nonlinearity  # nonlinearity=False: the affine x * gamma + beta
     x = torch.randn(2, 3, 64, 64)
     torch.testing.assert_close(gm(x), resnet_by_hand(gm, x))
     assert not torch.allclose(gm(x), model(x))
@@ -126,6 +143,27 @@ def test_functional_activation_and_shared_use():
     assert entries == {"bn_a": "silu", "bn_b": None}
 
 
+@pytest.mark.parametrize("bn, kind", [
+    (nn.BatchNorm1d(8), "BatchNorm1d"), (nn.BatchNorm3d(8), "BatchNorm3d"), (nn.SyncBatchNorm(8), "SyncBatchNorm"),
+    (nn.LazyBatchNorm2d(), "lazy BatchNorm"),
+])
+def test_refuses_what_it_cannot_convert(bn, kind):
+    model = nn.Sequential(nn.Conv2d(3, 8, 1), nn.BatchNorm2d(8), nn.ReLU(), nn.Sequential(bn))
+    with pytest.raises(ValueError, match=rf"cannot convert 1 BatchNorm layer.*'3.0' is a {kind}"):
+        evonorm_core.convert_norm_act(model, "evonorm_b0")
+
+
+@pytest.mark.parametrize("spec", ["evonorm_b0", evonorm_core.norm_act_factory("gn_relu", groups=2)])
+def test_layers_take_the_batchnorms_dtype(spec):
+    model = nn.Sequential(nn.Conv2d(3, 8, 1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1), nn.BatchNorm2d(4)).double()
+    gm = evonorm_core.convert_norm_act(model, spec)
+    layers = [m for m in gm.modules() if isinstance(m, NormAct2d)]
+    assert len(layers) == 2
+    assert all(t.dtype == torch.float64 for m in layers for t in m.parameters())
+    assert all(t.dtype == torch.float64 for m in layers for t in m.buffers() if t.is_floating_point())
+    assert gm(torch.randn(2, 3, 4, 4, dtype=torch.float64)).dtype == torch.float64
+
+
 def test_errors():
     class Dynamic(nn.Module):
         def __init__(self):
@@ -139,3 +177,11 @@ def test_errors():
         evonorm_core.convert_norm_act(Dynamic(), "evonorm_s0")
     with pytest.raises(KeyError, match="unknown norm-act layer"):
         evonorm_core.convert_norm_act(models.resnet18(), "evonorm_x")
+
+
+def test_layers_are_built_on_the_batchnorms_device():
+    """Built there (device=...), not moved afterwards: a model on the meta device converts without data."""
+    model = nn.Sequential(nn.Conv2d(3, 8, 1), nn.BatchNorm2d(8), nn.ReLU()).to("meta")
+    gm = evonorm_core.convert_norm_act(model, "evonorm_b0")
+    layer = gm.get_submodule("1")
+    assert layer.nonlinearity and all(t.is_meta for t in [*layer.parameters(), *layer.buffers()])

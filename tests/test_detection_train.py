@@ -1,7 +1,6 @@
 """The detection entry points end to end: demo data, training + COCO evaluation, resume, report, cost, errors."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -14,7 +13,7 @@ pytestmark = pytest.mark.detectron2
 from pycocotools.coco import COCO  # noqa: E402
 from tests.test_detection_model import TINY as TINY_MODEL  # noqa: E402
 
-from detection import load_config, report  # noqa: E402
+from detection import load_config, report, train_net  # noqa: E402
 from detection.cost import count_parameters, model_cost  # noqa: E402
 from detection.shapes import CLASSES, SPLITS, ensure_shapes_dataset, register_shapes_dataset  # noqa: E402
 
@@ -25,13 +24,6 @@ TINY = [
     *TINY_MODEL, "SOLVER.IMS_PER_BATCH", "2", "DATALOADER.NUM_WORKERS", "0", "SOLVER.WARMUP_ITERS", "1",
     "MODEL.ROI_HEADS.SCORE_THRESH_TEST", "0.0",
 ]
-
-
-def load_train_net():
-    spec = importlib.util.spec_from_file_location("train_net", ROOT / "tools" / "train_net.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def first_images(dataset: str, count: int) -> str:
@@ -63,13 +55,14 @@ def datasets_root(tmp_path_factory):
 def demo_run(datasets_root, tmp_path_factory):
     """Train the EvoNorm-B0 demo for 2 iterations, evaluate, then resume to 3 iterations and evaluate."""
     output = tmp_path_factory.mktemp("output") / "demo_shapes_evonorm_b0"
-    train_net = load_train_net()
     config = str(CONFIGS / "demo_shapes_evonorm_b0.yaml")
     val = register_shapes_dataset()[1]
     quick_test_set = f"('{first_images(val, 3)}',)"
     common = ["--threads", "2", "--config", config, *TINY, "OUTPUT_DIR", str(output), "DATASETS.TEST", quick_test_set]
-    first = train_net.main(train_net.parse_args([*common, "SOLVER.MAX_ITER", "2"]))
-    resumed = train_net.main(train_net.parse_args(["--resume", *common, "SOLVER.MAX_ITER", "3"]))
+    assert train_net.main([*common, "SOLVER.MAX_ITER", "2"]) == 0
+    first = json.loads((output / report.RESULTS_FILE).read_text())
+    assert train_net.main(["--resume", *common, "SOLVER.MAX_ITER", "3"]) == 0
+    resumed = json.loads((output / report.RESULTS_FILE).read_text())
     return output, first, resumed
 
 
@@ -123,28 +116,26 @@ def test_report_prints_results_next_to_paper(demo_run, capsys, tmp_path):
 
 
 def test_missing_coco_gives_one_clear_message(datasets_root, capsys):
-    train_net = load_train_net()
     with pytest.raises(SystemExit) as exit_info:
-        train_net.cli(["--config", str(CONFIGS / "mask_rcnn_R50_bn.yaml")])
+        train_net.main(["--config", str(CONFIGS / "mask_rcnn_R50_bn.yaml")])
     message = str(exit_info.value.code)
     assert "$DETECTRON2_DATASETS/coco" in message and "instances_train2017.json" in message
     assert "demo_shapes_evonorm_s0.yaml" in message and "Traceback" not in message
 
 
 def test_bad_config_input_gives_clear_errors(datasets_root, capsys):
-    train_net = load_train_net()
     with pytest.raises(SystemExit):
         train_net.parse_args(["--config", "no/such/config.yaml"])
     assert "no/such/config.yaml" in capsys.readouterr().err
     demo = str(CONFIGS / "demo_shapes_gn.yaml")
     with pytest.raises(SystemExit) as exit_info:
-        train_net.cli(["--config", demo, "MODEL.NO_SUCH_KEY", "1"])
+        train_net.main(["--config", demo, "MODEL.NO_SUCH_KEY", "1"])
     assert "MODEL.NO_SUCH_KEY" in str(exit_info.value.code)
 
 
 def test_train_net_help_lists_every_flag(capsys):
     with pytest.raises(SystemExit):
-        load_train_net().parse_args(["--help"])
+        train_net.parse_args(["--help"])
     text = capsys.readouterr().out
     flags = ["--config", "--config-file", "--num-gpus", "--num-machines", "--machine-rank", "--dist-url", "--resume"]
     for flag in (*flags, "--eval-only", "--threads"):
@@ -159,3 +150,40 @@ def test_model_cost_counts_convolutions_and_parameters():
     assert cost.params_m == pytest.approx(count_parameters(build_model(cfg.clone())) / 1e6)
     stem_madds = 16 * 3 * 7 * 7 * 32 * 32  # the stem conv alone: 7x7, 3->16 channels on a 32x32 output
     assert stem_madds / 1e9 < cost.madds_b < 1.0
+
+
+def test_a_config_that_would_build_python_objects_is_refused(tmp_path, datasets_root):
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.yaml"
+    evil.write_text(
+        f'_BASE_: "{CONFIGS / "demo_shapes_gn.yaml"}"\n'
+        f'OUTPUT_DIR: !!python/object/apply:os.system ["touch {marker}"]\n'
+    )
+    with pytest.raises(ValueError, match=r"evil.yaml' uses a YAML tag that builds Python objects"):
+        load_config(str(evil))
+    with pytest.raises(SystemExit) as exit_info:
+        train_net.main(["--config", str(evil)])
+    assert "builds Python objects" in str(exit_info.value.code) and not marker.exists()
+
+
+def test_output_dir_of_another_run_is_refused_without_resume(tmp_path, datasets_root):
+    output = tmp_path / "run"
+    output.mkdir()
+    (output / "model_final.pth").write_bytes(b"earlier run")
+    demo = str(CONFIGS / "demo_shapes_gn.yaml")
+    with pytest.raises(SystemExit) as exit_info:
+        train_net.main(["--config", demo, "OUTPUT_DIR", str(output)])
+    message = str(exit_info.value.code)
+    assert "is not empty (model_final.pth); pass --resume" in message
+    assert (output / "model_final.pth").read_bytes() == b"earlier run"
+
+
+def test_a_second_writer_of_one_output_dir_is_refused(tmp_path, datasets_root):
+    from evonorm_core.experiment.rundir import RunDir
+
+    output = tmp_path / "run"
+    demo = str(CONFIGS / "demo_shapes_gn.yaml")
+    with RunDir(output):  # another run holds the folder
+        with pytest.raises(SystemExit) as exit_info:
+            train_net.main(["--resume", "--config", demo, "OUTPUT_DIR", str(output)])
+    assert "is in use by process" in str(exit_info.value.code)

@@ -1,4 +1,5 @@
 """Every registered layer against the paper's formulas (float64 references in paper_reference.py)."""
+import copy
 import io
 
 import pytest
@@ -10,6 +11,9 @@ from evonorm_core.layers import BatchStatsNormAct2d, GroupedNormAct2d
 from . import paper_reference as ref
 
 NAMES = evonorm_core.list_norm_acts()
+EVONORMS = sorted(n for n in NAMES if n.startswith("evonorm_"))
+# every layer once per implementation: EvoNorms fused and as composed ops, baselines as they are
+NAME_IMPLS = [(n, impl) for n in NAMES for impl in (["fused", "reference"] if n in EVONORMS else [None])]
 EXPECTED_NAMES = {
     "evonorm_b0", "evonorm_b1", "evonorm_b2", "evonorm_s0", "evonorm_s1", "evonorm_s2",
     "bn_relu", "bn_prelu", "bn_swish1", "bn_swish", "gn_relu", "gn_swish", "frn", "ln_relu",
@@ -33,9 +37,11 @@ def randomize(layer: torch.nn.Module, generator: torch.Generator) -> dict:
     return p
 
 
-def build(name, channels=8, nonlinearity=True, **options):
+def build(name, channels=8, nonlinearity=True, impl=None, **options):
     if name in ref.GROUPED:
         options.setdefault("groups", 4)
+    if impl is not None:
+        options["impl"] = impl
     return evonorm_core.build_norm_act(name, channels, nonlinearity, **options).double()
 
 
@@ -49,10 +55,10 @@ def test_every_paper_layer_is_registered():
 
 @pytest.mark.parametrize("nonlinearity", [True, False])
 @pytest.mark.parametrize("training", [True, False])
-@pytest.mark.parametrize("name", NAMES)
-def test_matches_paper_formula(name, training, nonlinearity):
-    gen = torch.Generator().manual_seed(hash(name) % 2**31)
-    layer = build(name, nonlinearity=nonlinearity)
+@pytest.mark.parametrize("name, impl", NAME_IMPLS)
+def test_matches_paper_formula(name, impl, training, nonlinearity):
+    gen = torch.Generator().manual_seed(sum(map(ord, name)))
+    layer = build(name, nonlinearity=nonlinearity, impl=impl)
     p = randomize(layer, gen)
     layer.train(training)
     x = torch.randn(3, 8, 5, 4, generator=gen, dtype=torch.float64) * 2 + 0.3
@@ -150,9 +156,9 @@ def test_evonorm_s0_asymptotics():
 
 
 @pytest.mark.parametrize("nonlinearity", [True, False])
-@pytest.mark.parametrize("name", NAMES)
-def test_gradcheck(name, nonlinearity):
-    layer = build(name, channels=4, nonlinearity=nonlinearity, **({"groups": 2} if name in ref.GROUPED else {}))
+@pytest.mark.parametrize("name, impl", NAME_IMPLS)
+def test_gradcheck(name, impl, nonlinearity):
+    layer = build(name, channels=4, nonlinearity=nonlinearity, impl=impl, **({"groups": 2} if name in ref.GROUPED else {}))
     randomize(layer, torch.Generator().manual_seed(5))
     names = [n for n, _ in layer.named_parameters()]
     params = tuple(p.detach().clone().requires_grad_() for p in layer.parameters())
@@ -241,7 +247,162 @@ def test_bad_inputs_have_clear_errors():
         layer(torch.randn(2, 6, 3, 3))
     with pytest.raises(ValueError, match="num_channels must be a positive int, got 0"):
         evonorm_core.build_norm_act("evonorm_b0", 0)
-    with pytest.raises(ValueError, match="eps must be a positive number, got -1"):
+    with pytest.raises(ValueError, match="eps must be a finite positive number, got -1"):
         evonorm_core.build_norm_act("evonorm_b0", 8, eps=-1)
-    with pytest.raises(ValueError, match=r"momentum must be in \(0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match=r"momentum must be in \(0, 1\] or None \(cumulative average\), got 1.5"):
         evonorm_core.build_norm_act("evonorm_b0", 8, momentum=1.5)
+
+
+# ---- the layer contract: forward_affine, affine=False, device/dtype, metadata, folding, fx ----
+
+def per_sample_reference(name, nonlinearity, x, p, eps, training, groups, weight, bias):
+    """The paper's formula for sample i with gamma = weight[i], beta = bias[i] (statistics of the whole batch)."""
+    f = ref.reference(name, nonlinearity)
+    rows = [f(x, {**p, "gamma": weight[i], "beta": bias[i]}, eps, training=training, groups=groups)[i] for i in range(len(x))]
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("name, impl", NAME_IMPLS)
+def test_forward_affine_with_per_sample_gamma_beta(name, impl, training):
+    gen = torch.Generator().manual_seed(11)
+    layer = build(name, impl=impl)
+    p = randomize(layer, gen)
+    layer.train(training)
+    x = torch.randn(3, 8, 4, 5, generator=gen, dtype=torch.float64) * 2 + 0.3
+    weight = torch.randn(3, 8, generator=gen, dtype=torch.float64) + 1
+    bias = torch.randn(3, 8, generator=gen, dtype=torch.float64)
+    expected = per_sample_reference(name, True, x, p, layer.eps, training, groups_of(layer), weight, bias)
+    torch.testing.assert_close(layer.forward_affine(x, weight, bias), expected, rtol=1e-10, atol=1e-10)
+    # (C,) weights through forward_affine are forward itself
+    layer.train(False)
+    torch.testing.assert_close(layer.forward_affine(x, layer.weight, layer.bias), layer(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name, impl", NAME_IMPLS)
+def test_affine_false_has_no_weight_and_is_gamma_1_beta_0(name, impl):
+    layer = build(name, impl=impl, affine=False)
+    assert layer.weight is None and layer.bias is None
+    assert not {"weight", "bias"} & set(layer.state_dict())
+    p = randomize(layer, torch.Generator().manual_seed(2))
+    p.update(gamma=torch.ones(8, dtype=torch.float64), beta=torch.zeros(8, dtype=torch.float64))
+    x = torch.randn(3, 8, 4, 4, dtype=torch.float64)
+    expected = ref.reference(name, True)(x, p, layer.eps, training=True, groups=groups_of(layer))
+    torch.testing.assert_close(layer(x), expected, rtol=1e-10, atol=1e-10)
+    assert "affine=False" in repr(layer)
+
+
+@pytest.mark.parametrize("nonlinearity", [True, False])
+@pytest.mark.parametrize("name", NAMES)
+def test_parameters_and_buffers_are_created_on_device_and_dtype(name, nonlinearity):
+    options = {"groups": 4} if name in ref.GROUPED else {}
+    on_meta = evonorm_core.build_norm_act(name, 8, nonlinearity, device="meta", **options)
+    tensors = [*on_meta.parameters(), *on_meta.buffers()]
+    assert tensors and all(t.is_meta for t in tensors)
+    doubled = evonorm_core.build_norm_act(name, 8, nonlinearity, dtype=torch.float64, **options)
+    assert all(t.dtype == torch.float64 for t in [*doubled.parameters(), *doubled.buffers()] if t.is_floating_point())
+    if hasattr(doubled, "num_batches_tracked"):
+        assert doubled.num_batches_tracked.dtype == torch.long
+    with pytest.raises(ValueError, match="dtype must be a floating-point dtype"):
+        evonorm_core.build_norm_act(name, 8, nonlinearity, dtype=torch.int64, **options)
+
+
+@pytest.mark.parametrize("nonlinearity", [True, False])
+@pytest.mark.parametrize("name", NAMES)
+def test_uses_batch_statistics_is_declared_metadata(name, nonlinearity):
+    """B series without nonlinearity is the affine x * gamma + beta; every other batch layer keeps its statistics."""
+    expected = name in ref.BATCH_DEPENDENT and (nonlinearity or not name.startswith("evonorm_b"))
+    assert evonorm_core.uses_batch_statistics(name, nonlinearity) is expected  # nothing built
+    layer = build(name, nonlinearity=nonlinearity)
+    assert layer.uses_batch_stats is expected
+    assert evonorm_core.uses_batch_statistics(layer) is expected
+    assert any(n.startswith("running_") for n, _ in layer.named_buffers()) is expected
+    if nonlinearity:
+        assert evonorm_core.uses_batch_statistics(evonorm_core.norm_act_factory(name)) is expected
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 1), layer)
+    assert evonorm_core.uses_batch_statistics(model) is expected
+
+
+@pytest.mark.parametrize("name", sorted(ref.BATCH_DEPENDENT))
+def test_momentum_none_is_a_cumulative_average(name):
+    layer = build(name, momentum=None)
+    bn = torch.nn.BatchNorm2d(8, momentum=None).double()
+    batches = [torch.randn(4, 8, 3, 5, dtype=torch.float64) * s + s for s in (1.0, 2.0, 3.0)]
+    for x in batches:
+        layer(x), bn(x)
+    unbiased = torch.stack([x.var(dim=(0, 2, 3), unbiased=True) for x in batches]).mean(0)
+    torch.testing.assert_close(layer.running_var, unbiased)
+    torch.testing.assert_close(bn.running_var, unbiased)
+    if hasattr(layer, "running_mean"):
+        torch.testing.assert_close(layer.running_mean, torch.stack([x.mean(dim=(0, 2, 3)) for x in batches]).mean(0))
+    assert "momentum=None" in repr(layer)
+
+
+def foldable(name, nonlinearity, training):
+    """Per the formulas: BN in eval is an affine before its activation; so is every EvoNorm without
+    nonlinearity (x * gamma + beta) and RS + rej without its ReLU in eval. Nothing else."""
+    if name.startswith("evonorm_"):
+        return not nonlinearity
+    if name.startswith("bn_"):
+        return not training
+    return name == "rs_rej" and not nonlinearity and not training
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("nonlinearity", [True, False])
+@pytest.mark.parametrize("name", NAMES)
+def test_folded_affine(name, nonlinearity, training):
+    layer = build(name, nonlinearity=nonlinearity)
+    randomize(layer, torch.Generator().manual_seed(4))
+    layer.train(training)
+    fold = layer.folded_affine()
+    assert (fold is not None) is foldable(name, nonlinearity, training)
+    if fold is not None:
+        x = torch.randn(3, 8, 4, 4, dtype=torch.float64)
+        scale, shift = fold
+        assert scale.shape == shift.shape == (8,)
+        folded = layer.activation_module()(x * scale.view(1, -1, 1, 1) + shift.view(1, -1, 1, 1))
+        torch.testing.assert_close(folded, layer(x), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("name, impl", NAME_IMPLS)
+def test_symbolic_trace(name, impl, training):
+    """torch.fx.symbolic_trace sees through every layer (checks run in wrapped functions) and the
+    traced module computes, and updates moving averages, as the layer does."""
+    layer = build(name, impl=impl).train(training)
+    randomize(layer, torch.Generator().manual_seed(5))
+    twin = copy.deepcopy(layer)
+    traced = torch.fx.symbolic_trace(twin)
+    x = torch.randn(3, 8, 4, 4, dtype=torch.float64) * 2 + 1
+    torch.testing.assert_close(traced(x), layer(x), rtol=0, atol=0)
+    for (n, a), (_, b) in zip(layer.named_buffers(), traced.named_buffers()):
+        assert torch.equal(a, b), n
+    with pytest.raises(ValueError, match="8 channels"):
+        traced(torch.randn(3, 6, 4, 4, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reset_parameters_restores_every_initial_value(name):
+    layer = build(name)
+    randomize(layer, torch.Generator().manual_seed(6))
+    layer(torch.randn(2, 8, 3, 3, dtype=torch.float64))
+    layer.reset_parameters()
+    inits = {"weight": 1.0, "bias": 0.0, "v0": 0.0, "v1": 1.0}
+    for n, param in layer.named_parameters():
+        assert torch.all(param == inits[n]), n
+    for n, buffer in layer.named_buffers():
+        expected = {"running_mean": 0, "running_var": 1, "num_batches_tracked": 0}[n]
+        assert torch.all(buffer == expected), n
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_extra_repr_names_the_settings(name):
+    text = repr(build(name, eps=1e-3))
+    assert "8, nonlinearity=True, eps=0.001" in text
+    if name in ref.GROUPED:
+        assert "groups=4" in text
+    if name in ref.BATCH_DEPENDENT:
+        assert "momentum=0.1" in text
+    if name in EVONORMS:
+        assert "impl=fused" in text

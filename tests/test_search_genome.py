@@ -107,3 +107,79 @@ def test_a_parsed_formula_trains():
     out = layer(torch.randn(2, 4, 3, 3))
     out.sum().backward()
     assert layer.v1.grad is not None and torch.isfinite(layer.v1.grad).all()
+
+
+def doubling_genome(levels: int) -> Genome:
+    """tanh(x), then ``levels`` nodes each adding the previous node to itself: fully inlined,
+    the formula would have 2**levels copies of tanh(x)."""
+    return Genome((Node("tanh", (0,)), *(Node("add", (4 + k, 4 + k)) for k in range(levels))))
+
+
+def test_shared_subexpressions_print_once_and_parse_back():
+    genome = doubling_genome(400)
+    text = to_infix(genome)
+    assert len(text) < 40 * 400  # linear in the genome, not 2**400
+    assert text.count("tanh(x)") <= 4 and "t1 = " in text
+    assert parse(text) == genome
+    latex = to_latex(genome)
+    assert len(latex) < 80 * 400 and r"\text{where }" in latex and latex.count(r"\tanh(x)") <= 4
+
+
+def test_a_long_shared_subexpression_becomes_a_definition():
+    genome = parse("t1 = x * sigmoid(v1 * x) / group_std(x); t1 + batch_mean(t1)")
+    assert [n.op for n in genome.nodes] == ["mul", "sigmoid", "mul", "group_std", "div", "batch_mean", "add"]
+    assert to_infix(genome) == "t1 = x * sigmoid(v1 * x) / group_std(x); t1 + batch_mean(t1)"
+    assert to_latex(genome).endswith(r"\quad \text{where } t_{1} = \frac{x \sigma(v_1 x)}{\sqrt{s^2_{w,h,c/g}(x)}}")
+    # the same function written out in full is the same genome and prints the same way
+    assert parse("x * sigmoid(v1 * x) / group_std(x) + batch_mean(x * sigmoid(v1 * x) / group_std(x))") == genome
+    # a short one stays inline
+    assert to_infix(parse("tanh(x) * tanh(x)")) == "tanh(x) * tanh(x)"
+
+
+def test_duplicate_nodes_print_as_the_parser_merges_them():
+    # nodes 4 and 5 both compute x * sigmoid(v1 * x)-like subtrees: printed like one shared node
+    nodes = (Node("mul", (3, 0)), Node("sigmoid", (4,)), Node("mul", (0, 5)), Node("sigmoid", (4,)),
+             Node("mul", (0, 7)), Node("group_std", (6,)), Node("div", (8, 9)), Node("add", (10, 6)))
+    genome = Genome(nodes)
+    text = to_infix(genome)
+    again = parse(text)
+    assert to_infix(again) == text and len(again.nodes) < len(genome.nodes)
+    assert fingerprint(again) == fingerprint(genome)
+
+
+def test_deep_nesting_parses_and_prints_without_recursion():
+    depth = 5000  # far beyond Python's recursion limit
+    genome = parse("tanh(" * depth + "x" + ")" * depth)
+    assert len(genome.nodes) == depth
+    assert parse(to_infix(genome)) == genome
+    negated = parse("-(" * depth + "x" + ")" * depth)
+    assert len(negated.nodes) == depth and {n.op for n in negated.nodes} == {"neg"}
+    assert parse("(" * depth + "tanh(x)" + ")" * depth) == parse("tanh(x)")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("-x * v1", "mul(neg(x), v1)"), ("x * -v1 + v0", "add(mul(x, neg(v1)), v0)"),
+    ("x - v1 - v0", "add(add(x, neg(v1)), neg(v0))"), ("x / v1 * v0", "mul(div(x, v1), v0)"),
+    ("x - -v1", "add(x, neg(neg(v1)))"), ("max(x + v0, -(v1 * x))", "max(add(x, v0), neg(mul(v1, x)))"),
+])
+def test_precedence_and_associativity(text, expected):
+    genome = parse(text)
+
+    def show(index):
+        if index < len(INITIAL_NODES):
+            return INITIAL_NODES[index]
+        node = genome.node(index)
+        return f"{node.op}({', '.join(show(i) for i in node.inputs)})"
+
+    assert show(genome.output) == expected
+
+
+@pytest.mark.parametrize("text, message", [
+    ("sigmoid x", "expected '\\(' after sigmoid"), ("max(x,)", "unexpected '\\)'"), ("(x", "expected '\\)'"),
+    ("x)", "without a matching"), ("t1 = tanh(x); x * v1", "never uses"), ("x = tanh(x); x", "cannot define 'x'"),
+    ("t1 = ; t1", "expected a definition"), ("t1 tanh(x); t1", "expected a definition"), ("x = 0", "unexpected '='"),
+    ("max((x, x))", "outside a function"), ("t2", "unknown name 't2'"),
+])
+def test_more_parse_errors_say_what_is_wrong(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse(text)

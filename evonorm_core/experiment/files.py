@@ -11,12 +11,13 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 import torch
 
@@ -38,14 +39,16 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically (write, fsync, rename)."""
+@contextlib.contextmanager
+def _atomic_file(path: str | Path) -> Iterator[BinaryIO]:
+    """A binary file object whose content replaces ``path`` atomically when the block ends
+    without error (written to a temporary file, fsynced, renamed; removed on error)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -54,6 +57,12 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (write, fsync, rename)."""
+    with _atomic_file(path) as f:
+        f.write(data)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -118,20 +127,8 @@ def read_jsonl(path: str | Path, *, limit: int | None = None, what: str = "log")
 
 def save_checkpoint(path: str | Path, state: dict) -> None:
     """``torch.save`` ``state`` (plain data only) atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
+    with _atomic_file(path) as f:
+        torch.save(state, f)
 
 
 def load_checkpoint(path: str | Path, *, what: str = "checkpoint", map_location: Any = "cpu") -> dict:

@@ -1,6 +1,6 @@
 """The layer library: EvoNorms and the baselines of the paper, registered by name."""
 from ..registry import register_norm_act
-from .base import ACTIVATIONS, BatchStatsNormAct2d, GroupedNormAct2d, NormAct2d
+from .base import ACTIVATIONS, BatchStatsNormAct2d, ChannelActivation, GroupedNormAct2d, NormAct2d
 from .baselines import (
     BatchNormAct2d,
     BatchRMSNormReLU2d,
@@ -9,6 +9,7 @@ from .baselines import (
     LayerNormAct2d,
     PixelNormAct2d,
 )
+from .conditional import ConditionalNormAct2d, conditional_norm_act_factory
 from .evonorm import EvoNormB0, EvoNormB1, EvoNormB2, EvoNormS0, EvoNormS1, EvoNormS2
 
 for _name, _cls in [
@@ -42,6 +43,8 @@ __all__ = [
     "BatchNormAct2d",
     "BatchRMSNormReLU2d",
     "BatchStatsNormAct2d",
+    "ChannelActivation",
+    "ConditionalNormAct2d",
     "EvoNormB0",
     "EvoNormB1",
     "EvoNormB2",
@@ -54,4 +57,5 @@ __all__ = [
     "LayerNormAct2d",
     "NormAct2d",
     "PixelNormAct2d",
+    "conditional_norm_act_factory",
 ]

@@ -1,32 +1,94 @@
 """What every normalization-activation layer in the suite shares.
 
 A layer maps an NCHW tensor to one of the same shape and ends with the channel-wise
-affine ``* gamma + beta`` (stored as ``weight`` and ``bias``, PyTorch's names). The
-``nonlinearity`` flag follows the paper's Appendix A: with it off, an EvoNorm reduces to
-the affine ``x * gamma + beta`` and a baseline to its normalization without activation.
-Statistics are computed in float32 (float64 stays float64), so half-precision inputs,
-e.g. under autocast, are normalized exactly and returned in their own dtype.
+affine ``* gamma + beta`` (stored as ``weight`` and ``bias``, PyTorch's names; absent with
+``affine=False``, as in PyTorch's norms). The ``nonlinearity`` flag follows the paper's
+Appendix A: with it off, an EvoNorm reduces to the affine ``x * gamma + beta`` and a
+baseline to its normalization without activation. Statistics are computed in float32
+(float64 stays float64), so half-precision inputs, e.g. under autocast, are normalized
+exactly and returned in their own dtype.
+
+The contract (``NormAct2d``):
+
+* ``layer(x) == layer.forward_affine(x, layer.weight, layer.bias)``; ``forward_affine``
+  takes ``weight``/``bias`` ``None``, per channel ``(C,)`` or per sample ``(N, C)``
+  (class-conditional layers), through the same (fused where the layer is fused) path.
+* ``layer.uses_batch_stats`` (instance) and ``type(layer).batch_stats_for(nonlinearity)``
+  (class metadata, read without building a layer).
+* ``layer.folded_affine()``: ``(scale, shift)`` when the layer, in its current mode, is a
+  per-channel affine followed by :meth:`NormAct2d.activation_module` (inference folding).
+* Bad inputs (wrong rank or channels, integer or complex dtypes) raise ``ValueError``;
+  empty batches and empty maps give an empty output and leave moving averages untouched;
+  ``forward`` can be traced by ``torch.fx.symbolic_trace`` (checks run inside
+  ``torch.fx.wrap``-ped functions).
 """
 from __future__ import annotations
 
 import abc
+import math
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
+from .. import running_stats
 from .. import statistics as stats
 
 
 def check_positive(name: str, value: float, *, integer: bool = False) -> None:
-    """Raise a ``ValueError`` naming ``name`` unless ``value`` is a positive (int) number."""
+    """Raise a ``ValueError`` naming ``name`` unless ``value`` is a finite positive (int) number."""
     kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
-        raise ValueError(f"{name} must be a positive {'int' if integer else 'number'}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a {'positive int' if integer else 'finite positive number'}, got {value!r}")
 
 
 def compute_dtype(x: Tensor) -> torch.dtype:
     """The dtype statistics are computed in: float64 stays, everything else is float32."""
     return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _shape_of(t: Tensor | None) -> tuple[int, ...] | None:
+    return None if t is None else tuple(t.shape)
+
+
+@torch.fx.wrap
+def checked_input(x: Tensor, layer: str, num_channels: int, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+    """``x`` itself, after checking that it is a real floating-point NCHW tensor with
+    ``num_channels`` channels and that ``weight``/``bias`` are None, (C,) or (N, C)."""
+    if not isinstance(x, Tensor) or x.dim() != 4:
+        got = f"shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"{layer} expects an NCHW tensor (4 dims), got {got}")
+    if x.shape[1] != num_channels:
+        raise ValueError(
+            f"{layer} was built for {num_channels} channels, got input of shape {tuple(x.shape)} ({x.shape[1]} channels)"
+        )
+    if not x.is_floating_point():
+        raise ValueError(
+            f"{layer} expects a real floating-point input (float16, bfloat16, float32 or float64), got dtype {x.dtype}"
+        )
+    accepted = ((num_channels,), (x.shape[0], num_channels))
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and tuple(t.shape) not in accepted:
+            raise ValueError(
+                f"{layer}: {name} must be None, ({num_channels},) or per sample ({x.shape[0]}, {num_channels}) "
+                f"for input of shape {tuple(x.shape)}, got shape {_shape_of(t)}"
+            )
+    return x
+
+
+@torch.fx.wrap
+def upcast(x: Tensor) -> Tensor:
+    """``x`` in the dtype statistics are computed in (:func:`compute_dtype`)."""
+    return x.to(compute_dtype(x))
+
+
+def apply_affine(z: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+    """``z * weight + bias`` with ``weight``/``bias`` None, (C,) or per sample (N, C), in ``z``'s dtype."""
+    if weight is not None:
+        z = z * weight.to(z.dtype)[..., None, None]  # (C, 1, 1) or (N, C, 1, 1): broadcasts over NCHW
+    if bias is not None:
+        z = z + bias.to(z.dtype)[..., None, None]
+    return z
 
 
 def _relu(z: Tensor, param: Tensor | None) -> Tensor:
@@ -54,42 +116,97 @@ ACTIVATIONS = {
 }
 
 
+class ChannelActivation(nn.Module):
+    """A layer's activation on its own (``max(z, v0)`` or ``z sigmoid(v1 z)`` with a fixed
+    per-channel parameter): what remains of a layer after its affine is folded away."""
+
+    def __init__(self, activation: str, parameter: Tensor) -> None:
+        super().__init__()
+        self.activation = activation
+        self.register_buffer("parameter", parameter.detach().clone())
+
+    def forward(self, z: Tensor) -> Tensor:
+        return ACTIVATIONS[self.activation][0](z, self.parameter.to(z.dtype).view(1, -1, 1, 1))
+
+    def extra_repr(self) -> str:
+        return f"{self.activation}, num_channels={self.parameter.numel()}"
+
+
 class NormAct2d(nn.Module, abc.ABC):
     """Base class: ``activate(transform(x) * gamma + beta)``.
 
     Subclasses implement :meth:`transform`, the part of the paper's expression in front of
     the affine (for an EvoNorm, the whole searched expression; for a baseline, its
-    normalization). Baselines pass an ``activation`` from :data:`ACTIVATIONS`, applied
-    after the affine as in BN-ReLU. :meth:`forward` validates the input, computes in
-    float32 (float64 stays float64) and casts back. ``gamma`` is :attr:`weight` (init 1),
-    ``beta`` is :attr:`bias` (init 0); extra per-channel parameters (``v0`` init 0, ``v1``
-    init 1) are made with :meth:`register_channel_param`.
+    normalization), and override :meth:`forward_affine` where a fused or native kernel
+    computes the whole layer. Baselines pass an ``activation`` from :data:`ACTIVATIONS`,
+    applied after the affine as in BN-ReLU. ``gamma`` is :attr:`weight` (init 1), ``beta``
+    is :attr:`bias` (init 0); extra per-channel parameters (``v0`` init 0, ``v1`` init 1)
+    are made with :meth:`register_channel_param`.
+
+    Args:
+        num_channels: ``C`` of the NCHW input.
+        nonlinearity: False where the replaced BatchNorm had no activation after it.
+        eps: the ``epsilon`` of the formula (finite, positive).
+        affine: with False there is no ``weight``/``bias`` (``gamma = 1``, ``beta = 0``).
+        activation: a key of :data:`ACTIVATIONS` applied after the affine (baselines).
+        device, dtype: where and in which dtype parameters and buffers are created.
     """
 
+    #: Whether the layer (built with ``nonlinearity=True``) normalizes with batch statistics.
+    batch_statistics: ClassVar[bool] = False
+
     def __init__(
-        self, num_channels: int, nonlinearity: bool = True, eps: float = 1e-5, activation: str | None = None
+        self,
+        num_channels: int,
+        nonlinearity: bool = True,
+        *,
+        eps: float = 1e-5,
+        affine: bool = True,
+        activation: str | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         check_positive("num_channels", num_channels, integer=True)
         check_positive("eps", eps)
         if activation is not None and activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; accepted: {sorted(ACTIVATIONS)}")
+        if dtype is not None and not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
         self.num_channels = num_channels
         self.nonlinearity = bool(nonlinearity)
         self.eps = float(eps)
+        self.affine = bool(affine)
         self.activation = activation if self.nonlinearity else None
         self._channel_param_inits: dict[str, float] = {}
-        self.register_channel_param("weight", 1.0)
-        self.register_channel_param("bias", 0.0)
+        if self.affine:
+            self.register_channel_param("weight", 1.0, device=device, dtype=dtype)
+            self.register_channel_param("bias", 0.0, device=device, dtype=dtype)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
         if self.activation is not None and ACTIVATIONS[self.activation][1] is not None:
-            self.register_channel_param(*ACTIVATIONS[self.activation][1])
+            self.register_channel_param(*ACTIVATIONS[self.activation][1], device=device, dtype=dtype)
 
-    def register_channel_param(self, name: str, init: float) -> None:
+    @classmethod
+    def batch_stats_for(cls, nonlinearity: bool = True) -> bool:
+        """Whether a layer of this class built with ``nonlinearity`` uses batch statistics."""
+        return cls.batch_statistics
+
+    @property
+    def uses_batch_stats(self) -> bool:
+        """Whether this layer normalizes with batch statistics (and keeps moving averages)."""
+        return type(self).batch_stats_for(self.nonlinearity)
+
+    def register_channel_param(
+        self, name: str, init: float, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> None:
         """Add a learnable per-channel vector ``name``, filled with ``init`` on reset."""
         self._channel_param_inits[name] = init
-        self.register_parameter(name, nn.Parameter(torch.full((self.num_channels,), float(init))))
+        self.register_parameter(name, nn.Parameter(torch.full((self.num_channels,), float(init), device=device, dtype=dtype)))
 
     def reset_parameters(self) -> None:
+        """Every per-channel parameter back to the paper's initial value (gamma 1, beta 0, v0 0, v1 1)."""
         with torch.no_grad():
             for name, init in self._channel_param_inits.items():
                 getattr(self, name).fill_(init)
@@ -100,32 +217,56 @@ class NormAct2d(nn.Module, abc.ABC):
 
     @abc.abstractmethod
     def transform(self, x: Tensor) -> Tensor:
-        """The expression in front of the per-channel affine, same shape as ``x``."""
+        """The expression in front of the per-channel affine, same shape as ``x`` (in its compute dtype)."""
 
     def activate(self, z: Tensor) -> Tensor:
+        """The activation after the affine (identity without one)."""
         if self.activation is None:
             return z
         fn, param = ACTIVATIONS[self.activation]
         return fn(z, None if param is None else self.channel_param(param[0], z.dtype))
 
-    def check_input(self, x: Tensor) -> None:
-        if x.dim() != 4:
-            raise ValueError(f"{type(self).__name__} expects an NCHW tensor (4 dims), got shape {tuple(x.shape)}")
-        if x.shape[1] != self.num_channels:
-            raise ValueError(
-                f"{type(self).__name__} was built for {self.num_channels} channels, "
-                f"got input of shape {tuple(x.shape)} ({x.shape[1]} channels)"
-            )
+    def activation_module(self) -> nn.Module:
+        """The activation after the affine as a standalone module (parameters copied)."""
+        if self.activation is None:
+            return nn.Identity()
+        if self.activation == "relu":
+            return nn.ReLU()
+        if self.activation == "swish1":
+            return nn.SiLU()
+        return ChannelActivation(self.activation, getattr(self, ACTIVATIONS[self.activation][1][0]))
+
+    def check_input(self, x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None) -> Tensor:
+        """``x`` after :func:`checked_input` (``ValueError`` naming the problem)."""
+        return checked_input(x, type(self).__name__, self.num_channels, weight, bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        self.check_input(x)
-        z = self.transform(x.to(compute_dtype(x)))
-        z = z * self.channel_param("weight", z.dtype) + self.channel_param("bias", z.dtype)
+        return self.forward_affine(x, self.weight, self.bias)
+
+    def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+        """The layer with ``gamma = weight``, ``beta = bias``: None, (C,) or per sample (N, C)."""
+        x = self.check_input(x, weight, bias)
+        z = apply_affine(self.transform(upcast(x)), weight, bias)
         return self.activate(z).to(x.dtype)
 
+    def folded_affine(self) -> tuple[Tensor, Tensor] | None:
+        """``(scale, shift)``, each (C,), such that in the current mode
+        ``layer(x) == layer.activation_module()(x * scale + shift)``; None if the layer is
+        not such an affine (it has per-sample statistics, or batch statistics in training)."""
+        return None
+
+    def _gamma_beta(self) -> tuple[Tensor, Tensor]:
+        """``(gamma, beta)`` detached, ones/zeros without ``affine``."""
+        like = next(iter(self.parameters()), None)
+        options = {"device": like.device, "dtype": like.dtype} if like is not None else {}
+        gamma = self.weight.detach().clone() if self.weight is not None else torch.ones(self.num_channels, **options)
+        beta = self.bias.detach().clone() if self.bias is not None else torch.zeros(self.num_channels, **options)
+        return gamma, beta
+
     def extra_repr(self) -> str:
+        affine = "" if self.affine else ", affine=False"
         act = f", activation={self.activation}" if self.activation else ""
-        return f"{self.num_channels}, nonlinearity={self.nonlinearity}, eps={self.eps}{act}"
+        return f"{self.num_channels}, nonlinearity={self.nonlinearity}, eps={self.eps}{affine}{act}"
 
 
 class GroupedNormAct2d(NormAct2d):
@@ -139,57 +280,95 @@ class GroupedNormAct2d(NormAct2d):
         self,
         num_channels: int,
         nonlinearity: bool = True,
+        *,
         eps: float = 1e-5,
         groups: int | None = None,
+        affine: bool = True,
         activation: str | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(num_channels, nonlinearity, eps, activation)
+        super().__init__(
+            num_channels, nonlinearity, eps=eps, affine=affine, activation=activation, device=device, dtype=dtype
+        )
         self.groups = stats.resolve_groups(num_channels, groups)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, groups={self.groups}"
 
 
+@torch.fx.wrap
+def tracked_batch_moments(
+    x: Tensor,
+    running_mean: Tensor | None,
+    running_var: Tensor,
+    num_batches_tracked: Tensor,
+    training: bool,
+    momentum: float | None,
+    sync: bool = False,
+    process_group: object | None = None,
+) -> tuple[Tensor | None, Tensor]:
+    """Per-channel ``(mean, var)`` of shape (C,) in ``x``'s dtype, ``mean`` None without ``running_mean``.
+
+    Training: the (biased) moments of the batch (across processes with ``sync``), folded into
+    the moving averages by :mod:`evonorm_core.running_stats` unless the batch is empty.
+    Eval: the moving averages.
+    """
+    if not training:
+        mean = None if running_mean is None else running_mean.to(x.dtype)
+        return mean, running_var.to(x.dtype)
+    mean, var, count = stats.batch_moments(x, sync, process_group)
+    if count > 0:
+        factor = running_stats.count_batch_(num_batches_tracked, momentum)
+        running_stats.update_running_(running_var, var, factor, count)
+        if running_mean is not None:
+            running_stats.update_running_(running_mean, mean, factor)
+    return (mean if running_mean is not None else None), var
+
+
 class BatchStatsNormAct2d(NormAct2d):
     """A layer using batch statistics ``mu_{b,w,h}``/``s^2_{b,w,h}`` (the B series and BN).
 
     In training the statistics of the current batch are used (of all processes when
-    ``sync=True`` under ``torch.distributed``) and moving averages are updated:
-    ``running = (1 - momentum) * running + momentum * batch``, PyTorch's convention, the
-    variance stored unbiased (times n / (n - 1)) as ``BatchNorm2d`` does. In eval the
-    moving averages are used. Buffers are only created when the layer uses batch statistics
-    (``uses_batch_stats``); e.g. EvoNorm-B0 with ``nonlinearity=False`` is a plain affine.
+    ``sync=True`` under ``torch.distributed``) and moving averages are updated by
+    :mod:`evonorm_core.running_stats` (``nn.BatchNorm2d``'s rule: ``momentum``, or a
+    cumulative average with ``momentum=None``; variances stored unbiased). In eval the
+    moving averages are used. Buffers exist only when the layer uses batch statistics
+    (:attr:`uses_batch_stats`); e.g. EvoNorm-B0 with ``nonlinearity=False`` is a plain affine.
     """
 
+    batch_statistics = True
     track_mean = False
 
     def __init__(
         self,
         num_channels: int,
         nonlinearity: bool = True,
+        *,
         eps: float = 1e-5,
-        momentum: float = 0.1,
+        momentum: float | None = 0.1,
         sync: bool = False,
         process_group: object | None = None,
+        affine: bool = True,
         activation: str | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(num_channels, nonlinearity, eps, activation)
-        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0 < momentum <= 1:
-            raise ValueError(f"momentum must be in (0, 1], got {momentum!r}")
-        self.momentum = float(momentum)
+        super().__init__(
+            num_channels, nonlinearity, eps=eps, affine=affine, activation=activation, device=device, dtype=dtype
+        )
+        self.momentum = running_stats.check_momentum(momentum)
         self.sync = bool(sync)
         self.process_group = process_group
         if self.uses_batch_stats:
+            factory = {"device": device, "dtype": dtype}
             if self.track_mean:
-                self.register_buffer("running_mean", torch.zeros(num_channels))
-            self.register_buffer("running_var", torch.ones(num_channels))
-            self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
-
-    @property
-    def uses_batch_stats(self) -> bool:
-        return True
+                self.register_buffer("running_mean", torch.zeros(num_channels, **factory))
+            self.register_buffer("running_var", torch.ones(num_channels, **factory))
+            self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long, device=device))
 
     def reset_running_stats(self) -> None:
+        """Moving averages back to mean 0, variance 1, no batch counted."""
         if self.uses_batch_stats:
             if self.track_mean:
                 self.running_mean.zero_()
@@ -200,26 +379,18 @@ class BatchStatsNormAct2d(NormAct2d):
         super().reset_parameters()
         self.reset_running_stats()
 
-    def batch_moments(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Per-channel ``(mean, var)`` of shape (1, C, 1, 1): of the batch in training, moving in eval."""
-        if not self.training:
-            mean = self.running_mean if self.track_mean else None
-            var = self.running_var
-        else:
-            mean, var, count = stats.batch_moments(x, self.sync, self.process_group)
-            with torch.no_grad():
-                self.num_batches_tracked.add_(1)
-                unbiased = var * (count / (count - 1)) if count > 1 else var
-                self.running_var.lerp_(unbiased.to(self.running_var.dtype), self.momentum)
-                if self.track_mean:
-                    self.running_mean.lerp_(mean.to(self.running_mean.dtype), self.momentum)
-        shape = (1, -1, 1, 1)
-        mean = None if mean is None else mean.to(x.dtype).view(shape)
-        return mean, var.to(x.dtype).view(shape)
+    def syncs_across_processes(self) -> bool:
+        """Whether training statistics are gathered over more than one process now."""
+        return stats.syncs_across_processes(self.sync, self.process_group)
 
-    def batch_std(self, x: Tensor) -> Tensor:
-        """``sqrt(s^2_{b,w,h}(x) + eps)``, shape (1, C, 1, 1)."""
-        return torch.sqrt(self.batch_moments(x)[1] + self.eps)
+    def batch_moments(self, x: Tensor) -> tuple[Tensor | None, Tensor]:
+        """Per-channel ``(mean, var)`` of shape (1, C, 1, 1): of the batch in training
+        (updating the moving averages), the moving averages in eval; ``mean`` None unless tracked."""
+        mean, var = tracked_batch_moments(
+            x, getattr(self, "running_mean", None), self.running_var, self.num_batches_tracked, self.training, self.momentum,
+            self.sync, self.process_group,
+        )
+        return (None if mean is None else mean.view(1, -1, 1, 1)), var.view(1, -1, 1, 1)
 
     def extra_repr(self) -> str:
         sync = ", sync=True" if self.sync else ""

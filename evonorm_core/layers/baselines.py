@@ -5,14 +5,84 @@ Each is ``activation(normalize(x) * gamma + beta)`` (Tables 2, 3 and 5), except 
 is its normalization and affine without activation. Activations: ``relu`` = max(z, 0),
 ``max_v0`` = max(z, v0) with learnable ``v0`` (init 0), ``swish1`` = z sigmoid(z),
 ``swish`` = z sigmoid(v1 z) with learnable ``v1`` (init 1).
+
+BatchNorm and GroupNorm/LayerNorm run on PyTorch's own kernels (``F.batch_norm``,
+``F.group_norm``); PixelNorm, FRN and "RS + rej" have none and are composed ops.
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
+from .. import running_stats
 from .. import statistics as stats
-from .base import BatchStatsNormAct2d, GroupedNormAct2d, NormAct2d
+from . import base
+from .base import BatchStatsNormAct2d, GroupedNormAct2d, NormAct2d, apply_affine, tracked_batch_moments
+
+
+def _per_sample(weight: Tensor | None, bias: Tensor | None) -> bool:
+    return any(t is not None and t.dim() == 2 for t in (weight, bias))
+
+
+@torch.fx.wrap
+def batch_norm(
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor,
+    running_var: Tensor,
+    num_batches_tracked: Tensor,
+    training: bool,
+    momentum: float | None,
+    eps: float,
+    sync: bool = False,
+    process_group: object | None = None,
+) -> Tensor:
+    """``(x - mu_{b,w,h}) / sqrt(s^2_{b,w,h} + eps) * weight + bias``, ``x`` in its compute dtype.
+
+    In training the batch's moments are used and folded into ``running_mean``/``running_var``
+    with the weight :func:`evonorm_core.running_stats.count_batch_` gives; an empty batch
+    changes nothing. Runs on ``F.batch_norm`` (whose update is then ``nn.BatchNorm2d``'s
+    rule with that weight), except for statistics synchronised across processes, buffers in
+    another dtype than ``x`` or one value per channel: composed ops with
+    :func:`~.base.tracked_batch_moments`.
+    ``weight``/``bias``: None, (C,) or per sample (N, C).
+    """
+    synced = training and stats.syncs_across_processes(sync, process_group)
+    if x.numel() == 0 and not synced:
+        return apply_affine(x, weight, bias)
+    if synced or running_var.dtype != x.dtype or (training and x.numel() <= x.shape[1]):
+        # (one value per channel: F.batch_norm refuses it and its unbiased variance would be 0/0)
+        mean, var = tracked_batch_moments(
+            x, running_mean, running_var, num_batches_tracked, training, momentum, sync, process_group
+        )
+        z = (x - mean.view(1, -1, 1, 1)) / torch.sqrt(var.view(1, -1, 1, 1) + eps)
+        return apply_affine(z, weight, bias)
+    per_sample = _per_sample(weight, bias)
+    factor = running_stats.count_batch_(num_batches_tracked, momentum) if training else 0.0
+    y = F.batch_norm(
+        x, running_mean, running_var,
+        None if per_sample or weight is None else weight.to(x.dtype),
+        None if per_sample or bias is None else bias.to(x.dtype),
+        training=training, momentum=factor, eps=eps,
+    )
+    return apply_affine(y, weight, bias) if per_sample else y
+
+
+@torch.fx.wrap
+def group_norm(x: Tensor, groups: int, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
+    """``(x - mu_{w,h,c/g}) / sqrt(s^2_{w,h,c/g} + eps) * weight + bias`` on ``F.group_norm``.
+
+    ``weight``/``bias``: None, (C,) or per sample (N, C); an empty input gives an empty output.
+    """
+    if x.numel() == 0:
+        return apply_affine(x, weight, bias)
+    if _per_sample(weight, bias):
+        return apply_affine(F.group_norm(x, groups, None, None, eps), weight, bias)
+    weight = None if weight is None else weight.to(x.dtype)
+    bias = None if bias is None else bias.to(x.dtype)
+    return F.group_norm(x, groups, weight, bias, eps)
 
 
 class BatchNormAct2d(BatchStatsNormAct2d):
@@ -23,16 +93,49 @@ class BatchNormAct2d(BatchStatsNormAct2d):
 
     Batch statistics in training (synchronised across processes with ``sync=True``, as
     ``SyncBatchNorm``), moving averages in eval; same update rule as ``nn.BatchNorm2d``.
+    Runs on ``F.batch_norm``; synchronised statistics, and buffers in another dtype than
+    the computation, take composed ops.
     """
 
     track_mean = True
 
-    def __init__(self, num_channels: int, nonlinearity: bool = True, activation: str = "relu", **options) -> None:
-        super().__init__(num_channels, nonlinearity, activation=activation, **options)
+    def __init__(
+        self,
+        num_channels: int,
+        nonlinearity: bool = True,
+        *,
+        activation: str = "relu",
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        sync: bool = False,
+        process_group: object | None = None,
+        affine: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(
+            num_channels, nonlinearity, eps=eps, momentum=momentum, sync=sync, process_group=process_group,
+            affine=affine, activation=activation, device=device, dtype=dtype,
+        )
 
     def transform(self, x: Tensor) -> Tensor:
         mean, var = self.batch_moments(x)
         return (x - mean) / torch.sqrt(var + self.eps)
+
+    def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+        x = self.check_input(x, weight, bias)
+        z = batch_norm(
+            base.upcast(x), weight, bias, self.running_mean, self.running_var, self.num_batches_tracked, self.training,
+            self.momentum, self.eps, self.sync, self.process_group,
+        )
+        return self.activate(z).to(x.dtype)
+
+    def folded_affine(self) -> tuple[Tensor, Tensor] | None:
+        if self.training:
+            return None
+        gamma, beta = self._gamma_beta()
+        scale = gamma / torch.sqrt(self.running_var.to(gamma.dtype) + self.eps)
+        return scale, beta - self.running_mean.to(gamma.dtype) * scale
 
 
 class GroupNormAct2d(GroupedNormAct2d):
@@ -40,14 +143,33 @@ class GroupNormAct2d(GroupedNormAct2d):
 
     .. math::
         \mathrm{act}(z), \quad z = \frac{x - \mu_{w,h,c/g}(x)}{\sqrt{s^2_{w,h,c/g}(x) + \epsilon}} \gamma + \beta
+
+    Runs on ``F.group_norm``.
     """
 
-    def __init__(self, num_channels: int, nonlinearity: bool = True, activation: str = "relu", **options) -> None:
-        super().__init__(num_channels, nonlinearity, activation=activation, **options)
+    def __init__(
+        self,
+        num_channels: int,
+        nonlinearity: bool = True,
+        *,
+        activation: str = "relu",
+        eps: float = 1e-5,
+        groups: int | None = None,
+        affine: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(
+            num_channels, nonlinearity, eps=eps, groups=groups, affine=affine, activation=activation,
+            device=device, dtype=dtype,
+        )
 
     def transform(self, x: Tensor) -> Tensor:
-        mean, var = stats.group_moments(x, self.groups)
-        return (x - mean) / torch.sqrt(var + self.eps)
+        return group_norm(x, self.groups, None, None, self.eps)
+
+    def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+        x = self.check_input(x, weight, bias)
+        return self.activate(group_norm(base.upcast(x), self.groups, weight, bias, self.eps)).to(x.dtype)
 
 
 class LayerNormAct2d(NormAct2d):
@@ -57,15 +179,30 @@ class LayerNormAct2d(NormAct2d):
         \mathrm{act}(z), \quad z = \frac{x - \mu_{w,h,c}(x)}{\sqrt{s^2_{w,h,c}(x) + \epsilon}} \gamma + \beta
 
     Statistics over all of a sample's channels and pixels; per-channel ``gamma``/``beta``
-    (``GroupNorm`` with one group).
+    (``GroupNorm`` with one group, on ``F.group_norm``).
     """
 
-    def __init__(self, num_channels: int, nonlinearity: bool = True, activation: str = "relu", eps: float = 1e-5):
-        super().__init__(num_channels, nonlinearity, eps, activation)
+    def __init__(
+        self,
+        num_channels: int,
+        nonlinearity: bool = True,
+        *,
+        activation: str = "relu",
+        eps: float = 1e-5,
+        affine: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(
+            num_channels, nonlinearity, eps=eps, affine=affine, activation=activation, device=device, dtype=dtype
+        )
 
     def transform(self, x: Tensor) -> Tensor:
-        mean, var = stats.layer_moments(x)
-        return (x - mean) / torch.sqrt(var + self.eps)
+        return group_norm(x, 1, None, None, self.eps)
+
+    def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+        x = self.check_input(x, weight, bias)
+        return self.activate(group_norm(base.upcast(x), 1, weight, bias, self.eps)).to(x.dtype)
 
 
 class PixelNormAct2d(NormAct2d):
@@ -79,8 +216,20 @@ class PixelNormAct2d(NormAct2d):
     with ``gamma = 1, beta = 0``, the initial values, it is their layer).
     """
 
-    def __init__(self, num_channels: int, nonlinearity: bool = True, activation: str = "relu", eps: float = 1e-5):
-        super().__init__(num_channels, nonlinearity, eps, activation)
+    def __init__(
+        self,
+        num_channels: int,
+        nonlinearity: bool = True,
+        *,
+        activation: str = "relu",
+        eps: float = 1e-5,
+        affine: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(
+            num_channels, nonlinearity, eps=eps, affine=affine, activation=activation, device=device, dtype=dtype
+        )
 
     def transform(self, x: Tensor) -> Tensor:
         return x / torch.sqrt(stats.pixel_mean_square(x) + self.eps)
@@ -95,8 +244,19 @@ class FilterResponseNorm2d(NormAct2d):
     ``v_0`` is a learnable per-channel threshold initialised to 0 (FRN's ``tau``).
     """
 
-    def __init__(self, num_channels: int, nonlinearity: bool = True, eps: float = 1e-5) -> None:
-        super().__init__(num_channels, nonlinearity, eps, activation="max_v0")
+    def __init__(
+        self,
+        num_channels: int,
+        nonlinearity: bool = True,
+        *,
+        eps: float = 1e-5,
+        affine: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(
+            num_channels, nonlinearity, eps=eps, affine=affine, activation="max_v0", device=device, dtype=dtype
+        )
 
     def transform(self, x: Tensor) -> Tensor:
         return x / torch.sqrt(stats.instance_mean_square(x) + self.eps)
@@ -115,7 +275,32 @@ class BatchRMSNormReLU2d(BatchStatsNormAct2d):
 
     track_mean = True
 
+    def __init__(
+        self,
+        num_channels: int,
+        nonlinearity: bool = True,
+        *,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        sync: bool = False,
+        process_group: object | None = None,
+        affine: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(
+            num_channels, nonlinearity, eps=eps, momentum=momentum, sync=sync, process_group=process_group,
+            affine=affine, device=device, dtype=dtype,
+        )
+
     def transform(self, x: Tensor) -> Tensor:
         mean, var = self.batch_moments(x)
         numerator = torch.relu(x) if self.nonlinearity else x
         return numerator / torch.sqrt(var + mean.square() + self.eps)
+
+    def folded_affine(self) -> tuple[Tensor, Tensor] | None:
+        if self.training or self.nonlinearity:
+            return None
+        gamma, beta = self._gamma_beta()
+        second_moment = self.running_var.to(gamma.dtype) + self.running_mean.to(gamma.dtype).square()
+        return gamma / torch.sqrt(second_moment + self.eps), beta

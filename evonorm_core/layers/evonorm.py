@@ -5,25 +5,84 @@ B series (paper Table 2; use batch statistics, moving averages at inference) and
 the channel-wise affine ``x * gamma + beta`` (Appendix A), used where the replaced
 BatchNorm had no activation after it.
 
-``impl="fused"`` (default) runs the fused kernels of :mod:`evonorm_core.ops`: a
-hand-derived backward that keeps only the input and small statistics.
-``impl="reference"`` runs the formula as composed PyTorch ops (:meth:`transform`); it is
-twice differentiable, and is what B-series layers with ``sync=True`` use when more than
-one process takes part.
+The layers hold state and call :mod:`evonorm_core.functional`: ``impl="fused"`` (default)
+runs the fused operators (a hand-derived backward that keeps only the input and small
+statistics), ``impl="reference"`` the formula as composed PyTorch ops (twice
+differentiable). Both take ``gamma``/``beta`` per channel or per sample
+(:meth:`~.base.NormAct2d.forward_affine`).
 """
 from __future__ import annotations
 
-import abc
-
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
-from .. import ops
+from .. import functional, running_stats
 from .. import statistics as stats
+from . import base
 from .base import BatchStatsNormAct2d, GroupedNormAct2d
 
-IMPLS = ("fused", "reference")
+IMPLS = functional.IMPLS
+
+
+@torch.fx.wrap
+def evonorm_b(
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    v1: Tensor | None,
+    running_var: Tensor,
+    num_batches_tracked: Tensor,
+    *,
+    variant: str,
+    training: bool,
+    momentum: float | None,
+    eps: float,
+    sync: bool,
+    process_group: object | None,
+    impl: str,
+) -> Tensor:
+    """:func:`evonorm_core.functional.evonorm_b`, and (interim, until it does this itself) for an
+    empty local batch: an empty output tied to every parameter (zero gradients, as DDP
+    expects) and, when statistics are synchronised across processes, to the all-reduce the
+    other processes take part in (forward and backward), the global batch variance folded
+    into ``running_var`` if any process had data."""
+    if x.numel() > 0:
+        return functional.evonorm_b(
+            x, weight, bias, v1, running_var, num_batches_tracked, variant=variant, training=training,
+            momentum=momentum, eps=eps, sync=sync, process_group=process_group, impl=impl,
+        )
+    tie = _zero_tie(x, weight, bias, v1)
+    if training and stats.syncs_across_processes(sync, process_group):
+        _, var, count = stats.batch_moments(x.to(base.compute_dtype(x)), sync, process_group)
+        if count > 0:
+            factor = running_stats.count_batch_(num_batches_tracked, momentum)
+            running_stats.update_running_(running_var, var, factor, count)
+        tie = tie + var.sum().to(tie.dtype) * 0
+    return base.apply_affine(x, weight, bias) + tie.to(x.dtype)
+
+
+def _zero_tie(x: Tensor, *parameters: Tensor | None) -> Tensor:
+    """A scalar 0 that depends on every given parameter (zero gradients for an empty batch)."""
+    return sum((t.sum() * 0 for t in parameters if t is not None), x.new_zeros((), dtype=torch.float32))
+
+
+@torch.fx.wrap
+def evonorm_s(
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    v1: Tensor | None,
+    *,
+    groups: int,
+    eps: float,
+    centered: bool,
+    impl: str,
+) -> Tensor:
+    """:func:`evonorm_core.functional.evonorm_s`, and (interim, until it does this itself) for an
+    empty input an empty output tied to every parameter (zero gradients, as DDP expects)."""
+    if x.numel() > 0:
+        return functional.evonorm_s(x, weight, bias, v1, groups=groups, eps=eps, centered=centered, impl=impl)
+    return base.apply_affine(x, weight, bias) + _zero_tie(x, weight, bias, v1).to(x.dtype)
 
 
 def check_impl(impl: str) -> str:
@@ -33,65 +92,60 @@ def check_impl(impl: str) -> str:
 
 
 class _EvoNormB(BatchStatsNormAct2d):
-    """``x / max(sqrt(s^2_{b,w,h}(x) + eps), instance_term(x)) * gamma + beta``."""
+    """``x / max(sqrt(s^2_{b,w,h}(x) + eps), u(x)) * gamma + beta``, ``u`` the variant's instance term."""
 
-    variant = ""  # the fused kernel's name for the instance term, see ops.B_VARIANTS
+    variant = ""  # functional.evonorm_b's name of the instance term, see functional.B_VARIANTS
+    has_v1 = False
 
     def __init__(
         self,
         num_channels: int,
         nonlinearity: bool = True,
+        *,
         eps: float = 1e-5,
-        momentum: float = 0.1,
+        momentum: float | None = 0.1,
         sync: bool = False,
         process_group: object | None = None,
         impl: str = "fused",
+        affine: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(num_channels, nonlinearity, eps, momentum, sync, process_group)
+        super().__init__(
+            num_channels, nonlinearity, eps=eps, momentum=momentum, sync=sync, process_group=process_group,
+            affine=affine, device=device, dtype=dtype,
+        )
         self.impl = check_impl(impl)
+        if self.nonlinearity and self.has_v1:
+            self.register_channel_param("v1", 1.0, device=device, dtype=dtype)
 
-    def syncs_across_processes(self) -> bool:
-        return (
-            self.sync and dist.is_available() and dist.is_initialized() and dist.get_world_size(self.process_group) > 1
+    @classmethod
+    def batch_stats_for(cls, nonlinearity: bool = True) -> bool:
+        return bool(nonlinearity)  # without it, the affine x * gamma + beta
+
+    def _call(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, impl: str) -> Tensor:
+        return evonorm_b(
+            x, weight, bias, getattr(self, "v1", None), self.running_var, self.num_batches_tracked,
+            variant=self.variant, training=self.training, momentum=self.momentum, eps=self.eps,
+            sync=self.sync, process_group=self.process_group, impl=impl,
         )
 
-    def forward(self, x: Tensor) -> Tensor:
-        if self.impl == "reference" or (self.training and self.syncs_across_processes()):
-            return super().forward(x)
-        self.check_input(x)
+    def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+        x = self.check_input(x, weight, bias)
         if not self.nonlinearity:
-            return ops.affine(x, self.weight, self.bias)
-        return ops.evonorm_b(
-            x,
-            self.weight,
-            self.bias,
-            getattr(self, "v1", None),
-            self.variant,
-            self.eps,
-            self.running_var,
-            self.training,
-            self.momentum,
-            self.num_batches_tracked,
-        )
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, impl={self.impl}"
-
-    @property
-    def uses_batch_stats(self) -> bool:
-        return self.nonlinearity
-
-    @abc.abstractmethod
-    def instance_term(self, x: Tensor) -> Tensor:
-        """The variant's second operand of the ``max`` in the denominator (composed ops)."""
-
-    def instance_rms(self, x: Tensor) -> Tensor:
-        return torch.sqrt(stats.instance_mean_square(x) + self.eps)
+            return functional.affine(x, weight, bias)
+        return self._call(x, weight, bias, self.impl)
 
     def transform(self, x: Tensor) -> Tensor:
         if not self.nonlinearity:
             return x
-        return x / torch.maximum(self.batch_std(x), self.instance_term(x))
+        return self._call(base.upcast(x), None, None, "reference")
+
+    def folded_affine(self) -> tuple[Tensor, Tensor] | None:
+        return None if self.nonlinearity else self._gamma_beta()
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, impl={self.impl}"
 
 
 class EvoNormB0(_EvoNormB):
@@ -107,14 +161,7 @@ class EvoNormB0(_EvoNormB):
     """
 
     variant = "b0"
-
-    def __init__(self, num_channels: int, nonlinearity: bool = True, **options) -> None:
-        super().__init__(num_channels, nonlinearity, **options)
-        if self.nonlinearity:
-            self.register_channel_param("v1", 1.0)
-
-    def instance_term(self, x: Tensor) -> Tensor:
-        return self.channel_param("v1", x.dtype) * x + torch.sqrt(stats.instance_var(x) + self.eps)
+    has_v1 = True
 
 
 class EvoNormB1(_EvoNormB):
@@ -128,9 +175,6 @@ class EvoNormB1(_EvoNormB):
 
     variant = "b1"
 
-    def instance_term(self, x: Tensor) -> Tensor:
-        return (x + 1) * self.instance_rms(x)
-
 
 class EvoNormB2(_EvoNormB):
     r"""EvoNorm-B2 (paper Table 2):
@@ -143,48 +187,52 @@ class EvoNormB2(_EvoNormB):
 
     variant = "b2"
 
-    def instance_term(self, x: Tensor) -> Tensor:
-        return self.instance_rms(x) - x
-
 
 class _EvoNormS(GroupedNormAct2d):
     """``x * sigmoid(gate * x) / group_denominator(x) * gamma + beta``, grouped over ``groups``."""
 
     centered = True  # group variance (S0, S1) rather than group mean square (S2)
+    has_v1 = False
 
     def __init__(
         self,
         num_channels: int,
         nonlinearity: bool = True,
+        *,
         eps: float = 1e-5,
         groups: int | None = None,
         impl: str = "fused",
+        affine: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(num_channels, nonlinearity, eps, groups)
+        super().__init__(num_channels, nonlinearity, eps=eps, groups=groups, affine=affine, device=device, dtype=dtype)
         self.impl = check_impl(impl)
+        if self.nonlinearity and self.has_v1:
+            self.register_channel_param("v1", 1.0, device=device, dtype=dtype)
 
-    def forward(self, x: Tensor) -> Tensor:
-        if self.impl == "reference":
-            return super().forward(x)
-        self.check_input(x)
+    def _call(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, impl: str) -> Tensor:
+        return evonorm_s(
+            x, weight, bias, getattr(self, "v1", None), groups=self.groups, eps=self.eps, centered=self.centered,
+            impl=impl,
+        )
+
+    def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+        x = self.check_input(x, weight, bias)
         if not self.nonlinearity:
-            return ops.affine(x, self.weight, self.bias)
-        v1 = getattr(self, "v1", None)
-        return ops.evonorm_s(x, self.weight, self.bias, v1, self.groups, self.eps, self.centered)
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, impl={self.impl}"
-
-    def gate(self, x: Tensor) -> Tensor:
-        return x
-
-    def denominator(self, x: Tensor) -> Tensor:
-        return torch.sqrt(stats.group_var(x, self.groups) + self.eps)
+            return functional.affine(x, weight, bias)
+        return self._call(x, weight, bias, self.impl)
 
     def transform(self, x: Tensor) -> Tensor:
         if not self.nonlinearity:
             return x
-        return x * torch.sigmoid(self.gate(x)) / self.denominator(x)
+        return self._call(base.upcast(x), None, None, "reference")
+
+    def folded_affine(self) -> tuple[Tensor, Tensor] | None:
+        return None if self.nonlinearity else self._gamma_beta()
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, impl={self.impl}"
 
 
 class EvoNormS0(_EvoNormS):
@@ -199,13 +247,7 @@ class EvoNormS0(_EvoNormS):
     With ``nonlinearity=False``: ``x * gamma + beta``.
     """
 
-    def __init__(self, num_channels: int, nonlinearity: bool = True, **options) -> None:
-        super().__init__(num_channels, nonlinearity, **options)
-        if self.nonlinearity:
-            self.register_channel_param("v1", 1.0)
-
-    def gate(self, x: Tensor) -> Tensor:
-        return self.channel_param("v1", x.dtype) * x
+    has_v1 = True
 
 
 class EvoNormS1(_EvoNormS):
@@ -228,6 +270,3 @@ class EvoNormS2(_EvoNormS):
     """
 
     centered = False
-
-    def denominator(self, x: Tensor) -> Tensor:
-        return torch.sqrt(stats.group_mean_square(x, self.groups) + self.eps)

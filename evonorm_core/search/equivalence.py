@@ -3,7 +3,8 @@
 Two genomes that compute the same function (``max(x, x)`` and ``x``, ``x * v1`` and
 ``v1 * x``, graphs differing only in dead nodes) would train identically, so the second
 reuses the first's evaluation. :func:`fingerprint` hashes a layer's outputs on fixed
-random inputs with fixed random ``v0``/``v1`` (so ``x * v1`` and ``x`` differ), in
+random inputs with fixed, different random ``v0``/``v1`` (so ``x * v1``, ``x * v0`` and
+``x`` differ), in
 training and then in eval mode (so moving averages count), rounded so float noise does
 not split equal functions.
 """
@@ -28,9 +29,10 @@ def probe_outputs(genome: Genome) -> list[torch.Tensor]:
     n, c, h, w = FINGERPRINT_SHAPE
     layer = GraphLayer(genome, c, groups=4).double()
     with torch.no_grad():
-        for name in ("v0", "v1"):
+        for name in ("v0", "v1"):  # both drawn always, so x * v0 and x * v1 get different values
+            value = torch.randn(c, generator=generator, dtype=torch.float64)
             if hasattr(layer, name):
-                getattr(layer, name).copy_(torch.randn(c, generator=generator, dtype=torch.float64))
+                getattr(layer, name).copy_(value)
         inputs = [torch.randn(FINGERPRINT_SHAPE, generator=generator, dtype=torch.float64) * 2 + 0.5 for _ in range(2)]
         outputs = [layer(batch) for batch in inputs]
         layer.eval()

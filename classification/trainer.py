@@ -1,0 +1,148 @@
+"""The one training loop of the suite's classifiers: a recipe, an optimizer, a schedule, a step.
+
+:class:`Trainer` owns the optimizer and per-step LR schedule built from a whole
+:class:`~classification.recipes.Recipe` (every field reaches training: base LR scaled to the
+total batch, schedule with warmup and milestones, optimizer, weight decay on convolution and
+linear weights only, label smoothing). Callers feed it batches:
+
+* ``classification.train`` from DataLoaders (ImageNet, CIFAR-10, digits), under DDP;
+* the layer search's proxy task (``search/proxy.py``) from :class:`TensorBatches`, in-memory
+  images with vectorised random crops, stopping after the quality steps and continuing to
+  the fitness steps.
+
+A non-finite loss is reported by :meth:`Trainer.step` (it returns it and skips the update)
+instead of being raised from deep inside autograd; :func:`evaluate` gives accuracy and mean
+loss, optionally after recomputing moving averages (:func:`evonorm_core.running_stats.recalibrate`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from evonorm_core.running_stats import recalibrate
+
+from .recipes import Recipe, RecipeLR, build_optimizer
+
+
+class Trainer:
+    """SGD/RMSProp training of ``model`` under ``recipe`` for ``total_batch`` images per step.
+
+    ``steps_per_epoch`` converts steps to the (fractional) epochs the recipe's schedule is
+    written in. ``module`` is what runs forward (e.g. the DDP wrapper of ``model``).
+    """
+
+    def __init__(
+        self, model: nn.Module, recipe: Recipe, total_batch: int, steps_per_epoch: float, module: nn.Module | None = None
+    ) -> None:
+        if total_batch <= 0 or steps_per_epoch <= 0:
+            raise ValueError(f"total_batch and steps_per_epoch must be positive, got {total_batch}, {steps_per_epoch}")
+        self.model, self.module, self.recipe = model, module or model, recipe
+        self.optimizer = build_optimizer(model, recipe, recipe.peak_lr(total_batch))
+        self.scheduler = RecipeLR(self.optimizer, recipe, steps_per_epoch)
+        self.steps = 0
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def step(self, images: Tensor, labels: Tensor) -> float:
+        """One optimizer step on a batch; returns the loss. A non-finite loss is returned
+        without updating anything (the caller decides: a diverged run, a rejected layer)."""
+        self.model.train()
+        loss = F.cross_entropy(self.module(images), labels, label_smoothing=self.recipe.label_smoothing)
+        value = loss.item()
+        if not math.isfinite(value):
+            return value
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.steps += 1
+        return value
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "steps": self.steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.steps = int(state["steps"])
+
+
+class TensorBatches:
+    """Endless random training batches from in-memory images, with random crops and flips.
+
+    Each batch draws ``batch_size`` indices with replacement from ``generator``; crops of
+    ``crop`` x ``crop`` (``None``: the full image) and horizontal flips (``flip``) are drawn
+    per image and applied with one gather, no per-image Python loop.
+    """
+
+    def __init__(
+        self,
+        images: Tensor,
+        labels: Tensor,
+        batch_size: int,
+        crop: int | None = None,
+        flip: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        size = images.shape[-1]
+        if crop is not None and not 0 < crop <= size:
+            raise ValueError(f"crop must be in 1..{size}, got {crop!r}")
+        if batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {batch_size!r}")
+        self.images, self.labels, self.batch_size = images, labels, batch_size
+        self.crop = None if crop in (None, size) else crop
+        self.flip = flip
+        self.generator = generator or torch.Generator().manual_seed(0)
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+        return self
+
+    def __next__(self) -> tuple[Tensor, Tensor]:
+        index = torch.randint(0, len(self.labels), (self.batch_size,), generator=self.generator)
+        images = self.images[index]
+        if self.crop is not None:
+            images = random_crops(images, self.crop, self.generator)
+        if self.flip:
+            mirrored = torch.rand(self.batch_size, generator=self.generator) < 0.5
+            images = torch.where(mirrored[:, None, None, None], images.flip(-1), images)
+        return images, self.labels[index]
+
+
+def random_crops(images: Tensor, size: int, generator: torch.Generator) -> Tensor:
+    """One random ``size`` x ``size`` crop of each image of (N, C, H, W) ``images`` (one gather)."""
+    n, c, h, w = images.shape
+    top = torch.randint(0, h - size + 1, (n,), generator=generator)
+    left = torch.randint(0, w - size + 1, (n,), generator=generator)
+    steps = torch.arange(size)
+    rows = (top[:, None] + steps)[:, None, :, None].expand(n, c, size, w)
+    images = images.gather(2, rows)
+    cols = (left[:, None] + steps)[:, None, None, :].expand(n, c, size, size)
+    return images.gather(3, cols)
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module, images: Tensor, labels: Tensor, batch_size: int = 512,
+    recalibration_batches: list[Tensor] | None = None,
+) -> dict[str, float]:
+    """Top-1 accuracy (fraction) and mean cross-entropy of ``model`` in eval mode on in-memory
+    images; with ``recalibration_batches`` the moving averages are first recomputed over them."""
+    if recalibration_batches:
+        recalibrate(model, recalibration_batches)
+    was_training = model.training
+    model.eval()
+    correct = loss = 0.0
+    for start in range(0, len(labels), batch_size):
+        logits = model(images[start:start + batch_size])
+        target = labels[start:start + batch_size]
+        loss += F.cross_entropy(logits, target, reduction="sum").item()
+        correct += (logits.argmax(1) == target).sum().item()
+    model.train(was_training)
+    count = max(len(labels), 1)
+    return {"accuracy": correct / count, "loss": loss / count}

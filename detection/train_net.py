@@ -1,0 +1,120 @@
+"""Train or evaluate Mask R-CNN with EvoNorm (or any registered norm-act layer) in detectron2.
+
+Paper-scale (COCO 2017 under $DETECTRON2_DATASETS/coco, 8 GPUs):
+    python tools/train_net.py --config detection/configs/mask_rcnn_R50_evonorm_b0.yaml --num-gpus 8
+CPU demo on generated shapes (written to $DETECTRON2_DATASETS/evonorm_shapes on first use):
+    python tools/train_net.py --config detection/configs/demo_shapes_evonorm_s0.yaml
+Evaluate a checkpoint:
+    python tools/train_net.py --config CFG --eval-only MODEL.WEIGHTS output/.../model_final.pth
+Trailing ``KEY VALUE`` pairs override the config (e.g. ``SOLVER.MAX_ITER 100``).
+
+``OUTPUT_DIR`` belongs to one run: a folder that already holds files is refused unless
+``--resume`` (or ``--eval-only``) is given, and a second process cannot write into it.
+Installed as the ``evonorm-detect`` command; ``python tools/train_net.py`` runs the same.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+import torch
+from detectron2.checkpoint import DetectionCheckpointer
+from detectron2.engine import default_argument_parser, default_setup, launch
+from detectron2.utils import comm
+
+from evonorm_core.experiment.files import atomic_write_json
+from evonorm_core.experiment.rundir import RunDir, RunDirError
+
+from detection import load_config
+from detection.data import DatasetNotFoundError, prepare_datasets
+from detection.report import RESULTS_FILE
+from detection.trainer import NormActTrainer
+
+logger = logging.getLogger("detection")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = default_argument_parser(__doc__)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--config", dest="config_file", metavar="FILE", help="alias of --config-file")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="CPU threads per process for torch (default 0: torch's default)"
+    )
+    args = parser.parse_args(argv)
+    if not args.config_file or not os.path.isfile(args.config_file):
+        parser.error(f"--config FILE is required and must exist, got {args.config_file!r} (see detection/configs/)")
+    return args
+
+
+def setup(args: argparse.Namespace):
+    """Config from file + overrides, on the CPU when there is no GPU; logging and output dir."""
+    cfg = load_config(args.config_file, args.opts)
+    cpu_fallback = cfg.MODEL.DEVICE.startswith("cuda") and not torch.cuda.is_available()
+    if cpu_fallback:
+        cfg.MODEL.DEVICE = "cpu"
+    cfg.freeze()
+    default_setup(cfg, args)
+    if cpu_fallback:
+        logger.warning("no CUDA GPU: running on the CPU (MODEL.DEVICE=cpu)")
+    return cfg
+
+
+def save_results(cfg, results: dict) -> None:
+    """Write COCOEvaluator's final results to ``OUTPUT_DIR/final_results.json`` (read by ``detection.report``)."""
+    if comm.is_main_process() and results:
+        atomic_write_json(os.path.join(cfg.OUTPUT_DIR, RESULTS_FILE), results)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """One worker process: train (or evaluate) and save the final COCO results."""
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    cfg = setup(args)
+    prepare_datasets(cfg)  # registers the shapes demo in this (worker) process
+    if args.eval_only:
+        model = NormActTrainer.build_model(cfg)
+        DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(cfg.MODEL.WEIGHTS, resume=args.resume)
+        results = NormActTrainer.test(cfg, model)
+    else:
+        trainer = NormActTrainer(cfg)
+        trainer.resume_or_load(resume=args.resume)
+        trainer.train()
+        results = getattr(trainer, "_last_eval_results", {})  # set by DefaultTrainer's final evaluation
+    save_results(cfg, results)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line: check config, data and output folder, then train (or evaluate) in
+    ``--num-gpus`` processes per machine with detectron2's ``launch``."""
+    args = parse_args(argv)
+    if args.num_gpus > max(torch.cuda.device_count(), 1):
+        sys.exit(f"--num-gpus {args.num_gpus} but this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+    try:  # fail before spawning workers: bad config keys or values (yacs asserts), missing data
+        cfg = load_config(args.config_file, args.opts)
+        prepare_datasets(cfg)
+    except (AssertionError, KeyError, ValueError) as err:
+        sys.exit(f"error: config {args.config_file} with overrides {args.opts}: {err}")
+    except DatasetNotFoundError as err:
+        sys.exit(f"error: {err}")
+    try:  # the launching process owns OUTPUT_DIR while the workers run
+        resume = args.resume or args.eval_only
+        output = RunDir(cfg.OUTPUT_DIR, resume=resume, flag="--resume") if args.machine_rank == 0 else None
+    except RunDirError as err:
+        sys.exit(f"error: OUTPUT_DIR: {err}")
+    try:
+        launch(
+            run,
+            args.num_gpus,
+            num_machines=args.num_machines,
+            machine_rank=args.machine_rank,
+            dist_url=args.dist_url,
+            args=(args,),
+        )
+    finally:
+        if output is not None:
+            output.close()
+    return 0

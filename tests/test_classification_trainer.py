@@ -1,0 +1,78 @@
+"""classification.trainer: the one training loop of classification.train and the search proxy."""
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from classification.recipes import Recipe
+from classification.trainer import TensorBatches, Trainer, evaluate, random_crops
+
+
+def test_random_crops_are_the_slices_they_claim():
+    images = torch.arange(2 * 3 * 7 * 6, dtype=torch.float32).view(2, 3, 7, 6)
+    generator = torch.Generator().manual_seed(3)
+    crops = random_crops(images, 4, generator)
+    replay = torch.Generator().manual_seed(3)
+    top = torch.randint(0, 4, (2,), generator=replay)
+    left = torch.randint(0, 3, (2,), generator=replay)
+    for i in range(2):
+        assert torch.equal(crops[i], images[i, :, top[i]:top[i] + 4, left[i]:left[i] + 4])
+
+
+def test_tensor_batches_are_seeded_and_flip_mirrors():
+    images, labels = torch.randn(10, 1, 5, 5), torch.arange(10)
+    a = next(TensorBatches(images, labels, 4, crop=3, flip=True, generator=torch.Generator().manual_seed(0)))
+    b = next(TensorBatches(images, labels, 4, crop=3, flip=True, generator=torch.Generator().manual_seed(0)))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[0].shape == (4, 1, 3, 3)
+    flipped = next(TensorBatches(images, labels, 64, flip=True, generator=torch.Generator().manual_seed(1)))
+    for image, label in zip(*flipped):
+        assert torch.equal(image, images[label]) or torch.equal(image, images[label].flip(-1))
+    with pytest.raises(ValueError, match="crop must be in 1..5, got 6"):
+        TensorBatches(images, labels, 4, crop=6)
+
+
+def tiny_model():
+    return nn.Sequential(nn.Conv2d(1, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(36, 3))
+
+
+def test_every_recipe_field_reaches_the_optimizer_and_schedule():
+    recipe = Recipe(base_lr=0.2, schedule="multistep", milestones=(1, 2), warmup_epochs=0.0, epochs=3,
+                    weight_decay=0.05, label_smoothing=0.1)
+    model = tiny_model()
+    trainer = Trainer(model, recipe, total_batch=128, steps_per_epoch=2)
+    assert trainer.lr == pytest.approx(0.1)  # 0.2 per 256 images at 128
+    decayed = {id(p) for g in trainer.optimizer.param_groups if g["weight_decay"] == 0.05 for p in g["params"]}
+    assert decayed == {id(model[0].weight), id(model[4].weight)}  # conv and linear weights only
+    x, y = torch.randn(8, 1, 5, 5), torch.randint(0, 3, (8,))
+    lrs = []
+    for _ in range(5):
+        trainer.step(x, y)
+        lrs.append(trainer.lr)
+    assert lrs == pytest.approx([0.1, 0.01, 0.01, 0.001, 0.001])  # 10x at epochs 1 and 2
+
+
+def test_non_finite_loss_is_reported_and_changes_nothing():
+    model = tiny_model()
+    trainer = Trainer(model, Recipe(base_lr=0.1, schedule="constant", warmup_epochs=0.0), 8, 1)
+    before = [p.detach().clone() for p in model.parameters()]
+    x = torch.full((8, 1, 5, 5), float("nan"))
+    assert math.isnan(trainer.step(x, torch.zeros(8, dtype=torch.long)))
+    assert trainer.steps == 0 and all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_training_learns_and_evaluation_recalibrates():
+    torch.manual_seed(0)
+    images = torch.randn(90, 1, 5, 5)
+    labels = torch.arange(90) % 3
+    images += labels.view(-1, 1, 1, 1).float()  # separable classes
+    model = tiny_model()
+    trainer = Trainer(model, Recipe(base_lr=0.4, schedule="cosine", warmup_epochs=0.0, epochs=2), 32, 30)
+    start = evaluate(model, images, labels)
+    for (x, y), _ in zip(TensorBatches(images, labels, 32), range(60)):
+        trainer.step(x, y)
+    model[1].running_mean.fill_(100.0)  # stale moving averages ...
+    stale = evaluate(model, images, labels)
+    fresh = evaluate(model, images, labels, recalibration_batches=[images[:45], images[45:]])
+    assert fresh["accuracy"] > max(0.9, start["accuracy"]) and fresh["accuracy"] > stale["accuracy"]
+    assert torch.allclose(model[1].running_mean, model[1].running_mean.new_zeros(4), atol=5)  # ... recomputed

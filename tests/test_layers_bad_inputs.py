@@ -1,0 +1,140 @@
+"""Bad inputs to the layers, the registry and conversion: clear errors, or what PyTorch's own norms do."""
+import pytest
+import torch
+from torch import nn
+
+import evonorm_core
+from evonorm_core import registry
+
+from . import paper_reference as ref
+
+NAMES = evonorm_core.list_norm_acts()
+
+
+def build(name, nonlinearity=True, **options):
+    if name in ref.GROUPED:
+        options.setdefault("groups", 4)
+    return evonorm_core.build_norm_act(name, 8, nonlinearity, **options)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int64, torch.bool, torch.complex64])
+@pytest.mark.parametrize("name", NAMES)
+def test_integer_bool_and_complex_inputs_are_refused(name, dtype):
+    layer = build(name)
+    x = torch.ones(2, 8, 3, 3, dtype=dtype)
+    with pytest.raises(ValueError, match=rf"expects a real floating-point input .* got dtype {dtype}"):
+        layer(x)
+
+
+@pytest.mark.parametrize("eps", [float("nan"), float("inf"), 0.0, -1e-5, True, "1e-5", None])
+@pytest.mark.parametrize("name", NAMES)
+def test_eps_must_be_finite_and_positive(name, eps):
+    with pytest.raises(ValueError, match=r"eps must be a finite positive number, got "):
+        build(name, eps=eps)
+
+
+@pytest.mark.parametrize("momentum", [0.0, -0.1, 1.5, float("nan"), True, "0.1"])
+@pytest.mark.parametrize("name", sorted(ref.BATCH_DEPENDENT))
+def test_momentum_must_be_in_0_1_or_none(name, momentum):
+    with pytest.raises(ValueError, match=r"momentum must be in \(0, 1\] or None"):
+        build(name, momentum=momentum)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_wrong_rank_channels_and_affine_shapes(name):
+    layer = build(name)
+    with pytest.raises(ValueError, match=r"expects an NCHW tensor \(4 dims\), got shape \(2, 8\)"):
+        layer(torch.randn(2, 8))
+    with pytest.raises(ValueError, match=r"built for 8 channels, got input of shape \(2, 6, 3, 3\)"):
+        layer(torch.randn(2, 6, 3, 3))
+    x = torch.randn(2, 8, 3, 3)
+    with pytest.raises(ValueError, match=r"weight must be None, \(8,\) or per sample \(2, 8\).*got shape \(3, 8\)"):
+        layer.forward_affine(x, torch.ones(3, 8), None)
+    with pytest.raises(ValueError, match=r"bias must be None, \(8,\) or per sample \(2, 8\).*got shape \(8, 1\)"):
+        layer.forward_affine(x, None, torch.zeros(8, 1))
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True])
+def test_num_channels_must_be_a_positive_int(bad):
+    with pytest.raises(ValueError, match=rf"num_channels must be a positive int, got {bad!r}"):
+        evonorm_core.build_norm_act("evonorm_s0", bad)
+
+
+@pytest.mark.parametrize("shape", [(0, 8, 4, 4), (2, 8, 0, 4), (2, 8, 4, 0)])
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("nonlinearity", [True, False])
+@pytest.mark.parametrize("name", NAMES)
+def test_empty_batches_and_maps_as_pytorch_norms(name, nonlinearity, training, shape):
+    """An empty input gives an empty output, every parameter a (zero) gradient, and leaves the
+    moving averages as they were (nn.BatchNorm2d keeps them too; a NaN must not get in)."""
+    layer = build(name, nonlinearity).train(training)
+    with torch.no_grad():
+        for b in layer.buffers():
+            if b.is_floating_point():
+                b.uniform_(0.5, 1.5)
+    before = {n: b.clone() for n, b in layer.named_buffers()}
+    x = torch.randn(shape, requires_grad=True)
+    y = layer(x)
+    assert y.shape == shape and y.dtype == x.dtype
+    y.sum().backward()
+    assert x.grad.shape == shape
+    for n, p in layer.named_parameters():
+        assert p.grad is not None and torch.equal(p.grad, torch.zeros_like(p)), n
+    for n, b in layer.named_buffers():
+        assert torch.equal(b, before[n]), n
+    bn = nn.BatchNorm2d(8).train(training)
+    bn(torch.randn(shape))
+    assert torch.equal(bn.running_var, torch.ones(8))  # what PyTorch does, for comparison
+
+
+def test_empty_batch_keeps_the_cumulative_average():
+    layer = build("bn_relu", momentum=None)
+    x = torch.randn(4, 8, 3, 3)
+    layer(x)
+    layer(torch.randn(0, 8, 3, 3))
+    layer(2 * x)
+    assert int(layer.num_batches_tracked) == 2  # the empty batch is not counted
+    torch.testing.assert_close(layer.running_var, (x.var(dim=(0, 2, 3)) + (2 * x).var(dim=(0, 2, 3))) / 2)
+
+
+def test_register_refuses_a_taken_name_unless_override():
+    class Mine(nn.Module):
+        uses_batch_stats = False
+
+        def __init__(self, num_channels, nonlinearity=True):
+            super().__init__()
+
+    builtin = registry._FACTORIES["evonorm_s0"]
+    with pytest.raises(ValueError, match=r"cannot register norm-act 'evonorm_s0'.*already taken.*override=True"):
+        evonorm_core.register_norm_act("evonorm_s0")(Mine)
+    with pytest.raises(ValueError, match=r"'gn' by 'gn_relu'"):
+        evonorm_core.register_norm_act("my_layer_x", "GN")(Mine)
+    assert "my_layer_x" not in evonorm_core.list_norm_acts()  # nothing half-registered
+    try:
+        evonorm_core.register_norm_act("evonorm_s0", override=True)(Mine)
+        assert type(evonorm_core.build_norm_act("EvoNorm-S0", 8)) is Mine
+        assert evonorm_core.uses_batch_statistics("evonorm_s0") is False
+    finally:
+        registry._FACTORIES["evonorm_s0"] = builtin
+        registry._BATCH_STATISTICS["evonorm_s0"] = evonorm_core.EvoNormS0.batch_stats_for
+    assert type(evonorm_core.build_norm_act("evonorm_s0", 8)) is evonorm_core.EvoNormS0
+
+
+def test_uses_batch_statistics_of_what_cannot_tell():
+    with pytest.raises(TypeError, match="cannot tell whether .* uses batch statistics without building"):
+        evonorm_core.uses_batch_statistics(lambda c, nl: nn.Identity())
+    with pytest.raises(KeyError, match="unknown norm-act layer 'nope'"):
+        evonorm_core.uses_batch_statistics("nope")
+
+    def factory(num_channels, nonlinearity=True):
+        return nn.Identity()
+
+    evonorm_core.register_norm_act("test_undeclared_layer")(factory)
+    evonorm_core.register_norm_act("test_declared_layer", batch_statistics=True)(factory)
+    try:
+        with pytest.raises(ValueError, match="does not declare whether it uses batch statistics"):
+            evonorm_core.uses_batch_statistics("test_undeclared_layer")
+        assert evonorm_core.uses_batch_statistics("test_declared_layer") is True
+    finally:
+        for name in ("test_undeclared_layer", "test_declared_layer"):
+            del registry._FACTORIES[name], registry._BATCH_STATISTICS[name], registry._KEYS[registry.normalize_name(name)]

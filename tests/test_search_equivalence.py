@@ -1,0 +1,41 @@
+"""The functional-equivalence fingerprint: equal for equal functions, different when only eval mode differs."""
+import torch
+
+from evonorm_core.search import EquivalenceCache, fingerprint, parse
+from evonorm_core.search.equivalence import probe_outputs
+
+
+def test_equal_functions_share_a_fingerprint():
+    assert fingerprint(parse("x * v1 + v0")) == fingerprint(parse("v0 + v1 * x"))
+    assert fingerprint(parse("max(x, x) / instance_std(x)")) == fingerprint(parse("x / instance_std(x)"))
+    assert fingerprint(parse("x * v1")) != fingerprint(parse("x * v0"))  # v0, v1 are probed with random values
+
+
+def test_layers_equal_in_training_but_not_in_eval_are_told_apart():
+    """The batch RMS of a centred input is the batch std in training; in eval the two read moving
+    averages of different statistics (biased mean square about the running mean vs unbiased variance)."""
+    centred_rms = parse("x / batch_rms(x - batch_mean(x))")
+    std = parse("x / batch_std(x)")
+    rms_out, std_out = probe_outputs(centred_rms), probe_outputs(std)
+    for train_rms, train_std in zip(rms_out[:2], std_out[:2]):
+        torch.testing.assert_close(train_rms, train_std, rtol=1e-12, atol=1e-12)
+    assert (rms_out[2] - std_out[2]).abs().max() > 1e-3
+    assert fingerprint(centred_rms) != fingerprint(std)
+
+
+def test_moving_average_state_is_part_of_the_fingerprint():
+    """batch_mean(x) - batch_mean(x) is 0 in both modes, x - batch_mean(x) only in neither."""
+    assert fingerprint(parse("x * v1 + (batch_mean(x) - batch_mean(x))")) == fingerprint(parse("x * v1"))
+    assert fingerprint(parse("x - batch_mean(x)")) != fingerprint(parse("x - instance_mean(x)"))
+
+
+def test_cache_counts_hits_and_round_trips():
+    cache = EquivalenceCache()
+    key = fingerprint(parse("tanh(x)"))
+    assert cache.lookup(key) is None
+    cache.store(key, {"accuracy": 0.5})
+    cache.store(key, {"accuracy": 0.9})  # the first result stays
+    assert cache.lookup(key) == {"accuracy": 0.5} and cache.hits == 1
+    again = EquivalenceCache()
+    again.load_state_dict(cache.state_dict())
+    assert again.entries == cache.entries and again.hits == 1
