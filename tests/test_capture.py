@@ -129,8 +129,8 @@ def test_fx_records_the_functional_calls():
     skip_unready("fx")
     model = tiny("evonorm_b0", "fused", True)
     traced = torch.fx.symbolic_trace(model)
-    called = [n.target for n in traced.graph.nodes if n.op == "call_function"]
-    assert EF.evonorm_b in called
+    called = [getattr(n.target, "__name__", "") for n in traced.graph.nodes if n.op == "call_function"]
+    assert called.count("evonorm_b") == 1 and "affine" in called  # one node per layer call
 
 
 def test_no_graph_breaks_and_compiled_choice_is_used(monkeypatch):
