@@ -187,3 +187,12 @@ def test_a_second_writer_of_one_output_dir_is_refused(tmp_path, datasets_root):
         with pytest.raises(SystemExit) as exit_info:
             train_net.main(["--resume", "--config", demo, "OUTPUT_DIR", str(output)])
     assert "is in use by process" in str(exit_info.value.code)
+
+
+def test_model_cost_command_prints_paper_columns(capsys):
+    from detection.cost import main as cost_main
+
+    cost_main(["--config", str(CONFIGS / "demo_shapes_gn.yaml"), "--image-size", "64", *TINY])
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].startswith("| config (64x64) | MAdds (B) | paper MAdds (B)") and "demo_shapes_gn.yaml" in rows[-1]
+    assert rows[-1].endswith("| - |")  # the demo is not in Table 4
