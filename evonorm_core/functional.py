@@ -260,25 +260,29 @@ def evonorm_b(
 
 # ---- choosing the fused path ------------------------------------------------------------
 
-# Under torch.compile (Inductor), per device type: True runs the registered operator (an
-# opaque kernel call in the compiled graph), False the composed formula (which Inductor
-# fuses into its own kernels: C++ on the CPU, Triton on CUDA). Chosen by measurement, see
-# docs/benchmarks.md ("compiled").
-COMPILED_USES_OPERATOR = {"cpu": True, "cuda": False}
+# Under torch.compile (Inductor), per device type: the smallest input (in elements) for
+# which the registered operator runs (an opaque call of its kernel in the compiled graph).
+# Smaller inputs, and devices not listed (CUDA), run the composed formula, which Inductor
+# fuses into its own kernels (C++ on the CPU, Triton on CUDA). Measured on the CPU
+# (docs/benchmarks.md, "Compiled: operator or formula"): the operator's fwd+bwd takes
+# 0.4-0.65x the compiled formula's from 16x64x14x14 (200K elements) up to the ResNet-50
+# stages, the formula 0.8x the operator's at 8x64x8x8 (32K), where the call overhead counts.
+COMPILED_OPERATOR_MIN_NUMEL = {"cpu": 65536}
 
 
 def _use_operator(x: Tensor) -> bool:
     """Whether ``impl="fused"`` runs the registered operator for ``x`` here, or the composed formula.
 
     ONNX export: the formula (plain ONNX ops). ``torch.export``: the operator (one node per
-    layer). ``torch.compile``: :data:`COMPILED_USES_OPERATOR`. Eager: the operator.
+    layer). ``torch.compile``: :data:`COMPILED_OPERATOR_MIN_NUMEL`. Eager: the operator.
     """
     if torch.onnx.is_in_onnx_export():
         return False
     if torch.compiler.is_exporting():
         return True
     if torch.compiler.is_compiling():
-        return COMPILED_USES_OPERATOR.get(x.device.type, False)
+        smallest = COMPILED_OPERATOR_MIN_NUMEL.get(x.device.type)
+        return smallest is not None and x.numel() >= smallest
     return True
 
 
