@@ -17,6 +17,26 @@ EXTRAS = {
 }
 EXTRAS["all"] = sorted({req for reqs in EXTRAS.values() for req in reqs})
 
+# Every command-line program, installed as a command; `python search/evolve.py`,
+# `python gan/train_biggan.py` and `python tools/*.py` run the same functions.
+CONSOLE_SCRIPTS = [
+    "evonorm-search = search.evolve:main",
+    "evonorm-search-report = search.report:main",
+    "evonorm-search-rerank = search.rerank:main",
+    "evonorm-train = classification.train:main",
+    "evonorm-tables = classification.tables:main",
+    "evonorm-tradeoff = classification.tradeoff:main",
+    "evonorm-gan = gan.train_biggan:main",
+    "evonorm-gan-eval = gan.evaluate:main",
+    "evonorm-gan-report = gan.report:main",
+    "evonorm-detect = detection.train_net:main",
+    "evonorm-detect-report = detection.report:main",
+    "evonorm-detect-cost = detection.cost:main",
+    "evonorm-detect-miniature = detection.miniature:main",
+    "evonorm-benchmark = evonorm_core.benchmark:main",
+    "evonorm-capture = evonorm_core.capture:main",
+]
+
 setup(
     name="evonorm-suite",
     version="0.1.0",
@@ -29,6 +49,7 @@ setup(
     package_data={"detection": ["configs/*.yaml"]},
     install_requires=["torch>=2.1", "numpy"],
     extras_require=EXTRAS,
+    entry_points={"console_scripts": CONSOLE_SCRIPTS},
     license="Apache-2.0",
     classifiers=["Programming Language :: Python :: 3", "Topic :: Scientific/Engineering :: Artificial Intelligence"],
 )

@@ -19,13 +19,22 @@ import argparse
 import dataclasses
 import json
 import math
+import multiprocessing
 import os
 import shlex
 import statistics
 import subprocess
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch
+
+from evonorm_core.experiment.config import config_to_dict
+from evonorm_core.experiment.files import atomic_write_json, read_json
+from evonorm_core.experiment.progress import Progress
+from evonorm_core.experiment.tables import Series, format_mean_std, markdown_table, plot_series
 
 from .paper_tables import LAYERS, TABLES, WORKERS, PaperTable
 from .train import TrainConfig, train
@@ -37,17 +46,21 @@ DIVERGED = float("nan")  # a run whose loss became NaN/inf
 
 @dataclass(frozen=True)
 class MiniScale:
-    """The reduced grid that runs on the embedded digits: anchors, 16x16 images, a few epochs.
+    """The reduced grid that runs on the embedded digits, chosen by measurement (docs/classification.md).
 
-    The proxy task's LR rule (0.1 at 128 images, i.e. 0.2 per 256) scaled linearly with
-    the batch, cosine schedule, the same number of epochs at every batch size (as Table 3).
+    CIFAR anchors with one block per stage (``anchor_depth``), 16x16 images (MobileNetV2-CIFAR
+    ends at 2x2, not 1x1), 10 epochs at every batch size (BN-ReLU reaches 96-99% at batch 128
+    by epoch 7-10), the paper's ImageNet base LR of 0.1 per 256 images scaled linearly with the
+    batch (Table 3's rule; at 0.2 per 256, the search proxy's rate, EvoNorm-B0 diverged within
+    20 steps), cosine schedule without warmup, three seeds.
     """
 
-    batches: tuple[int, ...] = (128, 16, 2)
-    seeds: tuple[int, ...] = (0,)
-    epochs: float = 3.0
+    batches: tuple[int, ...] = (128, 16, 4, 2)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    epochs: float = 10.0
     image_size: int = 16
-    base_lr: float = 0.2
+    base_lr: float = 0.1
+    anchor_depth: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -92,6 +105,7 @@ def paper_command(table: PaperTable, cell: Cell, runs_dir: Path, data_dir: str) 
 def mini_config(cell: Cell, scale: MiniScale, runs_dir: Path) -> TrainConfig:
     return TrainConfig(
         model=MINI_MODELS[cell.model], norm_act=LAYERS[cell.label], data="digits", image_size=scale.image_size,
+        anchor_depth=scale.anchor_depth,
         batch_size=cell.batch or 128, epochs=scale.epochs, base_lr=scale.base_lr, schedule="cosine",
         warmup_epochs=0.0, seed=cell.seed, output_dir=str(cell.run_dir(runs_dir)), resume=True, progress=False,
     )
@@ -110,49 +124,106 @@ def run_table(args: argparse.Namespace) -> None:
     check_selection("--models", args.models, table.models)
     check_selection("--layers", args.layers, [LAYERS[label] for label in table.layers if LAYERS[label]])
     if args.scale == "paper":
-        grid = cells(table, tuple(args.batches) if args.batches else None, tuple(args.seeds), args.models, args.layers)
+        grid = cells(table, tuple(args.batches) if args.batches else None, tuple(args.seeds or (0,)), args.models, args.layers)
         for cell in grid:
             cmd = paper_command(table, cell, runs_dir, args.data_dir)
             print(shlex.join(cmd))
             if not args.dry_run and not (cell.run_dir(runs_dir) / "result.json").exists():
                 subprocess.run(cmd, check=True)
         return
-    scale = MiniScale(**{k: v for k, v in (("batches", tuple(args.batches or ())), ("seeds", tuple(args.seeds)),
+    scale = MiniScale(**{k: v for k, v in (("batches", tuple(args.batches or ())), ("seeds", tuple(args.seeds or ())),
                                            ("epochs", args.epochs), ("image_size", args.image_size)) if v})
     models = [m for m in table.models if m in MINI_MODELS and (not args.models or m in args.models)]
     skipped = [m for m in table.models if m not in MINI_MODELS]
     if skipped:
         print(f"mini scale: no CIFAR anchor for {', '.join(skipped)}; those columns stay paper-only")
     grid = cells(table, scale.batches if table.is_batch_sweep else None, scale.seeds, models, args.layers)
-    for i, cell in enumerate(grid, 1):
-        config = mini_config(cell, scale, runs_dir)
-        done = Path(config.output_dir) / "result.json"
-        print(f"[{i}/{len(grid)}] {config.model} {config.norm_act} batch {config.batch_size} seed {cell.seed}"
-              + (" (done)" if done.exists() else ""), flush=True)
-        if args.dry_run or done.exists():
-            continue
-        try:
-            result = train(config)
-        except FloatingPointError as error:  # a diverged layer is a result too (the paper's "1e-3")
-            done.write_text(json.dumps({"config": dataclasses.asdict(config), "final_top1": None,
-                                        "diverged": str(error)}))
-            print(f"    diverged: {error}", flush=True)
-            continue
-        print(f"    top-1 {result['final_top1']:.1f}% after {result['steps']} steps", flush=True)
+    configs = [mini_config(cell, scale, runs_dir) for cell in grid]
+    todo = [c for c in configs if not (Path(c.output_dir) / "result.json").exists()]
+    print(f"{table.key} mini: {len(configs)} runs, {len(configs) - len(todo)} done, {len(todo)} to train "
+          f"on {args.jobs} process(es)", flush=True)
+    if args.dry_run:
+        for i, c in enumerate(configs, 1):
+            done = "" if c in todo else " (done)"
+            print(f"[{i}/{len(configs)}] {c.model} {c.norm_act} batch {c.batch_size} seed {c.seed}{done}")
+    if args.dry_run or not todo:
+        return
+    progress = Progress(len(todo), "runs", prefix=f"{table.key} mini", interval=0.0)
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        for line in pool.map(run_mini_cell, todo):
+            progress.update(run=line)
 
 
-def load_results(runs_dir: Path) -> dict[tuple[str, str, int | None], list[float]]:
-    """``(paper model, layer name, batch) -> [final top-1 per seed]`` from every result.json under ``runs_dir``."""
+def run_mini_cell(config: TrainConfig) -> str:
+    """Train one mini-scale cell on one thread; a diverged run is recorded as such (the paper's "1e-3")."""
+    torch.set_num_threads(1)
+    name = f"{config.model} {config.norm_act} batch {config.batch_size} seed {config.seed}"
+    try:
+        result = train(config)
+    except FloatingPointError as error:
+        atomic_write_json(Path(config.output_dir) / "result.json",
+                          {"config": config_to_dict(config), "final_top1": None, "diverged": str(error)})
+        return f"{name}: diverged ({error})"
+    return f"{name}: top-1 {result['final_top1']:.1f}% after {result['steps']} steps"
+
+
+def load_runs(runs_dir: Path) -> dict[tuple[str, str, int | None], list[dict]]:
+    """``(paper model, layer name, batch) -> [result.json of each seed]`` under ``runs_dir``."""
     anchors = {v: k for k, v in MINI_MODELS.items()}
-    found: dict[tuple[str, str, int | None], list[float]] = {}
+    found: dict[tuple[str, str, int | None], list[dict]] = {}
     for path in sorted(runs_dir.rglob("result.json")):
-        result = json.loads(path.read_text())
+        result = read_json(path, what="run result")
         config = result["config"]
         batch_dir = path.parent.parent.name
         batch = None if batch_dir == "recipe" else int(batch_dir[1:])
-        key = (anchors.get(config["model"], config["model"]), config["norm_act"], batch)
-        found.setdefault(key, []).append(DIVERGED if result["final_top1"] is None else result["final_top1"])
+        found.setdefault((anchors.get(config["model"], config["model"]), config["norm_act"], batch), []).append(result)
     return found
+
+
+def load_results(runs_dir: Path) -> dict[tuple[str, str, int | None], list[float]]:
+    """``(paper model, layer name, batch) -> [final top-1 per seed]`` (NaN: the run diverged)."""
+    return {key: [DIVERGED if r["final_top1"] is None else r["final_top1"] for r in runs]
+            for key, runs in load_runs(runs_dir).items()}
+
+
+def summary(table: PaperTable, runs_dir: Path) -> dict:
+    """Every measured cell of ``table`` with per-seed final top-1, mean, spread and learning curves (JSON-ready)."""
+    cells_out = []
+    for (model, layer, batch), runs in sorted(load_runs(runs_dir).items(), key=lambda kv: (kv[0][0], kv[0][1], -(kv[0][2] or 0))):
+        finals = [r["final_top1"] for r in runs if r["final_top1"] is not None]
+        label = next((lbl for lbl, name in LAYERS.items() if name == layer), layer)
+        cells_out.append({
+            "model": model, "layer": layer, "label": label, "batch": batch,
+            "seeds": [r["config"]["seed"] for r in runs], "final_top1": [r["final_top1"] for r in runs],
+            "mean": statistics.mean(finals) if finals else None,
+            "std": statistics.stdev(finals) if len(finals) > 1 else None,
+            "diverged": sum(r["final_top1"] is None for r in runs),
+            "paper": table.paper_value(model, label, batch) if label in LAYERS else None,
+            "curves": [[h["top1"] for h in r.get("history", [])] for r in runs],
+        })
+    return {"table": table.key, "title": table.title, "runs_dir": str(runs_dir), "cells": cells_out}
+
+
+def plot_curves(table: PaperTable, results: dict[tuple[str, str, int | None], list[dict]], path: Path) -> Path:
+    """Validation top-1 per epoch (mean and std over seeds) of every layer at the largest batch measured."""
+    panels = {}
+    for model in table.models:
+        batches = [b for (m, _, b) in results if m == model]
+        if not batches:
+            continue
+        batch = max(batches, key=lambda b: b or 0)
+        curves = []
+        for label in table.layers:
+            runs = results.get((model, LAYERS[label], batch), [])
+            histories = [[h["top1"] for h in r.get("history", [])] for r in runs if r.get("history")]
+            if not histories:
+                continue
+            length = min(map(len, histories))
+            points = [[h[e] for h in histories] for e in range(length)]
+            curves.append(Series(label, list(range(1, length + 1)), [statistics.mean(p) for p in points],
+                                 [statistics.stdev(p) if len(p) > 1 else 0.0 for p in points]))
+        panels[f"{MINI_MODELS.get(model, model)}, batch {batch}"] = curves
+    return plot_series(path, panels, xlabel="epoch", ylabel="validation top-1 (%)")
 
 
 def format_measured(values: list[float] | None) -> str:
@@ -160,9 +231,7 @@ def format_measured(values: list[float] | None) -> str:
         return "-"
     if any(math.isnan(v) for v in values):
         return f"diverged ({sum(math.isnan(v) for v in values)}/{len(values)})"
-    if len(values) == 1:
-        return f"{values[0]:.1f}"
-    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f} (n={len(values)})"
+    return format_mean_std(values)
 
 
 def report_markdown(table: PaperTable, results: dict) -> str:
@@ -176,63 +245,37 @@ def report_markdown(table: PaperTable, results: dict) -> str:
         lines.append(f"### {model}" + ("" if measured_any else " (not measured)"))
         if table.is_batch_sweep:
             header = ["layer"] + [f"{b} paper" for b in table.batches] + [f"{b} measured" for b in batches]
-            lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            for label in table.layers:
-                if (model, label) not in table.accuracy:
-                    continue
-                paper = [f"{v:g}" for v in table.accuracy[(model, label)]]
-                ours = [format_measured(results.get((model, LAYERS[label], b))) for b in batches]
-                lines.append("| " + " | ".join([label, *paper, *ours]) + " |")
+            rows = [[label, *(f"{v:g}" for v in table.accuracy[(model, label)]),
+                     *(format_measured(results.get((model, LAYERS[label], b))) for b in batches)]
+                    for label in table.layers if (model, label) in table.accuracy]
         else:
-            lines += ["| layer | paper | measured |", "|---|---|---|"]
-            for label in table.layers:
-                paper = table.paper_value(model, label)
-                ours = format_measured(results.get((model, LAYERS[label], None))) if LAYERS[label] else "n/a"
-                lines.append(f"| {label} | {paper:g} | {ours} |")
-        lines.append("")
+            header = ["layer", "paper", "measured"]
+            rows = [[label, f"{table.paper_value(model, label):g}",
+                     format_measured(results.get((model, LAYERS[label], None))) if LAYERS[label] else "n/a"]
+                    for label in table.layers]
+        lines += [markdown_table(header, rows), ""]
     return "\n".join(lines)
 
 
-def plot_batch_sweep(table: PaperTable, results: dict, path: Path) -> None:
-    """Accuracy vs images per worker, one line per layer (as Fig. 1 right); paper solid, measured dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
-    models = table.models
-    fig, axes = plt.subplots(len(models), 2, figsize=(11, 4 * len(models)), squeeze=False)
-    for row, model in enumerate(models):
-        paper_ax, ours_ax = axes[row]
-        for i, label in enumerate(table.layers):
+def plot_batch_sweep(table: PaperTable, results: dict, path: Path) -> Path:
+    """Accuracy vs images per worker, one curve per layer (as the paper's Fig. 1/2 right): the
+    paper's ImageNet numbers and the measured ones (mean and std over seeds) side by side."""
+    panels = {}
+    for model in table.models:
+        paper, ours = [], []
+        for label in table.layers:
             if (model, label) not in table.accuracy:
                 continue
-            color = f"C{i}"
-            paper_ax.plot(table.batches, table.accuracy[(model, label)], "o-", color=color, label=label)
-            measured = sorted((b, v) for (m, n, b), v in results.items()
-                              if m == model and n == LAYERS[label] and b is not None)
-            if measured:
-                xs = [b for b, _ in measured]
-                means = [statistics.mean(v) for _, v in measured]
-                spreads = [statistics.stdev(v) if len(v) > 1 else 0.0 for _, v in measured]
-                ours_ax.errorbar(xs, means, yerr=spreads, fmt="s--", color=color, capsize=3, label=label)
-        for ax, what in ((paper_ax, "paper (ImageNet)"), (ours_ax, "measured (mean, std over seeds)")):
-            ax.set_xscale("log", base=2)
-            ax.set_xticks(table.batches if ax is paper_ax else sorted({b for (_, _, b) in results if b}) or [1])
-            ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
-            ax.invert_xaxis()
-            ax.set_xlabel("images per worker")
-            ax.set_ylabel("top-1 (%)")
-            ax.set_title(f"{model}: {what}")
-            ax.grid(alpha=0.3)
-            if ax.lines:
-                ax.legend(fontsize=7)
-            else:
-                ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+            paper.append(Series(label, list(table.batches), list(table.accuracy[(model, label)])))
+            measured = sorted((b, v) for (m, n, b), v in results.items() if m == model and n == LAYERS[label] and b)
+            finite = [(b, [x for x in v if not math.isnan(x)]) for b, v in measured]
+            finite = [(b, v) for b, v in finite if v]
+            if finite:
+                ours.append(Series(label, [b for b, _ in finite], [statistics.mean(v) for _, v in finite],
+                                   [statistics.stdev(v) if len(v) > 1 else 0.0 for _, v in finite], dashed=True))
+        panels[f"{model}: paper (ImageNet)"] = paper
+        panels[f"{MINI_MODELS.get(model, model)}: measured (mean, std over seeds)"] = ours
+    return plot_series(path, panels, xlabel="images per worker", ylabel="top-1 (%)", log2_x=True, invert_x=True)
 
 
 def report(args: argparse.Namespace) -> None:
@@ -247,7 +290,12 @@ def report(args: argparse.Namespace) -> None:
     if table.is_batch_sweep:
         png = Path(args.png or runs_dir / f"{table.key}.png")
         plot_batch_sweep(table, results, png)
-        print(f"plot: {png}")
+        print(f"accuracy vs batch size: {png}")
+    curves = plot_curves(table, load_runs(runs_dir), Path(args.curves or runs_dir / f"{table.key}_curves.png"))
+    print(f"learning curves: {curves}")
+    if args.json:
+        atomic_write_json(args.json, summary(table, runs_dir))
+        print(f"summary: {args.json}")
 
 
 def list_tables(_: argparse.Namespace) -> None:
@@ -257,6 +305,13 @@ def list_tables(_: argparse.Namespace) -> None:
         if table.is_batch_sweep:
             grid += f" x {len(table.batches)} batch sizes {table.batches}"
         print(f"{table.key:8s} {grid}\n         {table.title}")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -273,7 +328,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      help="ImageNet folder for --scale paper (default: $IMAGENET)")
     run.add_argument("--dry-run", action="store_true", help="print the cells/commands without training")
     run.add_argument("--batches", type=int, nargs="+", help="images per worker to run (default: the table's / mini's)")
-    run.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds per cell (default: 0)")
+    run.add_argument("--seeds", type=int, nargs="+",
+                     help=f"seeds per cell (default: 0 at paper scale, {' '.join(map(str, MiniScale.seeds))} at mini scale)")
+    run.add_argument("--jobs", type=positive_int, default=2, help="mini scale: cells trained at once, one thread each")
     run.add_argument("--models", nargs="+", help="only these paper models (e.g. resnet50 mobilenetv2)")
     run.add_argument("--layers", nargs="+", help="only these layers (registry names)")
     run.add_argument("--epochs", type=float, help=f"mini scale: epochs per run (default {MiniScale.epochs})")
@@ -282,7 +339,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     rep = sub.add_parser("report", help="paper vs measured as markdown (+ PNG for batch-size tables)")
     rep.add_argument("table", choices=sorted(TABLES))
     rep.add_argument("runs_dir", help="the --runs-dir of `run`")
-    rep.add_argument("--png", help="where to write the plot (default: RUNS_DIR/TABLE.png)")
+    rep.add_argument("--png", help="where to write the accuracy-vs-batch plot (default: RUNS_DIR/TABLE.png)")
+    rep.add_argument("--curves", help="where to write the learning curves (default: RUNS_DIR/TABLE_curves.png)")
+    rep.add_argument("--json", help="also write every measured cell (seeds, mean, std, curves) as JSON here")
     rep.set_defaults(func=report)
     return p.parse_args(argv)
 

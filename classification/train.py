@@ -71,6 +71,8 @@ class TrainConfig:
     norm_act: str = option("bn_relu", f"norm-act layer, one of: {', '.join(list_norm_acts())}")
     width_multiplier: float = option(1.0, "extra channel multiplier (Fig. 11: 0.9/1.0/1.1 for mobilenetv2)",
                                      min=0, min_open=True)
+    anchor_depth: float = option(1.0, "anchors only: blocks per stage scaled by this, rounded up (0.01: one block)",
+                                 min=0, max=1, min_open=True)
     groups: int | None = option(None, "groups of grouped layers (none: 32, lowered until it divides)", min=1)
     sync_batch_stats: bool = option(False, "all-reduce batch statistics across DDP workers (BN, B series)")
     data: str = option("digits", "dataset; imagenet and cifar10 need --data-dir", choices=DATASETS)
@@ -105,6 +107,8 @@ class TrainConfig:
             raise ConfigError(f"--data {self.data} needs --data-dir (nothing is downloaded)")
         if self.model in ANCHORS and self.width_multiplier != 1.0:
             raise ConfigError("--width-multiplier is fixed by the paper for anchors; use the ImageNet model name")
+        if self.model not in ANCHORS and self.anchor_depth != 1.0:
+            raise ConfigError(f"--anchor-depth applies to the CIFAR anchors ({', '.join(ANCHOR_NAMES)}), not {self.model}")
         if self.table is not None and self.model not in TABLES[self.table].models:
             raise ConfigError(f"--table {self.table} has no {self.model!r} column; it has {', '.join(TABLES[self.table].models)}")
 
@@ -206,7 +210,7 @@ def build(config: TrainConfig, env: DistributedContext) -> TrainingSetup:
             raise ConfigError(f"--train-subset must be in 1..{len(train_set)}, got {config.train_subset}")
         train_set = Subset(train_set, range(config.train_subset))
     if config.model in ANCHORS:
-        model = build_anchor(config.model, make, num_classes)
+        model = build_anchor(config.model, make, num_classes, depth_multiplier=config.anchor_depth)
     else:
         model = build_model(config.model, make, num_classes, width_multiplier=config.width_multiplier)
     model.to(env.device)

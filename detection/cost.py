@@ -11,6 +11,8 @@ op names.
 """
 from __future__ import annotations
 
+import argparse
+import sys
 from collections import Counter
 from typing import NamedTuple
 
@@ -18,6 +20,8 @@ import torch
 from detectron2.modeling import build_model
 from fvcore.nn import FlopCountAnalysis
 from torch import nn
+
+from evonorm_core.experiment.tables import format_number, markdown_table
 
 
 class ModelCost(NamedTuple):
@@ -82,3 +86,35 @@ def model_cost(cfg, image_size: int = 1024) -> ModelCost:
     total = sum(madds for madds, _ in parts)
     uncounted = sum((ops for _, ops in parts), Counter())
     return ModelCost(total / 1e9, count_parameters(model) / 1e6, dict(uncounted))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print MAdds (fvcore, one square image) and parameters of configs next to paper Table 4."""
+    from .config import load_config
+    from .paper import paper_cells
+
+    parser = argparse.ArgumentParser(
+        prog="python tools/model_cost.py", description=main.__doc__,
+        epilog="e.g. python tools/model_cost.py --config detection/configs/mask_rcnn_R50_*.yaml",
+    )
+    parser.add_argument("--config", "--config-file", nargs="+", required=True, metavar="FILE", help="config file(s)")
+    parser.add_argument("--image-size", type=int, default=1024, help="side of the square input image (default: 1024, the paper's)")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default 0: torch's default)")
+    parser.add_argument("--show-uncounted", action="store_true", help="also list the ops fvcore did not count")
+    parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides, applied to every config")
+    args = parser.parse_args(argv)
+    if args.image_size < 32:
+        parser.error(f"--image-size must be >= 32, got {args.image_size}")
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    header = [f"config ({args.image_size}x{args.image_size})", "MAdds (B)", "paper MAdds (B)", "Params (M)", "paper Params (M)"]
+    print(markdown_table(header, []), flush=True)
+    for config_file in args.config:
+        cost = model_cost(load_config(config_file, args.opts), args.image_size)
+        paper_madds, paper_params = paper_cells(config_file, ("MAdds (B)", "params (M)"))
+        row = [config_file, f"{cost.madds_b:.1f}", format_number(paper_madds), f"{cost.params_m:.2f}",
+               format_number(paper_params, 2)]
+        print(markdown_table(header, [row]).splitlines()[-1], flush=True)  # a row as soon as it is counted
+        if args.show_uncounted:
+            print(f"{config_file}: not counted by fvcore: {cost.uncounted_ops}", file=sys.stderr)
+    return 0

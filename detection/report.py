@@ -7,14 +7,18 @@ Reads ``final_results.json`` that ``tools/train_net.py`` writes into each output
 detectron2 logged in the folder's ``metrics.json`` (e.g. of a run still training). A run is matched to its
 Table 4 row by the folder's name (the configs' ``OUTPUT_DIR`` is ``output/<config name>``);
 runs not in the paper (the demo) show "-" in the paper columns.
+Installed as the ``evonorm-detect-report`` command.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from .paper import TABLE4
+from evonorm_core.experiment.tables import markdown_table
+
+from .paper import BOX, MASK, paper_cells
 
 RESULTS_FILE = "final_results.json"
 METRICS = ("AP", "AP50", "AP75")
@@ -85,23 +89,14 @@ def report_rows(output_dirs: list[Path]) -> list[list[str]]:
     rows = []
     for output_dir in output_dirs:
         results = load_results(output_dir)
-        paper = TABLE4.get(Path(output_dir).name)
         ours = [[results.get(task, {}).get(m) for m in METRICS] for task in ("bbox", "segm")]
-        paper_aps = [paper.box_ap, paper.mask_ap] if paper else [(None,) * 3] * 2
+        paper_aps = [paper_cells(output_dir, BOX), paper_cells(output_dir, MASK)]
         name = Path(output_dir).name
         rows.append([name, format_aps(ours[0]), format_aps(paper_aps[0]), format_aps(ours[1]), format_aps(paper_aps[1])])
     return rows
 
 
-def markdown_row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    return "\n".join([markdown_row(header), "|" + "---|" * len(header), *map(markdown_row, rows)])
-
-
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Print box/mask AP (AP / AP50 / AP75) of runs next to paper Table 4.")
     parser.add_argument("output_dirs", nargs="+", type=Path, help="OUTPUT_DIR folders of finished runs")
     parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw the runs' training loss curves into PNG")
@@ -115,7 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.plot:
         plot_training_curves(args.output_dirs, args.plot)
         print(f"training loss curves: {args.plot}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -118,3 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         if output is not None:
             output.close()
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

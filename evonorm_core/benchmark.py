@@ -397,6 +397,46 @@ def plot(results: list[LayerResult], models: list[ModelResult], path: str) -> No
     plt.close(fig)
 
 
+def compiled_choice_times(shapes, mode: str, reps: int, device: torch.device) -> dict[str, dict[str, float]]:
+    """Fwd+bwd milliseconds (minimum of ``reps``) of compiled EvoNorm-S0 and B0 running the
+    registered operator (``mode="operator"``) or the composed formula (``"formula"``) under
+    Inductor. One mode per process: the choice is read when Dynamo traces."""
+    import evonorm_core
+    from evonorm_core import functional
+
+    functional.COMPILED_OPERATOR_MIN_NUMEL[device.type] = 0 if mode == "operator" else None
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 4 * len(shapes))
+    out = {}
+    for shape in shapes:
+        x = torch.randn(shape, device=device)
+        grad = torch.randn_like(x)
+        fns = {}
+        for name in ("evonorm_s0", "evonorm_b0"):
+            fns[name] = compile_layer(evonorm_core.build_norm_act(name, shape[1]).to(device), x, grad)[0]
+        times = interleaved_times({n: layer_step(f, x, grad) for n, f in fns.items()}, reps, 2, device)
+        out["x".join(map(str, shape))] = {n: min(t) * 1e3 for n, t in times.items()}
+    return out
+
+
+def compare_compiled(args) -> dict:
+    """Run :func:`compiled_choice_times` for both modes in fresh processes; print and return them."""
+    import subprocess
+
+    results = {}
+    for mode in ("operator", "formula"):
+        cmd = [sys.executable, "-m", "evonorm_core.benchmark", "--compiled-choice-worker", mode, "--threads",
+               str(args.threads), "--reps", str(args.reps), "--device", str(args.device),
+               "--shapes", *["x".join(map(str, s)) for s in args.shapes]]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"{'shape':<14} {'layer':<12} {'operator ms':>11} {'formula ms':>11} {'formula/operator':>17}")
+    for shape, times in results["operator"].items():
+        for name, ms in times.items():
+            formula = results["formula"][shape][name]
+            print(f"{shape:<14} {name:<12} {ms:>11.2f} {formula:>11.2f} {formula / ms:>17.2f}")
+    return results
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", nargs="+", type=parse_shape, default=[parse_shape(s) for s in DEFAULT_SHAPES],
@@ -421,11 +461,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="ResNet-50 step batch size (default 8 on CUDA, 4 on CPU, where 8 at 224 takes minutes)")
     p.add_argument("--model-size", type=int, default=None, help="ResNet-50 step image size (default 224 on CUDA, 128 on CPU)")
     p.add_argument("--model-reps", type=int, default=5, help="timed repetitions of the model step (default 5)")
-    p.add_argument("--json", metavar="PATH", default="docs/results/benchmark_layers.json",
-                   help="write every number to this JSON file (default docs/results/benchmark_layers.json; '' for none)")
+    p.add_argument("--json", metavar="PATH", default=None,
+                   help="write every number to this JSON file (default docs/results/benchmark_layers.json, with "
+                        "--compare-compiled docs/results/compiled_choice.json; '' for none)")
     p.add_argument("--plot", metavar="PATH", default="docs/results/benchmark_layers.png",
                    help="draw the ratios into this PNG file (default docs/results/benchmark_layers.png; '' for none)")
     p.add_argument("--no-targets", action="store_true", help="do not print the issue's targets")
+    p.add_argument("--compare-compiled", action="store_true",
+                   help="only compare, under torch.compile, EvoNorm-S0/B0 running the registered operator against "
+                        "the composed formula (what functional.COMPILED_OPERATOR_MIN_NUMEL chooses between)")
+    p.add_argument("--compiled-choice-worker", choices=["operator", "formula"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name in ("reps", "warmup", "threads", "model_reps"):
         if getattr(args, name) < (0 if name == "warmup" else 1):
@@ -439,6 +484,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--device {args.device!r} is not a torch device: {err}")
     if args.device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda was given but no CUDA GPU is available")
+    if args.json is None:
+        args.json = "docs/results/" + ("compiled_choice.json" if args.compare_compiled else "benchmark_layers.json")
     on_gpu = args.device.type == "cuda"
     args.model_batch = args.model_batch or (8 if on_gpu else 4)
     args.model_size = args.model_size or (224 if on_gpu else 128)
@@ -469,6 +516,20 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     from . import ops
+
+    if args.compiled_choice_worker:
+        print(json.dumps(compiled_choice_times(args.shapes, args.compiled_choice_worker, args.reps, args.device)))
+        return 0
+    if args.compare_compiled:
+        print(f"# torch {torch.__version__}, device {args.device}, {args.threads} threads, minimum of {args.reps} reps; "
+              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
+        payload = {"command": "python tools/benchmark_layers.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                   "torch": torch.__version__, "load_average": os.getloadavg(), "min_ms": compare_compiled(args)}
+        if _write(args.json):
+            with open(args.json, "w") as f:
+                json.dump(payload, f, indent=1)
+            print(f"wrote {args.json}")
+        return 0
 
     dtype, (layers, compiled) = DTYPES[args.dtype], select_layers(args)
     load = os.getloadavg()[0]

@@ -27,13 +27,16 @@ B series: in training (or when ``running_var`` is None) the batch variance is us
 with ``running_var`` given, ``num_batches_tracked`` is incremented and ``running_var``
 updated in place by :func:`evonorm_core.running_stats.update_running_` (unbiased, as
 ``nn.BatchNorm2d``); in eval ``running_var`` is used and gets no gradient.
+
+Empty inputs (N = 0 or H W = 0) give an empty output tied to every parameter (zero
+gradients) and leave the moving averages untouched, except in synchronized training,
+where the process still takes part in the all-reduce and the others' batch is counted.
 """
 from __future__ import annotations
 
 import math
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from . import running_stats
@@ -163,26 +166,26 @@ def evonorm_s(
     if v1 is not None and tuple(v1.shape) != (c,):
         raise ValueError(f"evonorm_s: v1 must be None or ({c},), got shape {tuple(v1.shape)}")
     if x.numel() == 0:
-        return _apply_affine(x, weight, bias)
+        return _empty_result(x, weight, bias, v1)
     if impl == "fused" and _use_operator(x):
         return _operators().s_forward(x, weight, bias, v1, groups, float(eps), bool(centered))[0]
     z = s_transform(x.to(_compute_dtype(x)), v1, groups, eps, centered)
     return _apply_affine(z, weight, bias).to(x.dtype)
 
 
-def _syncs(sync: bool, process_group: object | None) -> bool:
-    return bool(sync) and dist.is_available() and dist.is_initialized() and dist.get_world_size(process_group) > 1
+def _empty_result(x: Tensor, weight: Tensor | None, bias: Tensor | None, *tied: Tensor | None) -> Tensor:
+    """The (empty) output for an empty input, tied to every parameter (zero gradients, as DDP
+    expects every parameter to get one) and to ``tied`` (e.g. an all-reduced statistic)."""
+    tie = sum((t.sum() * 0 for t in (weight, bias, *tied) if t is not None), x.new_zeros((), dtype=torch.float32))
+    return _apply_affine(x.to(_compute_dtype(x)), weight, bias).to(x.dtype) + tie.to(x.dtype)
 
 
 def _update_running(
     running_var: Tensor, num_batches_tracked: Tensor | None, batch_var: Tensor, count: int, momentum: float | None
 ) -> None:
     """Count the batch and fold its (biased) variance into ``running_var`` (stored unbiased)."""
-    with torch.no_grad():
-        if num_batches_tracked is not None:
-            num_batches_tracked.add_(1)
-        factor = running_stats.momentum_factor(momentum, num_batches_tracked)
-        running_stats.update_running_(running_var, batch_var, factor, count)
+    factor = running_stats.count_batch_(num_batches_tracked, momentum)
+    running_stats.update_running_(running_var, batch_var, factor, count)
 
 
 def evonorm_b(
@@ -220,12 +223,19 @@ def evonorm_b(
         _check_channel_tensor("evonorm_b", name, t, x)
     if running_var is not None and tuple(running_var.shape) != (c,):
         raise ValueError(f"evonorm_b: running_var must have shape ({c},), got {tuple(running_var.shape)}")
-    if x.numel() == 0:
-        return _apply_affine(x, weight, bias)
     use_batch = training or running_var is None
     update = training and running_var is not None
-    synced = use_batch and _syncs(sync, process_group)
+    synced = use_batch and stats.syncs_across_processes(sync, process_group)
     count = x.numel() // c
+    if count == 0 or x.shape[2] * x.shape[3] == 0:
+        # empty: moving averages untouched, unless synchronized, where this process still takes
+        # part in the all-reduce (forward and backward) and the other processes' batch counts
+        if not synced:
+            return _empty_result(x, weight, bias, v1)
+        _, batch_var, count = stats.batch_moments(x.to(_compute_dtype(x)), sync, process_group)
+        if update and count > 0:
+            _update_running(running_var, num_batches_tracked, batch_var, count, momentum)
+        return _empty_result(x, weight, bias, v1, batch_var)
     if impl == "fused" and _use_operator(x):
         op, index = _operators().b_forward, B_VARIANTS.index(variant)
         if not use_batch:
@@ -250,25 +260,29 @@ def evonorm_b(
 
 # ---- choosing the fused path ------------------------------------------------------------
 
-# Under torch.compile (Inductor), per device type: True runs the registered operator (an
-# opaque kernel call in the compiled graph), False the composed formula (which Inductor
-# fuses into its own kernels: C++ on the CPU, Triton on CUDA). Chosen by measurement, see
-# docs/benchmarks.md ("compiled").
-COMPILED_USES_OPERATOR = {"cpu": True, "cuda": False}
+# Under torch.compile (Inductor), per device type: the smallest input (in elements) for
+# which the registered operator runs (an opaque call of its kernel in the compiled graph).
+# Smaller inputs, and devices not listed (CUDA), run the composed formula, which Inductor
+# fuses into its own kernels (C++ on the CPU, Triton on CUDA). Measured on the CPU
+# (docs/benchmarks.md, "Compiled: operator or formula"): the operator's fwd+bwd takes
+# 0.4-0.65x the compiled formula's from 16x64x14x14 (200K elements) up to the ResNet-50
+# stages, the formula 0.8x the operator's at 8x64x8x8 (32K), where the call overhead counts.
+COMPILED_OPERATOR_MIN_NUMEL = {"cpu": 65536}
 
 
 def _use_operator(x: Tensor) -> bool:
     """Whether ``impl="fused"`` runs the registered operator for ``x`` here, or the composed formula.
 
     ONNX export: the formula (plain ONNX ops). ``torch.export``: the operator (one node per
-    layer). ``torch.compile``: :data:`COMPILED_USES_OPERATOR`. Eager: the operator.
+    layer). ``torch.compile``: :data:`COMPILED_OPERATOR_MIN_NUMEL`. Eager: the operator.
     """
     if torch.onnx.is_in_onnx_export():
         return False
     if torch.compiler.is_exporting():
         return True
     if torch.compiler.is_compiling():
-        return COMPILED_USES_OPERATOR.get(x.device.type, False)
+        smallest = COMPILED_OPERATOR_MIN_NUMEL.get(x.device.type)
+        return smallest is not None and x.numel() >= smallest
     return True
 
 

@@ -11,9 +11,6 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from classification.anchors import ANCHOR_NAMES
 from evonorm_core.search.driver import LayerSearch, StopCondition, read_checkpoint
 from evonorm_core.search.evolution import SELECTIONS, STRATEGIES, EvolutionConfig

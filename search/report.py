@@ -14,9 +14,6 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from evonorm_core.search.driver import member_from_record, read_checkpoint
 from evonorm_core.search.evolution import pareto_frontier
 

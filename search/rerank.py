@@ -14,9 +14,6 @@ import json
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a script: make the repository importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from evonorm_core.search.driver import read_checkpoint
 from search.backends import make_executor
 from search.proxy import ProxyConfig, ProxyEvaluator

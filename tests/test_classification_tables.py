@@ -91,7 +91,7 @@ def test_table2_report_and_missing_dir(tmp_path, capsys):
     write_run(tmp_path, "efficientnet_cifar", "evonorm_b0", "recipe", 0, 80.0)
     main(["report", "table2", str(tmp_path)])
     out = capsys.readouterr().out
-    assert "| EvoNorm-B0 | 76.8 | 80.0 |" in out and "| Random | 0.001 | n/a |" in out
+    assert "| EvoNorm-B0 | 76.8 | 80.0 (n=1) |" in out and "| Random | 0.001 | n/a |" in out
     with pytest.raises(SystemExit, match="does not exist"):
         main(["report", "table2", str(tmp_path / "nope")])
 
@@ -105,7 +105,7 @@ def test_mini_scale_maps_models_to_anchors(capsys):
     main(["run", "table2", "--scale", "mini", "--dry-run", "--layers", "bn_relu", "evonorm_b0"])
     out = capsys.readouterr().out
     assert "no CIFAR anchor for resnet101, mnasnet_b1, efficientnet_b5" in out
-    assert "[6/6] efficientnet_cifar evonorm_b0 batch 128 seed 0" in out
+    assert "[18/18] efficientnet_cifar evonorm_b0 batch 128 seed 2" in out
     main(["run", "table3", "--scale", "mini", "--dry-run", "--models", "mobilenetv2", "--layers", "frn",
           "--batches", "128", "2", "--seeds", "0", "1"])
     assert "[4/4] mobilenetv2_cifar frn batch 2 seed 1" in capsys.readouterr().out
@@ -174,3 +174,18 @@ def test_unknown_models_and_layers_are_errors(tmp_path):
     with pytest.raises(SystemExit, match="--layers nope: not in this table"):
         main(["run", "table3", "--scale", "mini", "--layers", "nope", "--dry-run", "--runs-dir", str(tmp_path)])
     assert not any(tmp_path.iterdir())
+
+
+def test_report_writes_a_json_summary_and_learning_curves(fixture_runs, tmp_path):
+    for result in fixture_runs.rglob("result.json"):
+        data = json.loads(result.read_text())
+        data["config"]["seed"] = int(result.parent.name[4:])
+        data["history"] = [{"epoch": 1, "top1": data["final_top1"] - 5}, {"epoch": 2, "top1": data["final_top1"]}]
+        result.write_text(json.dumps(data))
+    main(["report", "table3", str(fixture_runs), "--json", str(tmp_path / "t3.json")])
+    cells_out = json.loads((tmp_path / "t3.json").read_text())["cells"]
+    bn2 = next(c for c in cells_out if c["layer"] == "bn_relu" and c["batch"] == 2)
+    assert bn2["seeds"] == [0, 1] and bn2["final_top1"] == [60.0, 62.0] and bn2["mean"] == 61.0
+    assert bn2["paper"] is None and bn2["curves"] == [[55.0, 60.0], [57.0, 62.0]]  # the paper stops at 4
+    assert next(c for c in cells_out if c["layer"] == "bn_relu" and c["batch"] == 128)["paper"] == 76.1
+    assert (fixture_runs / "table3_curves.png").read_bytes()[:4] == b"\x89PNG"

@@ -187,3 +187,32 @@ def test_a_second_writer_of_one_output_dir_is_refused(tmp_path, datasets_root):
         with pytest.raises(SystemExit) as exit_info:
             train_net.main(["--resume", "--config", demo, "OUTPUT_DIR", str(output)])
     assert "is in use by process" in str(exit_info.value.code)
+
+
+def test_model_cost_command_prints_paper_columns(capsys):
+    from detection.cost import main as cost_main
+
+    cost_main(["--config", str(CONFIGS / "demo_shapes_gn.yaml"), "--image-size", "64", *TINY])
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[0].startswith("| config (64x64) | MAdds (B) | paper MAdds (B)") and "demo_shapes_gn.yaml" in rows[-1]
+    assert rows[-1].endswith("| - |")  # the demo is not in Table 4
+
+
+def test_miniature_commands_and_summary(tmp_path):
+    from detection import miniature
+
+    run = miniature.Run(miniature.SETTINGS[1], "bn", 2)
+    command = run.command(tmp_path, 300)
+    assert command[1:3] == ["-m", "detection.train_net"] and "demo_shapes_bn.yaml" in command[command.index("--config") + 1]
+    values = dict(zip(command[command.index("SEED")::2], command[command.index("SEED") + 1::2]))
+    assert values["SEED"] == "2" and values["SOLVER.IMS_PER_BATCH"] == "2" and float(values["SOLVER.BASE_LR"]) == 0.005
+    assert values["SOLVER.STEPS"] == "(240, 279)" and values["OUTPUT_DIR"] == str(tmp_path / "batch2" / "bn" / "seed2")
+    for seed, ap in ((0, 20.0), (1, 24.0)):
+        folder = miniature.Run(miniature.SETTINGS[0], "evonorm_s0", seed).output_dir(tmp_path)
+        folder.mkdir(parents=True)
+        (folder / report.RESULTS_FILE).write_text(json.dumps(
+            {"bbox": {"AP": ap, "AP50": 40.0}, "segm": {"AP": ap - 2, "AP50": 38.0}}))
+    summary = miniature.summarize(tmp_path, (0, 1, 2))
+    s0 = next(c for c in summary["cells"] if c["setting"] == "batch8" and c["layer"] == "evonorm_s0")
+    assert s0["box_ap_mean"] == 22.0 and s0["mask_ap_std"] == pytest.approx(2 ** 0.5 * 2) and len(s0["runs"]) == 2
+    assert "| batch8 | EvoNorm-S0 | 22.0 ± 2.8 (n=2) | 20.0 ± 2.8 (n=2) |" in miniature.markdown(summary)

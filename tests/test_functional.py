@@ -100,12 +100,20 @@ def test_per_sample_affine_gradients_match_reference(name):
 
 
 @pytest.mark.parametrize("impl", EF.IMPLS)
-def test_empty_batch_leaves_running_var(impl):
+def test_empty_batch_leaves_running_var_and_gives_zero_gradients(impl):
+    """As nn.BatchNorm2d: no update; every parameter still gets a (zero) gradient, as DDP expects."""
     running_var, tracked = torch.ones(4), torch.tensor(0)
-    y = EF.evonorm_b(torch.empty(0, 4, 3, 3), None, None, None, running_var, tracked, variant="b1", training=True,
+    w, b, v1 = (torch.rand(4, requires_grad=True) for _ in range(3))
+    y = EF.evonorm_b(torch.empty(0, 4, 3, 3), w, b, v1, running_var, tracked, variant="b0", training=True,
                      momentum=0.1, eps=1e-5, impl=impl)
     assert y.shape == (0, 4, 3, 3) and tracked.item() == 0 and torch.equal(running_var, torch.ones(4))
-    assert EF.evonorm_s(torch.empty(2, 4, 0, 3), None, None, None, groups=2, eps=1e-5, impl=impl).shape == (2, 4, 0, 3)
+    y.sum().backward()
+    assert all(torch.equal(t.grad, torch.zeros(4)) for t in (w, b, v1))
+    x = torch.empty(2, 4, 0, 3, requires_grad=True)
+    y = EF.evonorm_s(x, w, None, v1, groups=2, eps=1e-5, impl=impl)
+    assert y.shape == (2, 4, 0, 3)
+    y.sum().backward()
+    assert x.grad.shape == x.shape
 
 
 @pytest.mark.parametrize(

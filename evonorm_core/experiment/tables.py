@@ -136,11 +136,13 @@ def plot_series(
     ncols = min(columns, count)
     nrows = (count + ncols - 1) // ncols
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.5 * ncols, 4 * nrows), squeeze=False)
+    labels = list(dict.fromkeys(s.label for curves in panels.values() for s in curves))
+    colors = {label: f"C{i % 10}" for i, label in enumerate(labels)}  # one colour per label in every panel
     for ax, (title, curves) in zip(axes.flat, panels.items()):
-        for i, s in enumerate(curves):
+        for s in curves:
             style = "s--" if s.dashed else "o-"
             ax.errorbar(list(s.x), list(s.y), yerr=None if s.err is None else list(s.err), fmt=style,
-                        color=f"C{i % 10}", capsize=3, label=s.label, markersize=4)
+                        color=colors[s.label], capsize=3, label=s.label, markersize=4)
         for label, value in (hlines or {}).get(title, ()):
             ax.axhline(value, linestyle=":", color="gray", linewidth=1)
             ax.annotate(label, (0.01, value), xycoords=("axes fraction", "data"), fontsize=7, color="gray")

@@ -36,22 +36,3 @@ def load() -> bool:
 def is_loaded() -> bool:
     return _loaded
 
-
-# Until the layers call evonorm_core.functional (core's rework), their old calls land here.
-def affine(x, weight, bias):  # noqa: D103
-    from ..functional import affine
-
-    return affine(x, weight, bias)
-
-
-def evonorm_s(x, weight, bias, v1, groups, eps, centered=True):  # noqa: D103
-    from ..functional import evonorm_s
-
-    return evonorm_s(x, weight, bias, v1, groups=groups, eps=eps, centered=centered)
-
-
-def evonorm_b(x, weight, bias, v1, variant, eps, running_var, training, momentum=0.1, num_batches_tracked=None):  # noqa: D103
-    from ..functional import evonorm_b
-
-    return evonorm_b(x, weight, bias, v1, running_var, num_batches_tracked, variant=variant, training=training,
-                     momentum=momentum, eps=eps)

@@ -19,6 +19,7 @@ import importlib
 import logging
 import os
 import platform
+import sysconfig
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,9 +59,10 @@ def _cpu_model() -> str:
 
 
 def jit_name() -> str:
-    """The just-in-time build's name: a hash of source, flags, CPU and torch version."""
+    """The just-in-time build's name: a hash of source, flags, CPU, torch version and Python
+    headers (the build command must be the same for a cached build to be reused)."""
     parts = [Path(s).read_text() for s in build.SOURCES] + build.CFLAGS + build.LDFLAGS
-    parts += [_cpu_model(), torch.__version__]
+    parts += [_cpu_model(), torch.__version__, sysconfig.get_paths()["include"], torch.__file__]
     return "evonorm_ops_" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
@@ -80,7 +82,11 @@ def _installed() -> KernelStatus | None:
 def _jit() -> KernelStatus:
     name = jit_name()
     directory = cache_dir() / name
-    built = any(directory.glob(f"{name}*.so"))
+    library, done = directory / f"{name}.so", directory / f"{name}.done"
+    if done.exists() and library.exists():  # built before: load it without asking the build system
+        torch.ops.load_library(str(library))
+        return KernelStatus("jit", f"cached {directory}")
+    built = library.exists()
     if not built:
         warnings.warn(f"building the EvoNorm CPU kernels just in time into {directory} (once; about a minute). "
                       "`pip install -e .` builds them at install instead.", stacklevel=4)
@@ -94,6 +100,7 @@ def _jit() -> KernelStatus:
         cpp_log.setLevel(level)
     cpp_extension.load(name=name, sources=build.SOURCES, extra_cflags=build.CFLAGS, extra_ldflags=build.LDFLAGS,
                        build_directory=str(directory), is_python_module=False, verbose=False)
+    done.touch()  # the library is complete: later processes load it directly
     return KernelStatus("jit", f"{'cached ' if built else 'built '}{directory}")
 
 

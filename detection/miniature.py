@@ -1,0 +1,146 @@
+"""Table 4 in miniature: the shapes demo with BN (synchronized), GN, EvoNorm-B0 and EvoNorm-S0.
+
+    python -m detection.miniature                       # the whole grid, resumable
+    python -m detection.miniature --report-only         # tables and JSON from finished runs
+
+Every layer is trained on the generated shapes (``detection.shapes``) in two settings, with
+three seeds each: ``batch8``, the demo configs as they are (8 images per step), and
+``batch2``, 2 images per step with the learning rate scaled linearly and the same number of
+iterations (a quarter of the images), where batch statistics come from two images only, the
+paper's reason for batch-independent layers in detection. Each run is ``tools/train_net.py``
+in its own process (one thread, ``--jobs`` at once) writing ``RUNS/<setting>/<layer>/seed<k>``;
+finished runs (``final_results.json``) are not rerun. The box and mask AP of every run, their
+mean and spread per layer and setting go to ``--out/miniature.json`` and a markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from evonorm_core.experiment.files import atomic_write_json, read_json
+from evonorm_core.experiment.progress import Progress
+from evonorm_core.experiment.tables import format_mean_std, markdown_table
+
+from .report import RESULTS_FILE
+
+CONFIGS = Path(__file__).resolve().parent / "configs"
+LAYERS = {"bn": "BN-ReLU (sync)", "gn": "GN-ReLU", "evonorm_b0": "EvoNorm-B0", "evonorm_s0": "EvoNorm-S0"}
+BASE_BATCH, BASE_LR = 8, 0.02  # Base-Demo-Shapes.yaml
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    images_per_step: int
+
+    @property
+    def lr(self) -> float:
+        return BASE_LR * self.images_per_step / BASE_BATCH
+
+
+SETTINGS = (Setting("batch8", 8), Setting("batch2", 2))
+
+
+@dataclass(frozen=True)
+class Run:
+    setting: Setting
+    layer: str
+    seed: int
+
+    def output_dir(self, runs: Path) -> Path:
+        return runs / self.setting.name / self.layer / f"seed{self.seed}"
+
+    def command(self, runs: Path, iterations: int) -> list[str]:
+        return [
+            sys.executable, "-m", "detection.train_net", "--threads", "1", "--resume",
+            "--config", str(CONFIGS / f"demo_shapes_{self.layer}.yaml"),
+            "SEED", str(self.seed), "SOLVER.IMS_PER_BATCH", str(self.setting.images_per_step),
+            "SOLVER.BASE_LR", str(self.setting.lr), "SOLVER.MAX_ITER", str(iterations),
+            "SOLVER.STEPS", f"({int(iterations * 0.8)}, {int(iterations * 0.93)})",
+            "SOLVER.CHECKPOINT_PERIOD", str(iterations), "DATALOADER.NUM_WORKERS", "0",
+            "OUTPUT_DIR", str(self.output_dir(runs)),
+        ]
+
+
+def train_one(run: Run, runs: Path, iterations: int) -> str:
+    log = run.output_dir(runs).with_suffix(".log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(log, "w") as f:
+        done = subprocess.run(run.command(runs, iterations), stdout=f, stderr=subprocess.STDOUT)
+    if done.returncode:
+        raise RuntimeError(f"{run} failed (exit {done.returncode}); see {log}")
+    return f"{run.setting.name} {run.layer} seed {run.seed} in {time.monotonic() - started:.0f} s"
+
+
+def summarize(runs_dir: Path, seeds: tuple[int, ...]) -> dict:
+    """Per setting and layer: every seed's box/mask AP, mean and sample std."""
+    cells = []
+    for setting in SETTINGS:
+        for layer, label in LAYERS.items():
+            per_seed = []
+            for seed in seeds:
+                path = Run(setting, layer, seed).output_dir(runs_dir) / RESULTS_FILE
+                if path.exists():
+                    results = read_json(path, what="COCO results")
+                    per_seed.append({"seed": seed, "box_ap": results["bbox"]["AP"], "mask_ap": results["segm"]["AP"],
+                                     "box_ap50": results["bbox"]["AP50"], "mask_ap50": results["segm"]["AP50"]})
+            cell = {"setting": setting.name, "images_per_step": setting.images_per_step, "lr": setting.lr,
+                    "layer": layer, "label": label, "runs": per_seed}
+            for key in ("box_ap", "mask_ap"):
+                values = [r[key] for r in per_seed]
+                cell[f"{key}_mean"] = statistics.mean(values) if values else None
+                cell[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else None
+            cells.append(cell)
+    return {"experiment": "detection miniature (Table 4)", "seeds": list(seeds), "cells": cells}
+
+
+def markdown(summary: dict) -> str:
+    rows = [[c["setting"], c["label"], format_mean_std([r["box_ap"] for r in c["runs"]]),
+             format_mean_std([r["mask_ap"] for r in c["runs"]])] for c in summary["cells"]]
+    return markdown_table(["setting", "layer", "box AP (mean ± std, n seeds)", "mask AP (mean ± std, n seeds)"], rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m detection.miniature", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs/detection_miniature"), help="one folder per run")
+    parser.add_argument("--out", type=Path, default=Path("docs/results/detection"), help="where miniature.json goes")
+    parser.add_argument("--iterations", type=int, default=300, help="SGD steps per run in both settings (default 300)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds per layer and setting")
+    parser.add_argument("--layers", nargs="+", choices=sorted(LAYERS), default=list(LAYERS), help="layers to run")
+    parser.add_argument("--settings", nargs="+", choices=[s.name for s in SETTINGS], default=[s.name for s in SETTINGS],
+                        help="settings to run")
+    parser.add_argument("--jobs", type=int, default=2, help="runs trained at once, one thread each (default 2)")
+    parser.add_argument("--report-only", action="store_true", help="only summarize the finished runs")
+    args = parser.parse_args(argv)
+    for flag, value in (("--iterations", args.iterations), ("--jobs", args.jobs)):
+        if value < 1:
+            parser.error(f"{flag} must be >= 1, got {value}")
+    if any(seed < 0 for seed in args.seeds):
+        parser.error(f"--seeds must be >= 0, got {args.seeds}")
+    todo = [Run(s, layer, seed) for s in SETTINGS if s.name in args.settings for layer in args.layers
+            for seed in args.seeds if not (Run(s, layer, seed).output_dir(args.runs_dir) / RESULTS_FILE).exists()]
+    if not args.report_only and todo:
+        print(f"detection miniature: {len(todo)} runs to train, {args.jobs} at a time, {args.iterations} iterations "
+              f"each, into {args.runs_dir}", flush=True)
+        progress = Progress(len(todo), "runs", prefix="detection miniature", interval=0.0)
+        with ThreadPoolExecutor(args.jobs) as pool:
+            for line in pool.map(lambda run: train_one(run, args.runs_dir, args.iterations), todo):
+                progress.update(run=line)
+    summary = {**summarize(args.runs_dir, tuple(args.seeds)), "iterations": args.iterations,
+               "command": "python -m detection.miniature " + " ".join(argv if argv is not None else sys.argv[1:])}
+    atomic_write_json(args.out / "miniature.json", summary)
+    print(markdown(summary))
+    print(f"summary: {args.out / 'miniature.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
