@@ -16,39 +16,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .. import functional, running_stats
-from .. import statistics as stats
+from .. import functional
 from . import base
 from .base import BatchStatsNormAct2d, GroupedNormAct2d
 
 IMPLS = functional.IMPLS
-
-
-# ---- interim: what functional.evonorm_b/evonorm_s do not do yet for an empty input ----------
-# An empty (local) batch must still give every parameter a zero gradient (DDP expects one)
-# and, with statistics synchronised across processes, take part in the all-reduce the other
-# processes wait for (forward and backward). The layers route empty inputs here in eager
-# mode; a torch.fx trace records the functional call itself. Remove once functional does it.
-
-def _empty_tracing_aside(x: Tensor) -> bool:
-    return not torch.fx._symbolic_trace.is_fx_tracing() and x.numel() == 0
-
-
-def _zero_tie(x: Tensor, *parameters: Tensor | None) -> Tensor:
-    """A scalar 0 that depends on every given parameter (zero gradients for an empty batch)."""
-    return sum((t.sum() * 0 for t in parameters if t is not None), x.new_zeros((), dtype=torch.float32))
-
-
-def _empty_batch_b(layer: "_EvoNormB", x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
-    v1 = getattr(layer, "v1", None)
-    tie = _zero_tie(x, weight, bias, v1)
-    if layer.training and stats.syncs_across_processes(layer.sync, layer.process_group):
-        _, var, count = stats.batch_moments(x.to(base.compute_dtype(x)), layer.sync, layer.process_group)
-        if count > 0:
-            factor = running_stats.count_batch_(layer.num_batches_tracked, layer.momentum)
-            running_stats.update_running_(layer.running_var, var, factor, count)
-        tie = tie + var.sum().to(tie.dtype) * 0
-    return base.apply_affine(x, weight, bias) + tie.to(x.dtype)
 
 
 def check_impl(impl: str) -> str:
@@ -90,8 +62,6 @@ class _EvoNormB(BatchStatsNormAct2d):
         return bool(nonlinearity)  # without it, the affine x * gamma + beta
 
     def _call(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, impl: str) -> Tensor:
-        if _empty_tracing_aside(x):
-            return _empty_batch_b(self, x, weight, bias)
         return functional.evonorm_b(
             x, weight, bias, getattr(self, "v1", None), self.running_var, self.num_batches_tracked,
             variant=self.variant, training=self.training, momentum=self.momentum, eps=self.eps,
@@ -180,9 +150,6 @@ class _EvoNormS(GroupedNormAct2d):
             self.register_channel_param("v1", 1.0, device=device, dtype=dtype)
 
     def _call(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, impl: str) -> Tensor:
-        if _empty_tracing_aside(x):
-            v1 = getattr(self, "v1", None)
-            return base.apply_affine(x, weight, bias) + _zero_tie(x, weight, bias, v1).to(x.dtype)
         return functional.evonorm_s(
             x, weight, bias, getattr(self, "v1", None), groups=self.groups, eps=self.eps, centered=self.centered,
             impl=impl,
