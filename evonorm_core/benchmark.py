@@ -112,20 +112,12 @@ def saved_bytes(fn: Callable[[], Tensor]) -> int:
     return sum(seen.values())
 
 
-def _proc_status_kb(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
-
-
 def peak_step_bytes(step: Callable[[], None], device: torch.device) -> float:
-    """Peak memory ``step()`` adds above what was in use before it (NaN where it cannot be measured).
+    """Peak bytes of tensor memory ``step()`` allocates above what was allocated before it.
 
-    CUDA: the caching allocator's peak. CPU (Linux): the process's resident-set high-water
-    mark (``VmHWM``, reset through ``/proc/self/clear_refs``) minus its resident size before
-    the step, after returning freed heap memory to the system (``malloc_trim``).
+    CUDA: the caching allocator's peak. CPU: the allocations and frees of PyTorch's CPU
+    allocator recorded by the profiler (``profile_memory``: each op's own allocations at its
+    start, frees when they happen), accumulated in time order.
     """
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -134,19 +126,19 @@ def peak_step_bytes(step: Callable[[], None], device: torch.device) -> float:
         step()
         torch.cuda.synchronize(device)
         return float(torch.cuda.max_memory_allocated(device) - before)
-    try:
-        import ctypes
-        import gc
+    import contextlib
+    import io
 
-        gc.collect()
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM to the current resident size
-        before = _proc_status_kb("VmRSS")
+    from torch.profiler import ProfilerActivity, profile
+
+    with contextlib.redirect_stderr(io.StringIO()), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
-        return float((_proc_status_kb("VmHWM") - before) * 1024)
-    except (OSError, KeyError, AttributeError):
-        return float("nan")
+    changes = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.events() if e.self_cpu_memory_usage)
+    current = peak = 0
+    for _, delta in changes:
+        current += delta
+        peak = max(peak, current)
+    return float(peak)
 
 
 def synchronize(device: torch.device) -> None:

@@ -227,6 +227,8 @@ def evonorm_b(
     update = training and running_var is not None
     synced = use_batch and stats.syncs_across_processes(sync, process_group)
     count = x.numel() // c
+    if torch.jit.is_tracing():  # traced sizes are tensors; count / (count - 1) would round to float32
+        count = int(count)
     if count == 0 or x.shape[2] * x.shape[3] == 0:
         # empty: moving averages untouched, unless synchronized, where this process still takes
         # part in the all-reduce (forward and backward) and the other processes' batch counts
