@@ -71,6 +71,7 @@ def describe(config: SearchConfig, output_dir: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    run_dir = None
     try:
         config = resolve_config(args)
         evaluator = ProxyEvaluator(config.proxy, seed=config.seed, threads=config.torch_threads)
@@ -80,7 +81,17 @@ def main(argv: list[str] | None = None) -> int:
         save_config(run_dir / CONFIG_FILE, config)
         executor = make_executor(config.backend, evaluator, config.workers, config.time_limit, config.ray_address)
     except (ConfigError, RunDirError, CorruptFileError, FileNotFoundError, ValueError, OSError) as error:
+        if run_dir is not None:
+            run_dir.close()
         parser.error(str(error))
+    try:
+        return _run(config, run_dir, state, executor, argv)
+    finally:
+        run_dir.close()
+
+
+def _run(config: SearchConfig, run_dir: RunDir, state: dict | None, executor, argv: list[str] | None) -> int:
+    output_dir = str(run_dir.path)
     stop = StopCondition(config.max_candidates, config.time_budget)
     progress = ProgressPrinter(stop)
     if state is not None:
@@ -90,18 +101,18 @@ def main(argv: list[str] | None = None) -> int:
                              baselines=config.reference_genomes(), on_record=progress,
                              metadata={"argv": sys.argv[1:] if argv is None else list(argv)})
         search.checkpoint()  # resumable from the first second
-    print(describe(config, args.output_dir), flush=True)
+    print(describe(config, output_dir), flush=True)
     try:
         search.run(stop)
     except KeyboardInterrupt:
-        print(f"\ninterrupted; finished candidates are checkpointed: add --resume to continue in {args.output_dir}")
+        print(f"\ninterrupted; finished candidates are checkpointed: add --resume to continue in {output_dir}")
         return 130
     finally:
         search.executor.close()
-    print_report([args.output_dir])
-    summary = write_summary(args.output_dir, summarize(args.output_dir))
+    print_report([output_dir])
+    summary = write_summary(output_dir, summarize(output_dir))
     print(f"summary: {summary}")
-    print(f"search progress plot: {write_progress_plot([args.output_dir], Path(args.output_dir) / 'progress.png')}")
+    print(f"search progress plot: {write_progress_plot([output_dir], Path(output_dir) / 'progress.png')}")
     return 0
 
 
