@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 from torch import nn
 
-NormActMaker = Callable[[int, bool], nn.Module]
-"""``make(num_channels, nonlinearity) -> nn.Module``, see :func:`evonorm_core.norm_act_factory`."""
+from evonorm_core import NormActMaker  # noqa: F401  (the layer contract the model families take)
+
 
 
 def conv(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, groups: int = 1) -> nn.Conv2d:

@@ -203,7 +203,8 @@ class NormAct2d(nn.Module, abc.ABC):
     ) -> None:
         """Add a learnable per-channel vector ``name``, filled with ``init`` on reset."""
         self._channel_param_inits[name] = init
-        self.register_parameter(name, nn.Parameter(torch.full((self.num_channels,), float(init), device=device, dtype=dtype)))
+        value = torch.full((self.num_channels,), float(init), device=device, dtype=dtype)
+        self.register_parameter(name, nn.Parameter(value))
 
     def reset_parameters(self) -> None:
         """Every per-channel parameter back to the paper's initial value (gamma 1, beta 0, v0 0, v1 1)."""
@@ -387,8 +388,8 @@ class BatchStatsNormAct2d(NormAct2d):
         """Per-channel ``(mean, var)`` of shape (1, C, 1, 1): of the batch in training
         (updating the moving averages), the moving averages in eval; ``mean`` None unless tracked."""
         mean, var = tracked_batch_moments(
-            x, getattr(self, "running_mean", None), self.running_var, self.num_batches_tracked, self.training, self.momentum,
-            self.sync, self.process_group,
+            x, getattr(self, "running_mean", None), self.running_var, self.num_batches_tracked, self.training,
+            self.momentum, self.sync, self.process_group,
         )
         return (None if mean is None else mean.view(1, -1, 1, 1)), var.view(1, -1, 1, 1)
 

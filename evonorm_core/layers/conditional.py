@@ -106,7 +106,9 @@ def conditional_norm_act_factory(
     now) or a :data:`~evonorm_core.NormActMaker` whose layers come without affine (e.g.
     ``norm_act_factory(name, affine=False)``); the layer is built with ``nonlinearity=True``.
     """
-    make_layer = norm_act_factory(spec, affine=False, **options) if isinstance(spec, str) else norm_act_factory(spec, **options)
+    if isinstance(spec, str):
+        options = {"affine": False, **options}
+    make_layer = norm_act_factory(spec, **options)
 
     def make(num_channels: int) -> ConditionalNormAct2d:
         return ConditionalNormAct2d(make_layer(num_channels, True), cond_dim, make_linear)

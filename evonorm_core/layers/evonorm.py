@@ -16,73 +16,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .. import functional, running_stats
-from .. import statistics as stats
+from .. import functional
 from . import base
 from .base import BatchStatsNormAct2d, GroupedNormAct2d
 
 IMPLS = functional.IMPLS
-
-
-@torch.fx.wrap
-def evonorm_b(
-    x: Tensor,
-    weight: Tensor | None,
-    bias: Tensor | None,
-    v1: Tensor | None,
-    running_var: Tensor,
-    num_batches_tracked: Tensor,
-    *,
-    variant: str,
-    training: bool,
-    momentum: float | None,
-    eps: float,
-    sync: bool,
-    process_group: object | None,
-    impl: str,
-) -> Tensor:
-    """:func:`evonorm_core.functional.evonorm_b`, and (interim, until it does this itself) for an
-    empty local batch: an empty output tied to every parameter (zero gradients, as DDP
-    expects) and, when statistics are synchronised across processes, to the all-reduce the
-    other processes take part in (forward and backward), the global batch variance folded
-    into ``running_var`` if any process had data."""
-    if x.numel() > 0:
-        return functional.evonorm_b(
-            x, weight, bias, v1, running_var, num_batches_tracked, variant=variant, training=training,
-            momentum=momentum, eps=eps, sync=sync, process_group=process_group, impl=impl,
-        )
-    tie = _zero_tie(x, weight, bias, v1)
-    if training and stats.syncs_across_processes(sync, process_group):
-        _, var, count = stats.batch_moments(x.to(base.compute_dtype(x)), sync, process_group)
-        if count > 0:
-            factor = running_stats.count_batch_(num_batches_tracked, momentum)
-            running_stats.update_running_(running_var, var, factor, count)
-        tie = tie + var.sum().to(tie.dtype) * 0
-    return base.apply_affine(x, weight, bias) + tie.to(x.dtype)
-
-
-def _zero_tie(x: Tensor, *parameters: Tensor | None) -> Tensor:
-    """A scalar 0 that depends on every given parameter (zero gradients for an empty batch)."""
-    return sum((t.sum() * 0 for t in parameters if t is not None), x.new_zeros((), dtype=torch.float32))
-
-
-@torch.fx.wrap
-def evonorm_s(
-    x: Tensor,
-    weight: Tensor | None,
-    bias: Tensor | None,
-    v1: Tensor | None,
-    *,
-    groups: int,
-    eps: float,
-    centered: bool,
-    impl: str,
-) -> Tensor:
-    """:func:`evonorm_core.functional.evonorm_s`, and (interim, until it does this itself) for an
-    empty input an empty output tied to every parameter (zero gradients, as DDP expects)."""
-    if x.numel() > 0:
-        return functional.evonorm_s(x, weight, bias, v1, groups=groups, eps=eps, centered=centered, impl=impl)
-    return base.apply_affine(x, weight, bias) + _zero_tie(x, weight, bias, v1).to(x.dtype)
 
 
 def check_impl(impl: str) -> str:
@@ -124,7 +62,7 @@ class _EvoNormB(BatchStatsNormAct2d):
         return bool(nonlinearity)  # without it, the affine x * gamma + beta
 
     def _call(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, impl: str) -> Tensor:
-        return evonorm_b(
+        return functional.evonorm_b(
             x, weight, bias, getattr(self, "v1", None), self.running_var, self.num_batches_tracked,
             variant=self.variant, training=self.training, momentum=self.momentum, eps=self.eps,
             sync=self.sync, process_group=self.process_group, impl=impl,
@@ -212,7 +150,7 @@ class _EvoNormS(GroupedNormAct2d):
             self.register_channel_param("v1", 1.0, device=device, dtype=dtype)
 
     def _call(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, impl: str) -> Tensor:
-        return evonorm_s(
+        return functional.evonorm_s(
             x, weight, bias, getattr(self, "v1", None), groups=self.groups, eps=self.eps, centered=self.centered,
             impl=impl,
         )

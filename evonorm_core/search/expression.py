@@ -190,7 +190,8 @@ class _Parser:
         return tokens
 
     def error(self, message: str, at: int | None = None) -> ValueError:
-        return ValueError(f"cannot parse layer expression {self.text!r} at column {len(self.text) if at is None else at}: {message}")
+        column = len(self.text) if at is None else at
+        return ValueError(f"cannot parse layer expression {self.text!r} at column {column}: {message}")
 
     def add(self, op: str, *inputs: int) -> int:
         node = Node(op, inputs)
@@ -313,7 +314,8 @@ class _Parser:
             raise self.error("unexpected end: the expression ended where an operand was expected", end)
         opened = reduce_to_open()
         if opened is not None:
-            raise self.error(f"expected ')' to close the {opened[1]!r} opened at column {opened[2]}, the expression ended", end)
+            message = f"expected ')' to close the {opened[1]!r} opened at column {opened[2]}, the expression ended"
+            raise self.error(message, end)
         return operands[-1]
 
 

@@ -124,7 +124,8 @@ class GraphLayer(NormAct2d):
             if kind is not None:
                 name = f"running_{kind}_{index}"
                 self._running[name] = _BATCH_STAT_INIT[kind]
-                self.register_buffer(name, torch.full((num_channels,), _BATCH_STAT_INIT[kind], device=device, dtype=dtype))
+                init = torch.full((num_channels,), _BATCH_STAT_INIT[kind], device=device, dtype=dtype)
+                self.register_buffer(name, init)
         self._uses_batch_stats = bool(self._running)
         if self._uses_batch_stats:
             self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long, device=device))
