@@ -3,11 +3,12 @@
 What the search's presets are chosen by. For the reference layers of the mode (and
 ``--random`` random layers that pass the static checks, drawn with a fixed seed), on each
 seed: the full proxy evaluation (quality, stability, fitness, exactly as the search runs
-it) with its per-stage timings and CPU seconds, and, with ``--curve``, the validation
-accuracy of each anchor after each of the given step counts (one training per anchor,
-evaluated along the way). The JSON holds the command, the configuration, every result and a
-summary: per reference layer the mean and spread over seeds, how many seeds accepted it,
-the random layers' acceptance rate, and the CPU seconds per evaluated candidate.
+it) with its per-stage timings and CPU seconds, and, with ``--curve``, the reference layers'
+validation accuracy on each anchor after each of the given step counts (one training per
+anchor, evaluated along the way). The JSON (rewritten after every layer) holds the command,
+the configuration, every result and a summary: per reference layer the mean and spread
+over seeds, how many seeds accepted it, the random layers' acceptance rate, and the CPU
+seconds per evaluated candidate.
 
 Settings are those of ``search/evolve.py`` (the same flags), starting from ``--preset``.
 """
@@ -117,22 +118,26 @@ def main(argv: list[str] | None = None) -> int:
             row = {"layer": name, "expression": to_infix(genome), "seed": seed, **result.to_dict(),
                    "mean_accuracy": round(result.mean_accuracy, 4) if result.accuracies else None,
                    "cpu_seconds": round(time.process_time() - cpu, 2)}
-            if args.curve:
+            if args.curve and name in references:
                 row["curve_steps"] = sorted(args.curve)
                 row["curves"] = learning_curve(evaluator, genome, sorted(args.curve))
             rows.append(row)
             accs = " / ".join(f"{v:.3f}" for v in result.accuracies.values())
             print(f"seed {seed} {name:<11} {result.status:<8} {str(result.stage or ''):<9} {accs:<21} "
                   f"{row['cpu_seconds']:6.1f} CPU s  {result.reason}", flush=True)
-    output = {
-        "command": "python -m search.calibrate " + shlex.join(sys.argv[1:] if argv is None else argv),
-        "config": config_to_dict(config), "seeds": args.seeds, "threads": torch.get_num_threads(),
-        "wall_seconds": round(time.monotonic() - started, 1), "cpu_seconds": round(time.process_time(), 1),
-        "summary": summarize(rows, references), "results": rows,
-    }
-    atomic_write_json(args.json, output)
+            write(args.json, argv, config, args.seeds, started, rows, references)  # a partial file after a kill
     print(f"measurements: {args.json}")
     return 0
+
+
+def write(path: str, argv: list[str] | None, config: SearchConfig, seeds: list[int], started: float, rows: list[dict],
+          references: list[str]) -> None:
+    atomic_write_json(path, {
+        "command": "python -m search.calibrate " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "config": config_to_dict(config), "seeds": seeds, "threads": torch.get_num_threads(),
+        "wall_seconds": round(time.monotonic() - started, 1), "cpu_seconds": round(time.process_time(), 1),
+        "summary": summarize(rows, references), "results": rows,
+    })
 
 
 if __name__ == "__main__":

@@ -12,17 +12,18 @@ before, in the driver; every stage is declared in :mod:`evonorm_core.search.resu
 3. fitness: continue the same training to ``train_steps`` (paper: 2000 constant-LR steps for
    the B search, 5000 cosine for the S search); the K accuracies are the candidate's fitness.
 
-Training is the classifiers' recipe machinery (:mod:`classification.recipes`): SGD with
-Nesterov momentum 0.9, weight decay on convolution and linear weights only, the schedule
-over the whole ``train_steps`` from the first step (so stopping after the quality steps and
-continuing is the same run), ``crop_size`` random crops of in-memory training images, and
-validation on the full images with the batch aggregations reading their moving averages
+Training is the classifiers' trainer (:mod:`classification.trainer`, the recipe of
+:meth:`ProxyConfig.recipe`): SGD with Nesterov momentum 0.9, weight decay on convolution and
+linear weights only, the schedule over the whole ``train_steps`` from the first step (so
+stopping after the quality steps and continuing is the same run), ``crop_size`` random
+crops of in-memory training images, and validation on the full images with the batch aggregations reading their moving averages
 (recomputed first over ``recalibration_batches`` batches of full-size training images, if
 > 0: statistics of crops would not be those of the images validated). Every candidate
 is trained from the same ``seed``, so equal layers get equal scores.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -33,9 +34,9 @@ from torch import Tensor, nn
 
 from classification.anchors import ANCHOR_NAMES, build_anchor
 from classification.data import load_cifar10, load_digits_proxy
-from classification.recipes import Recipe, RecipeLR, build_optimizer, scaled_lr
+from classification.recipes import Recipe
+from classification.trainer import TensorBatches, Trainer, evaluate, random_crops
 from evonorm_core.experiment.config import ConfigError, option, validate
-from evonorm_core.running_stats import recalibrate
 from evonorm_core.search.genome import Genome
 from evonorm_core.search.layer import genome_norm_act
 from evonorm_core.search.rejection import worst_case_gradient_norm
@@ -119,68 +120,34 @@ def load_data(data: str, data_dir: str | None, image_size: int, holdout: bool = 
     return train_x[order[cut:]], train_y[order[cut:]], train_x[order[:cut]], train_y[order[:cut]]
 
 
-def random_crops(images: Tensor, size: int, generator: torch.Generator) -> Tensor:
-    """One random ``size`` x ``size`` crop of each image of (N, C, H, W) ``images`` (one gather per axis)."""
-    n, c, h, w = images.shape
-    if size == h == w:
-        return images
-    top = torch.randint(0, h - size + 1, (n,), generator=generator)
-    left = torch.randint(0, w - size + 1, (n,), generator=generator)
-    steps = torch.arange(size)
-    rows = (top[:, None] + steps)[:, None, :, None].expand(n, c, size, w)
-    images = images.gather(2, rows)
-    cols = (left[:, None] + steps)[:, None, None, :].expand(n, c, size, size)
-    return images.gather(3, cols)
-
-
 class _AnchorTraining:
-    """One anchor being trained on the proxy task, resumable step by step: the optimizer and
-    schedule of :meth:`ProxyConfig.recipe` over the whole ``train_steps`` from the start."""
+    """One anchor being trained on the proxy task, resumable step by step: the classifiers'
+    :class:`~classification.trainer.Trainer` under :meth:`ProxyConfig.recipe` (its schedule
+    spans the whole ``train_steps`` from the first step) fed by in-memory random crops."""
 
     def __init__(self, model: nn.Module, config: ProxyConfig, data: tuple[Tensor, ...], seed: int) -> None:
         self.model, self.config, self.data = model, config, data
-        recipe = config.recipe()
-        self.optimizer = build_optimizer(model, recipe, scaled_lr(recipe.base_lr, config.batch_size))
-        self.scheduler = RecipeLR(self.optimizer, recipe, steps_per_epoch=1)
+        self.trainer = Trainer(model, config.recipe(), total_batch=config.batch_size, steps_per_epoch=1)
         self.generator = torch.Generator().manual_seed(seed)
-        self.step = 0
+        self.batches = TensorBatches(data[0], data[1], config.batch_size, crop=config.crop_size,
+                                     generator=self.generator)
 
-    def batch(self) -> tuple[Tensor, Tensor]:
-        train_x, train_y = self.data[:2]
-        idx = torch.randint(0, len(train_x), (self.config.batch_size,), generator=self.generator)
-        return random_crops(train_x[idx], self.config.crop_size, self.generator), train_y[idx]
+    def train_to(self, steps: int) -> bool:
+        """Train until ``steps`` steps are done; False if the loss became non-finite."""
+        while self.trainer.steps < steps:
+            if not math.isfinite(self.trainer.step(*next(self.batches))):
+                return False
+        return True
 
     def full_images(self) -> Tensor:
         """A training batch at the validation size (no crop): what recalibration averages over."""
         train_x = self.data[0]
         return train_x[torch.randint(0, len(train_x), (self.config.batch_size,), generator=self.generator)]
 
-    def train_to(self, steps: int) -> bool:
-        """Train until ``steps`` steps are done; False if the loss became non-finite."""
-        self.model.train()
-        while self.step < steps:
-            inputs, targets = self.batch()
-            loss = F.cross_entropy(self.model(inputs), targets)
-            if not torch.isfinite(loss):
-                return False
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            self.scheduler.step()
-            self.step += 1
-        return True
-
-    @torch.no_grad()
     def accuracy(self) -> float:
         """Validation accuracy on the full images (moving averages recomputed first if configured)."""
-        if self.config.recalibration_batches:
-            recalibrate(self.model, [self.full_images() for _ in range(self.config.recalibration_batches)])
-        val_x, val_y = self.data[2:]
-        self.model.eval()
-        size = self.config.eval_batch_size
-        correct = sum((self.model(val_x[i:i + size]).argmax(1) == val_y[i:i + size]).sum().item()
-                      for i in range(0, len(val_x), size))
-        return correct / len(val_x)
+        batches = [self.full_images() for _ in range(self.config.recalibration_batches)]
+        return evaluate(self.model, *self.data[2:], self.config.eval_batch_size, batches or None)["accuracy"]
 
 
 class ProxyEvaluator:

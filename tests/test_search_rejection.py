@@ -26,7 +26,7 @@ def tiny_proxy(**overrides):
 
 
 def test_quality_rejects_a_constant_zero_layer():
-    result = ProxyEvaluator(tiny_proxy(), threads=2)(parse("x * 0").to_dict())
+    result = ProxyEvaluator(tiny_proxy(), threads=1)(parse("x * 0").to_dict())
     assert result.status == "rejected" and result.stage is Stage.QUALITY
     assert result.accuracies["resnet50_cifar"] < 0.2 and "resnet50_cifar after 2 steps" in result.reason
 
@@ -35,7 +35,7 @@ def test_quality_rejects_a_constant_zero_layer():
 def test_quality_and_stability_accept_bn_relu():
     proxy = tiny_proxy(image_size=16, crop_size=12, batch_size=32, quality_steps=30, train_steps=30,
                        quality_threshold=0.2, stability_steps=3, stability_batch_size=8, recalibration_batches=4)
-    result = ProxyEvaluator(proxy, threads=2)(parse(BASELINES["bn_relu"]).to_dict())
+    result = ProxyEvaluator(proxy, threads=1)(parse(BASELINES["bn_relu"]).to_dict())
     assert result.status == "accepted", result
     assert result.accuracies["resnet50_cifar"] >= 0.2
 
@@ -53,5 +53,5 @@ def test_stability_rejects_an_exploding_layer_and_passes_bn_relu():
 
 def test_stability_stage_in_the_evaluator_names_the_anchor():
     proxy = tiny_proxy(quality_steps=0, quality_threshold=0.0, stability_steps=2, stability_batch_size=4)
-    result = ProxyEvaluator(proxy, threads=2)(parse("x * square(x) + x").to_dict())
+    result = ProxyEvaluator(proxy, threads=1)(parse("x * square(x) + x").to_dict())
     assert result.stage is Stage.STABILITY and "on resnet50_cifar after 1 ascent steps" in result.reason, result

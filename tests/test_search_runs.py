@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 TINY = ["--anchors", "resnet50_cifar", "--image-size", "8", "--crop-size", "8", "--batch-size", "8",
         "--train-steps", "2", "--quality-steps", "1", "--quality-threshold", "0", "--stability-steps", "1",
         "--stability-batch-size", "4", "--initial-population", "1", "--mode", "S", "--references", "none",
-        "--workers", "1"]
+        "--threads", "1", "--workers", "1"]
 
 
 def error_of(argv, capsys) -> str:
