@@ -10,13 +10,14 @@ random), and with ``--json`` a machine-readable summary.
 from __future__ import annotations
 
 import argparse
+import shlex
 import statistics
 import sys
 from collections import Counter
 from pathlib import Path
 
 from evonorm_core.experiment.config import ConfigError
-from evonorm_core.experiment.files import CorruptFileError, atomic_write_json
+from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
 from evonorm_core.experiment.progress import format_duration
 from evonorm_core.search.driver import member_from_record, read_checkpoint
 from evonorm_core.search.evolution import pareto_frontier
@@ -153,14 +154,18 @@ def summarize(output_dir: str, k: int = 10) -> dict:
     records = state["records"]
     xs, means, _ = top_k_curve(records, k)
     top = top_k(records, k)
+    argv = state["metadata"].get("argv")
+    rerank = Path(output_dir) / "rerank.json"
     return {
+        "command": None if argv is None else "python search/evolve.py " + shlex.join(argv),
         "output_dir": str(output_dir), "mode": state["config"]["mode"], "strategy": state["config"]["strategy"],
-        "preset": config.preset if config else None, "seed": state["seed"],
-        "argv": state["metadata"].get("argv"), **counts(state, config),
+        "preset": config.preset if config else None, "seed": state["seed"], "seeds": [state["seed"]],
+        "cores": cores(config), **counts(state, config),
         "references": {name: _layer(r) for name, r in state["baselines"].items()},
         "top": [_layer(r) for r in top], "frontier": [_layer(r) for r in frontier(records)],
         f"top{k}_mean": round(statistics.fmean(r.mean_accuracy for r in top), 4) if top else None,
         "curve": [[x, round(m, 4)] for x, m in zip(xs, means)],
+        "rerank": read_json(rerank, what="rerank result") if rerank.is_file() else None,
     }
 
 
@@ -208,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("output_dirs", nargs="+", metavar="DIR", help="output folders of search/evolve.py runs")
     parser.add_argument("--top", type=int, default=10, help="how many candidates the top list and the curve use")
     parser.add_argument("--plot", help="PNG to write (default: DIR/progress.png of the first DIR)")
-    parser.add_argument("--json", help="write the runs' summaries (a list) to this JSON file")
+    parser.add_argument("--json", help="write the run's summary to this JSON file (a list of them for several DIRs)")
     args = parser.parse_args(argv)
     if args.top < 1:
         parser.error(f"--top must be >= 1, got {args.top}")
@@ -216,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         print_report(args.output_dirs, args.top)
         plot = write_progress_plot(args.output_dirs, args.plot or Path(args.output_dirs[0]) / "progress.png", args.top)
         if args.json:
-            atomic_write_json(args.json, [summarize(d, args.top) for d in args.output_dirs])
+            summaries = [summarize(d, args.top) for d in args.output_dirs]
+            atomic_write_json(args.json, summaries[0] if len(summaries) == 1 else summaries)
     except (FileNotFoundError, CorruptFileError, ConfigError) as error:
         parser.error(str(error))
     print(f"search progress plot: {plot}")
