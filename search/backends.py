@@ -7,14 +7,22 @@ rejection (stage "crash" or "timeout") and the search goes on.
 from __future__ import annotations
 
 import concurrent.futures as futures
+import ctypes
+import ctypes.util
 import multiprocessing
+import os
 import signal
+import sys
 import threading
 import time
 import traceback
 from typing import Callable
 
+from evonorm_core.search.results import CandidateResult, Stage
+
 BACKENDS = ("local", "ray")
+Evaluator = Callable[[dict], CandidateResult]
+_PR_SET_PDEATHSIG = 1
 
 
 class CandidateTimeout(Exception):
@@ -25,7 +33,19 @@ def _on_alarm(signum, frame):
     raise CandidateTimeout
 
 
-def evaluate_safely(evaluator: Callable[[dict], dict], genome: dict, time_limit: float | None) -> dict:
+def die_with_parent(parent: int) -> None:
+    """Pool-worker initializer: ask Linux to SIGKILL this process when its parent dies
+    (``prctl(PR_SET_PDEATHSIG)``), so a killed search leaves no worker running; if the
+    parent is already gone, exit now. Elsewhere: nothing (workers then end with their pipe)."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def evaluate_safely(evaluator: Evaluator, genome: dict, time_limit: float | None) -> CandidateResult:
     """``evaluator(genome)``, with exceptions and overruns turned into rejections.
 
     The time limit uses ``SIGALRM`` (in the main thread of a Unix process); it interrupts
@@ -39,12 +59,10 @@ def evaluate_safely(evaluator: Callable[[dict], dict], genome: dict, time_limit:
     try:
         return evaluator(genome)
     except CandidateTimeout:
-        return {"status": "rejected", "stage": "timeout", "reason": f"ran past the time limit of {time_limit:g} s",
-                "accuracies": {}}
+        return CandidateResult.reject(Stage.TIMEOUT, f"ran past the time limit of {time_limit:g} s")
     except Exception as error:  # a broken candidate must not stop the search
         last = traceback.format_exception_only(type(error), error)[-1].strip()
-        return {"status": "rejected", "stage": "crash", "reason": f"{last} after {time.monotonic() - start:.1f} s",
-                "accuracies": {}}
+        return CandidateResult.reject(Stage.CRASH, f"{last} after {time.monotonic() - start:.1f} s")
     finally:
         if use_alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -56,14 +74,14 @@ class SequentialExecutor:
 
     capacity = 1
 
-    def __init__(self, evaluator: Callable[[dict], dict], time_limit: float | None = None) -> None:
+    def __init__(self, evaluator: Evaluator, time_limit: float | None = None) -> None:
         self.evaluator, self.time_limit = evaluator, time_limit
-        self.queue: list[tuple[int, dict]] = []
+        self.queue: list[tuple[int, CandidateResult]] = []
 
     def submit(self, candidate_id: int, genome: dict) -> None:
         self.queue.append((candidate_id, genome))
 
-    def wait(self) -> list[tuple[int, dict]]:
+    def wait(self) -> list[tuple[int, CandidateResult]]:
         candidate_id, genome = self.queue.pop(0)
         return [(candidate_id, evaluate_safely(self.evaluator, genome, self.time_limit))]
 
@@ -75,19 +93,20 @@ class ProcessPoolExecutor:
     """``workers`` forked processes; a dead worker or one stuck past twice the time limit
     is replaced and its candidates are recorded as crashed / timed out."""
 
-    def __init__(self, evaluator: Callable[[dict], dict], workers: int, time_limit: float | None = None) -> None:
+    def __init__(self, evaluator: Evaluator, workers: int, time_limit: float | None = None) -> None:
         self.evaluator, self.capacity, self.time_limit = evaluator, workers, time_limit
         self.pool = self._new_pool()
         self.running: dict[futures.Future, tuple[int, float]] = {}
 
     def _new_pool(self) -> futures.ProcessPoolExecutor:
-        return futures.ProcessPoolExecutor(self.capacity, mp_context=multiprocessing.get_context("fork"))
+        return futures.ProcessPoolExecutor(self.capacity, mp_context=multiprocessing.get_context("fork"),
+                                           initializer=die_with_parent, initargs=(os.getpid(),))
 
     def submit(self, candidate_id: int, genome: dict) -> None:
         future = self.pool.submit(evaluate_safely, self.evaluator, genome, self.time_limit)
         self.running[future] = (candidate_id, time.monotonic())
 
-    def wait(self) -> list[tuple[int, dict]]:
+    def wait(self) -> list[tuple[int, CandidateResult]]:
         watchdog = None if not self.time_limit else 2 * self.time_limit
         done, _ = futures.wait(self.running, timeout=watchdog, return_when=futures.FIRST_COMPLETED)
         if not done:
@@ -102,14 +121,13 @@ class ProcessPoolExecutor:
                 return finished + self._restart("crash", "the worker process died")
         return finished
 
-    def _restart(self, stage: str, reason: str) -> list[tuple[int, dict]]:
+    def _restart(self, stage: str, reason: str) -> list[tuple[int, CandidateResult]]:
         """Replace the pool; every candidate that was on it is reported with ``stage``."""
         for process in list(getattr(self.pool, "_processes", {}).values()):
             process.kill()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.pool = self._new_pool()
-        lost = [(candidate_id, {"status": "rejected", "stage": stage, "reason": reason, "accuracies": {}})
-                for candidate_id, _ in self.running.values()]
+        lost = [(candidate_id, CandidateResult.reject(stage, reason)) for candidate_id, _ in self.running.values()]
         self.running.clear()
         return lost
 
@@ -118,10 +136,11 @@ class ProcessPoolExecutor:
 
 
 class RayExecutor:
-    """Candidates as Ray tasks (``max_retries`` on worker/node failure), on a local Ray
-    (``num_cpus=workers``) or the cluster at ``address`` (``"auto"``: the one running)."""
+    """Candidates as Ray tasks (``max_retries`` on worker/node failure), on a Ray started
+    here (``address="local"``, ``num_cpus=workers``: never one found running on the machine)
+    or the cluster at ``address`` (``"auto"``: the one running)."""
 
-    def __init__(self, evaluator: Callable[[dict], dict], workers: int, time_limit: float | None = None,
+    def __init__(self, evaluator: Evaluator, workers: int, time_limit: float | None = None,
                  address: str | None = None, max_retries: int = 2) -> None:
         import ray
 
@@ -129,8 +148,8 @@ class RayExecutor:
         if not ray.is_initialized():
             if address:
                 ray.init(address=address, log_to_driver=False)
-            else:
-                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+            else:  # a Ray of its own, never a cluster found on disk
+                ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False)
         self.capacity = workers if not address else max(workers, int(ray.cluster_resources().get("CPU", workers)))
         self.time_limit = time_limit
         self.task = ray.remote(num_cpus=1, max_retries=max_retries)(evaluate_safely)
@@ -141,7 +160,7 @@ class RayExecutor:
         ref = self.task.remote(self.evaluator_ref, genome, self.time_limit)
         self.running[ref] = (candidate_id, time.monotonic())
 
-    def wait(self) -> list[tuple[int, dict]]:
+    def wait(self) -> list[tuple[int, CandidateResult]]:
         watchdog = None if not self.time_limit else 2 * self.time_limit
         while True:
             done, _ = self.ray.wait(list(self.running), num_returns=1, timeout=5.0)
@@ -157,10 +176,10 @@ class RayExecutor:
             self.running[ref] = self.running.get(ref, (-1, 0.0))
             return [self._give_up(ref, "crash", f"Ray task failed: {type(error).__name__}")]
 
-    def _give_up(self, ref: object, stage: str, reason: str) -> tuple[int, dict]:
+    def _give_up(self, ref: object, stage: str, reason: str) -> tuple[int, CandidateResult]:
         self.ray.cancel(ref, force=True)
         candidate_id, _ = self.running.pop(ref)
-        return candidate_id, {"status": "rejected", "stage": stage, "reason": reason, "accuracies": {}}
+        return candidate_id, CandidateResult.reject(stage, reason)
 
     def close(self) -> None:
         for ref in list(self.running):
@@ -168,7 +187,7 @@ class RayExecutor:
         self.running.clear()
 
 
-def make_executor(backend: str, evaluator: Callable[[dict], dict], workers: int, time_limit: float | None,
+def make_executor(backend: str, evaluator: Evaluator, workers: int, time_limit: float | None,
                   ray_address: str | None = None):
     """The executor for ``backend`` ("local" or "ray") with ``workers`` concurrent candidates."""
     if backend not in BACKENDS:

@@ -1,27 +1,29 @@
-"""A progress line for a running search: counts, rejections by stage, cache hits, best
-accuracies, rate and ETA; printed for every accepted candidate and otherwise at most every
-few seconds (most candidates are rejected in milliseconds)."""
+"""Progress of a running search: a status line (counts, rejections by stage, cache hits, best
+and top-10 mean accuracy, trained candidates per minute, ETA) printed for every accepted
+candidate and otherwise at most every few seconds (most candidates are rejected in
+milliseconds), and a line each time the Pareto frontier of accepted layers gains a member,
+with its formula."""
 from __future__ import annotations
 
+import statistics
 import time
 from collections import Counter
 
-from evonorm_core.search.driver import LayerSearch, StopCondition
-
-
-def _duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+from evonorm_core.experiment.progress import format_duration
+from evonorm_core.search.driver import LayerSearch, StopCondition, member_from_record
+from evonorm_core.search.evolution import Member, pareto_frontier
+from evonorm_core.search.results import CandidateRecord
 
 
 class ProgressPrinter:
-    """``on_record`` callback of :class:`LayerSearch` printing a status line."""
+    """``on_record`` callback of :class:`LayerSearch` printing status lines."""
 
-    def __init__(self, stop: StopCondition, interval: float = 5.0) -> None:
-        self.stop, self.interval = stop, interval
+    def __init__(self, stop: StopCondition, interval: float = 5.0, k: int = 10) -> None:
+        self.stop, self.interval, self.k = stop, interval, k
         self.rejected: Counter[str] = Counter()
-        self.accepted = 0
-        self.best: dict | None = None
+        self.accepted = self.trained = 0
+        self.top: dict[str, float] = {}  # fingerprint -> mean accuracy of the k best distinct layers
+        self.frontier: list[Member] = []
         self.counted = 0
         self.printed = float("-inf")
 
@@ -31,34 +33,52 @@ class ProgressPrinter:
             remaining.append(self.stop.time_budget - elapsed)
         if self.stop.max_candidates is not None and done:
             remaining.append((self.stop.max_candidates - done) * elapsed / done)
-        return _duration(min(remaining)) if remaining else "until stopped"
+        return format_duration(min(remaining)) if remaining else "until stopped"
 
-    def count(self, records: list[dict]) -> None:
-        """Fold in the records not counted yet (all of them after ``--resume``)."""
+    def count(self, records: list[CandidateRecord]) -> list[CandidateRecord]:
+        """Fold in the records not counted yet (all of them after ``--resume``); returns the
+        new ones that joined the Pareto frontier."""
+        joined = []
         for record in records[self.counted:]:
-            if record["status"] == "accepted":
-                self.accepted += 1
-                if self.best is None or sum(record["accuracies"].values()) > sum(self.best["accuracies"].values()):
-                    self.best = record
-            else:
-                self.rejected[record["stage"]] += 1
+            self.trained += record.trained
+            if not record.accepted:
+                self.rejected[str(record.stage)] += 1
+                continue
+            self.accepted += 1
+            if record.fingerprint in self.top or any(m.fingerprint == record.fingerprint for m in self.frontier):
+                continue
+            self.top[record.fingerprint] = record.mean_accuracy
+            self.top = dict(sorted(self.top.items(), key=lambda kv: -kv[1])[:self.k])
+            member = member_from_record(record)
+            self.frontier = pareto_frontier([*self.frontier, member])
+            if any(m is member for m in self.frontier):
+                joined.append(record)
         self.counted = len(records)
+        return joined
 
-    def __call__(self, search: LayerSearch, record: dict) -> None:
-        if record["origin"].startswith("baseline:"):
-            accs = ", ".join(f"{a} {v:.3f}" for a, v in record["accuracies"].items())
-            print(f"baseline {record['origin'].split(':', 1)[1]}: {record['status']} {record['stage'] or ''} {accs}", flush=True)
+    def status(self, search: LayerSearch) -> str:
+        done, elapsed = len(search.records), search.elapsed()
+        best = f"{max(self.top.values()):.3f}" if self.top else "-"
+        top = f"{statistics.fmean(self.top.values()):.3f} ({len(self.top)})" if self.top else "-"
+        rejected = " ".join(f"{k} {v}" for k, v in sorted(self.rejected.items())) or "0"
+        rate = self.trained / max(elapsed, 1e-9) * 60
+        return (f"[{done} candidates | accepted {self.accepted} | rejected {rejected} | cache hits {search.cache.hits} "
+                f"| best mean {best} | top-{self.k} mean {top} | frontier {len(self.frontier)} | {rate:.1f} trained/min "
+                f"| {format_duration(elapsed)} elapsed | ETA {self.eta(done, elapsed)}]")
+
+    def __call__(self, search: LayerSearch, record: CandidateRecord) -> None:
+        if record.origin.startswith("baseline:"):
+            accs = " / ".join(f"{v:.3f}" for v in record.accuracies.values())
+            stage = "" if record.accepted else f" ({record.stage}: {record.reason})"
+            print(f"reference {record.origin.split(':', 1)[1]}: {record.status}{stage} {accs}  {record.expression}",
+                  flush=True)
             return
-        self.count(search.records)
-        if record["status"] != "accepted" and time.monotonic() - self.printed < self.interval:
+        for joined in self.count(search.records):
+            accs = " / ".join(f"{v:.3f}" for v in joined.accuracies.values())
+            print(f"  frontier + #{joined.candidate_id} ({joined.origin}) {accs} mean {joined.mean_accuracy:.3f}: "
+                  f"{joined.expression}", flush=True)
+        if not record.accepted and time.monotonic() - self.printed < self.interval:
             return
         self.printed = time.monotonic()
-        done, elapsed = len(search.records), search.elapsed()
-        best = " ".join(f"{v:.3f}" for v in self.best["accuracies"].values()) if self.best else "-"
-        rejected = " ".join(f"{k} {v}" for k, v in sorted(self.rejected.items())) or "0"
-        print(
-            f"[{done} candidates | accepted {self.accepted} | rejected {rejected} | cache hits {search.cache.hits} | "
-            f"best {best} | {elapsed / done:.2f} s/cand | {_duration(elapsed)} elapsed | ETA {self.eta(done, elapsed)}]"
-            f" #{record['id']} {record['status']}{' (' + record['stage'] + ')' if record['stage'] else ''}",
-            flush=True,
-        )
+        print(self.status(search) + f" #{record.candidate_id} {record.status}"
+              f"{' (' + str(record.stage) + ')' if record.stage else ''}", flush=True)

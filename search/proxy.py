@@ -1,26 +1,31 @@
-"""The proxy task (paper section 4.2, Appendix B/C): train a candidate layer in the K
-anchor architectures and score it by validation accuracy, rejecting early.
+"""The proxy task (paper section 4.2, Appendix B): train a candidate layer in the K anchor
+architectures and score it by validation accuracy, rejecting early.
 
 For each candidate, :class:`ProxyEvaluator` runs, cheapest first (the static checks ran
-before, in the driver):
+before, in the driver; every stage is declared in :mod:`evonorm_core.search.results`):
 
 1. quality: train each anchor ``quality_steps`` steps (paper: 100); reject when the
-   validation accuracy is below ``quality_threshold`` (paper: 20%) on any anchor;
+   validation accuracy is below ``quality_threshold`` (paper: 20%) on any anchor (the
+   anchors are tried in order and the first failure stops the candidate);
 2. stability: adversarial ascent of the conv weights on the gradient norm (paper: 100
    steps, reject above 1e8), on the first ``stability_anchors`` anchors;
-3. fitness: continue training to ``train_steps`` (paper: 2000 constant-LR for the B
-   search, 5000 cosine for the S search); the K accuracies are the candidate's fitness.
+3. fitness: continue the same training to ``train_steps`` (paper: 2000 constant-LR steps for
+   the B search, 5000 cosine for the S search); the K accuracies are the candidate's fitness.
 
-Training: random ``crop_size`` crops of the training images, SGD with Nesterov momentum
-0.9, weight decay 1e-4; validation on the full images, batch aggregations reading their
-moving averages (optionally recomputed first over ``recalibration_batches`` batches). Every candidate is trained from
-the same seed, so equal layers get equal scores.
+Training is the classifiers' trainer (:mod:`classification.trainer`, the recipe of
+:meth:`ProxyConfig.recipe`): SGD with Nesterov momentum 0.9, weight decay on convolution and
+linear weights only, the schedule over the whole ``train_steps`` from the first step (so
+stopping after the quality steps and continuing is the same run), ``crop_size`` random
+crops of in-memory training images, and validation on the full images with the batch aggregations reading their moving averages
+(recomputed first over ``recalibration_batches`` batches of full-size training images, if
+> 0: statistics of crops would not be those of the images validated). Every candidate
+is trained from the same ``seed``, so equal layers get equal scores.
 """
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
@@ -29,61 +34,70 @@ from torch import Tensor, nn
 
 from classification.anchors import ANCHOR_NAMES, build_anchor
 from classification.data import load_cifar10, load_digits_proxy
+from classification.recipes import Recipe
+from classification.trainer import TensorBatches, Trainer, evaluate, random_crops
+from evonorm_core.experiment.config import ConfigError, option, validate
 from evonorm_core.search.genome import Genome
-from evonorm_core.search.layer import GraphLayer, genome_norm_act
+from evonorm_core.search.layer import genome_norm_act
 from evonorm_core.search.rejection import worst_case_gradient_norm
+from evonorm_core.search.results import CandidateResult, Stage
 
 DATASETS = ("digits", "cifar10")
 SCHEDULES = ("constant", "cosine")
+HOLDOUT_FRACTION = 0.1
 
 
 @dataclass(frozen=True)
 class ProxyConfig:
-    """How candidates are trained and rejected; defaults are the paper's (B search)."""
+    """How candidates are trained and rejected; the defaults are the paper's B search
+    (Appendix B, section 4.4). Each field is a flag of ``search/evolve.py``."""
 
-    anchors: tuple[str, ...] = ANCHOR_NAMES
-    anchor_depth: float = 1.0
-    data: str = "digits"
-    data_dir: str | None = None
-    image_size: int = 32
-    crop_size: int = 24
-    batch_size: int = 128
-    eval_batch_size: int = 512
-    lr: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
-    train_steps: int = 2000
-    schedule: str = "constant"
-    quality_steps: int = 100
-    quality_threshold: float = 0.2
-    stability_steps: int = 100
-    stability_threshold: float = 1e8
-    stability_lr: float = 0.01
-    stability_batch_size: int = 32
-    stability_anchors: int | None = None
-    recalibration_batches: int = 0
-    holdout: bool = False
-    seed: int = 0
-    threads: int = 1
-    layer_options: dict = field(default_factory=dict, hash=False)
+    anchors: tuple[str, ...] = option(ANCHOR_NAMES, "anchor architectures, in the order they are trained",
+                                      choices=ANCHOR_NAMES)
+    anchor_depth: float = option(1.0, "anchors' depth multiplier: blocks per stage, rounded up (paper: 1.0)",
+                                 min=0, max=1, min_open=True)
+    data: str = option("digits", "digits: embedded sklearn digits; cifar10: needs --data-dir", choices=DATASETS)
+    data_dir: str | None = option(None, "folder holding cifar-10-batches-py (torchvision layout), for --data cifar10")
+    image_size: int = option(32, "validation image size; training crops are taken from images of this size "
+                             "(paper: 32)", min=4)
+    crop_size: int = option(24, "random training crop (paper: 24 of 32)", min=4)
+    batch_size: int = option(128, "training batch (paper: 128)", min=1)
+    eval_batch_size: int = option(512, "validation batch (paper: 512)", min=1)
+    lr: float = option(0.1, "SGD learning rate (paper: 0.1)", min=0, min_open=True)
+    weight_decay: float = option(1e-4, "weight decay of conv and linear weights (paper: 1e-4)", min=0)
+    train_steps: int = option(2000, "training steps per anchor, the fitness (paper: 2000 B / 5000 S)", min=1)
+    schedule: str = option("constant", "learning-rate schedule over the train steps (paper: constant B / cosine S)",
+                           choices=SCHEDULES)
+    quality_steps: int = option(100, "steps before the quality test (paper: 100)", min=0)
+    quality_threshold: float = option(0.2, "minimum validation accuracy on every anchor (paper: 0.2)", min=0, max=1)
+    stability_steps: int = option(100, "adversarial ascent steps (paper: 100; 0 disables the test)", min=0)
+    stability_threshold: float = option(1e8, "maximum worst-case gradient norm (paper: 1e8)", min=0, min_open=True)
+    stability_lr: float = option(0.01, "step size of the adversarial ascent", min=0, min_open=True)
+    stability_batch_size: int = option(32, "images in the stability test's batch", min=1)
+    stability_anchors: int | None = option(None, "run the stability test on the first N anchors (none: all)", min=1)
+    bn_momentum: float = option(0.1, "moving-average momentum of the batch aggregations", min=0, max=1, min_open=True)
+    recalibration_batches: int = option(0, "recompute the moving averages over N training batches before "
+                                        "validation (0: as trained)", min=0)
+    holdout: bool = option(False, "validate on 10% of the training images instead of the validation set (rerank)",
+                           cli=False)
 
     def __post_init__(self) -> None:
-        unknown = [a for a in self.anchors if a not in ANCHOR_NAMES]
-        if unknown or not self.anchors:
-            raise ValueError(f"unknown anchors {unknown or '(none given)'}; accepted: {list(ANCHOR_NAMES)}")
-        if self.data not in DATASETS:
-            raise ValueError(f"unknown data {self.data!r}; accepted: {list(DATASETS)}")
+        validate(self)
+        if not self.anchors:
+            raise ConfigError("--anchors must name at least one anchor")
+        if self.crop_size > self.image_size:
+            raise ConfigError(f"--crop-size must be <= --image-size ({self.image_size}), got {self.crop_size}")
+        if self.quality_steps > self.train_steps:
+            raise ConfigError(f"--quality-steps must be <= --train-steps ({self.train_steps}), got {self.quality_steps}")
         if self.data == "cifar10" and not self.data_dir:
-            raise ValueError("data 'cifar10' needs a data_dir (the folder holding cifar-10-batches-py)")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"unknown schedule {self.schedule!r}; accepted: {list(SCHEDULES)}")
-        if not 0 < self.crop_size <= self.image_size:
-            raise ValueError(f"crop_size must be in (0, image_size={self.image_size}], got {self.crop_size}")
-        if not 0 <= self.quality_steps <= self.train_steps:
-            raise ValueError(f"quality_steps must be in [0, train_steps={self.train_steps}], got {self.quality_steps}")
+            raise ConfigError("--data cifar10 needs --data-dir (the folder holding cifar-10-batches-py)")
 
-
-HOLDOUT_FRACTION = 0.1
+    def recipe(self) -> Recipe:
+        """The classifiers' :class:`~classification.recipes.Recipe` of this proxy: one step per
+        "epoch", no warmup, ``lr`` at ``batch_size`` images."""
+        return Recipe(base_lr=self.lr * 256 / self.batch_size, schedule=self.schedule, batch_per_worker=self.batch_size,
+                      workers=1, resolution=self.crop_size, epochs=self.train_steps, warmup_epochs=0.0,
+                      weight_decay=self.weight_decay)
 
 
 @lru_cache(maxsize=2)
@@ -106,145 +120,102 @@ def load_data(data: str, data_dir: str | None, image_size: int, holdout: bool = 
     return train_x[order[cut:]], train_y[order[cut:]], train_x[order[:cut]], train_y[order[:cut]]
 
 
-def random_crops(images: Tensor, size: int, generator: torch.Generator) -> Tensor:
-    """One random ``size`` x ``size`` crop of each image."""
-    limit = images.shape[-1] - size + 1
-    offsets = torch.randint(0, limit, (len(images), 2), generator=generator).tolist()
-    return torch.stack([img[:, i:i + size, j:j + size] for img, (i, j) in zip(images, offsets)])
+class _AnchorTraining:
+    """One anchor being trained on the proxy task, resumable step by step: the classifiers'
+    :class:`~classification.trainer.Trainer` under :meth:`ProxyConfig.recipe` (its schedule
+    spans the whole ``train_steps`` from the first step) fed by in-memory random crops."""
 
-
-class _Trainer:
-    """One anchor being trained on the proxy task, resumable step by step."""
-
-    def __init__(self, model: nn.Module, config: ProxyConfig, data: tuple[Tensor, ...]) -> None:
+    def __init__(self, model: nn.Module, config: ProxyConfig, data: tuple[Tensor, ...], seed: int) -> None:
         self.model, self.config, self.data = model, config, data
-        self.optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
-                                         nesterov=config.momentum > 0, weight_decay=config.weight_decay)
-        self.generator = torch.Generator().manual_seed(config.seed)
-        self.step = 0
-
-    def learning_rate(self) -> float:
-        if self.config.schedule == "constant":
-            return self.config.lr
-        return 0.5 * self.config.lr * (1 + math.cos(math.pi * self.step / self.config.train_steps))
+        self.trainer = Trainer(model, config.recipe(), total_batch=config.batch_size, steps_per_epoch=1)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.batches = TensorBatches(data[0], data[1], config.batch_size, crop=config.crop_size,
+                                     generator=self.generator)
 
     def train_to(self, steps: int) -> bool:
         """Train until ``steps`` steps are done; False if the loss became non-finite."""
-        train_x, train_y = self.data[:2]
-        self.model.train()
-        while self.step < steps:
-            idx = torch.randint(0, len(train_x), (self.config.batch_size,), generator=self.generator)
-            inputs = random_crops(train_x[idx], self.config.crop_size, self.generator)
-            loss = F.cross_entropy(self.model(inputs), train_y[idx])
-            if not torch.isfinite(loss):
+        while self.trainer.steps < steps:
+            if not math.isfinite(self.trainer.step(*next(self.batches))):
                 return False
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.learning_rate()
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            self.step += 1
         return True
 
-    @torch.no_grad()
-    def recalibrate(self) -> None:
-        """Recompute the moving averages of the batch aggregations as the plain average over
-        ``recalibration_batches`` training batches with the current weights (after very
-        short training, averages that lag the fast-moving weights put eval accuracy at chance)."""
-        layers = [m for m in self.model.modules() if isinstance(m, GraphLayer) and m.uses_batch_statistics]
-        if not layers or not self.config.recalibration_batches:
-            return
-        momenta = [m.momentum for m in layers]
-        for layer in layers:
-            layer.reset_running_stats()
-            layer.momentum = None
-        self.model.train()
-        for _ in range(self.config.recalibration_batches):
-            idx = torch.randint(0, len(self.data[0]), (self.config.batch_size,), generator=self.generator)
-            self.model(self.data[0][idx])
-        for layer, momentum in zip(layers, momenta):
-            layer.momentum = momentum
+    def full_images(self) -> Tensor:
+        """A training batch at the validation size (no crop): what recalibration averages over."""
+        train_x = self.data[0]
+        return train_x[torch.randint(0, len(train_x), (self.config.batch_size,), generator=self.generator)]
 
-    @torch.no_grad()
     def accuracy(self) -> float:
-        val_x, val_y = self.data[2:]
-        self.recalibrate()
-        self.model.eval()
-        correct = sum(
-            (self.model(val_x[i:i + self.config.eval_batch_size]).argmax(1) == val_y[i:i + self.config.eval_batch_size]).sum().item()
-            for i in range(0, len(val_x), self.config.eval_batch_size)
-        )
-        return correct / len(val_x)
-
-
-def _result(status: str, stage: str | None = None, reason: str = "", accuracies: dict | None = None) -> dict:
-    return {"status": status, "stage": stage, "reason": reason, "accuracies": accuracies or {}}
+        """Validation accuracy on the full images (moving averages recomputed first if configured)."""
+        batches = [self.full_images() for _ in range(self.config.recalibration_batches)]
+        return evaluate(self.model, *self.data[2:], self.config.eval_batch_size, batches or None)["accuracy"]
 
 
 class ProxyEvaluator:
-    """``evaluator(genome_dict) -> result``: the quality, stability and fitness stages.
+    """``evaluator(genome_dict) -> CandidateResult``: the quality, stability and fitness stages.
 
-    Picklable (only the config travels); data are loaded once per process. The result has
-    ``status`` ("accepted"/"rejected"), ``stage``, ``reason``, ``accuracies`` (anchor ->
-    validation accuracy: after ``train_steps`` if accepted, after ``quality_steps``
-    otherwise) and ``timings`` (seconds per stage).
+    Picklable (only the config travels); data are loaded once per process. ``seed``: every
+    candidate's models are initialized and trained from it; ``threads``: torch threads.
     """
 
-    def __init__(self, config: ProxyConfig) -> None:
-        self.config = config
+    def __init__(self, config: ProxyConfig, seed: int = 0, threads: int = 1) -> None:
+        self.config, self.seed, self.threads = config, seed, threads
 
     def build(self, anchor: str, genome: Genome) -> nn.Module:
-        torch.manual_seed(self.config.seed)
-        return build_anchor(
-            anchor, genome_norm_act(genome, **self.config.layer_options), depth_multiplier=self.config.anchor_depth
-        )
+        torch.manual_seed(self.seed)
+        return build_anchor(anchor, genome_norm_act(genome, momentum=self.config.bn_momentum),
+                            depth_multiplier=self.config.anchor_depth)
 
-    def __call__(self, genome_dict: dict) -> dict:
-        torch.set_num_threads(self.config.threads)
+    def data(self) -> tuple[Tensor, ...]:
+        cfg = self.config
+        return load_data(cfg.data, cfg.data_dir, cfg.image_size, cfg.holdout)
+
+    def __call__(self, genome_dict: dict) -> CandidateResult:
+        torch.set_num_threads(self.threads)
         genome = Genome.from_dict(genome_dict)
-        data = load_data(self.config.data, self.config.data_dir, self.config.image_size, self.config.holdout)
         timings: dict[str, float] = {}
-        result = self._evaluate(genome, data, timings)
-        result["timings"] = {k: round(v, 3) for k, v in timings.items()}
-        return result
+        result = self._evaluate(genome, self.data(), timings)
+        return result.with_timings({k: round(v, 3) for k, v in timings.items()})
 
-    def _evaluate(self, genome: Genome, data: tuple[Tensor, ...], timings: dict[str, float]) -> dict:
+    def _evaluate(self, genome: Genome, data: tuple[Tensor, ...], timings: dict[str, float]) -> CandidateResult:
         cfg = self.config
         start = time.monotonic()
-        trainers, accuracies = [], {}
+        runs, accuracies = [], {}
         for anchor in cfg.anchors:
-            trainer = _Trainer(self.build(anchor, genome), cfg, data)
-            if not trainer.train_to(cfg.quality_steps):
+            run = _AnchorTraining(self.build(anchor, genome), cfg, data, self.seed)
+            if not run.train_to(cfg.quality_steps):
                 timings["quality"] = time.monotonic() - start
-                return _result("rejected", "quality", f"non-finite loss on {anchor} within {cfg.quality_steps} steps", accuracies)
-            accuracies[anchor] = trainer.accuracy()
-            trainers.append(trainer)
+                return CandidateResult.reject(
+                    Stage.QUALITY, f"non-finite loss on {anchor} within {cfg.quality_steps} steps", accuracies)
+            accuracies[anchor] = run.accuracy()
+            runs.append(run)
             if accuracies[anchor] < cfg.quality_threshold:
                 timings["quality"] = time.monotonic() - start
-                return _result("rejected", "quality", f"accuracy {accuracies[anchor]:.3f} < {cfg.quality_threshold} on "
-                               f"{anchor} after {cfg.quality_steps} steps", accuracies)
+                return CandidateResult.reject(
+                    Stage.QUALITY, f"accuracy {accuracies[anchor]:.3f} < {cfg.quality_threshold} on {anchor} after "
+                    f"{cfg.quality_steps} steps", accuracies)
         timings["quality"] = time.monotonic() - start
 
         start = time.monotonic()
         reason = self._stability_failure(genome, data)
         timings["stability"] = time.monotonic() - start
         if reason is not None:
-            return _result("rejected", "stability", reason, accuracies)
+            return CandidateResult.reject(Stage.STABILITY, reason, accuracies)
 
         start = time.monotonic()
-        for anchor, trainer in zip(cfg.anchors, trainers):
-            if not trainer.train_to(cfg.train_steps):
+        for anchor, run in zip(cfg.anchors, runs):
+            if not run.train_to(cfg.train_steps):
                 timings["fitness"] = time.monotonic() - start
-                return _result("rejected", "fitness", f"non-finite loss on {anchor} within {cfg.train_steps} steps", accuracies)
-            accuracies[anchor] = trainer.accuracy()
+                return CandidateResult.reject(
+                    Stage.FITNESS, f"non-finite loss on {anchor} within {cfg.train_steps} steps", accuracies)
+            accuracies[anchor] = run.accuracy()
         timings["fitness"] = time.monotonic() - start
-        return _result("accepted", accuracies=accuracies)
+        return CandidateResult.accept(accuracies)
 
     def _stability_failure(self, genome: Genome, data: tuple[Tensor, ...]) -> str | None:
         cfg = self.config
         if cfg.stability_steps == 0:
             return None
-        generator = torch.Generator().manual_seed(cfg.seed + 1)
+        generator = torch.Generator().manual_seed(self.seed + 1)
         idx = torch.randint(0, len(data[0]), (cfg.stability_batch_size,), generator=generator)
         inputs, targets = random_crops(data[0][idx], cfg.crop_size, generator), data[1][idx]
         for anchor in cfg.anchors[:cfg.stability_anchors]:
@@ -256,4 +227,3 @@ class ProxyEvaluator:
             if worst > cfg.stability_threshold:
                 return f"gradient norm {worst:.3g} > {cfg.stability_threshold:.3g} on {anchor} after {steps} ascent steps"
         return None
-

@@ -1,71 +1,64 @@
 """Summarize layer-search runs: ``python search/report.py DIR [DIR ...]``.
 
-Prints, per run, the counts (candidates, accepted, rejected per stage, cache hits,
-seconds per candidate), the reference layers measured on the same proxy, the Pareto
-frontier and the top 10 by mean accuracy across anchors; writes a PNG of search progress
-(mean +- std of the top-10's mean accuracy vs candidates evaluated, as the paper's
-Fig. 10), all runs on one plot (e.g. evolution vs random).
+Prints, per run, the counts (candidates, accepted, rejected per stage, cache hits, trained
+candidates per CPU-minute, where the proxy's time went), the reference layers measured on
+the same proxy, the Pareto frontier and the top 10 by mean accuracy across anchors, as
+formulas; writes a PNG of search progress (mean +- std of the top-10's mean accuracy vs
+candidates evaluated, as the paper's Fig. 10), all runs on one plot (e.g. evolution vs
+random), and with ``--json`` a machine-readable summary.
 """
 from __future__ import annotations
 
 import argparse
+import shlex
 import statistics
 import sys
 from collections import Counter
 from pathlib import Path
 
+from evonorm_core.experiment.config import ConfigError
+from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
+from evonorm_core.experiment.progress import format_duration
 from evonorm_core.search.driver import member_from_record, read_checkpoint
 from evonorm_core.search.evolution import pareto_frontier
+from evonorm_core.search.results import CandidateRecord
+from search.config import CONFIG_FILE, SearchConfig, read_run_config
+
+SUMMARY_FILE = "summary.json"
 
 
-def mean_accuracy(record: dict) -> float:
-    values = list(record["accuracies"].values())
-    return sum(values) / len(values)
+def accepted(records: list[CandidateRecord]) -> list[CandidateRecord]:
+    return [r for r in records if r.accepted]
 
 
-def accepted(records: list[dict]) -> list[dict]:
-    return [r for r in records if r["status"] == "accepted"]
-
-
-def distinct_accepted(records: list[dict]) -> list[dict]:
+def distinct_accepted(records: list[CandidateRecord]) -> list[CandidateRecord]:
     """The accepted records, only the first of each function (equivalence-cache fingerprint)."""
-    first: dict[str, dict] = {}
+    first: dict[str, CandidateRecord] = {}
     for record in accepted(records):
-        first.setdefault(record["fingerprint"], record)
+        first.setdefault(record.fingerprint, record)
     return list(first.values())
 
 
-def top_k(records: list[dict], k: int = 10) -> list[dict]:
+def top_k(records: list[CandidateRecord], k: int = 10) -> list[CandidateRecord]:
     """The ``k`` distinct accepted layers with the best mean accuracy (ties: the earlier first)."""
-    return sorted(distinct_accepted(records), key=lambda r: (-mean_accuracy(r), r["id"]))[:k]
+    return sorted(distinct_accepted(records), key=lambda r: (-r.mean_accuracy, r.candidate_id))[:k]
 
 
-def frontier(records: list[dict]) -> list[dict]:
+def frontier(records: list[CandidateRecord]) -> list[CandidateRecord]:
     """Distinct accepted layers on the Pareto frontier of the per-anchor accuracies."""
-    by_id = {r["id"]: r for r in distinct_accepted(records)}
+    by_id = {r.candidate_id: r for r in distinct_accepted(records)}
     members = [member_from_record(r) for r in by_id.values()]
-    return sorted((by_id[m.candidate_id] for m in pareto_frontier(members)), key=lambda r: -mean_accuracy(r))
+    return sorted((by_id[m.candidate_id] for m in pareto_frontier(members)), key=lambda r: -r.mean_accuracy)
 
 
-def counts(state: dict) -> dict:
-    records = state["records"]
-    stages = Counter(r["stage"] for r in records if r["status"] == "rejected")
-    elapsed = state["elapsed"]
-    return {
-        "candidates": len(records), "accepted": len(accepted(records)), "rejected": dict(sorted(stages.items())),
-        "cache_hits": sum(r["cache_hit"] for r in records), "elapsed_s": round(elapsed, 1),
-        "seconds_per_candidate": round(elapsed / max(1, len(records)), 2),
-    }
-
-
-def top_k_curve(records: list[dict], k: int = 10) -> tuple[list[int], list[float], list[float]]:
+def top_k_curve(records: list[CandidateRecord], k: int = 10) -> tuple[list[int], list[float], list[float]]:
     """After each evaluated candidate: (count, mean, std) of the mean accuracy of the top-``k``
     distinct layers so far (a repeat of a function already seen does not count twice)."""
     xs, means, stds, best, seen = [], [], [], [], set()
     for i, record in enumerate(records, 1):
-        if record["status"] == "accepted" and record["fingerprint"] not in seen:
-            seen.add(record["fingerprint"])
-            best = sorted(best + [mean_accuracy(record)], reverse=True)[:k]
+        if record.accepted and record.fingerprint not in seen:
+            seen.add(record.fingerprint)
+            best = sorted(best + [record.mean_accuracy], reverse=True)[:k]
         if best:
             xs.append(i)
             means.append(statistics.fmean(best))
@@ -73,29 +66,72 @@ def top_k_curve(records: list[dict], k: int = 10) -> tuple[list[int], list[float
     return xs, means, stds
 
 
-def _row(name: str, record: dict, anchors: list[str]) -> str:
-    accs = "  ".join(f"{record['accuracies'].get(a, float('nan')):.3f}" for a in anchors)
-    mean = f"{mean_accuracy(record):.3f}" if record["accuracies"] else "  -  "
-    status = "" if record["status"] == "accepted" else f"  [rejected: {record['stage']}: {record['reason']}]"
-    return f"  {name:<12} {accs}  {mean}  {record['expression']}{status}"
+def cores(config: SearchConfig | None) -> int:
+    """CPU cores the run's workers use (workers x threads)."""
+    return 1 if config is None else config.workers * config.torch_threads
+
+
+def counts(state: dict, config: SearchConfig | None = None) -> dict:
+    """Counts, rates and the proxy's time per stage of a run's checkpoint ``state``."""
+    records = state["records"]
+    stages = Counter(str(r.stage) for r in records if not r.accepted)
+    elapsed = state["elapsed"]
+    trained = [r for r in records if r.trained]
+    cpu_minutes = elapsed * cores(config) / 60
+    stage_seconds = Counter()
+    for record in [*records, *state["baselines"].values()]:
+        stage_seconds.update(record.result.timings)
+    return {
+        "candidates": len(records), "accepted": len(accepted(records)),
+        "distinct_accepted": len(distinct_accepted(records)), "rejected": dict(sorted(stages.items())),
+        "cache_hits": sum(r.cache_hit for r in records), "trained": len(trained), "elapsed_s": round(elapsed, 1),
+        "cpu_seconds": round(elapsed * cores(config), 1),
+        "seconds_per_candidate": round(elapsed / max(1, len(records)), 3),
+        "trained_per_cpu_minute": round(len(trained) / cpu_minutes, 2) if cpu_minutes > 0 else None,
+        "proxy_seconds_by_stage": {k: round(v, 1) for k, v in sorted(stage_seconds.items())},
+    }
+
+
+def _row(name: str, record: CandidateRecord, anchors: list[str]) -> str:
+    accs = "  ".join(f"{record.accuracies[a]:.3f}" if a in record.accuracies else "  -  " for a in anchors)
+    mean = f"{record.mean_accuracy:.3f}" if record.accuracies else "  -  "
+    status = "" if record.accepted else f"  [rejected: {record.stage}: {record.reason}]"
+    return f"  {name:<12} {accs}  {mean}  {record.expression}{status}"
+
+
+def _config_or_none(output_dir: str) -> SearchConfig | None:
+    return read_run_config(output_dir) if (Path(output_dir) / CONFIG_FILE).is_file() else None
+
+
+def _anchors(state: dict, config: SearchConfig | None) -> list[str]:
+    if config is not None:
+        return list(config.proxy.anchors)
+    seen: dict[str, None] = {}
+    for record in [*state["baselines"].values(), *state["records"]]:
+        seen.update(dict.fromkeys(record.accuracies))
+    return list(seen)
 
 
 def format_report(output_dir: str, k: int = 10) -> str:
-    state = read_checkpoint(output_dir)
-    records, anchors = state["records"], list(state["metadata"]["proxy"]["anchors"])
-    c = counts(state)
+    state, config = read_checkpoint(output_dir), _config_or_none(output_dir)
+    records, anchors = state["records"], _anchors(state, config)
+    c = counts(state, config)
+    evolution = state["config"]
     lines = [
-        f"== {output_dir}: mode {state['config']['mode']}, {state['config']['strategy']}, "
-        f"preset {state['metadata'].get('preset', '?')}, seed {state['seed']}",
-        f"candidates {c['candidates']}, accepted {c['accepted']}, rejected by stage {c['rejected']}, "
-        f"cache hits {c['cache_hits']}, {c['elapsed_s']} s ({c['seconds_per_candidate']} s/candidate)",
+        f"== {output_dir}: mode {evolution['mode']}, {evolution['strategy']}, "
+        f"preset {config.preset if config else '?'}, seed {state['seed']}",
+        f"candidates {c['candidates']}, accepted {c['accepted']} ({c['distinct_accepted']} distinct functions), "
+        f"rejected by stage {c['rejected']}, cache hits {c['cache_hits']}",
+        f"{format_duration(c['elapsed_s'])} on {cores(config)} core(s): {c['trained']} candidates trained, "
+        f"{c['trained_per_cpu_minute']} trained per CPU-minute; proxy seconds by stage {c['proxy_seconds_by_stage']}",
         f"  {'layer':<12} {'  '.join(a[:5] for a in anchors)}  mean   expression",
+        "reference layers (same proxy):",
     ]
-    lines += [_row(name, record, anchors) for name, record in sorted(state["baselines"].items())]
+    lines += [_row(name, record, anchors) for name, record in state["baselines"].items()] or ["  (none)"]
     lines.append("Pareto frontier:")
-    lines += [_row(f"#{r['id']}", r, anchors) for r in frontier(records)] or ["  (no accepted candidate)"]
+    lines += [_row(f"#{r.candidate_id}", r, anchors) for r in frontier(records)] or ["  (no accepted candidate)"]
     lines.append(f"top {k} by mean accuracy:")
-    lines += [_row(f"#{r['id']}", r, anchors) for r in top_k(records, k)] or ["  (no accepted candidate)"]
+    lines += [_row(f"#{r.candidate_id}", r, anchors) for r in top_k(records, k)] or ["  (no accepted candidate)"]
     return "\n".join(lines)
 
 
@@ -104,8 +140,43 @@ def print_report(output_dirs: list[str], k: int = 10) -> None:
         print(format_report(output_dir, k), flush=True)
 
 
+def _layer(record: CandidateRecord) -> dict:
+    return {"id": record.candidate_id, "expression": record.expression, "status": record.status,
+            "stage": None if record.stage is None else str(record.stage), "reason": record.reason,
+            "accuracies": record.accuracies,
+            "mean_accuracy": round(record.mean_accuracy, 4) if record.accuracies else None}
+
+
+def summarize(output_dir: str, k: int = 10) -> dict:
+    """A run as plain data: its configuration, counts and rates, the reference layers, the top
+    ``k``, the frontier and the top-``k`` curve ``[[candidates, mean], ...]``."""
+    state, config = read_checkpoint(output_dir), _config_or_none(output_dir)
+    records = state["records"]
+    xs, means, _ = top_k_curve(records, k)
+    top = top_k(records, k)
+    argv = state["metadata"].get("argv")
+    rerank = Path(output_dir) / "rerank.json"
+    return {
+        "command": None if argv is None else "python search/evolve.py " + shlex.join(argv),
+        "output_dir": str(output_dir), "mode": state["config"]["mode"], "strategy": state["config"]["strategy"],
+        "preset": config.preset if config else None, "seed": state["seed"], "seeds": [state["seed"]],
+        "cores": cores(config), **counts(state, config),
+        "references": {name: _layer(r) for name, r in state["baselines"].items()},
+        "top": [_layer(r) for r in top], "frontier": [_layer(r) for r in frontier(records)],
+        f"top{k}_mean": round(statistics.fmean(r.mean_accuracy for r in top), 4) if top else None,
+        "curve": [[x, round(m, 4)] for x, m in zip(xs, means)],
+        "rerank": read_json(rerank, what="rerank result") if rerank.is_file() else None,
+    }
+
+
+def write_summary(output_dir: str, summary: dict) -> Path:
+    path = Path(output_dir) / SUMMARY_FILE
+    atomic_write_json(path, summary)
+    return path
+
+
 def write_progress_plot(output_dirs: list[str], path: str | Path, k: int = 10) -> Path:
-    """One curve (mean +- std of the top-``k``) per run; the BN-ReLU baseline dashed."""
+    """One curve (mean +- std of the top-``k``) per run; the BN-ReLU reference dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -121,14 +192,15 @@ def write_progress_plot(output_dirs: list[str], path: str | Path, k: int = 10) -
         line, = ax.plot(xs, means, label=label)
         ax.fill_between(xs, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
                         color=line.get_color(), alpha=0.2)
-        baseline = state["baselines"].get("bn_relu")
-        if baseline and baseline["status"] == "accepted":
-            ax.axhline(mean_accuracy(baseline), color=line.get_color(), linestyle="--", linewidth=1,
-                       label=f"BN-ReLU ({Path(output_dir).name})")
+        for name in ("bn_relu", "gn_relu"):
+            reference = state["baselines"].get(name)
+            if reference is not None and reference.accepted:
+                ax.axhline(reference.mean_accuracy, color=line.get_color(), linestyle="--", linewidth=1,
+                           label=f"{name} ({Path(output_dir).name})")
     ax.set_xlabel("candidates evaluated")
     ax.set_ylabel(f"mean accuracy across anchors, top {k}")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path)
@@ -138,14 +210,20 @@ def write_progress_plot(output_dirs: list[str], path: str | Path, k: int = 10) -
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("output_dirs", nargs="+", metavar="DIR", help="output directories of search/evolve.py runs")
+    parser.add_argument("output_dirs", nargs="+", metavar="DIR", help="output folders of search/evolve.py runs")
     parser.add_argument("--top", type=int, default=10, help="how many candidates the top list and the curve use")
     parser.add_argument("--plot", help="PNG to write (default: DIR/progress.png of the first DIR)")
+    parser.add_argument("--json", help="write the run's summary to this JSON file (a list of them for several DIRs)")
     args = parser.parse_args(argv)
+    if args.top < 1:
+        parser.error(f"--top must be >= 1, got {args.top}")
     try:
         print_report(args.output_dirs, args.top)
         plot = write_progress_plot(args.output_dirs, args.plot or Path(args.output_dirs[0]) / "progress.png", args.top)
-    except FileNotFoundError as error:
+        if args.json:
+            summaries = [summarize(d, args.top) for d in args.output_dirs]
+            atomic_write_json(args.json, summaries[0] if len(summaries) == 1 else summaries)
+    except (FileNotFoundError, CorruptFileError, ConfigError) as error:
         parser.error(str(error))
     print(f"search progress plot: {plot}")
     return 0

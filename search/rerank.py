@@ -1,77 +1,149 @@
-"""Rerank a search's top candidates with longer training: ``python search/rerank.py DIR``.
+"""Rerank a search's top layers with longer training: ``python search/rerank.py DIR``.
 
-Paper section 5.2: the top-10 layers are trained with full models on 90% of the training
-set and ranked by their mean accuracy on the held-out 10%. Here each of the top ``--top``
-candidates of the run in DIR (and the reference layers the run measured) is trained for
-``--train-steps`` (default: 4x the search's) on every anchor of the run (or ``--anchors``)
-on 90% of the run's training images and scored on the other 10%; no rejection stages.
-Results go to DIR/rerank.json and are printed best first.
+Paper section 5.2 / Appendix B: the top-10 layers are trained with fully-fledged models on
+90% of the training set and ranked by their mean accuracy on the held-out 10%. Here each of
+the top ``--top`` layers of the run in DIR, and the reference layers the run measured, is
+trained for ``--train-steps`` (default: 2x the search's) on every anchor of the run with
+each of ``--seeds`` (default 0 1 2), on 90% of the run's training images, and scored on the
+other 10%; no rejection stages. Every (layer, seed) result is appended to
+DIR/rerank.jsonl as it finishes (run the same command again to continue after a kill); the
+ranking (mean and std over seeds, per anchor and overall, and which layers match or beat
+BN-ReLU on every anchor) goes to DIR/rerank.json and is printed best first.
 """
 from __future__ import annotations
 
 import argparse
-import json
+import concurrent.futures as futures
+import dataclasses
+import multiprocessing
+import os
+import statistics
 import sys
 from pathlib import Path
 
+from evonorm_core.experiment.config import ConfigError
+from evonorm_core.experiment.files import CorruptFileError, append_jsonl, atomic_write_json, read_jsonl
+from evonorm_core.experiment.rundir import RunDir, RunDirError
 from evonorm_core.search.driver import read_checkpoint
-from search.backends import make_executor
+from evonorm_core.search.results import CandidateResult
+from search.backends import die_with_parent, evaluate_safely
+from search.config import read_run_config
 from search.proxy import ProxyConfig, ProxyEvaluator
-from search.report import mean_accuracy, top_k
+from search.report import top_k
+
+RESULTS, RANKING = "rerank.jsonl", "rerank.json"
 
 
-def rerank_config(saved: dict, args: argparse.Namespace) -> ProxyConfig:
-    """The search's proxy settings with longer training, the 90/10 split and no rejection."""
-    anchors = tuple(a for a in args.anchors.split(",") if a) if args.anchors else tuple(saved["anchors"])
-    steps = args.train_steps or 4 * saved["train_steps"]
-    return ProxyConfig(**{**saved, "anchors": anchors, "train_steps": steps, "quality_steps": 0, "quality_threshold": 0.0,
-                          "stability_steps": 0, "holdout": True, "threads": args.threads})
+def rerank_proxy(proxy: ProxyConfig, train_steps: int | None) -> ProxyConfig:
+    """The search's proxy with longer training, the 90/10 split and no rejection stage."""
+    return dataclasses.replace(proxy, train_steps=train_steps or 2 * proxy.train_steps, quality_steps=0,
+                               quality_threshold=0.0, stability_steps=0, holdout=True)
 
 
-def candidates(state: dict, k: int, with_baselines: bool) -> dict[str, dict]:
-    """name -> record: the top-``k`` candidates, then the measured reference layers."""
-    chosen = {f"#{r['id']}": r for r in top_k(state["records"], k)}
-    if with_baselines:
-        chosen.update({name: r for name, r in sorted(state["baselines"].items())})
-    return chosen
+def candidates(state: dict, k: int, with_references: bool) -> dict[str, dict]:
+    """name -> {"expression", "genome"}: the top-``k`` layers, then the measured reference layers."""
+    chosen = {f"#{r.candidate_id}": r for r in top_k(state["records"], k)}
+    if with_references:
+        chosen.update(state["baselines"])
+    return {name: {"expression": r.expression, "genome": r.genome} for name, r in chosen.items()}
+
+
+def _evaluate(proxy: ProxyConfig, seed: int, threads: int, genome: dict) -> CandidateResult:
+    return evaluate_safely(ProxyEvaluator(proxy, seed=seed, threads=threads), genome, None)
+
+
+def rank(chosen: dict[str, dict], results: list[dict], anchors: tuple[str, ...]) -> list[dict]:
+    """Per layer: mean and std over seeds of each anchor's and of the mean accuracy, whether
+    every seed finished, and (if BN-ReLU was reranked) whether it is >= BN-ReLU on every anchor."""
+    rows = []
+    for name, layer in chosen.items():
+        runs = [r for r in results if r["name"] == name]
+        finished = [CandidateResult.from_dict(r["result"]) for r in runs]
+        good = [r for r in finished if r.accuracies and len(r.accuracies) == len(anchors)]
+        per_anchor = {a: [r.accuracies[a] for r in good] for a in anchors}
+        means = [r.mean_accuracy for r in good]
+        rows.append({
+            "name": name, "expression": layer["expression"], "seeds": [r["seed"] for r in runs],
+            "failed": [f"seed {r['seed']}: {r['result']['stage']}: {r['result']['reason']}" for r, f in zip(runs, finished)
+                       if f not in good],
+            "anchors": {a: {"mean": round(statistics.fmean(v), 4), "std": round(statistics.pstdev(v), 4), "values": v}
+                        for a, v in per_anchor.items() if v},
+            "mean": round(statistics.fmean(means), 4) if means else None,
+            "std": round(statistics.pstdev(means), 4) if means else None,
+        })
+    reference = next((r for r in rows if r["name"] == "bn_relu" and r["mean"] is not None), None)
+    for row in rows:
+        if reference is not None and row["mean"] is not None:
+            row["at_least_bn_relu_on_every_anchor"] = all(
+                row["anchors"][a]["mean"] >= reference["anchors"][a]["mean"] for a in anchors)
+    return sorted(rows, key=lambda r: -r["mean"] if r["mean"] is not None else 1.0)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("output_dir", metavar="DIR", help="output directory of a search/evolve.py run")
-    parser.add_argument("--top", type=int, default=10, help="how many of the best candidates to rerank (paper: 10)")
-    parser.add_argument("--train-steps", type=int, help="training steps per model (default: 4x the search's)")
-    parser.add_argument("--anchors", help="comma-separated anchors (default: the search's)")
-    parser.add_argument("--no-baselines", action="store_true", help="do not retrain the run's reference layers")
-    parser.add_argument("--workers", type=int, default=2, help="models trained at once (local process pool)")
+    parser.add_argument("output_dir", metavar="DIR", help="output folder of a search/evolve.py run")
+    parser.add_argument("--top", type=int, default=10, help="how many of the best layers to rerank (paper: 10)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds (default: 0 1 2)")
+    parser.add_argument("--train-steps", type=int, help="training steps per model (default: 2x the search's)")
+    parser.add_argument("--no-references", action="store_true", help="do not retrain the run's reference layers")
+    parser.add_argument("--workers", type=int, default=2, help="models trained at once (processes)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     args = parser.parse_args(argv)
+    for flag, value, low in (("--top", args.top, 1), ("--train-steps", args.train_steps, 1), ("--workers", args.workers, 1),
+                             ("--threads", args.threads, 1)):
+        if value is not None and value < low:
+            parser.error(f"{flag} must be >= {low}, got {value}")
+    if any(seed < 0 for seed in args.seeds):
+        parser.error(f"--seeds must be >= 0, got {args.seeds}")
+    folder = Path(args.output_dir)
     try:
-        state = read_checkpoint(args.output_dir)
-        config = rerank_config(state["metadata"]["proxy"], args)
-    except (FileNotFoundError, ValueError) as error:
+        state = read_checkpoint(folder)
+        config = read_run_config(folder)
+        proxy = rerank_proxy(config.proxy, args.train_steps)
+        run_dir = RunDir(folder, resume=True)  # locked: the search or a second rerank cannot write here meanwhile
+        done = read_jsonl(folder / RESULTS, what="rerank log") if (folder / RESULTS).is_file() else []
+    except (FileNotFoundError, CorruptFileError, ConfigError, RunDirError) as error:
         parser.error(str(error))
-    chosen = candidates(state, args.top, not args.no_baselines)
+    chosen = candidates(state, args.top, not args.no_references)
     if not chosen:
-        parser.error(f"{args.output_dir} has no accepted candidate and no reference layer to rerank")
-    print(f"reranking {len(chosen)} layers: {config.train_steps} steps on {', '.join(config.anchors)}, "
-          f"90% of the training images, scored on the held-out 10%", flush=True)
-    executor = make_executor("local", ProxyEvaluator(config), args.workers, None)
-    names = list(chosen)
-    for i, name in enumerate(names):
-        executor.submit(i, chosen[name]["genome"])
-    results: dict[str, dict] = {}
-    while len(results) < len(names):
-        for i, result in executor.wait():
-            results[names[i]] = {"expression": chosen[names[i]]["expression"], **result}
-            print(f"  {names[i]}: {result['status']} {result['accuracies']}", flush=True)
-    executor.close()
-    ranked = sorted(results.items(), key=lambda kv: -mean_accuracy(kv[1]) if kv[1]["accuracies"] else 1.0)
-    (Path(args.output_dir) / "rerank.json").write_text(json.dumps(dict(ranked), indent=1))
-    print("reranked by mean held-out accuracy:")
-    for rank, (name, result) in enumerate(ranked, 1):
-        mean = f"{mean_accuracy(result):.3f}" if result["accuracies"] else "  -  "
-        print(f"{rank:3d}. {name:<12} {mean}  {result['expression']}")
+        parser.error(f"{args.output_dir} has no accepted layer and no reference layer to rerank")
+    stale = [r for r in done if r.get("train_steps") != proxy.train_steps]
+    if stale:
+        parser.error(f"{folder / RESULTS} holds results of {stale[0].get('train_steps')} training steps, not "
+                     f"{proxy.train_steps}: pass the same --train-steps, or delete it to start over")
+    finished = {(r["name"], r["seed"]) for r in done}
+    todo = [(name, seed) for name in chosen for seed in args.seeds if (name, seed) not in finished]
+    print(f"reranking {len(chosen)} layers x {len(args.seeds)} seeds ({len(todo)} to train): {proxy.train_steps} "
+          f"steps on {', '.join(proxy.anchors)}, 90% of the training images, scored on the held-out 10%", flush=True)
+    pool = futures.ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("fork"),
+                                       initializer=die_with_parent, initargs=(os.getpid(),))
+    try:
+        running = {pool.submit(_evaluate, proxy, seed, args.threads, chosen[name]["genome"]): (name, seed)
+                   for name, seed in todo}
+        for i, future in enumerate(futures.as_completed(running), 1):
+            name, seed = running[future]
+            result = future.result()
+            row = {"name": name, "seed": seed, "train_steps": proxy.train_steps, "result": result.to_dict()}
+            append_jsonl(folder / RESULTS, row, sync=True)
+            done.append(row)
+            accs = " / ".join(f"{v:.3f}" for v in result.accuracies.values())
+            print(f"  [{i}/{len(todo)}] {name} seed {seed}: {result.status} {accs}", flush=True)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; finished results are in {folder / RESULTS}: run the same command to continue")
+        return 130
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        run_dir.close()
+    ranked = rank(chosen, [r for r in done if r["seed"] in args.seeds], proxy.anchors)
+    atomic_write_json(folder / RANKING, {"train_steps": proxy.train_steps, "seeds": args.seeds,
+                                         "anchors": list(proxy.anchors), "ranking": ranked})
+    print(f"reranked by mean held-out accuracy over seeds {args.seeds} ({', '.join(proxy.anchors)}):")
+    for place, row in enumerate(ranked, 1):
+        accs = " / ".join(f"{v['mean']:.3f}+-{v['std']:.3f}" for v in row["anchors"].values())
+        verdict = {True: "  >= BN-ReLU on every anchor", False: ""}.get(row.get("at_least_bn_relu_on_every_anchor"), "")
+        mean = f"{row['mean']:.3f}+-{row['std']:.3f}" if row["mean"] is not None else "  -  "
+        print(f"{place:3d}. {row['name']:<11} {mean}  [{accs}]  {row['expression']}{verdict}")
+    print(f"ranking: {folder / RANKING}")
     return 0
 
 

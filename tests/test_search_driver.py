@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from evonorm_core.search import (
-    EquivalenceCache, EvolutionConfig, Genome, LayerSearch, Member, StopCondition, fingerprint, genome_norm_act, parse,
-    pareto_frontier, read_checkpoint,
+    CandidateResult, EquivalenceCache, EvolutionConfig, Genome, LayerSearch, Member, Stage, StopCondition, fingerprint,
+    genome_norm_act, parse, pareto_frontier, read_checkpoint,
 )
 from evonorm_core.search.evolution import Proposer
 from search.backends import ProcessPoolExecutor, SequentialExecutor
@@ -20,7 +20,7 @@ class TinyEvaluator:
     """A real (small) proxy: a 2-conv net with the candidate layer, 5 steps on random data
     that a working layer can fit; accuracy on the same data."""
 
-    def __call__(self, genome_dict: dict) -> dict:
+    def __call__(self, genome_dict: dict) -> CandidateResult:
         torch.manual_seed(0)
         make = genome_norm_act(Genome.from_dict(genome_dict), groups=2)
         model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), make(4, True), nn.Conv2d(4, 4, 3, padding=1),
@@ -31,22 +31,22 @@ class TinyEvaluator:
         for _ in range(5):
             loss = F.cross_entropy(model(x), y)
             if not torch.isfinite(loss):
-                return {"status": "rejected", "stage": "quality", "reason": "non-finite loss", "accuracies": {}}
+                return CandidateResult.reject(Stage.QUALITY, "non-finite loss")
             opt.zero_grad()
             loss.backward()
             opt.step()
         with torch.no_grad():
             acc = (model.eval()(x).argmax(1) == y).float().mean().item()
-        return {"status": "accepted", "stage": None, "reason": "", "accuracies": {"a": acc, "b": 1 - abs(acc - 0.5)}}
+        return CandidateResult.accept({"a": acc, "b": 1 - abs(acc - 0.5)})
 
 
 class Crashing:
-    def __call__(self, genome_dict: dict) -> dict:
+    def __call__(self, genome_dict: dict) -> CandidateResult:
         if "exp" in json.dumps(genome_dict):
             raise RuntimeError("boom")
         if "tanh" in json.dumps(genome_dict):
             time.sleep(30)
-        return {"status": "accepted", "stage": None, "reason": "", "accuracies": {"a": 0.5}}
+        return CandidateResult.accept({"a": 0.5})
 
 
 def small_config(**overrides):
@@ -54,7 +54,7 @@ def small_config(**overrides):
 
 
 def comparable(records):
-    return [{k: v for k, v in r.items() if k not in ("wall_time", "elapsed", "timings")} for r in records]
+    return [{k: v for k, v in r.to_dict().items() if k not in ("wall_time", "elapsed", "timings")} for r in records]
 
 
 def test_equivalent_graphs_share_a_fingerprint_and_others_do_not():
@@ -74,13 +74,13 @@ def test_search_reuses_evaluations_of_equivalent_graphs(tmp_path):
     search = LayerSearch(small_config(strategy="random", max_nodes=1), SequentialExecutor(TinyEvaluator()),
                          str(tmp_path), seed=0)
     records = search.run(StopCondition(max_candidates=40))
-    hits = [r for r in records if r["cache_hit"]]
+    hits = [r for r in records if r.cache_hit]
     assert hits and search.cache.hits == len(hits)
-    trained = {r["fingerprint"]: r for r in records if not r["cache_hit"] and r["stage"] != "static"}
+    trained = {r.fingerprint: r for r in records if r.trained}
     for hit in hits:
-        assert {k: hit[k] for k in ("status", "accuracies")} == {k: trained[hit["fingerprint"]][k] for k in ("status", "accuracies")}
-    assert any(hit["genome"] != trained[hit["fingerprint"]]["genome"] for hit in hits)  # e.g. x * v1 and v1 * x
-    assert {r["stage"] for r in records if r["status"] == "rejected"} <= {"static", "quality"}
+        assert (hit.status, hit.accuracies) == (trained[hit.fingerprint].status, trained[hit.fingerprint].accuracies)
+    assert any(hit.genome != trained[hit.fingerprint].genome for hit in hits)  # e.g. x * v1 and v1 * x
+    assert {r.stage for r in records if not r.accepted} <= {Stage.STATIC, Stage.QUALITY}
 
 
 def test_resume_continues_exactly(tmp_path):
@@ -93,9 +93,9 @@ def test_resume_continues_exactly(tmp_path):
     assert resumed.config == config and len(resumed.records) == 10
     got = resumed.run(StopCondition(max_candidates=24))
     assert comparable(got) == comparable(expected)
-    assert any(r["origin"] == "mutation" for r in got)
+    assert any(r.origin == "mutation" for r in got)
     lines = (tmp_path / "split" / "candidates.jsonl").read_text().splitlines()
-    assert [json.loads(line)["id"] for line in lines] == [r["id"] for r in got]
+    assert [json.loads(line)["id"] for line in lines] == [r.candidate_id for r in got]
     assert read_checkpoint(str(tmp_path / "split"))["next_id"] == 24
 
 
@@ -121,9 +121,9 @@ def test_crashes_and_timeouts_are_rejections(tmp_path):
         search = LayerSearch(small_config(), executor, str(tmp_path / type(executor).__name__), baselines=baselines)
         search.run(StopCondition(max_candidates=0))
         executor.close()
-        stages = {name: r["stage"] for name, r in search.baselines.items()}
-        assert stages == {"boom": "crash", "slow": "timeout", "fine": None}, stages
-        assert "boom" in search.baselines["boom"]["reason"]
+        stages = {name: r.stage for name, r in search.baselines.items()}
+        assert stages == {"boom": Stage.CRASH, "slow": Stage.TIMEOUT, "fine": None}, stages
+        assert "boom" in search.baselines["boom"].reason
 
 
 def test_pareto_tournament_and_average_selection():
@@ -163,9 +163,9 @@ def test_missing_anchor_accuracies_count_as_zero():
 
 
 class QualityRejectsTanh(TinyEvaluator):
-    def __call__(self, genome_dict: dict) -> dict:
+    def __call__(self, genome_dict: dict) -> CandidateResult:
         if "tanh" in json.dumps(genome_dict):
-            return {"status": "rejected", "stage": "quality", "reason": "low", "accuracies": {"a": 0.3}}
+            return CandidateResult.reject(Stage.QUALITY, "low", {"a": 0.3})
         return super().__call__(genome_dict)
 
 
@@ -173,18 +173,18 @@ class QualityRejectsTanh(TinyEvaluator):
 def test_quality_rejected_candidates_join_the_population_only_when_admitted(tmp_path, admit):
     search = LayerSearch(small_config(admit_quality_rejected=admit), SequentialExecutor(QualityRejectsTanh()), str(tmp_path))
     search.run(StopCondition(max_candidates=40))
-    by_id = {r["id"]: r for r in search.records}
+    by_id = {r.candidate_id: r for r in search.records}
     members = [by_id[m.candidate_id] for m in search.proposer.population]
-    rejected = [r for r in members if r["status"] == "rejected"]
-    assert all(r["stage"] == "quality" and r["accuracies"] for r in rejected)
+    rejected = [r for r in members if not r.accepted]
+    assert all(r.stage is Stage.QUALITY and r.accuracies for r in rejected)
     assert bool(rejected) == admit
-    assert len({r["fingerprint"] for r in members}) == len(members)
+    assert len({r.fingerprint for r in members}) == len(members)
 
 
 def test_bad_configuration_is_a_clear_error(tmp_path):
-    with pytest.raises(ValueError, match="unknown strategy 'greedy'"):
+    with pytest.raises(ValueError, match="--strategy must be one of evolution, random, got 'greedy'"):
         EvolutionConfig(strategy="greedy")
-    with pytest.raises(ValueError, match="unknown search mode 'X'"):
+    with pytest.raises(ValueError, match="--mode must be one of B, S, got 'X'"):
         EvolutionConfig(mode="X")
     with pytest.raises(FileNotFoundError, match="no search checkpoint"):
         LayerSearch.resume(SequentialExecutor(TinyEvaluator()), str(tmp_path))

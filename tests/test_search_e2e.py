@@ -6,16 +6,18 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from evonorm_core.search import CandidateRecord, CandidateResult, Stage
 from search import evolve, report
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--anchors", "resnet50_cifar", "--image-size", "8", "--crop-size", "8", "--batch-size", "8",
         "--train-steps", "2", "--quality-steps", "1", "--quality-threshold", "0", "--stability-steps", "1",
-        "--stability-batch-size", "4", "--initial-population", "1", "--mode", "S"]
+        "--stability-batch-size", "4", "--initial-population", "1", "--mode", "S", "--threads", "1"]
 
 
 def records(output_dir):
@@ -28,10 +30,11 @@ def comparable(rows):
 
 def test_local_search_runs_reports_and_plots(tmp_path, capsys):
     out = tmp_path / "run"
-    assert evolve.main(TINY + ["--workers", "1", "--max-candidates", "4", "--baselines", "evonorm_s0",
+    assert evolve.main(TINY + ["--workers", "1", "--max-candidates", "4", "--references", "evonorm_s0",
                                "--output-dir", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "embedded sklearn digits proxy" in printed and "Pareto frontier" in printed and "evonorm_s0" in printed
+    assert "trained per CPU-minute" in printed
     rows = records(out)
     assert len(rows) == 4 and {"expression", "accuracies", "stage", "cache_hit", "wall_time"} <= set(rows[0])
     assert (out / "progress.png").stat().st_size > 1000
@@ -43,7 +46,7 @@ def test_ray_backend(tmp_path):
     out = tmp_path / "ray"
     try:
         assert evolve.main(TINY + ["--backend", "ray", "--workers", "2", "--max-candidates", "3",
-                                   "--baselines", "none", "--output-dir", str(out)]) == 0
+                                   "--references", "none", "--output-dir", str(out)]) == 0
         assert ray.cluster_resources().get("CPU") == 2
     finally:
         ray.shutdown()
@@ -51,10 +54,10 @@ def test_ray_backend(tmp_path):
 
 
 def test_bad_arguments_are_clear_errors(tmp_path, capsys):
-    for argv, message in ((["--data", "cifar10"], "needs a data_dir"),
+    for argv, message in ((["--data", "cifar10"], "--data cifar10 needs --data-dir"),
                           (["--data", "cifar10", "--data-dir", str(tmp_path)], "cifar-10"),
-                          (["--anchors", "vgg"], "unknown anchors ['vgg']"),
-                          (["--baselines", "bn"], "unknown baselines ['bn']"),
+                          (["--anchors", "vgg"], "--anchors must be one of resnet50_cifar"),
+                          (["--references", "bn"], "--references must be one of bn_relu"),
                           (["--resume", "--output-dir", str(tmp_path / "none")], "no search checkpoint")):
         with pytest.raises(SystemExit):
             evolve.main(argv)
@@ -63,7 +66,7 @@ def test_bad_arguments_are_clear_errors(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_kill_and_resume_gives_the_uninterrupted_result(tmp_path):
-    args = TINY + ["--workers", "1", "--max-candidates", "8", "--baselines", "none", "--seed", "5"]
+    args = TINY + ["--workers", "1", "--max-candidates", "8", "--references", "none", "--seed", "5"]
     evolve.main(args + ["--output-dir", str(tmp_path / "whole")])
     killed = tmp_path / "killed"
     command = [sys.executable, str(REPO / "search" / "evolve.py"), *args, "--output-dir", str(killed)]
@@ -81,12 +84,13 @@ def test_kill_and_resume_gives_the_uninterrupted_result(tmp_path):
 
 
 def test_report_counts_each_function_once():
-    def row(i, fp, accs, status="accepted"):
-        return {"id": i, "fingerprint": fp, "status": status, "accuracies": dict(zip("ab", accs)),
-                "genome": {"nodes": [["tanh", 0]]}}
+    def row(i, fp, accs, accepted=True):
+        result = (CandidateResult.accept if accepted else partial(CandidateResult.reject, Stage.QUALITY, "low"))(
+            dict(zip("ab", accs)))
+        return CandidateRecord(i, {"nodes": [["tanh", 0]]}, "tanh(x)", "random", None, fp, result)
     rows = [row(0, "f", (0.9, 0.8)), row(1, "f", (0.9, 0.8)), row(2, "g", (0.5, 0.4)),
-            row(3, "h", (0.1, 0.1), "rejected")]
-    assert [r["id"] for r in report.top_k(rows, 2)] == [0, 2]
-    assert [r["id"] for r in report.frontier(rows)] == [0]
+            row(3, "h", (0.1, 0.1), False)]
+    assert [r.candidate_id for r in report.top_k(rows, 2)] == [0, 2]
+    assert [r.candidate_id for r in report.frontier(rows)] == [0]
     xs, means, _ = report.top_k_curve(rows, k=2)
     assert xs == [1, 2, 3, 4] and means == pytest.approx([0.85, 0.85, 0.65, 0.65])

@@ -5,7 +5,8 @@ import torch.nn.functional as F
 
 from classification.anchors import build_anchor
 from evonorm_core.search import genome_norm_act, parse, static_rejection, worst_case_gradient_norm
-from search.evolve import BASELINES
+from search.config import REFERENCE_LAYERS as BASELINES
+from evonorm_core.search import Stage
 from search.proxy import ProxyConfig, ProxyEvaluator, load_data
 
 
@@ -20,23 +21,23 @@ def test_static_rejection(expression, reason):
 
 def tiny_proxy(**overrides):
     settings = dict(anchors=("resnet50_cifar",), image_size=8, crop_size=8, batch_size=16, train_steps=2,
-                    quality_steps=2, quality_threshold=0.2, stability_steps=0, threads=2)
+                    quality_steps=2, quality_threshold=0.2, stability_steps=0)
     return ProxyConfig(**{**settings, **overrides})
 
 
 def test_quality_rejects_a_constant_zero_layer():
-    result = ProxyEvaluator(tiny_proxy())(parse("x * 0").to_dict())
-    assert result["status"] == "rejected" and result["stage"] == "quality"
-    assert result["accuracies"]["resnet50_cifar"] < 0.2 and "resnet50_cifar after 2 steps" in result["reason"]
+    result = ProxyEvaluator(tiny_proxy(), threads=1)(parse("x * 0").to_dict())
+    assert result.status == "rejected" and result.stage is Stage.QUALITY
+    assert result.accuracies["resnet50_cifar"] < 0.2 and "resnet50_cifar after 2 steps" in result.reason
 
 
 @pytest.mark.slow
 def test_quality_and_stability_accept_bn_relu():
     proxy = tiny_proxy(image_size=16, crop_size=12, batch_size=32, quality_steps=30, train_steps=30,
                        quality_threshold=0.2, stability_steps=3, stability_batch_size=8, recalibration_batches=4)
-    result = ProxyEvaluator(proxy)(parse(BASELINES["bn_relu"]).to_dict())
-    assert result["status"] == "accepted", result
-    assert result["accuracies"]["resnet50_cifar"] >= 0.2
+    result = ProxyEvaluator(proxy, threads=1)(parse(BASELINES["bn_relu"]).to_dict())
+    assert result.status == "accepted", result
+    assert result.accuracies["resnet50_cifar"] >= 0.2
 
 
 def test_stability_rejects_an_exploding_layer_and_passes_bn_relu():
@@ -52,5 +53,5 @@ def test_stability_rejects_an_exploding_layer_and_passes_bn_relu():
 
 def test_stability_stage_in_the_evaluator_names_the_anchor():
     proxy = tiny_proxy(quality_steps=0, quality_threshold=0.0, stability_steps=2, stability_batch_size=4)
-    result = ProxyEvaluator(proxy)(parse("x * square(x) + x").to_dict())
-    assert result["stage"] == "stability" and "on resnet50_cifar after 1 ascent steps" in result["reason"], result
+    result = ProxyEvaluator(proxy, threads=1)(parse("x * square(x) + x").to_dict())
+    assert result.stage is Stage.STABILITY and "on resnet50_cifar after 1 ascent steps" in result.reason, result

@@ -14,11 +14,12 @@ from .expression import parse, to_infix, to_latex
 from .genome import DEFAULT_MAX_NODES, INITIAL_NODES, Genome, Node, check_mode, mutate, random_genome
 from .layer import ChannelAffine2d, GraphLayer, genome_norm_act
 from .primitives import MODES, PRIMITIVES, ops_for_mode
-from .rejection import STAGES, static_rejection, worst_case_gradient_norm
+from .rejection import static_rejection, worst_case_gradient_norm
+from .results import STAGES, CandidateRecord, CandidateResult, Stage
 
 __all__ = [
-    "ChannelAffine2d", "DEFAULT_MAX_NODES", "EquivalenceCache", "EvolutionConfig", "Genome", "GraphLayer",
-    "INITIAL_NODES", "LayerSearch", "MODES", "Member", "Node", "PRIMITIVES", "Proposer", "STAGES", "StopCondition",
+    "CandidateRecord", "CandidateResult", "ChannelAffine2d", "DEFAULT_MAX_NODES", "EquivalenceCache", "EvolutionConfig", "Genome", "GraphLayer",
+    "INITIAL_NODES", "LayerSearch", "MODES", "Member", "Node", "PRIMITIVES", "Proposer", "STAGES", "Stage", "StopCondition",
     "check_mode", "fingerprint", "genome_norm_act", "mutate", "ops_for_mode", "parse", "pareto_frontier",
     "random_genome", "read_checkpoint", "static_rejection", "to_infix", "to_latex", "worst_case_gradient_norm",
 ]

@@ -14,37 +14,64 @@ recorded again, identically, from the checkpointed random state.
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from ..experiment.config import config_from_dict, config_to_dict
+from ..experiment.files import CorruptFileError, append_jsonl, atomic_write_json, atomic_write_text, read_json, read_jsonl
 from .equivalence import EquivalenceCache, fingerprint
 from .evolution import EvolutionConfig, Member, Proposer
 from .expression import to_infix
 from .genome import Genome
 from .rejection import static_rejection
+from .results import CandidateRecord, CandidateResult, Stage
 
 CHECKPOINT = "checkpoint.json"
 LOG = "candidates.jsonl"
 CHECKPOINT_INTERVAL = 10.0  # seconds
+_STATE_KEYS = ("config", "seed", "metadata", "rng", "next_id", "elapsed", "logged", "baselines", "todo_baselines",
+               "population", "cache", "in_flight")
 
 
-def read_checkpoint(output_dir: str) -> dict:
-    """The checkpoint of the run in ``output_dir`` with its ``records`` (the first
-    ``logged`` lines of the log); ``FileNotFoundError`` saying so if there is none."""
-    path = os.path.join(output_dir, CHECKPOINT)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no search checkpoint {CHECKPOINT} in {output_dir!r}")
-    with open(path) as f:
-        state = json.load(f)
-    state["records"] = []
-    if state["logged"]:
-        with open(os.path.join(output_dir, LOG)) as f:
-            state["records"] = [json.loads(line) for line, _ in zip(f, range(state["logged"]))]
-    if len(state["records"]) != state["logged"]:
-        raise ValueError(f"{LOG} in {output_dir!r} has {len(state['records'])} records, the checkpoint covers {state['logged']}")
+def read_checkpoint(output_dir: str | Path) -> dict:
+    """The checkpoint of the run in ``output_dir``, with ``records``: the first ``logged``
+    lines of its log as :class:`CandidateRecord` (and ``baselines`` as records too).
+
+    ``FileNotFoundError`` if there is none; :class:`CorruptFileError` naming the file (and
+    line) and what to do if the checkpoint or the log is damaged.
+    """
+    path = Path(output_dir) / CHECKPOINT
+    if not path.is_file():
+        raise FileNotFoundError(f"no search checkpoint {CHECKPOINT} in {str(output_dir)!r}")
+    state = read_json(path, what="search checkpoint")
+    fix = "it was not written by this program or is damaged; delete the run folder and start again"
+    if not isinstance(state, dict) or any(key not in state for key in _STATE_KEYS):
+        missing = [k for k in _STATE_KEYS if not isinstance(state, dict) or k not in state]
+        raise CorruptFileError(f"search checkpoint {str(path)!r} lacks {missing}: {fix}")
+    log = Path(output_dir) / LOG
+    rows = read_jsonl(log, limit=state["logged"], what="search log") if state["logged"] else []
+    if len(rows) != state["logged"]:
+        raise CorruptFileError(
+            f"search log {str(log)!r} has {len(rows)} records, its checkpoint {str(path)!r} covers {state['logged']}: "
+            "the log was truncated; restore it or delete the run folder and start again")
+    state["records"], seen = [], set()
+    for number, row in enumerate(rows, 1):
+        try:
+            record = CandidateRecord.from_dict(row)
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
+            raise CorruptFileError(f"search log {str(log)!r}, line {number}: not a candidate record ({error}); {fix}") from None
+        if record.candidate_id in seen or not 0 <= record.candidate_id < state["next_id"]:
+            raise CorruptFileError(f"search log {str(log)!r}, line {number}: candidate id {record.candidate_id} is a "
+                                   f"repeat or was never proposed; {fix}")
+        seen.add(record.candidate_id)
+        state["records"].append(record)
+    try:
+        state["baselines"] = {name: CandidateRecord.from_dict(row) for name, row in state["baselines"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        raise CorruptFileError(f"search checkpoint {str(path)!r}: bad reference-layer record ({error}); {fix}") from None
     return state
 
 
@@ -56,16 +83,15 @@ class Executor(Protocol):
     def submit(self, candidate_id: int, genome: dict) -> None:
         """Start evaluating ``genome`` (a :meth:`Genome.to_dict`)."""
 
-    def wait(self) -> list[tuple[int, dict]]:
-        """Block until at least one candidate finished; ``(id, result)`` for each. A result
-        has ``status`` ("accepted"/"rejected"), ``stage``, ``reason`` and ``accuracies``;
-        crashes and time-outs come back as rejections."""
+    def wait(self) -> list[tuple[int, CandidateResult]]:
+        """Block until at least one candidate finished; ``(id, result)`` for each. Crashes
+        and time-outs come back as rejections (stages ``crash``/``timeout``)."""
 
     def close(self) -> None:
         ...
 
 
-@dataclass
+@dataclass(frozen=True)
 class StopCondition:
     """Stop proposing after ``max_candidates`` candidates or ``time_budget`` seconds (either may be None)."""
 
@@ -96,17 +122,15 @@ class _Pending:
         return cls(data["id"], Genome.from_dict(data["genome"]), data["origin"], data["parent"], data["fingerprint"])
 
 
-_RESULT_KEYS = ("status", "stage", "reason", "accuracies", "timings")
-
-
-def member_from_record(record: dict) -> Member:
+def member_from_record(record: CandidateRecord) -> Member:
     """The population :class:`Member` of a logged candidate record."""
-    return Member(record["id"], Genome.from_dict(record["genome"]), tuple(record["accuracies"].values()),
-                  record["fingerprint"])
+    return Member(record.candidate_id, Genome.from_dict(record.genome), tuple(record.accuracies.values()),
+                  record.fingerprint)
 
 
 class LayerSearch:
-    """One search run writing to ``output_dir``.
+    """One search run writing to ``output_dir`` (which the caller owns, e.g. through
+    :class:`evonorm_core.experiment.rundir.RunDir`).
 
     ``baselines`` (name -> genome) are evaluated first, through the same executor, and
     kept apart from the population; ``on_record(search, record)`` is called after each
@@ -117,39 +141,39 @@ class LayerSearch:
         self,
         config: EvolutionConfig,
         executor: Executor,
-        output_dir: str,
+        output_dir: str | Path,
         seed: int = 0,
         baselines: dict[str, Genome] | None = None,
-        on_record: Callable[["LayerSearch", dict], None] | None = None,
+        on_record: Callable[["LayerSearch", CandidateRecord], None] | None = None,
         metadata: dict | None = None,
     ) -> None:
-        self.config, self.executor, self.output_dir = config, executor, output_dir
+        self.config, self.executor, self.output_dir = config, executor, Path(output_dir)
         self.seed, self.on_record, self.metadata = seed, on_record, metadata or {}
         self.proposer = Proposer(config, random.Random(seed))
         self.cache = EquivalenceCache()
-        self.records: list[dict] = []
-        self.baselines: dict[str, dict] = {}
+        self.records: list[CandidateRecord] = []
+        self.baselines: dict[str, CandidateRecord] = {}
         self.next_id = 0
         self.elapsed_before = 0.0
         self.in_flight: dict[int, _Pending] = {}
         self.resubmit: list[_Pending] = []
         self._started: float | None = None
         self._checkpointed = 0.0
-        self.todo_baselines = {name: genome for name, genome in (baselines or {}).items()}
-        os.makedirs(output_dir, exist_ok=True)
+        self.todo_baselines = dict(baselines or {})
+        self.output_dir.mkdir(parents=True, exist_ok=True)
 
     # ----------------------------------------------------------------- checkpointing
     def state_dict(self) -> dict:
         version, internal, gauss = self.proposer.rng.getstate()
         return {
-            "config": asdict(self.config),
+            "config": config_to_dict(self.config),
             "seed": self.seed,
             "metadata": self.metadata,
             "rng": [version, list(internal), gauss],
             "next_id": self.next_id,
             "elapsed": self.elapsed(),
             "logged": len(self.records),
-            "baselines": self.baselines,
+            "baselines": {name: record.to_dict() for name, record in self.baselines.items()},
             "todo_baselines": {name: g.to_dict() for name, g in self.todo_baselines.items()},
             "population": [m.candidate_id for m in self.proposer.population],
             "cache": self.cache.state_dict(),
@@ -157,44 +181,39 @@ class LayerSearch:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Continue from :func:`read_checkpoint`'s ``state`` (records already parsed)."""
         version, internal, gauss = state["rng"]
         self.proposer.rng.setstate((version, tuple(internal), gauss))
         self.next_id, self.elapsed_before = state["next_id"], state["elapsed"]
-        self.records, self.baselines = state["records"], state["baselines"]
+        self.records, self.baselines = list(state["records"]), dict(state["baselines"])
         self.todo_baselines = {name: Genome.from_dict(g) for name, g in state["todo_baselines"].items()}
-        by_id = {r["id"]: r for r in self.records}
+        by_id = {r.candidate_id: r for r in self.records}
         for candidate_id in state["population"]:
-            record = by_id[candidate_id]
-            self.proposer.add(member_from_record(record))
+            self.proposer.add(member_from_record(by_id[candidate_id]))
         self.cache.load_state_dict(state["cache"])
         self.resubmit = [_Pending.from_dict(p) for p in state["in_flight"]]
 
     def checkpoint(self) -> None:
         self._checkpointed = time.monotonic()
-        path = os.path.join(self.output_dir, CHECKPOINT)
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.state_dict(), f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write_json(self.output_dir / CHECKPOINT, self.state_dict())
 
     @classmethod
-    def resume(cls, executor: Executor, output_dir: str, **kwargs: Any) -> "LayerSearch":
-        """Continue the run checkpointed in ``output_dir`` (its config, seed and metadata)."""
-        state = read_checkpoint(output_dir)
-        search = cls(EvolutionConfig(**state["config"]), executor, output_dir, state["seed"],
-                     metadata=state["metadata"], **kwargs)
+    def resume(cls, executor: Executor, output_dir: str | Path, state: dict | None = None, **kwargs: Any) -> "LayerSearch":
+        """Continue the run checkpointed in ``output_dir`` (its config, seed and metadata);
+        ``state``: its :func:`read_checkpoint`, if the caller read it already."""
+        state = state if state is not None else read_checkpoint(output_dir)
+        config = config_from_dict(EvolutionConfig, state["config"], source=str(Path(output_dir) / CHECKPOINT))
+        search = cls(config, executor, output_dir, state["seed"], metadata=state["metadata"], **kwargs)
         search.load_state_dict(state)
-        with open(os.path.join(output_dir, LOG), "w") as f:  # drop lines written after the checkpoint
-            f.writelines(json.dumps(r) + "\n" for r in search.records)
+        # drop lines written after the checkpoint (they are proposed again, identically)
+        atomic_write_text(search.output_dir / LOG, "".join(_line(r) for r in search.records))
         return search
 
     # ----------------------------------------------------------------------- the loop
     def elapsed(self) -> float:
         return self.elapsed_before + (time.monotonic() - self._started if self._started is not None else 0.0)
 
-    def run(self, stop: StopCondition) -> list[dict]:
+    def run(self, stop: StopCondition) -> list[CandidateRecord]:
         """Search until ``stop`` is reached and every candidate in flight has finished."""
         self._started = time.monotonic()
         for pending in self.resubmit:
@@ -223,12 +242,11 @@ class LayerSearch:
         """Record at once what needs no training (static rejects, cache hits), else submit."""
         reason = static_rejection(pending.genome)
         if reason is not None:
-            result = {"status": "rejected", "stage": "static", "reason": reason, "accuracies": {}, "timings": {}}
-            self._record(pending, result, cache_hit=False)
+            self._record(pending, CandidateResult.reject(Stage.STATIC, reason), cache_hit=False)
             return
         cached = self.cache.lookup(pending.fingerprint)
         if cached is not None:
-            self._record(pending, {**cached, "timings": {}}, cache_hit=True)
+            self._record(pending, CandidateResult.from_dict(cached).with_timings({}), cache_hit=True)
             return
         self._submit(pending)
 
@@ -237,11 +255,11 @@ class LayerSearch:
         self.in_flight[pending.candidate_id] = pending
         self.executor.submit(pending.candidate_id, pending.genome.to_dict())
 
-    def _finish(self, pending: _Pending, result: dict) -> None:
-        result = {key: result.get(key) for key in _RESULT_KEYS} | {
-            "accuracies": result.get("accuracies") or {}, "timings": result.get("timings") or {}}
-        if result["stage"] not in ("timeout", "crash"):  # a crash may be transient: do not cache it
-            self.cache.store(pending.fingerprint, result)
+    def _finish(self, pending: _Pending, result: CandidateResult) -> None:
+        if not isinstance(result, CandidateResult):
+            raise TypeError(f"executors return CandidateResult, got {type(result).__name__}")
+        if result.stage is None or not result.stage.transient:  # a crash may be transient: do not cache it
+            self.cache.store(pending.fingerprint, result.with_timings({}).to_dict())
         if pending.origin.startswith("baseline:"):
             name = pending.origin.split(":", 1)[1]
             self.baselines[name] = self._make_record(pending, result, cache_hit=False)
@@ -250,35 +268,30 @@ class LayerSearch:
             if self.on_record is not None:
                 self.on_record(self, self.baselines[name])
             return
-        self._record(pending, result, cache_hit=False, trained=True)
+        self._record(pending, result, cache_hit=False)
 
-    def _joins_population(self, record: dict) -> bool:
-        if record["status"] == "accepted":
+    def _joins_population(self, record: CandidateRecord) -> bool:
+        if record.accepted:
             return True
-        return self.config.admit_quality_rejected and record["stage"] == "quality" and bool(record["accuracies"])
+        return self.config.admit_quality_rejected and record.stage is Stage.QUALITY and bool(record.accuracies)
 
-    def _make_record(self, pending: _Pending, result: dict, cache_hit: bool) -> dict:
-        return {
-            "id": pending.candidate_id,
-            "genome": pending.genome.to_dict(),
-            "expression": to_infix(pending.genome),
-            "origin": pending.origin,
-            "parent": pending.parent,
-            "fingerprint": pending.fingerprint,
-            **{key: result[key] for key in _RESULT_KEYS},
-            "cache_hit": cache_hit,
-            "wall_time": round(time.monotonic() - pending.started, 3),
-            "elapsed": round(self.elapsed(), 3),
-        }
+    def _make_record(self, pending: _Pending, result: CandidateResult, cache_hit: bool) -> CandidateRecord:
+        return CandidateRecord(
+            pending.candidate_id, pending.genome.to_dict(), to_infix(pending.genome), pending.origin, pending.parent,
+            pending.fingerprint, result, cache_hit, round(time.monotonic() - pending.started, 3), round(self.elapsed(), 3),
+        )
 
-    def _record(self, pending: _Pending, result: dict, cache_hit: bool, trained: bool = False) -> None:
+    def _record(self, pending: _Pending, result: CandidateResult, cache_hit: bool) -> None:
         record = self._make_record(pending, result, cache_hit)
         self.records.append(record)
         if self._joins_population(record):
             self.proposer.add(member_from_record(record))
-        with open(os.path.join(self.output_dir, LOG), "a") as f:
-            f.write(json.dumps(record) + "\n")
-        if trained or time.monotonic() - self._checkpointed > CHECKPOINT_INTERVAL:
+        append_jsonl(self.output_dir / LOG, record.to_dict())
+        if record.trained or time.monotonic() - self._checkpointed > CHECKPOINT_INTERVAL:
             self.checkpoint()
         if self.on_record is not None:
             self.on_record(self, record)
+
+
+def _line(record: CandidateRecord) -> str:
+    return json.dumps(record.to_dict()) + "\n"

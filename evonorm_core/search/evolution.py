@@ -1,17 +1,17 @@
 """Which genome to evaluate next: regularized evolution with multi-objective tournaments
 (paper section 4.3, Appendix C) or random search (the baseline of the paper's Fig. 10).
 
-Evolution keeps a sliding window of the most recent trained candidates (paper: 2500):
-the accepted ones and, with ``admit_quality_rejected``, those the quality test rejected,
-with the accuracies they reached (anchors not trained count as 0). The paper's Fig. 10
-caption ("only valid samples survived the rejection phase are reported") implies rejected
-samples live in its population; without them a search whose random graphs are almost all
-rejected has nothing to select from. A function already in the window (same
-equivalence-cache fingerprint) is not added again, so repeats cannot crowd out the rest.
-Each step draws a tournament of a random fraction of the window (paper: 5%); the winner
-is drawn uniformly from the tournament's Pareto frontier over the K anchors' accuracies
-(``selection="pareto"``) or is the best mean accuracy (``"average"``); it is mutated
-twice, and the offspring is replaced by a fresh random graph with probability 0.5.
+Evolution keeps a sliding window of the most recent trained candidates (paper: 2500).
+Following section 4.4, candidates rejected by the quality test are discarded: only the
+accepted ones join the population. With ``admit_quality_rejected`` (a choice of the small
+CPU preset, see ``search/presets.py``) the quality-rejected ones join too, with the
+accuracies they reached (anchors not trained count as 0). A function already in the window
+(same equivalence-cache fingerprint) is not added again, so repeats cannot crowd out the
+rest. Each step draws a tournament of a random fraction of the window (paper: 5%); the
+winner is drawn uniformly from the tournament's Pareto frontier over the K anchors'
+accuracies (``selection="pareto"``) or is the best mean accuracy (``"average"``); it is
+mutated twice, and the offspring is replaced by a fresh random graph with probability 0.5.
+Until the population holds ``initial_population`` members, every proposal is random.
 """
 from __future__ import annotations
 
@@ -21,39 +21,42 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Sequence
 
+from ..experiment.config import option, validate
 from .genome import DEFAULT_MAX_NODES, Genome, mutate, random_genome
-from .primitives import ops_for_mode
+from .primitives import MODES
 
 STRATEGIES = ("evolution", "random")
 SELECTIONS = ("pareto", "average")
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvolutionConfig:
-    """Search-space and evolution settings; defaults are the paper's."""
+    """Search-space and evolution settings; defaults are the paper's (section 4, Appendix C)."""
 
-    mode: str = "B"
-    strategy: str = "evolution"
-    selection: str = "pareto"
-    max_nodes: int = DEFAULT_MAX_NODES
-    window: int = 2500
-    tournament_fraction: float = 0.05
-    initial_population: int = 25
-    mutations: int = 2
-    random_offspring_probability: float = 0.5
-    admit_quality_rejected: bool = True
+    mode: str = option("B", "B: every op of Table 1; S: no batch-dependent op (the EvoNorm-S search)", choices=MODES)
+    strategy: str = option("evolution", "evolution, or random search with the same rejection (Fig. 10's baseline)",
+                           choices=STRATEGIES)
+    selection: str = option("pareto", "tournament winner: a random member of its Pareto frontier over the anchors' "
+                            "accuracies (paper), or the best mean accuracy", choices=SELECTIONS)
+    max_nodes: int = option(DEFAULT_MAX_NODES, "intermediate nodes per graph (paper: 10)", min=1)
+    window: int = option(2500, "sliding window: the most recent N trained candidates form the population (paper: 2500)",
+                         min=1)
+    tournament_fraction: float = option(0.05, "tournament size as a fraction of the population, at least 2 "
+                                        "(paper: 0.05)", min=0, max=1, min_open=True)
+    initial_population: int = option(25, "random candidates in the population before tournaments start", min=1)
+    mutations: int = option(2, "mutations applied to each tournament winner (paper: 2)", min=1)
+    random_offspring_probability: float = option(
+        0.5, "chance an offspring is replaced by a completely new random graph (paper: 0.5)", min=0, max=1)
+    admit_quality_rejected: bool = option(
+        False, "let candidates rejected by the quality test join the population with the accuracies they reached "
+        "(paper: no, section 4.4 discards them)")
 
     def __post_init__(self) -> None:
-        ops_for_mode(self.mode)
-        for name, value, accepted in (("strategy", self.strategy, STRATEGIES), ("selection", self.selection, SELECTIONS)):
-            if value not in accepted:
-                raise ValueError(f"unknown {name} {value!r}; accepted: {list(accepted)}")
-        for name in ("max_nodes", "window", "initial_population", "mutations"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("tournament_fraction", "random_offspring_probability"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        validate(self)
+
+    def tournament_size(self, population: int) -> int:
+        """``tournament_fraction`` of ``population``, rounded, at least 2 (at most ``population``)."""
+        return min(population, max(2, round(self.tournament_fraction * population)))
 
 
 @dataclass
@@ -97,7 +100,7 @@ class Proposer:
 
     def select(self) -> Member:
         """The winner of a tournament over a random subset of the population."""
-        size = min(len(self.population), max(2, round(self.config.tournament_fraction * len(self.population))))
+        size = self.config.tournament_size(len(self.population))
         tournament = self.rng.sample(list(self.population), size)
         if self.config.selection == "average":
             return max(tournament, key=lambda m: sum(m.accuracies))  # missing anchors count as 0

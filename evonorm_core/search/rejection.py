@@ -8,7 +8,7 @@
   passes ``threshold`` (paper: 100 steps, reject above 1e8).
 
 The quality test (accuracy after N training steps on every anchor) lives with the proxy
-task, in ``search/proxy.py``.
+task, in ``search/proxy.py``; every stage is declared in :mod:`.results`.
 """
 from __future__ import annotations
 
@@ -21,11 +21,6 @@ from torch import Tensor, nn
 from .equivalence import probe_outputs
 from .genome import Genome
 from .layer import GraphLayer
-
-STAGES = ("static", "quality", "stability", "fitness")
-"""Where a candidate can be rejected, cheapest first ("fitness": the loss became
-non-finite in the final training). Executors add "timeout" and "crash"."""
-
 
 def static_rejection(genome: Genome) -> str | None:
     """Why ``genome`` fails the static checks, or ``None`` if it passes."""

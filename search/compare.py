@@ -1,0 +1,163 @@
+"""Evolution vs random search at an equal candidate budget, over seeds (the paper's Fig. 10):
+``python -m search.compare --output-dir runs/fig10 --max-candidates N --seeds 0 1 2``.
+
+Runs ``search/evolve.py`` once per strategy and seed into ``OUTPUT/<strategy>_seed<seed>``
+with the same settings (any further flags are passed to every run, e.g. ``--mode S``), each
+stopping after ``--max-candidates`` proposed candidates (no time budget). A run that is
+already complete is reused, one that was interrupted is resumed, so the same command
+continues after a kill. Then writes ``--json`` (default OUTPUT/fig10.json): per strategy the
+seeds, the mean accuracy of the top-10 distinct accepted layers at the end of each seed's
+run, the curve ``[candidates, top-10 mean]`` of each seed, and BN-ReLU's (GN-ReLU's for mode
+S) mean accuracy on the same proxy per seed; and ``--plot``: mean +- std over seeds of the
+top-10 curves, one band per strategy, the reference dashed.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from evonorm_core.experiment.files import atomic_write_json
+from evonorm_core.search.driver import CHECKPOINT, read_checkpoint
+from search import evolve
+from search.report import summarize
+
+STRATEGIES = ("evolution", "random")
+
+
+def run_folder(output_dir: Path, strategy: str, seed: int) -> Path:
+    return output_dir / f"{strategy}_seed{seed}"
+
+
+def run_one(folder: Path, strategy: str, seed: int, budget: int, extra: list[str]) -> None:
+    """Run (or resume, or reuse) one search of ``budget`` candidates in ``folder``."""
+    if (folder / CHECKPOINT).is_file():
+        state = read_checkpoint(folder)
+        if state["next_id"] >= budget and not state["in_flight"] and not state["todo_baselines"]:
+            print(f"{folder}: complete ({state['next_id']} candidates), reused", flush=True)
+            return
+        argv = ["--output-dir", str(folder), "--resume", "--max-candidates", str(budget)]
+    else:
+        argv = [*extra, "--strategy", strategy, "--seed", str(seed), "--max-candidates", str(budget),
+                "--time-budget", "none", "--output-dir", str(folder)]
+    code = evolve.main(argv)
+    if code != 0:
+        raise SystemExit(code)
+
+
+def value_at(curve: list[list[float]], candidates: int) -> float | None:
+    """The top-10 mean after ``candidates`` candidates (None before any layer was accepted)."""
+    before = [mean for x, mean in curve if x <= candidates]
+    return before[-1] if before else None
+
+
+def collect(output_dir: Path, seeds: list[int], budget: int) -> dict:
+    strategies: dict = {}
+    reference: dict[str, list] = {}
+    cpu_seconds = 0.0
+    for strategy in STRATEGIES:
+        finals, curves = [], {}
+        for seed in seeds:
+            summary = summarize(str(run_folder(output_dir, strategy, seed)))
+            cpu_seconds += summary["cpu_seconds"]
+            curves[str(seed)] = summary["curve"]
+            finals.append(value_at(summary["curve"], budget))
+            for name in ("bn_relu", "gn_relu"):
+                layer = summary["references"].get(name)
+                if layer is not None and strategy == "evolution":
+                    reference.setdefault(name, []).append(layer["mean_accuracy"])
+        known = [v for v in finals if v is not None]
+        strategies[strategy] = {
+            "seeds": seeds, "top10_final": finals, "curves": curves,
+            "mean": round(statistics.fmean(known), 4) if known else None,
+            "std": round(statistics.pstdev(known), 4) if len(known) > 1 else None,
+        }
+    evo, rnd = strategies["evolution"], strategies["random"]
+    verdict = None
+    if evo["mean"] is not None and rnd["mean"] is not None:
+        gap = evo["mean"] - rnd["mean"]
+        spread = max(evo["std"] or 0.0, rnd["std"] or 0.0)
+        verdict = {"evolution_minus_random": round(gap, 4), "largest_std": round(spread, 4),
+                   "evolution_beats_random_by_more_than_the_spread": gap > spread}
+    return {"candidate_budget": budget, "cpu_seconds": round(cpu_seconds, 1), "seeds": seeds,
+            "strategies": strategies, "verdict": verdict,
+            **{f"{name}_reference": values for name, values in reference.items()}}
+
+
+def plot(result: dict, path: str | Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    budget = result["candidate_budget"]
+    xs = list(range(1, budget + 1, max(1, budget // 200))) + [budget]
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    for strategy, data in result["strategies"].items():
+        per_seed = [[value_at(curve, x) for x in xs] for curve in data["curves"].values()]
+        points = [(x, [v for v in column if v is not None]) for x, column in zip(xs, zip(*per_seed))]
+        points = [(x, vs) for x, vs in points if len(vs) == len(per_seed)]  # every seed has accepted a layer
+        if not points:
+            continue
+        means = [statistics.fmean(vs) for _, vs in points]
+        stds = [statistics.pstdev(vs) for _, vs in points]
+        line, = ax.plot([x for x, _ in points], means, label=f"{strategy} ({len(per_seed)} seeds)")
+        ax.fill_between([x for x, _ in points], [m - s for m, s in zip(means, stds)],
+                        [m + s for m, s in zip(means, stds)], color=line.get_color(), alpha=0.2)
+    for key in ("bn_relu_reference", "gn_relu_reference"):
+        if result.get(key):
+            ax.axhline(statistics.fmean(result[key]), color="black", linestyle="--", linewidth=1,
+                       label=key.split("_reference")[0].replace("_", "-").upper().replace("RELU", "ReLU"))
+    ax.set_xlabel("candidates proposed")
+    ax.set_ylabel("mean accuracy across anchors, top 10")
+    ax.set_title("evolution vs random search (mean +- std over seeds)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output-dir", default="runs/fig10", help="one folder per run is made in here")
+    parser.add_argument("--max-candidates", type=int, required=True, help="candidate budget of every run")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="search seeds (default: 0 1 2)")
+    parser.add_argument("--json", help="summary to write (default: OUTPUT/fig10.json)")
+    parser.add_argument("--plot", help="PNG to write (default: OUTPUT/fig10.png)")
+    args, extra = parser.parse_known_args(argv)
+    if args.max_candidates < 1:
+        parser.error(f"--max-candidates must be >= 1, got {args.max_candidates}")
+    if any(s < 0 for s in args.seeds):
+        parser.error(f"--seeds must be >= 0, got {args.seeds}")
+    for flag in ("--strategy", "--seed", "--output-dir", "--resume", "--time-budget"):
+        if any(item == flag or item.startswith(flag + "=") for item in extra):
+            parser.error(f"{flag} is set by this program for each run; remove it")
+    output_dir = Path(args.output_dir)
+    started = time.monotonic()
+    for seed in args.seeds:
+        for strategy in STRATEGIES:
+            run_one(run_folder(output_dir, strategy, seed), strategy, seed, args.max_candidates, extra)
+    result = collect(output_dir, args.seeds, args.max_candidates)
+    result["command"] = "python -m search.compare " + shlex.join(sys.argv[1:] if argv is None else argv)
+    result["wall_seconds_this_session"] = round(time.monotonic() - started, 1)
+    json_path = Path(args.json or output_dir / "fig10.json")
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(json_path, result)
+    png = plot(result, args.plot or output_dir / "fig10.png")
+    for strategy, data in result["strategies"].items():
+        finals = ", ".join("-" if v is None else f"{v:.3f}" for v in data["top10_final"])
+        print(f"{strategy}: top-10 mean accuracy after {args.max_candidates} candidates per seed: {finals}; "
+              f"mean {data['mean']} std {data['std']}")
+    print(f"verdict: {result['verdict']}\nsummary: {json_path}\nplot: {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

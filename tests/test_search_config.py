@@ -1,0 +1,157 @@
+"""The search's settings against the paper's text, and what the evolution does with them.
+
+The expected values below are typed from the paper (Appendix B "Proxy Task on CIFAR-10" and
+"Evolution", section 4.4 "Rejection Protocols", section 3 "Search Space"), not read from
+the code's constants.
+"""
+import random
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from evonorm_core.search import EvolutionConfig, Member, parse
+from evonorm_core.search.evolution import Proposer
+from evonorm_core.search.rejection import conv_weights, worst_case_gradient_norm
+from search.config import DEFAULT_REFERENCES, REFERENCE_LAYERS, SearchConfig
+from search.presets import preset
+
+ANCHORS = ("resnet50_cifar", "mobilenetv2_cifar", "efficientnet_cifar")
+
+
+@pytest.mark.parametrize("mode, steps, schedule", [("B", 2000, "constant"), ("S", 5000, "cosine")])
+def test_paper_preset_is_the_papers_proxy_and_evolution(mode, steps, schedule):
+    config = preset("paper", mode)
+    proxy, evolution = config.proxy, config.evolution
+    # Appendix B, proxy task: "24 x 24 random crops on CIFAR-10 with a batch size of 128 for training, and use the
+    # original 32 x 32 image with a batch size of 512 for validation. SGD with learning rate 0.1, Nesterov momentum
+    # 0.9 and weight decay 1e-4. ... 2000 steps with a constant learning rate for the EvoNorm-B experiment ...
+    # 5000 steps following a cosine learning rate schedule for the EvoNorm-S experiment."
+    assert (proxy.anchors, proxy.anchor_depth) == (ANCHORS, 1.0)
+    assert (proxy.image_size, proxy.crop_size, proxy.batch_size, proxy.eval_batch_size) == (32, 24, 128, 512)
+    assert (proxy.lr, proxy.weight_decay) == (0.1, 1e-4)
+    assert (proxy.train_steps, proxy.schedule) == (steps, schedule)
+    # Section 4.4: "less than 20% validation accuracy in 100 training steps on any of the three anchor
+    # architectures"; "ascending ... for 100 steps. Layers with the worst-case gradient norm greater than 10^8".
+    assert (proxy.quality_steps, proxy.quality_threshold) == (100, 0.2)
+    assert (proxy.stability_steps, proxy.stability_threshold, proxy.stability_anchors) == (100, 1e8, None)
+    assert proxy.recalibration_batches == 0
+    # Appendix B, evolution: "sliding window of only the most recent 2500 genotypes. Each tournament is formed by
+    # a random subset of 5% of the active population. Winner is ... a random candidate on the Pareto-frontier ...
+    # mutated twice ... replacing the offspring with a completely new random architecture with probability 0.5."
+    assert (evolution.window, evolution.tournament_fraction, evolution.selection) == (2500, 0.05, "pareto")
+    assert (evolution.mutations, evolution.random_offspring_probability) == (2, 0.5)
+    # Section 3: 4 initial nodes + at most 10 intermediate ones (blog: "4 + 10 = 14").
+    assert evolution.max_nodes == 10
+    # Section 4.4 "We discard layers ..." (blog: "A layer must pass both tests to be added to the population").
+    assert evolution.admit_quality_rejected is False
+    # Not in the paper: the initial random population (25) and the absence of any time limit.
+    assert evolution.initial_population == 25
+    assert (config.time_budget, config.time_limit, config.max_candidates) == (None, None, None)
+    assert (evolution.mode, config.references) == (mode, DEFAULT_REFERENCES[mode])
+
+
+@pytest.mark.parametrize("mode", ["B", "S"])
+def test_cpu_preset_keeps_the_papers_anchors_stages_and_evolution_rules(mode):
+    config = preset("cpu", mode)
+    assert config.proxy.anchors == ANCHORS and config.proxy.quality_threshold == 0.2
+    assert config.proxy.stability_threshold == 1e8 and config.proxy.stability_steps > 0
+    assert config.proxy.schedule == ("constant" if mode == "B" else "cosine")
+    evolution = config.evolution
+    assert (evolution.tournament_fraction, evolution.mutations, evolution.random_offspring_probability,
+            evolution.selection, evolution.max_nodes, evolution.mode) == (0.05, 2, 0.5, "pareto", 10, mode)
+    # MobileNetV2-CIFAR reduces 8x (three strided stages after the two the paper unstrides): a map larger than 1x1
+    # at the end needs more than 8 px (the paper's 24 px crops end at 3x3).
+    assert config.proxy.crop_size > 8 and config.proxy.image_size > 8
+
+
+def test_reference_layers_are_the_papers_formulas():
+    # Table 2 / Table 3 expressions, written as genomes (BN's and GN's affine as v1/v0, B1's constant 1 as v1).
+    assert DEFAULT_REFERENCES == {"B": ("bn_relu", "evonorm_b0", "evonorm_b1", "evonorm_b2"),
+                                  "S": ("gn_relu", "evonorm_s0", "evonorm_s1", "evonorm_s2")}
+    x = torch.randn(4, 8, 3, 3, dtype=torch.float64) * 2 + 0.3
+    eps = 1e-10
+    batch_var = x.var(dim=(0, 2, 3), unbiased=False, keepdim=True)
+    instance_var = x.var(dim=(2, 3), unbiased=False, keepdim=True)
+    instance_ms = x.square().mean(dim=(2, 3), keepdim=True)
+    grouped = x.view(4, 4, 2, 3, 3)
+    group_var = grouped.var(dim=(2, 3, 4), unbiased=False, keepdim=True).expand_as(grouped).reshape(x.shape)
+    group_ms = grouped.square().mean(dim=(2, 3, 4), keepdim=True).expand_as(grouped).reshape(x.shape)
+    expected = {
+        "evonorm_b0": x / torch.maximum(batch_var.sqrt(), x + instance_var.sqrt()),
+        "evonorm_b1": x / torch.maximum(batch_var.sqrt(), (x + 1) * instance_ms.sqrt()),
+        "evonorm_b2": x / torch.maximum(batch_var.sqrt(), instance_ms.sqrt() - x),
+        "evonorm_s0": x * torch.sigmoid(x) / group_var.sqrt(),
+        "evonorm_s1": x * torch.sigmoid(x) / group_var.sqrt(),
+        "evonorm_s2": x * torch.sigmoid(x) / group_ms.sqrt(),
+        "bn_relu": torch.relu((x - x.mean(dim=(0, 2, 3), keepdim=True)) / batch_var.sqrt()),
+    }
+    from evonorm_core.search import GraphLayer
+
+    for name, want in expected.items():
+        layer = GraphLayer(parse(REFERENCE_LAYERS[name]), 8, eps=eps, groups=4).double()
+        torch.testing.assert_close(layer(x), want, rtol=1e-6, atol=1e-6, msg=name)
+
+
+def test_tournament_samples_the_stated_fraction_uniformly():
+    class Recording(random.Random):
+        sizes: list
+
+        def sample(self, population, k, **kwargs):
+            self.sizes.append((len(population), k))
+            picked = super().sample(population, k, **kwargs)
+            chosen.update(m.candidate_id for m in picked)
+            return picked
+
+    chosen: Counter = Counter()
+    rng = Recording(0)
+    rng.sizes = []
+    proposer = Proposer(EvolutionConfig(window=2500, tournament_fraction=0.05, initial_population=1), rng)
+    for i in range(400):
+        proposer.add(Member(i, parse("tanh(x)"), (random.Random(i).random(),), f"f{i}"))
+    for _ in range(300):
+        proposer.select()
+    assert set(rng.sizes) == {(400, 20)}  # 5% of 400
+    # every member is drawn about 300 * 20 / 400 = 15 times: no bias towards the front or back of the window
+    assert len(chosen) > 380 and max(chosen.values()) < 40
+    small = Proposer(EvolutionConfig(tournament_fraction=0.05), random.Random(0))
+    for i in range(10):
+        small.add(Member(i, parse("tanh(x)"), (0.5,), f"g{i}"))
+    assert small.config.tournament_size(10) == 2 and small.config.tournament_size(1) == 1  # at least 2 (if possible)
+
+
+def test_stability_test_ascends_the_gradient_norm():
+    """The adversarial step moves the conv weights *up* the gradient norm: after the test, the
+    norm at the moved weights is larger than at the start (a descent would make it smaller)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Tanh(), nn.Conv2d(8, 8, 3, padding=1), nn.Tanh(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+    inputs, targets = torch.randn(16, 3, 6, 6), torch.arange(16) % 4
+
+    def loss_fn(m):
+        return F.cross_entropy(m(inputs), targets)
+
+    def gradient_norm() -> float:
+        grads = torch.autograd.grad(loss_fn(model), conv_weights(model))
+        return torch.sqrt(sum(g.square().sum() for g in grads)).item()
+
+    start = gradient_norm()
+    worst, steps = worst_case_gradient_norm(model, loss_fn, steps=5, lr=0.5, threshold=1e8)
+    after = gradient_norm()
+    assert steps == 5
+    assert after > start * 1.05, (start, after)
+    assert worst >= after * 0.999 or worst >= start  # the largest norm seen is reported
+
+
+def test_config_round_trips_and_fixed_settings_are_named():
+    config = preset("cpu", "S")
+    from evonorm_core.experiment.config import config_from_dict, config_to_dict
+
+    assert config_from_dict(SearchConfig, config_to_dict(config)) == config
+    from search.config import RESUMABLE, fixed_on_resume
+
+    fixed = fixed_on_resume()
+    assert "proxy.lr" in fixed and "evolution.mode" in fixed and "seed" in fixed
+    assert not set(RESUMABLE) & set(fixed)
