@@ -16,7 +16,7 @@ Architecture facts follow the authors' BigGAN-PyTorch ``BigGANdeep.py``:
 * Spectral norm in G and D, orthogonal init (:mod:`gan.layers`).
 
 Every conditional BN-ReLU of G is the chosen ``norm_act`` in conditional form
-(:mod:`gan.conditional`); the unconditional BN-ReLU before the output conv is the plain
+(:class:`evonorm_core.ConditionalNormAct2d`: the layer's own forward with gamma = 1 + W_g c, beta = W_b c); the unconditional BN-ReLU before the output conv is the plain
 layer. D has no normalization layers, as in BigGAN.
 """
 from __future__ import annotations
@@ -28,23 +28,24 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from evonorm_core import norm_act_factory
+from evonorm_core import conditional_norm_act_factory, norm_act_factory
 
-from .conditional import conditional_norm_act_factory
 from .layers import SelfAttention, sn_conv, sn_embedding, sn_linear, sn_linear_no_bias
 
 # Per output resolution: channel multipliers (in, out) of each stage, as in BigGANdeep.py.
 G_CHANNELS = {
+    16: ([4, 4], [4, 4]),  # not in BigGANdeep.py: the 32 px layout with one stage fewer (the 8x8 digits)
     32: ([4, 4, 4], [4, 4, 4]),
     64: ([16, 16, 8, 4], [16, 8, 4, 2]),
     128: ([16, 16, 8, 4, 2], [16, 8, 4, 2, 1]),
 }
 D_CHANNELS = {
+    16: ([4, 4], [4, 4]),
     32: ([4, 4, 4], [4, 4, 4]),
     64: ([1, 2, 4, 8], [2, 4, 8, 16]),
     128: ([1, 2, 4, 8, 16], [2, 4, 8, 16, 16]),
 }
-D_DOWNSAMPLE = {32: [True, True, False], 64: [True] * 4, 128: [True] * 5}
+D_DOWNSAMPLE = {16: [True, False], 32: [True, True, False], 64: [True] * 4, 128: [True] * 5}
 RESOLUTIONS = tuple(sorted(G_CHANNELS))
 
 
@@ -65,6 +66,7 @@ class GeneratorSpec:
     depth: int = 2
     bottom_width: int = 4
     attention: tuple[int, ...] = (64,)
+    image_channels: int = 3  # 1 for greyscale data (the embedded digits)
 
 
 class GBlock(nn.Module):
@@ -122,7 +124,7 @@ class Generator(nn.Module):
             if resolution in spec.attention:
                 self.blocks.append(SelfAttention(c_out))
         self.output_norm = norm_act_factory(norm_act, **norm_options)(ch_out[-1], True)
-        self.output_conv = sn_conv(ch_out[-1], 3, 3)
+        self.output_conv = sn_conv(ch_out[-1], spec.image_channels, 3)
 
     def condition(self, z: Tensor, y: Tensor) -> Tensor:
         """The conditioning vector ``[z, shared(y)]`` of every conditional norm-act."""
@@ -175,11 +177,12 @@ class Discriminator(nn.Module):
         num_classes: int = 1000,
         depth: int = 2,
         attention: tuple[int, ...] = (64,),
+        image_channels: int = 3,
     ) -> None:
         super().__init__()
         check_resolution(resolution)
         ch_in, ch_out = ([m * channels for m in mults] for mults in D_CHANNELS[resolution])
-        self.input_conv = sn_conv(3, ch_in[0], 3)
+        self.input_conv = sn_conv(image_channels, ch_in[0], 3)
         self.blocks = nn.ModuleList()
         for c_in, c_out, downsample in zip(ch_in, ch_out, D_DOWNSAMPLE[resolution]):
             for index in range(depth):

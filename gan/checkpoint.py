@@ -1,34 +1,29 @@
-"""Run directories and checkpoints.
+"""Run folders, model construction from a configuration, and reading checkpoints back.
 
-A run directory holds ``config.json``, ``checkpoints/last.pt`` (everything needed to
-resume), snapshots named by step (``checkpoints/step_0005000.pt``), ``samples/*.png``,
-``tb/`` (TensorBoard) and, after evaluation, ``metrics.json``.
+A run folder holds ``config.json`` (the resolved :class:`~gan.config.GanConfig`),
+``checkpoints/last.pt`` (everything needed to resume; plain data, read with
+``weights_only=True``), snapshots named by step (``checkpoints/step_0005000.pt``),
+``samples/*.png``, ``log.jsonl`` and ``curves.png``, ``tb/`` (TensorBoard) and, after
+evaluation, ``metrics.json``.
 """
 from __future__ import annotations
 
-import os
+from pathlib import Path
 
-import torch
+from evonorm_core.experiment.config import config_from_dict
+from evonorm_core.experiment.files import load_checkpoint, require_keys
 
 from .biggan_deep import Discriminator, Generator, GeneratorSpec
-from .config import TrainConfig
+from .config import GanConfig
 
 LAST = "last.pt"
 
 
-def checkpoint_dir(run_dir: str) -> str:
-    return os.path.join(run_dir, "checkpoints")
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
 
 
-def save_atomic(state: dict, path: str) -> None:
-    """``torch.save`` to a temporary file, then rename, so a crash never leaves half a checkpoint."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def build_generator(config: TrainConfig, num_classes: int) -> Generator:
+def build_generator(config: GanConfig, num_classes: int) -> Generator:
     spec = GeneratorSpec(
         resolution=config.resolution,
         channels=config.channels,
@@ -37,30 +32,30 @@ def build_generator(config: TrainConfig, num_classes: int) -> Generator:
         shared_dim=config.shared_dim,
         depth=config.depth,
         attention=tuple(config.attention),
+        image_channels=config.image_channels,
     )
     return Generator(spec, config.norm, **config.norm_options)
 
 
-def build_discriminator(config: TrainConfig, num_classes: int) -> Discriminator:
-    return Discriminator(config.resolution, config.channels, num_classes, config.depth, tuple(config.attention))
+def build_discriminator(config: GanConfig, num_classes: int) -> Discriminator:
+    return Discriminator(config.resolution, config.channels, num_classes, config.depth, tuple(config.attention),
+                         config.image_channels)
 
 
-def resolve_checkpoint(run_dir: str, checkpoint: str | None = None) -> str:
+def resolve_checkpoint(run_dir: str | Path, checkpoint: str | Path | None = None) -> Path:
     """``checkpoint`` if given, else the run's ``last.pt``; ``FileNotFoundError`` naming what is missing."""
-    path = checkpoint or os.path.join(checkpoint_dir(run_dir), LAST)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no checkpoint at {path!r} (train first, or pass an existing checkpoint)")
+    path = Path(checkpoint) if checkpoint else checkpoint_dir(run_dir) / LAST
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {str(path)!r} (train first, or pass an existing checkpoint)")
     return path
 
 
-def load_checkpoint(path: str) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
-
-
-def load_ema_generator(run_dir: str, checkpoint: str | None = None) -> tuple[Generator, TrainConfig, dict]:
-    """The EMA generator of a run (eval mode), its config and the checkpoint's metadata."""
-    state = load_checkpoint(resolve_checkpoint(run_dir, checkpoint))
-    config = TrainConfig.from_dict(state["config"])
+def load_ema_generator(run_dir: str | Path, checkpoint: str | Path | None = None) -> tuple[Generator, GanConfig, dict]:
+    """The EMA generator of a run (eval mode), its configuration and the checkpoint's metadata."""
+    path = resolve_checkpoint(run_dir, checkpoint)
+    state = load_checkpoint(path, what="GAN checkpoint")
+    require_keys(state, ("config", "num_classes", "step", "G_ema"), path, what="GAN checkpoint")
+    config = config_from_dict(GanConfig, state["config"], source=str(path))
     generator = build_generator(config, state["num_classes"])
     generator.load_state_dict(state["G_ema"])
     meta = {"step": state["step"], "num_classes": state["num_classes"]}

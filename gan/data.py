@@ -1,8 +1,8 @@
 """Image datasets for GAN training: (image in [-1, 1] of shape (3, R, R), class index).
 
-* ``digits`` (the built-in default): scikit-learn's ``load_digits`` (1,797 real 8x8
-  handwritten digits, 10 classes, shipped on disk), upsampled bilinearly to R x R, gray
-  repeated over 3 channels.
+* ``digits`` (the built-in default): scikit-learn's ``load_digits`` (real 8x8 handwritten
+  digits, 10 classes, shipped on disk), the 1,438 images of the fixed training split,
+  upsampled bilinearly to R x R, greyscale (1 channel).
 * ``cifar10``: torchvision's CIFAR-10 folder layout (``cifar-10-batches-py``) under ``root``.
 * ``imagenet``: an ImageFolder tree (``root/<wnid>/*.JPEG``), shorter side resized to R
   and center-cropped, as BigGAN's preprocessing.
@@ -17,9 +17,10 @@ import os
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import Dataset, TensorDataset
+
+from evonorm_core.experiment.data import digits
 
 DATASETS = ("digits", "cifar10", "imagenet", "array")
 
@@ -34,15 +35,18 @@ def to_uint8(images: Tensor) -> Tensor:
     return ((images.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
 
 
-def digits_dataset(resolution: int = 32) -> TensorDataset:
-    """scikit-learn's 8x8 digits upsampled to ``resolution``, 3 channels, in [-1, 1]."""
-    from sklearn.datasets import load_digits
+def digits_dataset(resolution: int = 32, split: str = "train") -> TensorDataset:
+    """scikit-learn's 8x8 digits upsampled to ``resolution``, greyscale (1 channel), in [-1, 1].
 
-    digits = load_digits()
-    images = torch.from_numpy(digits.images).float().div(16).unsqueeze(1)  # (N, 1, 8, 8) in [0, 1]
-    images = F.interpolate(images, size=(resolution, resolution), mode="bilinear", align_corners=False)
-    images = (images.clamp(0, 1) * 2 - 1).repeat(1, 3, 1, 1)
-    return TensorDataset(images, torch.from_numpy(digits.target).long())
+    ``split``: the ``train`` images (the GAN's training set and the FID reference) or the
+    held-out ``val`` images (the FID floor: real digits the generator never saw), the fixed
+    split of :func:`evonorm_core.experiment.data.digits`.
+    """
+    if split not in ("train", "val"):
+        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+    data = digits(resolution, channels=1)
+    images, labels = (data.train_images, data.train_labels) if split == "train" else (data.val_images, data.val_labels)
+    return TensorDataset(images * 2 - 1, labels)
 
 
 class ArrayImageDataset(Dataset):

@@ -1,32 +1,43 @@
 """Compute IS and FID of a trained run's EMA generator with torch-fidelity.
 
+    python gan/evaluate.py runs/gan/digits_evonorm_s0/seed0          # digits-classifier IS/FID, no download
     python gan/evaluate.py runs/gan/imagenet128_evonorm_s0/seed0 --inception-weights weights-inception-2015-12-05-6726825d.pth
 
-Samples ``--num-samples`` images (50,000 by default, as is standard for ImageNet 128)
+Runs on the embedded digits are measured with the digits classifier of
+:mod:`gan.digits_classifier` unless Inception weights are given ("digits-classifier IS/FID",
+labelled so in every output; not comparable with ImageNet numbers); other data need the
+Inception weight file (checked against its SHA-256 before use).
+
+Samples ``--num-samples`` images (default: 50,000, standard for ImageNet 128; for the digits,
+as many as the held-out digits, so the FID is comparable with the floor in docs/gan.md)
 from ``G_ema`` in eval mode. Batch-statistics layers (BN-ReLU, EvoNorm-B0) use their
 moving statistics unless ``--standing-stats N`` recomputes them over N batches first.
 The real training images are the FID reference; their statistics are cached. Each
 evaluated checkpoint's numbers go to ``RUN_DIR/metrics/<checkpoint>.json`` and the peak
 (``--all-snapshots``: over ``last.pt`` and every kept ``step_N.pt``; lowest FID unless
 ``--peak-by is``) to ``RUN_DIR/metrics.json``, with everything needed to read them
-(sampling mode, sample count, feature extractor, checkpoint, step). Without Inception
-weights it stops and says that real IS/FID need them.
+(sampling mode, sample count, feature extractor, checkpoint, step). Installed as the
+``evonorm-gan-eval`` command.
 """
 from __future__ import annotations
 
 import argparse
 import glob
 import hashlib
-import json
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from gan.checkpoint import checkpoint_dir, load_ema_generator, resolve_checkpoint
-from gan.data import UInt8Images, build_dataset
+from gan import digits_classifier
+from gan.data import UInt8Images, build_dataset, digits_dataset
+from evonorm_core.experiment.files import atomic_write_json
+from evonorm_core.running_stats import batch_stat_layers
 from gan.metrics import (
+    DIGITS,
     INCEPTION,
     INCEPTION_FILE,
     GeneratorSampler,
@@ -34,7 +45,7 @@ from gan.metrics import (
     fidelity_metrics,
     find_inception_weights,
 )
-from gan.sampling import batch_stat_layers, standing_statistics
+from gan.sampling import standing_statistics
 
 PEAK_KEYS = {"fid": ("fid", -1), "is": ("is_mean", 1)}  # metric and the sign that makes larger better
 
@@ -58,11 +69,10 @@ def prepare_sampling(generator: torch.nn.Module, standing_stats: int, standing_b
 class EvalOptions:
     """How samples are drawn and compared (see ``--help``)."""
 
-    num_samples: int = 50_000
+    num_samples: int | None = None  # None: 50,000 (Inception), the held-out count (digits)
     inception_weights: str | None = None
-    feature_extractor: str = INCEPTION
-    standing_stats: int = 0
-    standing_batch: int = 256
+    standing_stats: int = 16
+    standing_batch: int = 64
     reference_samples: int | None = None
     data_root: str | None = None
     cache_root: str | None = None
@@ -73,20 +83,22 @@ class EvalOptions:
 
 def evaluate_checkpoint(run_dir: str, checkpoint: str | None, options: EvalOptions) -> dict:
     """IS/FID of one checkpoint's EMA generator, with everything needed to read the numbers."""
-    weights = find_inception_weights(options.inception_weights) if options.feature_extractor == INCEPTION else None
     path = resolve_checkpoint(run_dir, checkpoint)
     generator, config, meta = load_ema_generator(run_dir, path)
+    extractor, weights = feature_extractor_for(config, options)
+    num_samples = options.num_samples or (len(digits_dataset(config.resolution, "val")) if extractor == DIGITS else 50_000)
     generator.to("cuda" if torch.cuda.is_available() else "cpu")
     sampling = prepare_sampling(generator, options.standing_stats, options.standing_batch, options.seed)
     root = options.data_root or config.data_root
     reference = UInt8Images(build_dataset(config.dataset, root, config.resolution), options.reference_samples)
+    cache_name = reference_cache_name(config.dataset, root, config.resolution, len(reference))
     metrics = fidelity_metrics(
         GeneratorSampler(generator, options.seed),
         reference,
-        options.num_samples,
-        feature_extractor=options.feature_extractor,
+        num_samples,
+        feature_extractor=extractor,
         weights_path=weights,
-        reference_cache_name=reference_cache_name(config.dataset, root, config.resolution, len(reference)),
+        reference_cache_name=f"{cache_name}-{extractor}-{Path(weights).stem if weights else ''}",
         cache_root=options.cache_root,
         batch_size=options.batch_size,
         seed=options.seed,
@@ -98,9 +110,10 @@ def evaluate_checkpoint(run_dir: str, checkpoint: str | None, options: EvalOptio
         "norm_options": config.norm_options,
         "checkpoint": os.path.basename(path),
         "step": meta["step"],
-        "num_samples": options.num_samples,
+        "num_samples": num_samples,
         "reference_images": len(reference),
-        "feature_extractor": options.feature_extractor,
+        "feature_extractor": extractor,
+        "metric": METRIC_LABEL[extractor],
         "sampling": sampling,
         "seed": config.seed,
         "dataset": config.dataset,
@@ -108,9 +121,21 @@ def evaluate_checkpoint(run_dir: str, checkpoint: str | None, options: EvalOptio
     }
 
 
+METRIC_LABEL = {DIGITS: "digits-classifier IS/FID (not comparable with ImageNet numbers)",
+                INCEPTION: "Inception IS/FID"}
+
+
+def feature_extractor_for(config, options: EvalOptions) -> tuple[str, str | None]:
+    """``(torch-fidelity extractor, weight file)``: Inception when its weights are given (or the
+    data are not the digits: then they must be), the digits classifier for the digits."""
+    if options.inception_weights or config.dataset != "digits":
+        return INCEPTION, find_inception_weights(options.inception_weights)
+    return DIGITS, str(digits_classifier.weights_file(config.resolution))
+
+
 def snapshots(run_dir: str) -> list[str]:
     """``last.pt`` and every kept ``step_N.pt`` of a run."""
-    return sorted(glob.glob(os.path.join(checkpoint_dir(run_dir), "step_*.pt"))) + [resolve_checkpoint(run_dir)]
+    return sorted(glob.glob(str(checkpoint_dir(run_dir) / "step_*.pt"))) + [str(resolve_checkpoint(run_dir))]
 
 
 def evaluate_run(
@@ -128,19 +153,20 @@ def evaluate_run(
     results = []
     for checkpoint in checkpoints or [None]:
         result = evaluate_checkpoint(run_dir, checkpoint, options)
-        write_json(result, os.path.join(run_dir, "metrics", result["checkpoint"].replace(".pt", ".json")))
+        atomic_write_json(Path(run_dir) / "metrics" / result["checkpoint"].replace(".pt", ".json"), result)
         results.append(result)
     key, sign = PEAK_KEYS[peak_by]
     peak = max(results, key=lambda r: sign * r[key])
     peak = {**peak, "peak_by": peak_by, "checkpoints_evaluated": len(results)}
-    write_json(peak, os.path.join(run_dir, "metrics.json"))
+    atomic_write_json(Path(run_dir) / "metrics.json", peak)
     return peak
 
 
-def write_json(data: dict, path: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(data, f, indent=2)
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,21 +178,26 @@ def build_parser() -> argparse.ArgumentParser:
                         help="evaluate last.pt and every kept step_N.pt; metrics.json is the peak")
     parser.add_argument("--peak-by", choices=sorted(PEAK_KEYS), default="fid",
                         help="which metric picks the peak checkpoint (default fid: lowest FID)")
-    parser.add_argument("--num-samples", type=int, default=50_000, help="generated images (default 50000)")
-    parser.add_argument("--inception-weights", help=f"local torch-fidelity Inception weights ({INCEPTION_FILE}); required")
-    parser.add_argument("--standing-stats", type=int, default=0, metavar="N",
-                        help="recompute batch-statistics layers' running stats over N batches first (default 0: off)")
-    parser.add_argument("--standing-batch", type=int, default=256, help="batch size of the standing-stats passes")
+    parser.add_argument("--num-samples", type=positive, help="generated images (default: 50000 for Inception, "
+                        "the number of held-out digits for the digits)")
+    parser.add_argument("--inception-weights", help=f"local torch-fidelity Inception weights ({INCEPTION_FILE}; "
+                        "checked by SHA-256); needed for any data but the digits")
+    parser.add_argument("--standing-stats", type=int, default=16, metavar="N",
+                        help="BigGAN's standing statistics: recompute batch-statistics layers' moving averages over "
+                        "N batches of samples first (default 16; 0: use the moving averages as trained)")
+    parser.add_argument("--standing-batch", type=positive, default=64, help="batch size of the standing-stats passes")
     parser.add_argument("--reference-samples", type=int, help="real images for the FID reference (default: all)")
     parser.add_argument("--data-root", help="real data location if it moved since training")
     parser.add_argument("--cache-root", help="where reference statistics are cached (default: $TORCH_HOME/fidelity_cache)")
-    parser.add_argument("--batch-size", type=int, default=64, help="batch size of generation and feature extraction")
+    parser.add_argument("--batch-size", type=positive, default=64, help="batch size of generation and feature extraction")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (latents and labels)")
     return parser
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.standing_stats < 0:
+        build_parser().error(f"--standing-stats must be >= 0, got {args.standing_stats}")
     options = EvalOptions(
         num_samples=args.num_samples,
         inception_weights=args.inception_weights,
@@ -186,9 +217,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"cannot compute IS/FID: {error}") from None
     except (FileNotFoundError, ValueError) as error:
         raise SystemExit(f"error: {error}") from None
-    print(f"{args.run_dir}: IS {result['is_mean']:.2f} ± {result['is_std']:.2f}, FID {result['fid']:.2f} "
+    print(f"{args.run_dir}: {result['metric']}: IS {result['is_mean']:.2f} ± {result['is_std']:.2f}, FID {result['fid']:.2f} "
           f"({result['num_samples']} samples, {result['sampling']}, {result['checkpoint']} at step {result['step']}, "
           f"peak by {result['peak_by']} of {result['checkpoints_evaluated']})")
+    return 0
 
 
 if __name__ == "__main__":

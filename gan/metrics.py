@@ -1,27 +1,42 @@
 """Inception Score and FID of a generator with torch-fidelity, fully offline.
 
-torch-fidelity downloads its Inception weights on first use; here they must be a local
-file (``--inception-weights``, or torch-fidelity's file name in
-``$TORCH_HOME/hub/checkpoints/``). :func:`find_inception_weights` says so clearly when it
-is missing. Class labels are sampled here (:class:`GeneratorSampler` reports
-``num_classes = 0`` to torch-fidelity, whose own conditional path uses ``np.int`` and
-fails on current NumPy). Reference statistics of the real data are cached by
-torch-fidelity under ``cache_root`` with a name that identifies the data.
+Two feature extractors:
+
+* ``inception-v3-compat``, the standard ImageNet metric. torch-fidelity downloads its
+  weights on first use; here they must be a local file (``--inception-weights``, or
+  torch-fidelity's file name in ``$TORCH_HOME/hub/checkpoints/``), and the file is checked
+  against the SHA-256 prefix in its name before torch-fidelity unpickles it;
+* ``digits-classifier`` (:mod:`gan.digits_classifier`), for the embedded digits: "digits-
+  classifier IS/FID", comparable between runs here, never with Inception numbers.
+
+Class labels are sampled here (:class:`GeneratorSampler` reports ``num_classes = 0`` to
+torch-fidelity, whose own conditional path uses ``np.int`` and fails on current NumPy).
+Reference statistics of the real data are cached by torch-fidelity under ``cache_root``
+with a name that identifies the data.
 """
 from __future__ import annotations
 
+import hashlib
 import os
+from pathlib import Path
 
 import torch
 import torch_fidelity
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 from torch_fidelity.generative_model_base import GenerativeModelBase
+from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY, register_feature_extractor
 
-from .data import to_uint8
+from . import digits_classifier
+
+from .data import UInt8Images, to_uint8
 
 INCEPTION = "inception-v3-compat"
+DIGITS = digits_classifier.NAME
 INCEPTION_FILE = "weights-inception-2015-12-05-6726825d.pth"
+INCEPTION_SHA256_PREFIX = "6726825d"  # torch.hub's convention: the file name ends with its hash's prefix
+if digits_classifier.NAME not in FEATURE_EXTRACTORS_REGISTRY:
+    register_feature_extractor(digits_classifier.NAME, digits_classifier.DigitsFeatureExtractor)
 
 
 class InceptionWeightsMissing(FileNotFoundError):
@@ -29,9 +44,17 @@ class InceptionWeightsMissing(FileNotFoundError):
 
 
 def find_inception_weights(path: str | None = None) -> str:
-    """The Inception weight file to use: ``path`` or torch hub's cached copy; raises if neither exists."""
+    """The Inception weight file to use: ``path`` or torch hub's cached copy, after checking
+    that it is torch-fidelity's file (its SHA-256); raises if neither exists or it is another file."""
     candidate = path or os.path.join(torch.hub.get_dir(), "checkpoints", INCEPTION_FILE)
     if os.path.isfile(candidate):
+        digest = hashlib.sha256(Path(candidate).read_bytes()).hexdigest()
+        if not digest.startswith(INCEPTION_SHA256_PREFIX):
+            raise InceptionWeightsMissing(
+                f"{candidate!r} is not torch-fidelity's {INCEPTION_FILE} (SHA-256 {digest[:16]}..., expected "
+                f"{INCEPTION_SHA256_PREFIX}...); it is refused because torch-fidelity unpickles it with "
+                "weights_only=False, which would run any code in a foreign file"
+            )
         return candidate
     raise InceptionWeightsMissing(
         f"Inception weights not found at {candidate!r}. Real IS/FID need torch-fidelity's "
@@ -112,3 +135,51 @@ def fidelity_metrics(
         "is_std": float(result["inception_score_std"]),
         "fid": float(result["frechet_inception_distance"]),
     }
+
+
+def digits_fidelity(generator: nn.Module, resolution: int, num_samples: int, seed: int = 0,
+                    cache_root: str | None = None) -> dict[str, float]:
+    """Digits-classifier IS/FID of ``generator`` against the digits' training split (see
+    :mod:`gan.digits_classifier`; FID floor and noise ceiling in docs/gan.md)."""
+    from .data import digits_dataset
+
+    weights = digits_classifier.weights_file(resolution)
+    reference = UInt8Images(digits_dataset(resolution, "train"))
+    metrics = fidelity_metrics(
+        GeneratorSampler(generator, seed), reference, num_samples, feature_extractor=DIGITS, weights_path=str(weights),
+        reference_cache_name=f"digits-train-{resolution}px-{weights.stem}", cache_root=cache_root, seed=seed + 2020,
+        batch_size=250,
+    )
+    return {"is_mean": metrics["is_mean"], "fid": metrics["fid"]}
+
+
+class _NoiseImages(Dataset):
+    """``count`` uniform-noise uint8 images (C, R, R), seeded: the FID ceiling."""
+
+    def __init__(self, count: int, channels: int, resolution: int, seed: int = 0) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        self.images = torch.randint(0, 256, (count, channels, resolution, resolution), dtype=torch.uint8,
+                                    generator=generator)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> Tensor:
+        return self.images[index]
+
+
+def digits_calibration(resolution: int, cache_root: str | None = None) -> dict[str, float]:
+    """The scale of digits-classifier IS/FID: the held-out real digits against the training
+    digits (the floor a perfect generator reaches with as many samples) and uniform noise
+    (the ceiling), each with as many images as the held-out split has."""
+    from .data import digits_dataset
+
+    weights = str(digits_classifier.weights_file(resolution))
+    reference = UInt8Images(digits_dataset(resolution, "train"))
+    held_out = UInt8Images(digits_dataset(resolution, "val"))
+    common = dict(feature_extractor=DIGITS, weights_path=weights, cache_root=cache_root,
+                  reference_cache_name=f"digits-train-{resolution}px-{Path(weights).stem}", batch_size=250)
+    real = fidelity_metrics(held_out, reference, len(held_out), **common)
+    noise = fidelity_metrics(_NoiseImages(len(held_out), 1, resolution), reference, len(held_out), **common)
+    return {"fid_floor": real["fid"], "is_real": real["is_mean"], "fid_noise": noise["fid"], "is_noise": noise["is_mean"],
+            "samples": len(held_out), "reference_images": len(reference)}

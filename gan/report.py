@@ -1,56 +1,52 @@
 """Aggregate evaluated runs into the form of the paper's Table 5.
 
     python gan/report.py runs/gan/imagenet128_*          # every seed<k>/metrics.json below
-    python gan/report.py runs/gan/*/seed* --out table5.md --plot table5.png
+    python gan/report.py runs/gan_table5 --json docs/results/gan/table5.json --plot docs/results/gan/table5.png
 
 Runs are grouped by generator norm-act (and its options); each group gets the median and
-best (highest IS, lowest FID) over its seeds, next to the numbers the paper reports for
-BigGAN-deep on ImageNet 128 (3 seeds; one number where the paper gives one). The table
-also says how the runs were measured (samples, feature extractor, sampling mode), since
-numbers from another dataset, sample count or feature extractor are not comparable.
+best (highest IS, lowest FID) over its seeds, as the paper reports them, next to the
+paper's numbers for BigGAN-deep on ImageNet 128 (3 seeds; one number where the paper gives
+one). The table also says how the runs were measured (data, samples, feature extractor,
+sampling mode): numbers from another dataset, sample count or feature extractor are not
+comparable. Installed as the ``evonorm-gan-report`` command.
 """
 from __future__ import annotations
 
 import argparse
-import glob
-import json
-import os
 import statistics
 import sys
-from dataclasses import dataclass
+from pathlib import Path
 
-# Table 5 of Liu et al. (2020): (IS median, IS best, FID median, FID best); None where one number is given.
-PAPER_TABLE5 = {
-    "bn_relu": ("BN-ReLU", 118.77, 124.01, 7.85, 7.29),
-    "evonorm_b0": ("EvoNorm-B0", 101.13, 113.63, 6.91, 5.87),
-    "gn_relu": ("GN-ReLU", 99.09, None, 8.14, None),
-    "ln_relu": ("LayerNorm-ReLU", 91.56, None, 8.35, None),
-    "pixelnorm_relu": ("PixelNorm-ReLU", 88.58, None, 10.41, None),
-    "evonorm_s0": ("EvoNorm-S0", 104.64, 113.96, 6.86, 6.26),
-}
+from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json
+from evonorm_core.experiment.tables import PaperTable, Series, markdown_table, plot_series
+
+LABELS = {"bn_relu": "BN-ReLU", "evonorm_b0": "EvoNorm-B0", "gn_relu": "GN-ReLU", "ln_relu": "LayerNorm-ReLU",
+          "pixelnorm_relu": "PixelNorm-ReLU", "evonorm_s0": "EvoNorm-S0"}
+TABLE5 = PaperTable(
+    key="table5",
+    title="Table 5: BigGAN-deep 128x128 on ImageNet with different generator layers",
+    source="Liu et al. 2020, Table 5 (median and best over 3 seeds; one number where the paper gives one)",
+    row_names=("layer",),
+    columns=("IS median", "IS best", "FID median", "FID best"),
+    rows={
+        ("bn_relu",): (118.77, 124.01, 7.85, 7.29),
+        ("evonorm_b0",): (101.13, 113.63, 6.91, 5.87),
+        ("gn_relu",): (99.09, None, 8.14, None),
+        ("ln_relu",): (91.56, None, 8.35, None),
+        ("pixelnorm_relu",): (88.58, None, 10.41, None),
+        ("evonorm_s0",): (104.64, 113.96, 6.86, 6.26),
+    },
+)
 
 
-@dataclass
-class LayerResult:
-    layer: str
-    seeds: int
-    is_median: float
-    is_best: float
-    fid_median: float
-    fid_best: float
-    measured_as: str
-
-
-def find_metrics(paths: list[str]) -> list[str]:
+def find_metrics(paths: list[str | Path]) -> list[Path]:
     """``metrics.json`` files of the given run directories, or of any run below them."""
-    found = []
-    for path in paths:
-        if os.path.isfile(os.path.join(path, "metrics.json")):
-            found.append(os.path.join(path, "metrics.json"))
-        else:
-            found += sorted(glob.glob(os.path.join(path, "**", "metrics.json"), recursive=True))
+    found: list[Path] = []
+    for path in map(Path, paths):
+        found += [path / "metrics.json"] if (path / "metrics.json").is_file() else sorted(path.rglob("metrics.json"))
+    found = [p for p in found if p.parent.name != "metrics"]  # per-checkpoint files live in RUN/metrics/
     if not found:
-        raise FileNotFoundError(f"no metrics.json under {paths}; run gan/evaluate.py on the runs first")
+        raise FileNotFoundError(f"no metrics.json under {[str(p) for p in paths]}; run gan/evaluate.py on the runs first")
     return found
 
 
@@ -61,98 +57,82 @@ def layer_key(metrics: dict) -> str:
 
 def measurement(metrics: dict) -> str:
     return (f"{metrics['dataset']} {metrics['resolution']}px, {metrics['num_samples']} samples, "
-            f"{metrics['feature_extractor']}, {metrics['sampling']}")
+            f"{metrics.get('metric', metrics['feature_extractor'])}, {metrics['sampling']}")
 
 
-def aggregate(runs: list[dict]) -> list[LayerResult]:
-    """Median and best IS/FID per layer over its runs (seeds)."""
+def aggregate(runs: list[dict]) -> dict[str, dict]:
+    """Per layer: the seeds, every seed's IS and FID, their median and best (highest IS, lowest FID)."""
     groups: dict[str, list[dict]] = {}
     for run in runs:
         groups.setdefault(layer_key(run), []).append(run)
-    results = []
+    results = {}
     for key, group in sorted(groups.items()):
+        group = sorted(group, key=lambda r: r["seed"])
         scores, fids = [r["is_mean"] for r in group], [r["fid"] for r in group]
-        setups = sorted({measurement(r) for r in group})
-        results.append(LayerResult(key, len(group), statistics.median(scores), max(scores),
-                                   statistics.median(fids), min(fids), "; ".join(setups)))
+        results[key] = {"seeds": [r["seed"] for r in group], "is": scores, "fid": fids, "steps": [r["step"] for r in group],
+                        "is_median": statistics.median(scores), "is_best": max(scores),
+                        "fid_median": statistics.median(fids), "fid_best": min(fids),
+                        "measured_as": "; ".join(sorted({measurement(r) for r in group}))}
     return results
 
 
 def _pair(median: float | None, best: float | None) -> str:
     if median is None:
         return "-"
-    return f"{median:.2f}" if best is None else f"{median:.2f}/{best:.2f}"
+    return f"{median:.2f}" if best is None else f"{median:.2f} / {best:.2f}"
 
 
-def markdown_table(results: list[LayerResult]) -> str:
-    lines = [
-        "| Layer | seeds | IS (median/best) | FID (median/best) | paper IS | paper FID | measured as |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for r in results:
-        paper = PAPER_TABLE5.get(r.layer.split("(")[0])
-        paper_is, paper_fid = (_pair(paper[1], paper[2]), _pair(paper[3], paper[4])) if paper else ("-", "-")
-        lines.append(f"| {r.layer} | {r.seeds} | {r.is_median:.2f}/{r.is_best:.2f} | {r.fid_median:.2f}/{r.fid_best:.2f}"
-                     f" | {paper_is} | {paper_fid} | {r.measured_as} |")
-    lines.append("")
-    lines.append("Paper: BigGAN-deep, ImageNet 128x128, Inception features, 3 seeds, each at peak performance.")
-    return "\n".join(lines)
+def markdown(results: dict[str, dict]) -> str:
+    rows = []
+    for key, r in results.items():
+        name = key.split("(")[0]
+        paper = TABLE5.rows.get((name,))
+        rows.append([LABELS.get(name, name) + key[len(name):], str(len(r["seeds"])), _pair(r["is_median"], r["is_best"]),
+                     _pair(r["fid_median"], r["fid_best"]), _pair(*paper[:2]) if paper else "-",
+                     _pair(*paper[2:]) if paper else "-", r["measured_as"]])
+    header = ["layer", "seeds", "IS median / best", "FID median / best", "paper IS", "paper FID", "measured as"]
+    return markdown_table(header, rows) + f"\n\nPaper: {TABLE5.source}; BigGAN-deep, ImageNet 128x128, Inception features."
 
 
-def plot(runs: list[dict], path: str) -> None:
-    """IS against FID, one point per run (seed), the paper's medians as hollow markers."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    for index, key in enumerate(sorted({layer_key(r) for r in runs})):
-        color = f"C{index % 10}"
-        group = [r for r in runs if layer_key(r) == key]
-        ax.scatter([r["fid"] for r in group], [r["is_mean"] for r in group], color=color, label=key)
-        paper = PAPER_TABLE5.get(key.split("(")[0])
-        if paper:
-            ax.scatter([paper[3]], [paper[1]], facecolors="none", edgecolors=color, s=90)
-    ax.set_xlabel("FID (lower is better)")
-    ax.set_ylabel("IS (higher is better)")
-    ax.set_title("runs (filled) vs paper Table 5 medians (hollow)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def plot(runs: list[dict], path: str | Path) -> Path:
+    """IS against FID, one point per run (seed), per layer."""
+    series = {}
+    for run in sorted(runs, key=lambda r: (layer_key(r), r["fid"])):
+        key = layer_key(run)
+        s = series.setdefault(key, ([], []))
+        s[0].append(run["fid"])
+        s[1].append(run["is_mean"])
+    curves = [Series(LABELS.get(k.split("(")[0], k), xs, ys) for k, (xs, ys) in series.items()]
+    return plot_series(path, {"every seed (lower FID and higher IS are better)": curves}, xlabel="FID", ylabel="IS",
+                       columns=1)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python gan/report.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dirs", nargs="+", help="run directories, or folders containing them")
     parser.add_argument("--out", help="also write the markdown table to this file")
-    parser.add_argument("--json", help="also write the aggregated numbers as JSON to this file")
-    parser.add_argument("--plot", help="also write IS vs FID of every run, with the paper's medians, as a PNG")
+    parser.add_argument("--json", help="also write the per-layer numbers (every seed, median, best) as JSON here")
+    parser.add_argument("--plot", help="also write IS vs FID of every run as a PNG")
     return parser
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        paths = find_metrics(args.run_dirs)
-    except FileNotFoundError as error:
+        runs = [read_json(path, what="run metrics") for path in find_metrics(args.run_dirs)]
+    except (FileNotFoundError, ValueError) as error:
         raise SystemExit(f"error: {error}") from None
-    runs = []
-    for path in paths:
-        with open(path) as f:
-            runs.append(json.load(f))
     results = aggregate(runs)
-    table = markdown_table(results)
+    table = markdown(results)
     print(table)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(table + "\n")
+        atomic_write_text(args.out, table + "\n")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump([r.__dict__ for r in results], f, indent=2)
+        atomic_write_json(args.json, {"layers": results})
     if args.plot:
-        plot(runs, args.plot)
+        print(f"IS vs FID: {plot(runs, args.plot)}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import os
 import torch
 from torch import Tensor, nn
 
-from evonorm_core.layers import BatchStatsNormAct2d
+from evonorm_core.running_stats import recalibrate
 
 
 def sample_latents(
@@ -25,42 +25,20 @@ def sample_latents(
     return z, y
 
 
-def batch_stat_layers(model: nn.Module) -> list[BatchStatsNormAct2d]:
-    """The layers of ``model`` that normalize with batch statistics."""
-    return [m for m in model.modules() if isinstance(m, BatchStatsNormAct2d) and m.uses_batch_stats]
-
-
 @torch.no_grad()
 def standing_statistics(generator: nn.Module, num_batches: int, batch_size: int, seed: int = 0) -> int:
-    """Recompute the running statistics of ``generator``'s batch-statistics layers.
-
-    Each such layer's running mean/variance becomes the average over ``num_batches``
-    batches of ``batch_size`` samples (momentum ``1 / (k + 1)`` at batch ``k``); only those
-    layers run in train mode, so spectral-norm vectors are left alone. Returns the number
-    of layers updated (0 for batch-independent layers, which need nothing).
-    """
-    layers = batch_stat_layers(generator)
-    if not layers or num_batches <= 0:
+    """BigGAN's standing statistics: recompute the moving averages of ``generator``'s
+    batch-statistics layers as the plain average over ``num_batches`` batches of
+    ``batch_size`` fresh samples (:func:`evonorm_core.running_stats.recalibrate`; only those
+    layers run in train mode, so spectral-norm vectors are left alone). Returns the number of
+    layers recalibrated (0 for batch-independent layers, which need nothing)."""
+    if num_batches <= 0:
         return 0
     spec = generator.spec
     device = next(generator.parameters()).device
     rng = torch.Generator().manual_seed(seed)
-    was_training = generator.training
-    momenta = [layer.momentum for layer in layers]
-    generator.eval()
-    for layer in layers:
-        layer.reset_running_stats()
-        layer.train()
-    try:
-        for k in range(num_batches):
-            for layer in layers:
-                layer.momentum = 1.0 / (k + 1)
-            generator(*sample_latents(batch_size, spec.dim_z, spec.num_classes, device, rng))
-    finally:
-        for layer, momentum in zip(layers, momenta):
-            layer.momentum = momentum
-        generator.train(was_training)
-    return len(layers)
+    batches = [sample_latents(batch_size, spec.dim_z, spec.num_classes, device, rng) for _ in range(num_batches)]
+    return recalibrate(generator, batches, forward=lambda g, latents: g(*latents))
 
 
 def grid_latents(dim_z: int, num_classes: int, per_class: int = 8, seed: int = 0) -> tuple[Tensor, Tensor]:
@@ -73,7 +51,8 @@ def grid_latents(dim_z: int, num_classes: int, per_class: int = 8, seed: int = 0
 
 @torch.no_grad()
 def save_sample_grid(generator: nn.Module, path: str, z: Tensor, y: Tensor, per_row: int = 8) -> Tensor:
-    """Generate images for ``(z, y)`` in eval mode, save them as one PNG grid and return the grid (3, H, W)."""
+    """Generate images for ``(z, y)`` in eval mode, save them as one PNG grid (one row per
+    class) and return the grid (3, H, W; greyscale images are repeated over 3 channels)."""
     from torchvision.utils import make_grid, save_image
 
     was_training = generator.training

@@ -8,52 +8,32 @@ Rank 0 writes TensorBoard scalars, sample grids and checkpoints.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import math
-import os
-import time
+from pathlib import Path
 from typing import Iterator
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from .checkpoint import LAST, build_discriminator, build_generator, checkpoint_dir, load_checkpoint, save_atomic
-from .config import TrainConfig
+from evonorm_core.experiment.config import ConfigError, config_to_dict, save_config
+from evonorm_core.experiment.distributed import DistributedContext
+from evonorm_core.experiment.files import append_jsonl, load_checkpoint, read_jsonl, require_keys, save_checkpoint
+from evonorm_core.experiment.progress import Progress
+from evonorm_core.experiment.rundir import RunDir
+
+from .checkpoint import LAST, build_discriminator, build_generator, checkpoint_dir
+from .config import GanConfig
 from .data import num_classes_of
 from .ema import EMA
 from .losses import discriminator_hinge_loss, generator_hinge_loss
 from .sampling import grid_latents, sample_latents, save_sample_grid
 
-
-@dataclasses.dataclass
-class DistributedContext:
-    rank: int = 0
-    world_size: int = 1
-    device: torch.device = torch.device("cpu")
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+CONFIG_FILE, LOG_FILE = "config.json", "log.jsonl"
 
 
-def init_distributed() -> DistributedContext:
-    """Join the ``torchrun`` process group if there is one (NCCL on GPUs, Gloo on the CPU)."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    cuda = torch.cuda.is_available()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    if world_size > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if cuda else "gloo")
-    return DistributedContext(dist.get_rank() if world_size > 1 else 0, world_size, device)
-
-
-def infinite_batches(dataset: Dataset, config: TrainConfig, ctx: DistributedContext) -> Iterator[tuple[Tensor, Tensor]]:
+def infinite_batches(dataset: Dataset, config: GanConfig, ctx: DistributedContext) -> Iterator[tuple[Tensor, Tensor]]:
     """Shuffled micro-batches forever, each process its own shard, reshuffled every epoch."""
     sampler = (
         DistributedSampler(dataset, ctx.world_size, ctx.rank, shuffle=True, seed=config.seed, drop_last=True)
@@ -81,13 +61,6 @@ def infinite_batches(dataset: Dataset, config: TrainConfig, ctx: DistributedCont
         epoch += 1
 
 
-def format_duration(seconds: float) -> str:
-    """``[Nd ]HH:MM:SS``; paper-scale runs take days."""
-    days, rest = divmod(int(seconds), 86_400)
-    clock = time.strftime("%H:%M:%S", time.gmtime(rest))
-    return f"{days}d {clock}" if days else clock
-
-
 def sync_on_last(model: nn.Module, index: int, count: int):
     """DDP's ``no_sync`` for all but the last of ``count`` accumulated micro-batches."""
     if isinstance(model, DistributedDataParallel) and index < count - 1:
@@ -96,14 +69,25 @@ def sync_on_last(model: nn.Module, index: int, count: int):
 
 
 class Trainer:
-    """Owns G, D, G_ema, their optimizers and the step counter; :meth:`train` runs to ``total_steps``."""
+    """Owns G, D, G_ema, their optimizers, the step counter and the run's folder; :meth:`train`
+    runs to ``total_steps``, logging, evaluating, sampling and checkpointing on the way.
 
-    def __init__(self, config: TrainConfig, dataset: Dataset, run_dir: str, ctx: DistributedContext | None = None):
-        self.config = config
-        self.run_dir = run_dir
+    The main process owns ``run_dir`` (:class:`~evonorm_core.experiment.rundir.RunDir`: a folder
+    holding files needs ``resume``; a second writer is refused). With ``resume`` the run continues
+    from ``checkpoints/last.pt``: weights, optimizers, EMA, step and the latent stream; the data
+    order restarts its epoch, so a resumed run loses no step but is not bit-identical.
+    """
+
+    def __init__(self, config: GanConfig, dataset: Dataset, run_dir: str | Path, ctx: DistributedContext | None = None,
+                 resume: bool = False) -> None:
+        self.config, self.run_dir = config, Path(run_dir)
         self.ctx = ctx or DistributedContext()
         self.accumulation = config.accumulation(self.ctx.world_size)
         self.num_classes = num_classes_of(dataset)
+        channels = dataset[0][0].shape[0]
+        if channels != config.image_channels:
+            raise ConfigError(f"--image-channels {config.image_channels} but the {config.dataset} images have {channels}")
+        self.owner = RunDir(self.run_dir, resume=resume) if self.ctx.is_main else None
         torch.manual_seed(config.seed)
         self.generator = build_generator(config, self.num_classes).to(self.ctx.device)
         self.discriminator = build_discriminator(config, self.num_classes).to(self.ctx.device)
@@ -112,16 +96,23 @@ class Trainer:
         self.opt_d = self._adam(self.discriminator, config.d_lr)
         self.g_train, self.d_train = self._wrap(self.generator), self._wrap(self.discriminator)
         self.batches = infinite_batches(dataset, config, self.ctx)
+        self.dataset = dataset
         self.step = 0
         self.latent_rng = torch.Generator()
         self._seed_latents()
+        if resume and (checkpoint_dir(self.run_dir) / LAST).is_file():
+            self.load_state_dict(self.read_checkpoint(checkpoint_dir(self.run_dir) / LAST))
+            if self.ctx.is_main:
+                print(f"resumed {self.run_dir} at step {self.step}", flush=True)
+        if self.ctx.is_main:
+            save_config(self.run_dir / CONFIG_FILE, config)
 
     def _seed_latents(self) -> None:
         """Seed the latent RNG from (seed, rank, step): distinct per process, reproducible on resume."""
         self.latent_rng.manual_seed(self.config.seed * 1_000_003 + self.ctx.rank * 10_007 + self.step)
 
     def _adam(self, model: nn.Module, lr: float) -> torch.optim.Adam:
-        return torch.optim.Adam(model.parameters(), lr=lr, betas=self.config.betas, eps=self.config.adam_eps)
+        return torch.optim.Adam(model.parameters(), lr=lr, betas=tuple(self.config.betas), eps=self.config.adam_eps)
 
     def _wrap(self, model: nn.Module) -> nn.Module:
         if self.ctx.world_size == 1:
@@ -135,6 +126,7 @@ class Trainer:
         )
 
     def discriminator_step(self) -> dict[str, float]:
+        """One D update on ``batch_size`` real and as many generated images (hinge loss)."""
         self.opt_d.zero_grad(set_to_none=True)
         totals = {"loss_d": 0.0, "d_real": 0.0, "d_fake": 0.0}
         for index in range(self.accumulation):
@@ -153,6 +145,7 @@ class Trainer:
         return totals
 
     def generator_step(self) -> dict[str, float]:
+        """One G update through the frozen D (hinge loss)."""
         self.opt_g.zero_grad(set_to_none=True)
         self.discriminator.requires_grad_(False)  # D is not updated here: unwrapped, no gradients
         total = 0.0
@@ -182,7 +175,7 @@ class Trainer:
 
     def state_dict(self) -> dict:
         return {
-            "config": dataclasses.asdict(self.config),
+            "config": config_to_dict(self.config),
             "num_classes": self.num_classes,
             "step": self.step,
             "G": self.generator.state_dict(),
@@ -192,68 +185,129 @@ class Trainer:
             "opt_d": self.opt_d.state_dict(),
         }
 
-    def load_state_dict(self, state: dict) -> None:
-        self.generator.load_state_dict(state["G"])
-        self.discriminator.load_state_dict(state["D"])
-        self.ema.model.load_state_dict(state["G_ema"])
-        self.opt_g.load_state_dict(state["opt_g"])
-        self.opt_d.load_state_dict(state["opt_d"])
-        self.step = state["step"]
+    def read_checkpoint(self, path: Path) -> dict:
+        state = load_checkpoint(path, map_location=self.ctx.device)
+        require_keys(state, ("config", "step", "G", "D", "G_ema", "opt_g", "opt_d"), path)
+        return state
+
+    def load_state_dict(self, state: dict, path: Path | None = None) -> None:
+        try:
+            self.generator.load_state_dict(state["G"])
+            self.discriminator.load_state_dict(state["D"])
+            self.ema.model.load_state_dict(state["G_ema"])
+            self.opt_g.load_state_dict(state["opt_g"])
+            self.opt_d.load_state_dict(state["opt_d"])
+        except (RuntimeError, ValueError, KeyError) as error:
+            where = path or checkpoint_dir(self.run_dir) / LAST
+            raise ConfigError(f"checkpoint {str(where)!r} does not fit this run ({str(error).splitlines()[0]}): "
+                              "it was written with another layer, width or resolution") from None
+        self.step = int(state["step"])
         self._seed_latents()
 
     def save(self) -> None:
         if not self.ctx.is_main:
             return
         state = self.state_dict()
-        save_atomic(state, os.path.join(checkpoint_dir(self.run_dir), LAST))
+        save_checkpoint(checkpoint_dir(self.run_dir) / LAST, state)
         if self.config.keep_every and self.step % self.config.keep_every == 0:
-            save_atomic(state, os.path.join(checkpoint_dir(self.run_dir), f"step_{self.step:07d}.pt"))
-
-    def resume(self) -> bool:
-        """Load ``last.pt`` of the run directory if it exists; returns whether it did."""
-        path = os.path.join(checkpoint_dir(self.run_dir), LAST)
-        if not os.path.isfile(path):
-            return False
-        self.load_state_dict(load_checkpoint(path))
-        return True
+            save_checkpoint(checkpoint_dir(self.run_dir) / f"step_{self.step:07d}.pt", state)
 
     def train(self) -> dict[str, float]:
-        """Train to ``total_steps``, logging, sampling and checkpointing on the way; returns the last scalars."""
+        """Train to ``total_steps``; returns the last logged scalars (with IS/FID where measured)."""
         config, main = self.config, self.ctx.is_main
         writer = self._writer() if main else None
         grid = grid_latents(config.dim_z, self.num_classes)
-        start_step, start_time, scalars = self.step, time.time(), {}
-        while self.step < config.total_steps:
-            scalars = self.train_step()
-            if main and (self.step % config.log_every == 0 or self.step == config.total_steps):
-                self._log(writer, scalars, start_step, start_time)
-            if main and (self.step % config.sample_every == 0 or self.step == config.total_steps):
-                path = os.path.join(self.run_dir, "samples", f"step_{self.step:07d}.png")
-                writer.add_image("samples/G_ema", save_sample_grid(self.ema.model, path, *grid), self.step)
-            if self.step % config.save_every == 0 or self.step == config.total_steps:
-                self.save()
-        if writer is not None:
-            writer.close()
+        progress = Progress(config.total_steps, "steps", prefix=f"{self.run_dir}", interval=0.0,
+                            initial=self.step, enabled=main)
+        self._truncate_log()
+        scalars: dict[str, float] = {}
+        try:
+            while self.step < config.total_steps:
+                scalars = self.train_step()
+                last = self.step == config.total_steps
+                if main and config.eval_every and (self.step % config.eval_every == 0 or last):
+                    scalars.update(self.evaluate(config.eval_samples))
+                if main and (self.step % config.log_every == 0 or last):
+                    self._log(writer, scalars, progress)
+                if main and (self.step % config.sample_every == 0 or last):
+                    path = self.run_dir / "samples" / f"step_{self.step:07d}.png"
+                    writer.add_image("samples/G_ema", save_sample_grid(self.sampling_generator(), str(path), *grid),
+                                     self.step)
+                if self.step % config.save_every == 0 or last:
+                    self.save()
+        finally:
+            if writer is not None:
+                writer.close()
+                plot_curves(self.run_dir)
+            if self.owner is not None:
+                self.owner.close()
         return scalars
+
+    def sampling_generator(self) -> nn.Module:
+        """A copy of G_ema with BigGAN's standing statistics (a no-op for batch-independent layers),
+        computed in this process only (the copy's layers do not synchronize: only rank 0 samples)."""
+        from .sampling import standing_statistics
+
+        generator = copy_module(self.ema.model)
+        for module in generator.modules():
+            if getattr(module, "sync", False):
+                module.sync = False
+        standing_statistics(generator, num_batches=8, batch_size=min(self.config.micro_batch, 64), seed=self.step)
+        return generator.eval()
+
+    def evaluate(self, num_samples: int) -> dict[str, float]:
+        """Digits-classifier (or Inception, when the data are not the digits: skipped) IS/FID of G_ema."""
+        if self.config.dataset != "digits":
+            return {}
+        from .metrics import digits_fidelity
+
+        return digits_fidelity(self.sampling_generator(), self.config.resolution, num_samples, seed=self.step)
 
     def _writer(self):
         from torch.utils.tensorboard import SummaryWriter
 
-        os.makedirs(self.run_dir, exist_ok=True)
-        with open(os.path.join(self.run_dir, "config.json"), "w") as f:
-            f.write(json.dumps({**dataclasses.asdict(self.config), "num_classes": self.num_classes}, indent=2))
-        return SummaryWriter(os.path.join(self.run_dir, "tb"))
+        return SummaryWriter(str(self.run_dir / "tb"))
 
-    def _log(self, writer, scalars: dict[str, float], start_step: int, start_time: float) -> None:
-        elapsed = time.time() - start_time
-        rate = (self.step - start_step) / max(elapsed, 1e-9)
-        eta = (self.config.total_steps - self.step) / max(rate, 1e-9)
+    def _truncate_log(self) -> None:
+        """Drop log lines written after the checkpoint this run continues from."""
+        log = self.run_dir / LOG_FILE
+        if self.ctx.is_main and log.exists():
+            from evonorm_core.experiment.files import atomic_write_text
+            import json
+
+            kept = [r for r in read_jsonl(log) if r["step"] <= self.step]
+            atomic_write_text(log, "".join(json.dumps(r) + "\n" for r in kept))
+
+    def _log(self, writer, scalars: dict[str, float], progress: Progress) -> None:
+        done = self.step - progress.done
         for key, value in scalars.items():
-            writer.add_scalar(f"train/{key}", value, self.step)
-        writer.add_scalar("train/steps_per_s", rate, self.step)
-        values = " ".join(f"{k} {v:+.3f}" for k, v in scalars.items())
-        print(
-            f"step {self.step}/{self.config.total_steps} | {values} | {rate:.2f} step/s "
-            f"({rate * self.config.batch_size:.0f} img/s) | ETA {format_duration(eta)}",
-            flush=True,
-        )
+            writer.add_scalar(f"train/{key}" if key in ("loss_d", "loss_g", "d_real", "d_fake") else f"eval/{key}",
+                              value, self.step)
+        append_jsonl(self.run_dir / LOG_FILE, {"step": self.step, **scalars})
+        progress.update(done, **{k: v for k, v in scalars.items()})
+
+
+def copy_module(module: nn.Module) -> nn.Module:
+    import copy
+
+    return copy.deepcopy(module)
+
+
+def plot_curves(run_dir: Path) -> Path | None:
+    """``RUN/curves.png``: losses and (where measured) IS/FID against steps, from ``log.jsonl``."""
+    from evonorm_core.experiment.tables import Series, plot_series
+
+    log = run_dir / LOG_FILE
+    if not log.exists():
+        return None
+    records = read_jsonl(log)
+    panels = {}
+    for title, keys in (("losses", ("loss_d", "loss_g")), ("D logits", ("d_real", "d_fake")),
+                        ("digits-classifier FID", ("fid",)), ("digits-classifier IS", ("is_mean",))):
+        curves = []
+        for key in keys:
+            points = [(r["step"], r[key]) for r in records if key in r]
+            if points:
+                curves.append(Series(key, [p[0] for p in points], [p[1] for p in points]))
+        panels[title] = curves
+    return plot_series(run_dir / "curves.png", panels, xlabel="step", ylabel="value")

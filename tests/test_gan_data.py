@@ -8,6 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
+from evonorm_core.experiment.files import load_checkpoint
 from gan.data import UInt8Images, build_dataset, num_classes_of, to_uint8, to_unit_range
 
 
@@ -64,11 +65,11 @@ def test_dataset_errors_name_the_problem(tmp_path):
 def test_torchrun_two_processes_with_synchronized_batch_statistics(tmp_path):
     script = os.path.join(os.path.dirname(__file__), "..", "gan", "train_biggan.py")
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", script, "--run-dir",
-               str(tmp_path), "--channels", "4", "--batch-size", "16", "--micro-batch", "8", "--steps", "1",
-               "--threads", "1", "--norm", "evonorm_b0", "--norm-option", "sync=true"]
+               str(tmp_path), "--channels", "8", "--batch-size", "16", "--micro-batch", "8", "--total-steps", "1",
+               "--threads", "1", "--norm", "evonorm_b0", "--sync-batch-stats", "--eval-every", "0"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "step 1/1" in result.stdout
-    state = torch.load(tmp_path / "seed0" / "checkpoints" / "last.pt", weights_only=False)
-    assert state["step"] == 1 and state["config"]["norm_options"] == {"sync": True}
+    assert "1/1 steps" in result.stdout
+    state = load_checkpoint(tmp_path / "seed0" / "checkpoints" / "last.pt")
+    assert state["step"] == 1 and state["config"]["sync_batch_stats"] is True

@@ -11,7 +11,9 @@ from torch_fidelity.feature_extractor_base import FeatureExtractorBase
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY, register_feature_extractor
 
 from gan import evaluate
-from gan.config import make_config
+from dataclasses import replace
+
+from gan.config import PRESETS
 from gan.data import digits_dataset
 from gan.metrics import GeneratorSampler, fidelity_metrics
 from gan.trainer import Trainer
@@ -119,34 +121,35 @@ def test_inception_score_of_confident_uniform_predictions_is_the_class_count():
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run")
-    config = make_config("digits", norm="bn_relu", channels=4, dim_z=8, shared_dim=8, depth=1, batch_size=8,
-                         micro_batch=8, total_steps=2, sample_every=2, save_every=1, keep_every=1)
-    Trainer(config, digits_dataset(32), str(run_dir)).train()
+    config = replace(PRESETS["digits"], norm="bn_relu", channels=8, dim_z=8, shared_dim=8, depth=1, batch_size=8,
+                     micro_batch=8, total_steps=2, sample_every=2, save_every=1, keep_every=1, eval_every=0)
+    Trainer(config, digits_dataset(16), run_dir).train()
     return run_dir
 
 
-def test_evaluate_run_writes_metrics_and_caches_reference(trained_run, tmp_path):
+def test_evaluate_run_writes_digits_classifier_metrics_and_caches_reference(trained_run, tmp_path):
     cache = tmp_path / "cache"
-    options = evaluate.EvalOptions(num_samples=64, feature_extractor="gan-test-pixels", reference_samples=128,
-                                   cache_root=str(cache), batch_size=32, standing_stats=2, standing_batch=16)
+    options = evaluate.EvalOptions(num_samples=64, reference_samples=128, cache_root=str(cache), batch_size=32,
+                                   standing_stats=2, standing_batch=16)
     result = evaluate.evaluate_run(str(trained_run), options=options)
     assert np.isfinite([result["is_mean"], result["fid"]]).all() and result["fid"] > 0
+    assert result["feature_extractor"] == "digits-classifier" and result["metric"].startswith("digits-classifier IS/FID")
     assert result["sampling"] == "eval mode, standing statistics over 2 batches of 16"
     assert result["norm"] == "bn_relu" and result["checkpoint"] == "last.pt" and result["step"] == 2
-    assert result["reference_images"] == 128
-    with open(trained_run / "metrics.json") as f:
-        assert json.load(f)["fid"] == result["fid"]
+    assert result["reference_images"] == 128 and result["num_samples"] == 64
+    assert json.loads((trained_run / "metrics.json").read_text())["fid"] == result["fid"]
     cached = os.listdir(cache)
-    assert cached and all(name.startswith("gan-digits-builtin-32px-128") for name in cached)
+    assert cached and all(name.startswith("gan-digits-builtin-16px-128-digits-classifier") for name in cached)
     again = evaluate.evaluate_run(str(trained_run), options=options)
     assert again["fid"] == pytest.approx(result["fid"])  # same seed, cached reference: same number
     options.standing_stats = 0
     assert evaluate.evaluate_run(str(trained_run), options=options)["sampling"] == "eval mode, moving statistics"
+    options.num_samples = None
+    assert evaluate.evaluate_run(str(trained_run), options=options)["num_samples"] == 359  # the held-out digits
 
 
 def test_peak_over_snapshots(trained_run, tmp_path):
-    options = evaluate.EvalOptions(num_samples=32, feature_extractor="gan-test-pixels", reference_samples=64,
-                                   cache_root=str(tmp_path), batch_size=32)
+    options = evaluate.EvalOptions(num_samples=32, reference_samples=64, cache_root=str(tmp_path), batch_size=32)
     checkpoints = evaluate.snapshots(str(trained_run))
     assert [os.path.basename(c) for c in checkpoints] == ["step_0000001.pt", "step_0000002.pt", "last.pt"]
     peak = evaluate.evaluate_run(str(trained_run), checkpoints, "fid", options)
@@ -166,12 +169,24 @@ def test_generator_sampler_samples_labels_itself(trained_run):
     sampler = GeneratorSampler(generator, seed=3)
     assert sampler.num_classes == 0 and sampler.z_size == 8
     images = sampler(torch.randn(4, 8))
-    assert images.dtype == torch.uint8 and images.shape == (4, 3, 32, 32)
+    assert images.dtype == torch.uint8 and images.shape == (4, 1, 16, 16)
 
 
-def test_evaluate_cli_without_inception_weights_says_what_is_needed(trained_run, tmp_path, monkeypatch):
-    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
-    with pytest.raises(SystemExit, match="Real IS/FID need torch-fidelity's weights-inception"):
-        evaluate.main([str(trained_run), "--num-samples", "10"])
+def test_foreign_inception_weights_are_refused_before_unpickling(trained_run, tmp_path):
+    impostor = tmp_path / "weights-inception-2015-12-05-6726825d.pth"
+    torch.save({"not": "inception"}, impostor)
+    with pytest.raises(SystemExit, match="is not torch-fidelity's .*refused"):
+        evaluate.main([str(trained_run), "--inception-weights", str(impostor), "--num-samples", "10"])
     with pytest.raises(SystemExit, match="no checkpoint"):
-        evaluate.main([str(tmp_path / "missing"), "--inception-weights", __file__])
+        evaluate.main([str(tmp_path / "missing")])
+
+
+def test_digits_classifier_scale_real_digits_far_below_noise():
+    from gan import digits_classifier
+    from gan.metrics import digits_calibration
+
+    weights = digits_classifier.weights_file(16)
+    assert digits_classifier.load_checkpoint(weights)["held_out_accuracy"] > 0.95
+    calibration = digits_calibration(16)
+    assert calibration["fid_floor"] < 0.05 * calibration["fid_noise"]
+    assert calibration["is_real"] > 8.0 > 2.0 > calibration["is_noise"]  # 10 classes: IS at most 10

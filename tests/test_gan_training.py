@@ -1,66 +1,115 @@
-"""A few CPU training steps on the built-in digits, EMA, standing statistics, checkpoint/resume, CLI."""
+"""BigGAN-deep training on the built-in digits: losses by hand, D/G steps, EMA, standing statistics,
+paper settings, owned run folders, resume (also after kill -9), the command line."""
 import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from gan.config import make_config
+from evonorm_core.experiment.config import ConfigError
+from evonorm_core.experiment.files import load_checkpoint
+from evonorm_core.experiment.rundir import RunDirError
+from evonorm_core.running_stats import batch_stat_layers
+from gan import train_biggan
+from gan.config import PRESETS
 from gan.data import digits_dataset
 from gan.ema import EMA
 from gan.losses import discriminator_hinge_loss, generator_hinge_loss
-from gan.sampling import batch_stat_layers, sample_latents, standing_statistics
+from gan.sampling import sample_latents, standing_statistics
 from gan.trainer import Trainer
-from gan import train_biggan
 
-TINY = dict(channels=4, dim_z=8, shared_dim=8, depth=1, micro_batch=8, batch_size=8, total_steps=2, ema_start=0,
-            ema_decay=0.5, log_every=1, sample_every=2, save_every=1)
+ROOT = Path(__file__).resolve().parents[1]
+TINY = dict(channels=8, dim_z=8, shared_dim=8, depth=1, micro_batch=8, batch_size=8, total_steps=2, ema_start=0,
+            ema_decay=0.5, log_every=1, sample_every=2, save_every=1, eval_every=0)
 
 
 @pytest.fixture(scope="module")
 def digits():
-    return digits_dataset(32)
+    return digits_dataset(16)
 
 
-def tiny_trainer(run_dir, dataset, norm="evonorm_b0", **overrides):
-    return Trainer(make_config("digits", norm=norm, **{**TINY, **overrides}), dataset, str(run_dir))
+def tiny_config(norm="evonorm_b0", **overrides):
+    return replace(PRESETS["digits"], norm=norm, **{**TINY, **overrides})
+
+
+def tiny_trainer(run_dir, dataset, norm="evonorm_b0", resume=False, **overrides):
+    return Trainer(tiny_config(norm, **overrides), dataset, run_dir, resume=resume)
 
 
 def parameters(model: nn.Module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in model.parameters()]
 
 
-def test_digits_are_real_32px_images(digits):
+def test_digits_are_real_greyscale_images(digits):
     images, labels = digits.tensors
-    assert images.shape == (1797, 3, 32, 32) and images.min() >= -1 and images.max() <= 1
+    assert images.shape == (1438, 1, 16, 16) and images.min() >= -1 and images.max() <= 1
     assert sorted(labels.unique().tolist()) == list(range(10))
+    assert len(digits_dataset(16, "val")) == 359
 
 
-def test_hinge_losses():
+def test_hinge_losses_by_hand():
     real, fake = torch.tensor([2.0, 0.5]), torch.tensor([-2.0, 0.0])
     assert discriminator_hinge_loss(real, fake).item() == pytest.approx((0 + 0.5) / 2 + (0 + 1) / 2)
     assert generator_hinge_loss(fake).item() == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("norm", ["evonorm_b0", "evonorm_s0"])
-def test_training_steps_are_finite_and_update_weights(tmp_path, digits, norm):
-    trainer = tiny_trainer(tmp_path, digits, norm)
-    g_before, d_before = parameters(trainer.generator), parameters(trainer.discriminator)
-    for _ in range(2):
-        scalars = trainer.train_step()
-    assert all(torch.isfinite(torch.tensor(v)) for v in scalars.values())
-    assert set(scalars) == {"loss_d", "d_real", "d_fake", "loss_g"}
-    for before, model in ((g_before, trainer.generator), (d_before, trainer.discriminator)):
-        changed = [not torch.equal(b, a) for b, a in zip(before, model.parameters())]
-        assert sum(changed) > len(changed) // 2
-    assert trainer.step == 2
+def test_paper_preset_is_biggan_deep_as_the_paper_trains_it():
+    """BigGAN-deep 128 (Brock et al. 2019) as the paper trains it: values typed from the BigGAN paper and
+    BigGAN-PyTorch's launch_BigGAN_deep.sh, not from this code's defaults."""
+    paper = PRESETS["imagenet128"]
+    assert (paper.resolution, paper.channels, paper.depth, paper.attention) == (128, 128, 2, (64,))
+    assert (paper.g_lr, paper.d_lr, tuple(paper.betas), paper.adam_eps) == (5e-5, 2e-4, (0.0, 0.999), 1e-6)
+    assert (paper.d_steps, paper.batch_size, paper.dim_z, paper.shared_dim) == (2, 2048, 128, 128)
+    assert (paper.ema_decay, paper.ema_start) == (0.9999, 20_000)
+    assert paper.sync_batch_stats and paper.image_channels == 3  # cross-replica BN, as BigGAN
+    assert replace(paper, norm="evonorm_b0").norm_options == {"sync": True}
+    assert replace(paper, norm="evonorm_s0").norm_options == {}  # sync only for batch-statistics layers
+    assert replace(paper, norm="gn_relu").norm_options == {"groups": 16}  # Table 5: GN with 16 groups
+
+
+def test_discriminator_step_follows_the_hinge_loss_computed_by_hand(tmp_path, digits):
+    """A D step's loss and gradient are those of mean(relu(1 - D(x))) + mean(relu(1 + D(G(z)))) on the
+    very logits it saw; swapping real and fake (or the signs) fails this."""
+    trainer = tiny_trainer(tmp_path, digits, "bn_relu")
+    seen = {}
+    handle = trainer.discriminator.register_forward_hook(lambda m, args, out: seen.update(logits=out.detach()))
+    reference = {n: p.detach().clone() for n, p in trainer.discriminator.named_parameters()}
+    scalars = trainer.discriminator_step()
+    handle.remove()
+    real, fake = seen["logits"].view(-1).split(8)
+    expected = F.relu(1 - real).mean() + F.relu(1 + fake).mean()
+    assert scalars["loss_d"] == pytest.approx(expected.item(), rel=1e-5)
+    assert scalars["d_real"] == pytest.approx(real.mean().item(), rel=1e-5)
+    assert scalars["d_fake"] == pytest.approx(fake.mean().item(), rel=1e-5)
+    moved = [not torch.equal(reference[n], p) for n, p in trainer.discriminator.named_parameters()]
+    assert sum(moved) > len(moved) // 2
+
+
+def test_generator_step_pushes_the_discriminator_score_up(tmp_path, digits):
+    trainer = tiny_trainer(tmp_path, digits, "evonorm_s0", g_lr=1e-2)
+    d_before = parameters(trainer.discriminator)
+    z, y = sample_latents(64, 8, 10, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        before = trainer.discriminator(trainer.generator(z, y), y).mean()
+    trainer.generator_step()
+    with torch.no_grad():
+        after = trainer.discriminator(trainer.generator(z, y), y).mean()
+    assert after > before  # the G loss is -D(G(z)): a G step raises D's score of the fakes
+    assert all(torch.equal(a, b) for a, b in zip(d_before, trainer.discriminator.parameters()))
 
 
 def test_gradient_accumulation_splits_the_batch(tmp_path, digits):
     trainer = tiny_trainer(tmp_path, digits, batch_size=16, micro_batch=8)
     assert trainer.accumulation == 2
-    with pytest.raises(ValueError, match="multiple of micro_batch"):
-        make_config("digits", batch_size=12, micro_batch=8).accumulation(1)
+    with pytest.raises(ConfigError, match="--batch-size 12 is not a multiple of --micro-batch x processes = 8 x 1"):
+        tiny_config(batch_size=12, micro_batch=8).accumulation(1)
 
 
 def test_ema_update():
@@ -81,7 +130,7 @@ def test_ema_update():
 
 
 def test_standing_statistics_average_batch_statistics(tmp_path, digits):
-    generator = tiny_trainer(tmp_path, digits, norm="bn_relu").generator.eval()
+    generator = tiny_trainer(tmp_path / "a", digits, norm="bn_relu").generator.eval()
     conditional = generator.blocks[0].norm1
     layer = conditional.norm
     inputs = []
@@ -94,18 +143,21 @@ def test_standing_statistics_average_batch_statistics(tmp_path, digits):
     torch.testing.assert_close(layer.running_var.double(), expected_var, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(layer.running_mean.double(), expected_mean, rtol=1e-4, atol=1e-6)
     assert layer.momentum == 0.1  # restored
-    assert standing_statistics(tiny_trainer(tmp_path, digits, norm="evonorm_s0").generator, 3, 4) == 0
+    assert standing_statistics(tiny_trainer(tmp_path / "b", digits, norm="evonorm_s0").generator, 3, 4) == 0
 
 
-def test_checkpoint_resume(tmp_path, digits):
+def test_run_folder_checkpoint_and_resume(tmp_path, digits):
     trainer = tiny_trainer(tmp_path, digits)
     trainer.train()
-    assert os.path.isfile(tmp_path / "checkpoints" / "last.pt")
-    assert os.path.isfile(tmp_path / "samples" / "step_0000002.png")
+    for name in ("checkpoints/last.pt", "samples/step_0000002.png", "config.json", "log.jsonl", "curves.png"):
+        assert (tmp_path / name).is_file(), name
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "tb"))
-
-    resumed = tiny_trainer(tmp_path, digits, total_steps=3)
-    assert resumed.resume() and resumed.step == 2
+    state = load_checkpoint(tmp_path / "checkpoints" / "last.pt")  # plain data: weights_only loads it
+    assert state["step"] == 2 and state["config"]["norm"] == "evonorm_b0"
+    with pytest.raises(RunDirError, match="is not empty"):
+        tiny_trainer(tmp_path, digits)
+    resumed = tiny_trainer(tmp_path, digits, total_steps=3, resume=True)
+    assert resumed.step == 2
     for a, b in zip(trainer.generator.state_dict().values(), resumed.generator.state_dict().values()):
         torch.testing.assert_close(a, b)
     for a, b in zip(trainer.ema.model.state_dict().values(), resumed.ema.model.state_dict().values()):
@@ -113,31 +165,73 @@ def test_checkpoint_resume(tmp_path, digits):
     assert resumed.opt_g.state_dict()["state"][0]["step"] == trainer.opt_g.state_dict()["state"][0]["step"]
     resumed.train()
     assert resumed.step == 3
+    with pytest.raises(ConfigError, match="does not fit this run"):
+        tiny_trainer(tmp_path, digits, channels=16, resume=True)
 
 
 @pytest.mark.slow
-def test_cli_trains_resumes_and_refuses_to_overwrite(tmp_path, capsys):
-    args = ["--run-dir", str(tmp_path), "--norm", "evonorm_s0", "--channels", "4", "--batch-size", "8",
-            "--micro-batch", "8", "--steps", "1", "--sample-every", "1", "--threads", "1"]
-    train_biggan.main(args)
+def test_cli_trains_resumes_keeps_settings_and_refuses_to_overwrite(tmp_path, capsys):
+    args = ["--run-dir", str(tmp_path), "--norm", "evonorm_s0", "--channels", "8", "--batch-size", "8",
+            "--micro-batch", "8", "--total-steps", "2", "--sample-every", "1", "--eval-every", "0", "--threads", "1"]
+    assert train_biggan.main(args) == 0
     out = capsys.readouterr().out
-    assert "built-in demo" in out and "step 1/1" in out
-    train_biggan.main(args[:-6] + ["--steps", "2", "--resume"])
+    assert "built-in demo" in out and "2/2 steps" in out
+    assert train_biggan.main(["--run-dir", str(tmp_path), "--total-steps", "3", "--resume", "--eval-every", "0"]) == 0
     assert "resumed" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="--resume"):
+    state = load_checkpoint(tmp_path / "seed0" / "checkpoints" / "last.pt")
+    assert state["step"] == 3 and state["config"]["channels"] == 8  # the run's own settings, not the preset's
+    with pytest.raises(SystemExit, match="is not empty"):
         train_biggan.main(args)
-    with pytest.raises(SystemExit, match="valid names"):
-        train_biggan.main(["--norm", "bn_tanh"])
+    with pytest.raises(SystemExit, match="--norm cannot change when resuming: the run was started with evonorm_s0"):
+        train_biggan.main(["--run-dir", str(tmp_path), "--resume", "--norm", "bn_relu"])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--norm", "bn_tanh"], "valid names"),
+    (["--total-steps", "-5"], "--total-steps must be >= 1, got -5"),
+    (["--g-lr", "0"], "--g-lr must be > 0, got 0.0"),
+    (["--ema-decay", "1"], "--ema-decay must be >= 0 and < 1, got 1.0"),
+    (["--resolution", "48"], "--resolution must be one of 16, 32, 64, 128, got 48"),
+    (["--channels", "12"], "--channels must be a multiple of 8"),
+])
+def test_bad_flags_are_clear_errors(argv, message, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        train_biggan.main([*argv, "--run-dir", str(tmp_path)])
+    assert message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_missing_data_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="--data-root"):
         train_biggan.main(["--dataset", "cifar10", "--run-dir", str(tmp_path / "c")])
+
+
+@pytest.mark.slow
+def test_kill_and_resume_loses_nothing(tmp_path):
+    """A run killed with SIGKILL mid-way resumes from its last checkpoint and ends at the same step
+    with the same settings; checkpoints are written atomically, so the last one is never torn."""
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "gan.train_biggan", "--run-dir", str(run), "--norm", "evonorm_b0", "--channels", "8",
+            "--batch-size", "8", "--micro-batch", "8", "--total-steps", "400", "--save-every", "1", "--eval-every", "0",
+            "--sample-every", "1000", "--threads", "1"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoint = run / "seed0" / "checkpoints" / "last.pt"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (checkpoint.exists() and load_checkpoint(checkpoint)["step"] >= 3):
+        time.sleep(0.2)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    killed_at = load_checkpoint(checkpoint)["step"]
+    assert 3 <= killed_at < 400
+    done = subprocess.run([*args[:3], "--run-dir", str(run), "--resume", "--total-steps", str(killed_at + 2),
+                           "--eval-every", "0", "--threads", "1"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"resumed {run / 'seed0'} at step {killed_at}" in done.stdout
+    state = load_checkpoint(checkpoint)
+    assert state["step"] == killed_at + 2 and state["config"]["norm"] == "evonorm_b0"
 
 
 def test_latents():
     z, y = sample_latents(5, 3, 4, generator=torch.Generator().manual_seed(0))
     assert z.shape == (5, 3) and y.dtype == torch.long and 0 <= int(y.min()) and int(y.max()) < 4
-
-
-def test_eta_format_counts_days():
-    from gan.trainer import format_duration
-
-    assert format_duration(3725) == "01:02:05" and format_duration(2 * 86_400 + 61) == "2d 00:01:01"

@@ -1,0 +1,104 @@
+"""Table 5 in miniature: six generator layers x three seeds on the digits, digits-classifier IS/FID.
+
+    python -m gan.table5                        # the whole grid (about 2 h on 2 cores), resumable
+    python -m gan.table5 --report-only          # re-aggregate finished runs
+
+Every (layer, seed) trains the digits preset of ``gan/train_biggan.py`` for ``--steps`` in its
+own process (one thread, ``--jobs`` at once), keeping four snapshots, and is then evaluated by
+``gan/evaluate.py --all-snapshots`` (standing statistics, digits-classifier IS/FID against the
+training digits with as many samples as there are held-out digits); the paper reports each
+run at its peak, so each run's result is its best-FID snapshot. Finished runs (``metrics.json``)
+are not rerun. The per-layer median and best over seeds, the FID floor (held-out real digits)
+and ceiling (noise), the command and the CPU time go to ``--out/table5.json``; the markdown
+table to ``--out/table5.md``; seed 0's final sample grid of each layer to ``--out/<layer>.png``.
+Installed as ``evonorm-gan-table5``.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json
+from evonorm_core.experiment.progress import Progress
+
+from .config import PRESETS
+from .metrics import digits_calibration
+from .report import LABELS, aggregate, find_metrics, markdown
+
+DEFAULT_STEPS = PRESETS["digits"].total_steps
+
+
+def run_one(layer: str, seed: int, runs_dir: Path, steps: int) -> tuple[str, float]:
+    """Train and evaluate one (layer, seed); returns a progress line and its wall time."""
+    started = time.monotonic()
+    run_dir = runs_dir / layer / f"seed{seed}"
+    log = runs_dir / layer / f"seed{seed}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    train = [sys.executable, "-m", "gan.train_biggan", "--norm", layer, "--seed", str(seed), "--run-dir",
+             str(runs_dir / layer), "--total-steps", str(steps), "--keep-every", str(max(1, steps // 4)),
+             "--eval-every", "0", "--threads", "1", *(["--resume"] if run_dir.exists() else [])]
+    evaluate = [sys.executable, "-m", "gan.evaluate", str(run_dir), "--all-snapshots"]
+    with open(log, "a") as out:
+        for command in (train, evaluate):
+            if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode:
+                raise RuntimeError(f"{' '.join(command)} failed; see {log}")
+    return f"{layer} seed {seed}", time.monotonic() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gan.table5", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--layers", nargs="+", choices=sorted(LABELS), default=list(LABELS), help="generator layers")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds per layer (Table 5: 3)")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"G steps per run (default {DEFAULT_STEPS})")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each (default 2)")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs/gan_table5"), help="one folder per layer and seed")
+    parser.add_argument("--out", type=Path, default=Path("docs/results/gan"), help="where table5.json/.md and grids go")
+    parser.add_argument("--report-only", action="store_true", help="only aggregate the finished runs")
+    args = parser.parse_args(argv)
+    if args.steps < 4 or args.jobs < 1 or min(args.seeds) < 0:
+        parser.error(f"--steps must be >= 4, --jobs >= 1 and --seeds >= 0, got {args.steps}, {args.jobs}, {args.seeds}")
+    summary_path = args.out / "table5.json"
+    previous = read_json(summary_path, what="Table 5 summary") if summary_path.exists() else {}
+    cpu_seconds = previous.get("cpu_seconds", 0.0)
+    todo = [(layer, seed) for layer in args.layers for seed in args.seeds
+            if not (args.runs_dir / layer / f"seed{seed}" / "metrics.json").exists()]
+    if todo and not args.report_only:
+        print(f"Table 5 miniature: {len(todo)} runs of {args.steps} steps, {args.jobs} at a time, into {args.runs_dir}",
+              flush=True)
+        progress = Progress(len(todo), "runs", prefix="table5", interval=0.0)
+        with ThreadPoolExecutor(args.jobs) as pool:
+            for line, seconds in pool.map(lambda job: run_one(*job, args.runs_dir, args.steps), todo):
+                cpu_seconds += seconds  # one thread per run
+                progress.update(run=line)
+    layers = aggregate([read_json(p, what="run metrics") for p in find_metrics([args.runs_dir])])
+    resolution = PRESETS["digits"].resolution
+    summary = {
+        "experiment": "Table 5 miniature", "command": "python -m gan.table5 " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "cpu_seconds": cpu_seconds, "steps": args.steps, "feature_extractor": "digits-classifier",
+        "description": f"class-conditional BigGAN-deep (digits preset, {resolution}x{resolution} greyscale) on the "
+                       f"embedded digits, {args.steps} steps per run",
+        **digits_calibration(resolution), "layers": layers,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    for layer in args.layers:
+        grids = sorted((args.runs_dir / layer / "seed0" / "samples").glob("step_*.png"))
+        if grids:
+            shutil.copyfile(grids[-1], args.out / f"{layer}.png")
+            summary["layers"].get(layer, {})["grid_png"] = str(args.out / f"{layer}.png")
+    atomic_write_json(summary_path, summary)
+    table = markdown(layers)
+    atomic_write_text(args.out / "table5.md", table + "\n")
+    print(table)
+    print(f"FID floor (held-out digits) {summary['fid_floor']:.2f}, noise {summary['fid_noise']:.2f}; "
+          f"summary: {summary_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
