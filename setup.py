@@ -29,6 +29,7 @@ CONSOLE_SCRIPTS = [
     "evonorm-gan = gan.train_biggan:main",
     "evonorm-gan-eval = gan.evaluate:main",
     "evonorm-gan-report = gan.report:main",
+    "evonorm-gan-table5 = gan.table5:main",
     "evonorm-detect = detection.train_net:main",
     "evonorm-detect-report = detection.report:main",
     "evonorm-detect-cost = detection.cost:main",

@@ -150,7 +150,19 @@ def digits_fidelity(generator: nn.Module, resolution: int, num_samples: int, see
         reference_cache_name=f"digits-train-{resolution}px-{weights.stem}", cache_root=cache_root, seed=seed + 2020,
         batch_size=250,
     )
-    return {"is_mean": metrics["is_mean"], "fid": metrics["fid"]}
+    accuracy = class_accuracy(generator, digits_classifier.load_classifier(weights), num_samples, seed)
+    return {"is_mean": metrics["is_mean"], "fid": metrics["fid"], "class_accuracy": accuracy}
+
+
+@torch.no_grad()
+def class_accuracy(generator: nn.Module, classifier: nn.Module, num_samples: int, seed: int = 0) -> float:
+    """The fraction of ``num_samples`` class-conditional samples (classes in turn) that the
+    digits classifier assigns to the class they were drawn for (chance: 1 / classes)."""
+    generator.eval()
+    z_rng = torch.Generator().manual_seed(seed)
+    labels = torch.arange(num_samples) % generator.spec.num_classes
+    z = torch.randn(num_samples, generator.spec.dim_z, generator=z_rng)
+    return digits_classifier.accuracy(classifier, to_uint8(generator(z, labels)), labels)
 
 
 class _NoiseImages(Dataset):

@@ -303,7 +303,8 @@ def plot_curves(run_dir: Path) -> Path | None:
     records = read_jsonl(log)
     panels = {}
     for title, keys in (("losses", ("loss_d", "loss_g")), ("D logits", ("d_real", "d_fake")),
-                        ("digits-classifier FID", ("fid",)), ("digits-classifier IS", ("is_mean",))):
+                        ("digits-classifier FID", ("fid",)), ("digits-classifier IS", ("is_mean",)),
+                        ("samples of the requested class", ("class_accuracy",))):
         curves = []
         for key in keys:
             points = [(r["step"], r[key]) for r in records if key in r]

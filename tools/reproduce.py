@@ -251,7 +251,7 @@ def table5_section(_: dict) -> list[str]:
     title = "Table 5: BigGAN-deep generator layers (IS / FID)"
     if summary is None:
         return not_measured(title, "the Table 5 command of docs/gan.md")
-    from gan.report import PAPER_TABLE5
+    from gan.report import LABELS, TABLE5
 
     lines = [f"## {title}", "", f"Miniature: {summary.get('description', 'class-conditional BigGAN-deep on the digits')}; "
              "digits-classifier IS/FID (not comparable with ImageNet Inception numbers), median and best over seeds "
@@ -259,10 +259,10 @@ def table5_section(_: dict) -> list[str]:
              f"noise {summary.get('fid_noise', '-')}.", ""]
     rows = []
     for layer, result in summary["layers"].items():
-        paper = PAPER_TABLE5.get(layer)
-        rows.append([paper[0] if paper else layer, len(result["seeds"]),
+        paper = TABLE5.rows.get((layer,))
+        rows.append([LABELS.get(layer, layer), len(result["seeds"]),
                      f"{result['is_median']:.2f} / {result['is_best']:.2f}", f"{result['fid_median']:.2f} / {result['fid_best']:.2f}",
-                     f"{paper[1]} / {paper[2] or '-'}" if paper else "-", f"{paper[3]} / {paper[4] or '-'}" if paper else "-"])
+                     f"{paper[0]} / {paper[1] or '-'}" if paper else "-", f"{paper[2]} / {paper[3] or '-'}" if paper else "-"])
     fid = {layer: result["fid"] for layer, result in summary["layers"].items()}
     verdicts = [[f"{name} has a lower FID than BN-ReLU", gap(fid.get("bn_relu", []), fid.get(name, [])),
                  verdict(fid.get("bn_relu", []), fid.get(name, []))] for name in ("evonorm_b0", "evonorm_s0")]
