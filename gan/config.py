@@ -94,8 +94,8 @@ PRESETS: dict[str, GanConfig] = {
                          total_steps=100_000, ema_start=1_000, attention=()),
     "digits": GanConfig(
         dataset="digits", resolution=16, image_channels=1, channels=16, dim_z=64, shared_dim=64, attention=(),
-        g_lr=2e-4, d_lr=2e-4, d_steps=2, batch_size=64, micro_batch=64, total_steps=600, ema_decay=0.99,
-        ema_start=50, num_workers=0, log_every=25, sample_every=100, eval_every=100, save_every=100, keep_every=0,
+        g_lr=2e-4, d_lr=2e-4, d_steps=2, batch_size=64, micro_batch=64, total_steps=2000, ema_decay=0.99,
+        ema_start=50, num_workers=0, log_every=25, sample_every=250, eval_every=250, save_every=250, keep_every=0,
     ),
 }
 PRESET_OF_DATASET = {"digits": "digits", "cifar10": "cifar10", "imagenet": "imagenet128", "array": "imagenet128"}
