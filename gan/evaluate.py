@@ -42,6 +42,7 @@ from gan.metrics import (
     INCEPTION_FILE,
     GeneratorSampler,
     InceptionWeightsMissing,
+    class_accuracy,
     fidelity_metrics,
     find_inception_weights,
 )
@@ -104,6 +105,9 @@ def evaluate_checkpoint(run_dir: str, checkpoint: str | None, options: EvalOptio
         seed=options.seed,
         verbose=options.verbose,
     )
+    if extractor == DIGITS:
+        classifier = digits_classifier.load_classifier(weights)
+        metrics["class_accuracy"] = class_accuracy(generator, classifier, num_samples, options.seed)
     return {
         **metrics,
         "norm": config.norm,

@@ -72,6 +72,7 @@ def aggregate(runs: list[dict]) -> dict[str, dict]:
         results[key] = {"seeds": [r["seed"] for r in group], "is": scores, "fid": fids, "steps": [r["step"] for r in group],
                         "is_median": statistics.median(scores), "is_best": max(scores),
                         "fid_median": statistics.median(fids), "fid_best": min(fids),
+                        "class_accuracy": [r.get("class_accuracy") for r in group],
                         "measured_as": "; ".join(sorted({measurement(r) for r in group}))}
     return results
 
