@@ -66,6 +66,17 @@ def top_k_curve(records: list[CandidateRecord], k: int = 10) -> tuple[list[int],
     return xs, means, stds
 
 
+def _kth_distinct(records: list[CandidateRecord], k: int) -> int | None:
+    """The candidate count at which the ``k``-th distinct accepted layer appeared (None: never)."""
+    seen: set[str] = set()
+    for i, record in enumerate(records, 1):
+        if record.accepted:
+            seen.add(record.fingerprint)
+            if len(seen) == k:
+                return i
+    return None
+
+
 def cores(config: SearchConfig | None) -> int:
     """CPU cores the run's workers use (workers x threads)."""
     return 1 if config is None else config.workers * config.torch_threads
@@ -189,16 +200,23 @@ def write_progress_plot(output_dirs: list[str], path: str | Path, k: int = 10) -
         label = f"{state['config']['strategy']} ({Path(output_dir).name}, {len(state['records'])} candidates)"
         if not xs:
             label += ": none accepted"
-        line, = ax.plot(xs, means, label=label)
-        ax.fill_between(xs, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
-                        color=line.get_color(), alpha=0.2)
+        full = _kth_distinct(state["records"], k)
+        # Until k distinct layers exist the "top k" is the mean of fewer: drawn dotted.
+        split = next((i for i, x in enumerate(xs) if full is not None and x >= full), len(xs))
+        line, = ax.plot(xs[:split + 1], means[:split + 1], linestyle=":")
+        ax.plot(xs[split:], means[split:], color=line.get_color(), label=f"{label}, top {k}")
+        ax.fill_between(xs[split:], [m - s for m, s in zip(means[split:], stds[split:])],
+                        [m + s for m, s in zip(means[split:], stds[split:])], color=line.get_color(), alpha=0.2)
+        best_xs, best, _ = top_k_curve(state["records"], 1)
+        ax.plot(best_xs, best, color=line.get_color(), linewidth=0.8, alpha=0.6, label="best layer so far")
         for name in ("bn_relu", "gn_relu"):
             reference = state["baselines"].get(name)
             if reference is not None and reference.accepted:
                 ax.axhline(reference.mean_accuracy, color=line.get_color(), linestyle="--", linewidth=1,
                            label=f"{name} ({Path(output_dir).name})")
     ax.set_xlabel("candidates evaluated")
-    ax.set_ylabel(f"mean accuracy across anchors, top {k}")
+    ax.set_ylabel("mean accuracy across anchors")
+    ax.set_title(f"top-{k} distinct layers, mean +- std (dotted: fewer than {k} yet)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
