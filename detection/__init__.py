@@ -4,6 +4,12 @@ Importing this package registers ``build_norm_act_resnet_fpn_backbone`` (BACKBON
 ``NormActConvFCHead`` (ROI_BOX_HEAD_REGISTRY) and ``NormActMaskHead``
 (ROI_MASK_HEAD_REGISTRY); :func:`add_evonorm_config` adds their config keys.
 """
+import warnings
+
+# detectron2 decorates helpers with torch.jit.script at import time, which torch 2.14 flags
+# as deprecated on every command; the warning is about detectron2's code, not the user's.
+warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
+
 from .backbone import build_norm_act_resnet_fpn_backbone
 from .config import add_evonorm_config, load_config
 from .heads import NormActConvFCHead, NormActMaskHead

@@ -118,3 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.show_uncounted:
             print(f"{config_file}: not counted by fvcore: {cost.uncounted_ops}", file=sys.stderr)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
