@@ -250,7 +250,7 @@ def table5_section(_: dict) -> list[str]:
     summary = load(COLLECTED["table5"])
     title = "Table 5: BigGAN-deep generator layers (IS / FID)"
     if summary is None:
-        return not_measured(title, "the Table 5 command of docs/gan.md")
+        return not_measured(title, "python -m gan.table5")
     from gan.report import LABELS, TABLE5
 
     lines = [f"## {title}", "", f"Miniature: {summary.get('description', 'class-conditional BigGAN-deep on the digits')}; "
@@ -278,13 +278,14 @@ def fig10_section(_: dict) -> list[str]:
     summary = load(COLLECTED["fig10"])
     title = "Fig. 10: evolution vs random search"
     if summary is None:
-        return not_measured(title, "the evolution-vs-random command of docs/search.md")
+        return not_measured(title, "python -m search.compare --output-dir runs/fig10 --max-candidates 2000 "
+                                  "--json docs/results/search/fig10.json --plot docs/results/search/fig10.png")
     strategies = summary["strategies"]
     evo, rnd = strategies["evolution"]["top10_final"], strategies["random"]["top10_final"]
     rows = [[name, len(s["seeds"]), format_mean_std([100 * v for v in s["top10_final"]])] for name, s in strategies.items()]
     lines = [f"## {title}", "", f"Mean accuracy (%) of the top-10 distinct accepted layers after "
              f"{summary.get('candidate_budget', '?')} candidates, over seeds.", "",
-             "![search progress](search_progress.png)", "",
+             "![evolution vs random search](results/search/fig10.png)", "",
              markdown_table(["strategy", "seeds", "top-10 mean accuracy"], rows), "",
              markdown_table(["claim (section 6)", "evolution - random", "verdict"],
                             [["evolution finds better layers than random search at equal budget",
