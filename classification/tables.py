@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from evonorm_core.experiment import data
 from evonorm_core.experiment.config import config_to_dict
 from evonorm_core.experiment.files import atomic_write_json, read_json
 from evonorm_core.experiment.progress import Progress
@@ -58,6 +59,8 @@ class MiniScale:
     batches: tuple[int, ...] = (128, 16, 4, 2)
     seeds: tuple[int, ...] = (0, 1, 2)
     epochs: float = 10.0
+    data: str = "digits"  # or "cifar10" (with data_dir)
+    data_dir: str | None = None
     image_size: int = 16
     base_lr: float = 0.1
     anchor_depth: float = 0.01
@@ -104,7 +107,8 @@ def paper_command(table: PaperTable, cell: Cell, runs_dir: Path, data_dir: str) 
 
 def mini_config(cell: Cell, scale: MiniScale, runs_dir: Path) -> TrainConfig:
     return TrainConfig(
-        model=MINI_MODELS[cell.model], norm_act=LAYERS[cell.label], data="digits", image_size=scale.image_size,
+        model=MINI_MODELS[cell.model], norm_act=LAYERS[cell.label], data=scale.data, data_dir=scale.data_dir,
+        image_size=scale.image_size,
         anchor_depth=scale.anchor_depth,
         batch_size=cell.batch or 128, epochs=scale.epochs, base_lr=scale.base_lr, schedule="cosine",
         warmup_epochs=0.0, seed=cell.seed, output_dir=str(cell.run_dir(runs_dir)), resume=True, progress=False,
@@ -132,7 +136,11 @@ def run_table(args: argparse.Namespace) -> None:
                 subprocess.run(cmd, check=True)
         return
     scale = MiniScale(**{k: v for k, v in (("batches", tuple(args.batches or ())), ("seeds", tuple(args.seeds or ())),
-                                           ("epochs", args.epochs), ("image_size", args.image_size)) if v})
+                                           ("epochs", args.epochs), ("image_size", args.image_size),
+                                           ("data", args.data), ("data_dir", args.data_dir if args.data != "digits" else None))
+                          if v})
+    if scale.data == "cifar10":
+        data.cifar10(scale.data_dir)  # a missing folder is one clear error here, not one per worker
     models = [m for m in table.models if m in MINI_MODELS and (not args.models or m in args.models)]
     skipped = [m for m in table.models if m not in MINI_MODELS]
     if skipped:
@@ -325,7 +333,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      help="paper: ImageNet torchrun commands; mini: anchors on the embedded digits, runs here")
     run.add_argument("--runs-dir", default="runs/tables", help="one sub-folder per cell with result.json")
     run.add_argument("--data-dir", default=os.environ.get("IMAGENET", "/path/to/imagenet"),
-                     help="ImageNet folder for --scale paper (default: $IMAGENET)")
+                     help="ImageNet folder for --scale paper (default: $IMAGENET); CIFAR-10's parent folder for "
+                          "--scale mini --data cifar10")
+    run.add_argument("--data", choices=("digits", "cifar10"), default="digits",
+                     help="mini scale: the embedded digits (default) or CIFAR-10 from --data-dir")
     run.add_argument("--dry-run", action="store_true", help="print the cells/commands without training")
     run.add_argument("--batches", type=int, nargs="+", help="images per worker to run (default: the table's / mini's)")
     run.add_argument("--seeds", type=int, nargs="+",
@@ -348,7 +359,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    args.func(args)
+    try:
+        args.func(args)
+    except FileNotFoundError as error:
+        raise SystemExit(f"error: {error}") from None
 
 
 if __name__ == "__main__":

@@ -111,6 +111,16 @@ def test_mini_scale_maps_models_to_anchors(capsys):
     assert "[4/4] mobilenetv2_cifar frn batch 2 seed 1" in capsys.readouterr().out
 
 
+def test_mini_scale_on_cifar10_needs_its_folder(tmp_path):
+    from classification.tables import Cell, MiniScale, mini_config
+
+    config = mini_config(Cell("resnet50", "BN-ReLU", 16), MiniScale(data="cifar10", data_dir="/data/c10"), tmp_path)
+    assert (config.data, config.data_dir, config.batch_size) == ("cifar10", "/data/c10", 16)
+    with pytest.raises(SystemExit, match="CIFAR-10 not found at .*nope"):
+        main(["run", "table3", "--scale", "mini", "--data", "cifar10", "--data-dir", str(tmp_path / "nope"),
+              "--runs-dir", str(tmp_path / "runs")])
+
+
 def test_diverged_runs_are_reported_as_such(tmp_path):
     folder = tmp_path / "resnet50_cifar" / "frn" / "b2" / "seed0"
     folder.mkdir(parents=True)
