@@ -259,14 +259,18 @@ def table5_section(_: dict) -> list[str]:
              f"noise {summary.get('fid_noise', '-')}.", ""]
     rows = []
     for layer, result in summary["layers"].items():
-        paper = TABLE5.rows.get((layer,))
-        rows.append([LABELS.get(layer, layer), len(result["seeds"]),
+        name = layer.split("(")[0]  # "gn_relu(groups=16)" -> "gn_relu"
+        paper = TABLE5.rows.get((name,))
+        accuracy = [100 * a for a in result.get("class_accuracy", []) if a is not None]
+        rows.append([LABELS.get(name, name) + layer[len(name):], len(result["seeds"]),
                      f"{result['is_median']:.2f} / {result['is_best']:.2f}", f"{result['fid_median']:.2f} / {result['fid_best']:.2f}",
+                     format_mean_std(accuracy) if accuracy else "-",
                      f"{paper[0]} / {paper[1] or '-'}" if paper else "-", f"{paper[2]} / {paper[3] or '-'}" if paper else "-"])
-    fid = {layer: result["fid"] for layer, result in summary["layers"].items()}
+    fid = {layer.split("(")[0]: result["fid"] for layer, result in summary["layers"].items()}
     verdicts = [[f"{name} has a lower FID than BN-ReLU", gap(fid.get("bn_relu", []), fid.get(name, [])),
                  verdict(fid.get("bn_relu", []), fid.get(name, []))] for name in ("evonorm_b0", "evonorm_s0")]
-    lines += [markdown_table(["layer", "seeds", "IS median / best", "FID median / best", "paper IS", "paper FID"], rows),
+    lines += [markdown_table(["layer", "seeds", "IS median / best", "FID median / best", "samples of the requested "
+                              "class (%)", "paper IS", "paper FID"], rows),
               "", markdown_table(["claim (section 5.5)", "FID(BN) - FID(layer)", "verdict"], verdicts), "",
               f"Command: `{summary.get('command', '?')}`. CPU time: "
               f"{format_duration(summary['cpu_seconds']) if 'cpu_seconds' in summary else 'not recorded'}.",
