@@ -272,6 +272,8 @@ def table5_section(_: dict) -> list[str]:
     lines += [markdown_table(["layer", "seeds", "IS median / best", "FID median / best", "samples of the requested "
                               "class (%)", "paper IS", "paper FID"], rows),
               "", markdown_table(["claim (section 5.5)", "FID(BN) - FID(layer)", "verdict"], verdicts), "",
+              *[f"![{LABELS.get(layer, layer)} samples, seed 0, one row per class](results/gan/{Path(r['grid_png']).name})"
+                for layer, r in summary["layers"].items() if r.get("grid_png")], "",
               f"Command: `{summary.get('command', '?')}`. CPU time: "
               f"{format_duration(summary['cpu_seconds']) if 'cpu_seconds' in summary else 'not recorded'}.",
               f"Numbers: [{COLLECTED['table5']}](results/gan/table5.json).", ""]
