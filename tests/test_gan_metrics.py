@@ -190,3 +190,27 @@ def test_digits_classifier_scale_real_digits_far_below_noise():
     calibration = digits_calibration(16)
     assert calibration["fid_floor"] < 0.05 * calibration["fid_noise"]
     assert calibration["is_real"] > 8.0 > 2.0 > calibration["is_noise"]  # 10 classes: IS at most 10
+
+
+class _Replay(torch.nn.Module):
+    """A 'generator' that returns a held-out digit of the requested class (or of class 0)."""
+
+    def __init__(self, ignore_labels: bool) -> None:
+        super().__init__()
+        images, labels = digits_dataset(16, "val").tensors
+        self.bank = [images[labels == k] for k in range(10)]
+        self.ignore_labels = ignore_labels
+        self.spec = type("Spec", (), {"num_classes": 10, "dim_z": 4})()
+
+    def forward(self, z, y):
+        y = torch.zeros_like(y) if self.ignore_labels else y
+        return torch.stack([self.bank[int(k)][i % len(self.bank[int(k)])] for i, k in enumerate(y)])
+
+
+def test_class_accuracy_counts_samples_of_the_requested_class():
+    from gan import digits_classifier
+    from gan.metrics import class_accuracy
+
+    classifier = digits_classifier.load_classifier(digits_classifier.weights_file(16))
+    assert class_accuracy(_Replay(ignore_labels=False), classifier, 200) > 0.9
+    assert abs(class_accuracy(_Replay(ignore_labels=True), classifier, 200) - 0.1) < 0.05  # one class in ten
