@@ -93,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
             trainer = Trainer(config, build_dataset(config.dataset, config.data_root, config.resolution), run_dir, ctx,
                               resume=args.resume)
             trainer.train()
+            if ctx.is_main:
+                print(f"{run_dir}: samples in {run_dir / 'samples'}, curves {run_dir / 'curves.png'}, TensorBoard "
+                      f"{run_dir / 'tb'}; IS/FID at the peak: python gan/evaluate.py {run_dir} --all-snapshots",
+                      flush=True)
     except (ValueError, RunDirError, FileNotFoundError) as error:  # ConfigError, CorruptFileError included
         raise SystemExit(f"error: {error}") from None
     finally:
