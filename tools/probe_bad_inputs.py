@@ -810,7 +810,8 @@ def _process_probes():
         command = [sys.executable, "search/evolve.py", *SEARCH_TINY, "--workers", "1", "--max-candidates", "6",
                    "--seed", "3", "--output-dir", str(folder)]
         log = folder / "candidates.jsonl"
-        killed_at = kill_when(command, lambda: log.exists() and len(log.read_text().splitlines()) >= 2, 150)
+        kill_when(command, lambda: log.exists() and len(log.read_text().splitlines()) >= 2, 150)
+        killed_at = len(log.read_text().splitlines())
         done = sub([*command, "--resume"], timeout=300)
         if done.returncode:
             return sub_outcome(done)
@@ -894,7 +895,7 @@ def _process_probes():
                                    "--output-dir", str(c.folder("x"))]), "--epochs"))
 
 
-def kill_when(command: list[str], ready: Callable[[], bool], limit: float) -> str:
+def kill_when(command: list[str], ready: Callable[[], bool], limit: float) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + limit
@@ -912,7 +913,6 @@ def kill_when(command: list[str], ready: Callable[[], bool], limit: float) -> st
         if process.poll() is None:
             os.kill(process.pid, signal.SIGKILL)
         process.wait()
-    return "the point"
 
 
 def children(pid: int) -> list[int]:
