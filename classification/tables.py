@@ -33,7 +33,7 @@ import torch
 
 from evonorm_core.experiment import data
 from evonorm_core.experiment.config import config_to_dict
-from evonorm_core.experiment.files import atomic_write_json, read_json
+from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
 from evonorm_core.experiment.progress import Progress
 from evonorm_core.experiment.tables import Series, format_mean_std, markdown_table, plot_series
 
@@ -181,6 +181,9 @@ def load_runs(runs_dir: Path) -> dict[tuple[str, str, int | None], list[dict]]:
     found: dict[tuple[str, str, int | None], list[dict]] = {}
     for path in sorted(runs_dir.rglob("result.json")):
         result = read_json(path, what="run result")
+        if not isinstance(result, dict) or not isinstance(result.get("config"), dict) or "final_top1" not in result:
+            raise CorruptFileError(f"run result {str(path)!r} is not a result.json of classification.train "
+                                   "(no config or final_top1); delete it and run the cell again")
         config = result["config"]
         batch_dir = path.parent.parent.name
         batch = None if batch_dir == "recipe" else int(batch_dir[1:])
@@ -361,7 +364,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     try:
         args.func(args)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, CorruptFileError) as error:
         raise SystemExit(f"error: {error}") from None
 
 

@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from evonorm_core import EvoNormB0, NormAct2d
+from evonorm_core.experiment.files import CorruptFileError, read_json
 
 from .models import build_model
 
@@ -156,11 +157,12 @@ def markdown(rows: list[dict]) -> str:
 
 def measured_top1(runs_dir: Path) -> dict[tuple[str, float], float]:
     """``(layer, width) -> final top-1`` from ``RUNS_DIR/<layer>/w<width>/result.json``."""
-    import json
-
     found = {}
-    for path in runs_dir.glob("*/w*/result.json"):
-        result = json.loads(path.read_text())
+    for path in sorted(runs_dir.glob("*/w*/result.json")):
+        result = read_json(path, what="run result")
+        if not isinstance(result, dict) or not isinstance(result.get("config"), dict) or "final_top1" not in result:
+            raise CorruptFileError(f"run result {str(path)!r} is not a result.json of classification.train "
+                                   "(no config or final_top1); delete it and train that point again")
         found[(result["config"]["norm_act"], result["config"]["width_multiplier"])] = result["final_top1"]
     return found
 
@@ -201,6 +203,10 @@ def main(argv: list[str] | None = None) -> None:
     draw.add_argument("--png", help="output file (default RUNS_DIR/fig11.png)")
     draw.add_argument("--resolution", type=int, default=224, help="input size for FLOPs (default 224)")
     args = p.parse_args(argv)
+    if args.resolution < 1:
+        p.error(f"--resolution must be >= 1, got {args.resolution}")
+    if args.command == "plot" and not Path(args.runs_dir).is_dir():
+        raise SystemExit(f"error: runs directory {args.runs_dir!r} does not exist")
     rows = tradeoff_rows(args.resolution)
     print(markdown(rows))
     if args.command == "count":
@@ -212,10 +218,12 @@ def main(argv: list[str] | None = None) -> None:
                       f"--output-dir runs/fig11/{layer}/w{width} --resume")
         return
     runs_dir = Path(args.runs_dir)
-    if not runs_dir.is_dir():
-        raise SystemExit(f"error: runs directory {str(runs_dir)!r} does not exist")
     png = Path(args.png or runs_dir / "fig11.png")
-    plot(rows, measured_top1(runs_dir), png)
+    try:
+        measured = measured_top1(runs_dir)
+    except CorruptFileError as error:
+        raise SystemExit(f"error: {error}") from None
+    plot(rows, measured, png)
     print(f"plot: {png}")
 
 

@@ -59,8 +59,8 @@ DATASETS = ("digits", "cifar10", "imagenet")
 PROXY_RECIPE = Recipe(base_lr=0.2, schedule="cosine", batch_per_worker=128, workers=1, resolution=32,
                       epochs=30, warmup_epochs=0.0)
 CONFIG_FILE, CHECKPOINT_FILE, RESULT_FILE = "config.json", "checkpoint.pt", "result.json"
-# What a resumed run may change: how long it trains, where its data lie now and how it reports.
-RESUMABLE = ("max_steps", "data_dir", "num_workers", "log_every", "progress", "resume")
+# What a resumed run may change: how long it trains, where its data and its folder lie now and how it reports.
+RESUMABLE = ("max_steps", "data_dir", "output_dir", "num_workers", "log_every", "progress", "resume")
 
 
 @dataclass(frozen=True)
@@ -209,10 +209,14 @@ def build(config: TrainConfig, env: DistributedContext) -> TrainingSetup:
         if config.train_subset > len(train_set):
             raise ConfigError(f"--train-subset must be in 1..{len(train_set)}, got {config.train_subset}")
         train_set = Subset(train_set, range(config.train_subset))
-    if config.model in ANCHORS:
-        model = build_anchor(config.model, make, num_classes, depth_multiplier=config.anchor_depth)
-    else:
-        model = build_model(config.model, make, num_classes, width_multiplier=config.width_multiplier)
+    try:
+        if config.model in ANCHORS:
+            model = build_anchor(config.model, make, num_classes, depth_multiplier=config.anchor_depth)
+        else:
+            model = build_model(config.model, make, num_classes, width_multiplier=config.width_multiplier)
+    except ValueError as error:  # e.g. --groups that does not divide a layer's channels
+        raise ConfigError(f"--model {config.model} with --norm-act {config.norm_act}"
+                          f"{'' if config.groups is None else f' --groups {config.groups}'}: {error}") from None
     model.to(env.device)
     total_batch = recipe.batch_per_worker * env.world_size
     sampler = DistributedSampler(train_set, env.world_size, env.rank, shuffle=True, seed=config.seed, drop_last=True)

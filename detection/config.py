@@ -43,6 +43,7 @@ def load_config(config_file: str, opts: list[str] | None = None) -> CN:
     import yaml
 
     cfg = add_evonorm_config(get_cfg())
+    _check_base_chain(config_file)
     try:
         cfg.merge_from_file(config_file, allow_unsafe=False)
     except yaml.constructor.ConstructorError as error:
@@ -52,3 +53,40 @@ def load_config(config_file: str, opts: list[str] | None = None) -> CN:
         ) from None
     cfg.merge_from_list(list(opts or []))
     return cfg
+
+
+def _check_base_chain(config_file: str) -> None:
+    """Follow the ``_BASE_`` chain of ``config_file``: a file that includes itself (directly or
+    through others) or names a missing base is a ``ValueError`` naming the files, instead of
+    fvcore's unbounded recursion or a bare assertion."""
+    import os
+
+    import yaml
+
+    seen: list[str] = []
+    path = config_file
+    while path:
+        real = os.path.realpath(path)
+        if real in seen:
+            raise ValueError(f"config {config_file!r}: _BASE_ files form a cycle: {' -> '.join([*seen, real])}")
+        seen.append(real)
+        if not os.path.isfile(path):
+            raise ValueError(f"config {seen[-2] if len(seen) > 1 else config_file!r} names _BASE_ {path!r}, "
+                             "which does not exist")
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = yaml.safe_load(f)
+        except yaml.YAMLError as error:
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            if isinstance(error, yaml.constructor.ConstructorError):
+                raise ValueError(f"config {path!r} uses a YAML tag that builds Python objects ({problem}); "
+                                 "config files may hold only plain values (numbers, strings, lists, mappings)") from None
+            raise ValueError(f"config {path!r} is not valid YAML ({problem})") from None
+        if data is not None and not isinstance(data, dict):
+            raise ValueError(f"config {path!r} must be a mapping of keys to values, got a {type(data).__name__}")
+        base = (data or {}).get("_BASE_")
+        if base is not None and not isinstance(base, str):
+            raise ValueError(f"config {path!r}: _BASE_ must be a file name, got {base!r}")
+        if base and not base.startswith("/") and "://" not in base:
+            base = os.path.join(os.path.dirname(path), base)
+        path = base

@@ -21,14 +21,14 @@ import os
 import sys
 
 import torch
-from detectron2.checkpoint import DetectionCheckpointer
 from detectron2.engine import default_argument_parser, default_setup, launch
 from detectron2.utils import comm
 
-from evonorm_core.experiment.files import atomic_write_json
+from evonorm_core.experiment.files import CorruptFileError, atomic_write_json
 from evonorm_core.experiment.rundir import RunDir, RunDirError
 
 from detection import load_config
+from detection.checkpoint import SafeCheckpointer, check_weights_file
 from detection.data import DatasetNotFoundError, prepare_datasets
 from detection.report import RESULTS_FILE
 from detection.trainer import NormActTrainer
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> dict:
     prepare_datasets(cfg)  # registers the shapes demo in this (worker) process
     if args.eval_only:
         model = NormActTrainer.build_model(cfg)
-        DetectionCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(cfg.MODEL.WEIGHTS, resume=args.resume)
+        SafeCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(cfg.MODEL.WEIGHTS, resume=args.resume)
         results = NormActTrainer.test(cfg, model)
     else:
         trainer = NormActTrainer(cfg)
@@ -91,11 +91,18 @@ def main(argv: list[str] | None = None) -> int:
     """The command line: check config, data and output folder, then train (or evaluate) in
     ``--num-gpus`` processes per machine with detectron2's ``launch``."""
     args = parse_args(argv)
+    if args.num_gpus < 1 or args.num_machines < 1 or not 0 <= args.machine_rank < args.num_machines:
+        sys.exit(f"error: --num-gpus and --num-machines must be >= 1 and --machine-rank in 0..num_machines-1, "
+                 f"got {args.num_gpus}, {args.num_machines}, {args.machine_rank}")
     if args.num_gpus > max(torch.cuda.device_count(), 1):
         sys.exit(f"--num-gpus {args.num_gpus} but this machine has {torch.cuda.device_count()} CUDA GPU(s)")
     try:  # fail before spawning workers: bad config keys or values (yacs asserts), missing data
         cfg = load_config(args.config_file, args.opts)
+        if cfg.MODEL.WEIGHTS:
+            check_weights_file(cfg.MODEL.WEIGHTS)
         prepare_datasets(cfg)
+    except (CorruptFileError, FileNotFoundError) as err:
+        sys.exit(f"error: {err}")
     except (AssertionError, KeyError, ValueError) as err:
         sys.exit(f"error: config {args.config_file} with overrides {args.opts}: {err}")
     except DatasetNotFoundError as err:
@@ -114,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
             dist_url=args.dist_url,
             args=(args,),
         )
+    except CorruptFileError as err:  # a damaged checkpoint in OUTPUT_DIR (one process: raised here)
+        sys.exit(f"error: {err}")
     finally:
         if output is not None:
             output.close()

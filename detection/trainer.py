@@ -12,9 +12,15 @@ from detectron2.engine import DefaultTrainer
 from detectron2.evaluation import COCOEvaluator
 
 from . import data, optimizer
+from .checkpoint import SafeCheckpointer
 
 
 class NormActTrainer(DefaultTrainer):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        # The same object the checkpoint hook holds, loading safely and saving atomically.
+        self.checkpointer.__class__ = SafeCheckpointer
+
     @classmethod
     def build_optimizer(cls, cfg, model):
         return optimizer.build_optimizer(cfg, model)

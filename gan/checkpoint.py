@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evonorm_core.experiment.config import config_from_dict
-from evonorm_core.experiment.files import load_checkpoint, require_keys
+from evonorm_core.experiment.files import CorruptFileError, load_checkpoint, require_keys
 
 from .biggan_deep import Discriminator, Generator, GeneratorSpec
 from .config import GanConfig
@@ -57,6 +57,12 @@ def load_ema_generator(run_dir: str | Path, checkpoint: str | Path | None = None
     require_keys(state, ("config", "num_classes", "step", "G_ema"), path, what="GAN checkpoint")
     config = config_from_dict(GanConfig, state["config"], source=str(path))
     generator = build_generator(config, state["num_classes"])
-    generator.load_state_dict(state["G_ema"])
+    try:
+        generator.load_state_dict(state["G_ema"])
+    except (RuntimeError, TypeError) as error:
+        raise CorruptFileError(
+            f"GAN checkpoint {str(path)!r} does not fit its own configuration ({str(error).splitlines()[0].strip()}): "
+            "its G_ema weights were written for another generator; it is damaged or was edited"
+        ) from None
     meta = {"step": state["step"], "num_classes": state["num_classes"]}
     return generator.eval(), config, meta

@@ -55,6 +55,13 @@ def find_inception_weights(path: str | None = None) -> str:
                 f"{INCEPTION_SHA256_PREFIX}...); it is refused because torch-fidelity unpickles it with "
                 "weights_only=False, which would run any code in a foreign file"
             )
+        try:  # the 32-bit name prefix can be forged: also require plain data before torch-fidelity unpickles it
+            torch.load(candidate, map_location="cpu", weights_only=True)
+        except Exception as error:  # noqa: BLE001 (any failure means: not the plain state dict expected)
+            raise InceptionWeightsMissing(
+                f"{candidate!r} matches the SHA-256 prefix of {INCEPTION_FILE} but does not load as plain tensors "
+                f"({type(error).__name__}); it is refused because torch-fidelity unpickles it with weights_only=False"
+            ) from None
         return candidate
     raise InceptionWeightsMissing(
         f"Inception weights not found at {candidate!r}. Real IS/FID need torch-fidelity's "

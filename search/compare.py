@@ -125,7 +125,8 @@ def plot(result: dict, path: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)  # flags it does not know go to every run: --seed is not --seeds
     parser.add_argument("--output-dir", default="runs/fig10", help="one folder per run is made in here")
     parser.add_argument("--max-candidates", type=int, required=True, help="candidate budget of every run")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="search seeds (default: 0 1 2)")
