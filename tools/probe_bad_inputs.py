@@ -45,8 +45,6 @@ from pathlib import Path
 from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 OK = ("clear-error", "correct-result")
 OUTCOMES = (*OK, "TRACEBACK", "SILENT-WRONG", "DATA-LOST", "CODE-RAN", "HANG", "LEAK")
