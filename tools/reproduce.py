@@ -32,6 +32,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json
 from evonorm_core.experiment.progress import format_duration
@@ -54,11 +55,15 @@ class Step:
     summary: Path
 
 
-def classification_step(table: str) -> Step:
+CLASSIFICATION_MODELS = ("resnet50", "mobilenetv2")
+
+
+def classification_step(table: str, models: Sequence[str] = CLASSIFICATION_MODELS,
+                        layers: Sequence[str] = ()) -> Step:
     runs = RUNS / "classification" / table
     out = RESULTS / "classification"
-    run = (*PY, "classification.tables", "run", table, "--scale", "mini", "--models", "resnet50", "mobilenetv2",
-           "--runs-dir", str(runs), "--jobs", "2")
+    run = (*PY, "classification.tables", "run", table, "--scale", "mini", "--models", *models,
+           *(("--layers", *layers) if layers else ()), "--runs-dir", str(runs), "--jobs", "2")
     report = (*PY, "classification.tables", "report", table, str(runs), "--json", str(out / f"{table}.json"),
               "--png", str(out / f"{table}.png"), "--curves", str(out / f"{table}_curves.png"))
     return Step(table, (run, report), out / f"{table}.json")
@@ -86,9 +91,13 @@ def run_step(step: Step, log: dict) -> None:
     started = time.monotonic()
     for command in step.commands:
         print(f"[reproduce] {step.name}: {shown(command)}", flush=True)
-        subprocess.run(command, cwd=ROOT, check=True)
+        code = subprocess.run(command, cwd=ROOT).returncode
+        if code:
+            raise SystemExit(f"[reproduce] {step.name}: `{shown(command)}` exited with status {code} (its message is "
+                             "above); finished runs are kept, so rerunning resumes")
     elapsed = time.monotonic() - started
-    entry = log.setdefault(step.name, {"commands": [shown(c) for c in step.commands], "wall_seconds": 0.0})
+    entry = log.setdefault(step.name, {"commands": [], "wall_seconds": 0.0})
+    entry["commands"] += [shown(c) for c in step.commands if shown(c) not in entry["commands"]]
     entry["wall_seconds"] += elapsed
     entry["cpu_seconds"] = entry["wall_seconds"] * (os.cpu_count() or 1)  # both cores busy (2 jobs)
     atomic_write_json(ROOT / STEPS_FILE, log)
@@ -321,14 +330,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=sorted(STEPS), help="run only these experiments")
     parser.add_argument("--report-only", action="store_true", help="run nothing; re-render docs/reproduction.md")
     parser.add_argument("--dry-run", action="store_true", help="print the commands without running them")
+    parser.add_argument("--models", nargs="+", choices=CLASSIFICATION_MODELS, default=CLASSIFICATION_MODELS,
+                        help="classification experiments: only these anchor models (default both)")
+    parser.add_argument("--layers", nargs="+", default=(),
+                        help="classification experiments: only these rows' layers (default every row of the table)")
     args = parser.parse_args(argv)
+    steps = {**STEPS, **{name: classification_step(name, args.models, args.layers) for name in ("table2", "table3")}}
     steps_log = read_json(ROOT / STEPS_FILE, what="step log") if (ROOT / STEPS_FILE).exists() else {}
     if not args.report_only:
         for name in args.only or list(STEPS):
             if args.dry_run:
-                print("\n".join(shown(c) for c in STEPS[name].commands))
+                print("\n".join(shown(c) for c in steps[name].commands))
                 continue
-            run_step(STEPS[name], steps_log)
+            run_step(steps[name], steps_log)
     if args.dry_run:
         return 0
     atomic_write_text(ROOT / REPORT, render(steps_log) + "\n")
