@@ -3,8 +3,68 @@
 ``pip install -e .`` installs the layer library and search engine (``evonorm_core``, torch
 only) together with the task packages; the extras pull in what each task needs.
 ``tools/install.sh`` is the supported way to set up a complete machine, Detectron2 included.
+
+The C++ CPU kernels of the EvoNorm operators are built here as ``evonorm_core.ops._C``
+(``torch.utils.cpp_extension``; sources and flags from ``evonorm_core/ops/build.py``, the
+file the just-in-time build reads too). That needs torch at build time, so install with
+``pip install -e . --no-build-isolation`` into an environment that has torch (as
+``tools/install.sh`` does). Without torch (plain ``pip install -e .`` with build
+isolation), or if the compilation fails, the pure-Python package is installed all the
+same and the kernels are built just in time on first use (see
+``evonorm_core/ops/extension.py``).
 """
+import importlib.util
+import os
+import sys
+
 from setuptools import find_packages, setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def say(message: str) -> None:
+    print(f"[evonorm-suite setup.py] {message}", file=sys.stderr, flush=True)
+
+
+def kernel_build():
+    """``(ext_modules, cmdclass)`` that build ``evonorm_core.ops._C``, or ``([], {})`` without torch."""
+    try:
+        import logging
+
+        import torch  # noqa: F401
+
+        cpp_log = logging.getLogger("torch.utils.cpp_extension")
+        cpp_log.setLevel(logging.ERROR)  # its import warns that no CUDA runtime exists (irrelevant for CPU code)
+        from torch.utils.cpp_extension import BuildExtension
+    except ImportError as err:
+        say(f"torch is not importable at build time ({err}): installing without the C++ kernels; they are "
+            "built just in time on first use (or install with `--no-build-isolation` into an environment "
+            "that has torch)")
+        return [], {}
+    # build.py by path: importing evonorm_core would import the package before it is installed.
+    spec = importlib.util.spec_from_file_location("evonorm_ops_build", os.path.join(ROOT, "evonorm_core", "ops",
+                                                                                    "build.py"))
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+
+    class BuildKernels(BuildExtension):
+        """BuildExtension that never fails the install: kernels that do not build (no compiler,
+        compile error) are left to the just-in-time build, which reports its own error and then
+        falls back to the operators' PyTorch implementation."""
+
+        def run(self):
+            try:
+                super().run()
+            except Exception as err:
+                say(f"building {build.NAME} failed ({type(err).__name__}: {str(err).strip()[-300:]}); installing "
+                    "without it: the kernels are built just in time on first use")
+                self.extensions = []  # nothing to copy into the wheel / the source tree
+                self.distribution.ext_modules = []
+
+    return [build.extension(ROOT)], {"build_ext": BuildKernels}
+
+
+EXT_MODULES, CMDCLASS = kernel_build()
 
 EXTRAS = {
     "classification": ["torchvision", "scikit-learn", "tensorboard", "tqdm", "matplotlib", "fvcore"],
@@ -43,7 +103,7 @@ setup(
     version="0.1.0",
     description="EvoNorm normalization-activation layers, layer search, and the paper's "
     "classification, Mask R-CNN and BigGAN-deep experiments",
-    long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
+    long_description=open("README.md", encoding="utf-8").read() if os.path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
     packages=find_packages(include=["evonorm_core*", "classification*", "search*", "detection*", "gan*"]),
@@ -51,6 +111,8 @@ setup(
     install_requires=["torch>=2.1", "numpy"],
     extras_require=EXTRAS,
     entry_points={"console_scripts": CONSOLE_SCRIPTS},
+    ext_modules=EXT_MODULES,
+    cmdclass=CMDCLASS,
     license="Apache-2.0",
     classifiers=["Programming Language :: Python :: 3", "Topic :: Scientific/Engineering :: Artificial Intelligence"],
 )

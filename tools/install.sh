@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up this machine for the whole suite, with no access to GitHub needed:
 #   torch 2.14.1 + torchvision 0.29.1, Detectron2, pycocotools, fvcore, torch-fidelity, ray,
-#   scikit-learn, timm (benchmark reference only), pytest, and this project in editable mode.
+#   scikit-learn, timm (benchmark reference only), onnx + onnxruntime + onnxscript (export),
+#   pytest, and this project in editable mode with its C++ CPU kernels compiled.
 # It installs into the Python that runs it ($PYTHON, default python3); activate a virtual
 # environment first if you want one. Safe to re-run: installed parts are checked and skipped.
 set -euo pipefail
@@ -58,17 +59,31 @@ else
 fi
 
 # 3. This project with every extra (pycocotools, fvcore, torch-fidelity, ray, scikit-learn,
-#    timm, pytest, ...), editable. Skipped when this checkout was already installed from the
-#    same setup.py / pyproject.toml / constraints (a stamp in site-packages records their hash).
+#    timm, onnx/onnxruntime, pytest, ...), editable, with --no-build-isolation so that setup.py
+#    sees the torch installed in step 1 and builds the EvoNorm C++ CPU kernels
+#    (evonorm_core.ops._C); that also means the build requirements of pyproject.toml must be
+#    here first. Skipped when this checkout was already installed from the same setup.py /
+#    pyproject.toml / constraints / kernel sources and flags (a stamp in site-packages records
+#    their hash) and its built kernels are current.
 SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 STAMP="$SITE/evonorm_suite.install-stamp"
-WANT="$ROOT $(cat "$ROOT/setup.py" "$ROOT/pyproject.toml" "$CONSTRAINTS" | sha256sum | cut -d' ' -f1)"
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]] && "$PY" -c 'import evonorm_core' 2>/dev/null; then
-    log "evonorm-suite[all] already installed from $ROOT"
+WANT="$ROOT $(cat "$ROOT/setup.py" "$ROOT/pyproject.toml" "$CONSTRAINTS" "$ROOT/evonorm_core/ops/build.py" \
+    "$ROOT"/evonorm_core/ops/csrc/* | sha256sum | cut -d' ' -f1) torch $("$PY" -c 'import torch; print(torch.__version__)')"
+kernels_built() {  # "yes" when the install-built kernels load and are newer than their sources (no JIT build)
+    if EVONORM_JIT=0 "$PY" -c 'import sys; from evonorm_core.ops import extension
+sys.exit(extension.status().source != "installed")' >/dev/null 2>&1; then echo yes; else echo no; fi
+}
+# The stamp's second line records whether the install built the kernels: "yes" must still hold
+# (a `git clean` removes them); "no" (no compiler here) is not retried on every run.
+if [[ -f "$STAMP" && "$(head -n 1 "$STAMP")" == "$WANT" ]] && "$PY" -c 'import evonorm_core' 2>/dev/null \
+        && [[ "$(sed -n 2p "$STAMP")" != "kernels built: yes" || "$(kernels_built)" == yes ]]; then
+    log "evonorm-suite[all] already installed from $ROOT ($(sed -n 2p "$STAMP"))"
 else
-    log "installing evonorm-suite[all] (editable) and its dependencies"
-    "${PIP[@]}" -q -e "$ROOT[all]"
-    echo "$WANT" > "$STAMP"
+    log "installing the build requirements (pyproject.toml [build-system])"
+    "${PIP[@]}" -q "setuptools>=64,<81" wheel
+    log "installing evonorm-suite[all] (editable) and its dependencies; compiling the EvoNorm CPU kernels (a few minutes)"
+    "${PIP[@]}" -q --no-build-isolation -e "$ROOT[all]"
+    printf '%s\nkernels built: %s\n' "$WANT" "$(kernels_built)" > "$STAMP"
 fi
 
 # 4. Report what we installed.
@@ -85,5 +100,7 @@ except ImportError:
 print(f"[install] torch {torch.__version__}, torchvision {torchvision.__version__}")
 print(f"[install] detectron2 {detectron2.__version__} from distribution '{dist}' at "
       f"{pathlib.Path(detectron2.__file__).parent}, {ext}")
+from evonorm_core.ops import extension  # a just-in-time build here would mean the install did not build them
+print(f"[install] EvoNorm CPU kernels: {extension.status()}")
 PYEOF
 log "done"

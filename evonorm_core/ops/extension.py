@@ -1,7 +1,8 @@
 """Loads the C++ CPU kernels of the ``evonorm`` operators, in this order:
 
 1. ``evonorm_core.ops._C``, built by the install command (``setup.py build_ext``, run by
-   ``pip install -e .``), unless its source changed since;
+   ``pip install -e . --no-build-isolation`` with torch installed, as ``tools/install.sh``
+   does), unless its source or ``build.py`` (the flags) changed since;
 2. a just-in-time build with ``torch.utils.cpp_extension.load`` into ``$EVONORM_CACHE_DIR``
    (default ``~/.cache/evonorm_core``; once per source/flags/CPU/torch version, about a
    minute), unless ``EVONORM_JIT=0``;
@@ -16,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import importlib.util
 import logging
 import os
 import platform
@@ -70,10 +72,12 @@ def _installed() -> KernelStatus | None:
     spec = importlib.util.find_spec(build.NAME)
     if spec is None or spec.origin is None:
         return None
-    newest_source = max(os.path.getmtime(s) for s in build.SOURCES)
-    if os.path.getmtime(spec.origin) < newest_source:
-        log.warning("%s is older than its source %s: ignoring it (rebuild with `pip install -e .`)",
-                    spec.origin, build.SOURCES[0])
+    # the sources and build.py (its flags): what setup.py compiled it from
+    inputs = [*build.SOURCES, build.__file__]
+    newest = max(inputs, key=os.path.getmtime)
+    if os.path.getmtime(spec.origin) < os.path.getmtime(newest):
+        log.warning("%s is older than %s: ignoring it (rebuild with `pip install -e . --no-build-isolation`)",
+                    spec.origin, newest)
         return None
     importlib.import_module(build.NAME)
     return KernelStatus("installed", spec.origin)
@@ -89,7 +93,7 @@ def _jit() -> KernelStatus:
     built = library.exists()
     if not built:
         warnings.warn(f"building the EvoNorm CPU kernels just in time into {directory} (once; about a minute). "
-                      "`pip install -e .` builds them at install instead.", stacklevel=4)
+                      "`pip install -e . --no-build-isolation` builds them at install instead.", stacklevel=4)
     directory.mkdir(parents=True, exist_ok=True)
     cpp_log = logging.getLogger("torch.utils.cpp_extension")
     level = cpp_log.level
