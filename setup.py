@@ -73,6 +73,10 @@ EXTRAS = {
     "detection": ["pycocotools>=2.0.2", "fvcore", "iopath", "setuptools<81", "tensorboard"],
     "gan": ["torch-fidelity>=0.3", "scipy", "tensorboard", "tqdm", "matplotlib", "h5py"],
     "bench": ["timm"],
+    # torch.onnx.export + ONNX Runtime (tests/test_capture.py, tools/check_capture.py). Their newest
+    # releases need numpy>=2, which the offline Detectron2 forbids: tools/constraints.txt pins a set
+    # that works with numpy<2.
+    "export": ["onnx", "onnxscript", "onnx-ir", "onnxruntime", "ml-dtypes"],
     "dev": ["pytest>=7", "pytest-timeout"],
 }
 EXTRAS["all"] = sorted({req for reqs in EXTRAS.values() for req in reqs})
