@@ -39,7 +39,8 @@ def test_every_console_command_has_help(name, target, capsys):
 
 
 @pytest.mark.parametrize("script", ["search/evolve.py", "gan/train_biggan.py", "tools/train_net.py",
-                                    "tools/benchmark_layers.py", "tools/check_capture.py", "tools/model_cost.py"])
+                                    "tools/benchmark_layers.py", "tools/check_capture.py", "tools/model_cost.py",
+                                    "tools/render_benchmarks_doc.py"])
 def test_design_card_scripts_run_from_the_checkout(script):
     needs_detectron2("detection" if script in ("tools/train_net.py", "tools/model_cost.py") else "")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -1,0 +1,47 @@
+"""tools/render_benchmarks_doc.py: docs/benchmarks.md's result blocks come from the committed JSON."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("render_benchmarks_doc", ROOT / "tools" / "render_benchmarks_doc.py")
+render = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(render)
+RESULTS = ROOT / "docs" / "results"
+
+
+def test_placeholders_become_blocks_and_rendering_is_stable():
+    doc = "intro\n\nRESULTS_CAPTURE\n\nmiddle\n\nRESULTS_BENCHMARK\n\n### compiled\n\nRESULTS_COMPILED\n"
+    once = render.render_all(doc, RESULTS)
+    for name in render.BLOCKS:
+        assert f"<!-- {name}:" in once and f"<!-- /{name} -->" in once
+        assert f"\n{name}\n" not in once
+    assert once.startswith("intro\n") and "\nmiddle\n" in once and "### compiled" in once
+    assert render.render_all(once, RESULTS) == once  # the blocks are replaced, not appended
+
+
+def test_blocks_report_what_the_json_says():
+    doc = render.render_all("RESULTS_CAPTURE\nRESULTS_BENCHMARK\nRESULTS_COMPILED\n", RESULTS)
+    import json
+
+    bench = json.loads((RESULTS / "benchmark_layers.json").read_text())
+    missed = [t for t in bench["targets"] if not t["met"]]
+    met = len(bench["targets"]) - len(missed)
+    assert f"targets in this run: {met} of {len(bench['targets'])} met" in doc
+    assert doc.count("- **MISS**") == len(missed)
+    capture = json.loads((RESULTS / "capture_resnet50.json").read_text())["results"]
+    assert f"{sum(r['ok'] for r in capture)} of {len(capture)} checks passed" in doc
+    assert "Command: `python tools/benchmark_layers.py" in doc and "load average" in doc
+
+
+def test_committed_doc_has_the_blocks():
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    for name in render.BLOCKS:
+        assert f"<!-- {name}:" in text, f"run python tools/render_benchmarks_doc.py ({name} missing)"
+        assert f"\n{name}\n" not in text
+
+
+def test_a_document_without_the_placeholder_is_a_clear_error():
+    with pytest.raises(SystemExit, match="RESULTS_CAPTURE"):
+        render.render_all("no placeholders here\n", RESULTS)

@@ -1,0 +1,315 @@
+"""Writes the result tables of docs/benchmarks.md from the JSON files the benchmarks wrote.
+
+    python tools/render_benchmarks_doc.py            # rewrite the three result blocks in place
+    python tools/render_benchmarks_doc.py --out -    # print the rendered document instead
+
+It reads ``docs/results/capture_resnet50.json`` (``tools/check_capture.py``),
+``benchmark_layers.json`` (``tools/benchmark_layers.py``) and ``compiled_choice.json``
+(``tools/benchmark_layers.py --compare-compiled``) and replaces the ``RESULTS_CAPTURE``,
+``RESULTS_BENCHMARK`` and ``RESULTS_COMPILED`` blocks of the document: first the bare
+placeholder line, later the block between ``<!-- RESULTS_X -->`` and ``<!-- /RESULTS_X -->``.
+Nothing is measured here. Each block says when its JSON was committed (git), the command,
+the machine load recorded with it, and which files of the code that produced it changed
+since; rerun the benchmark on a quiet machine, then `python tools/render_benchmarks_doc.py`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCKS = ("RESULTS_CAPTURE", "RESULTS_BENCHMARK", "RESULTS_COMPILED")
+# the code whose change makes a result stale (kernels, layers, the measuring code)
+CODE = ["evonorm_core/ops", "evonorm_core/functional.py", "evonorm_core/layers", "evonorm_core/statistics.py",
+        "evonorm_core/running_stats.py", "evonorm_core/convert.py", "evonorm_core/benchmark.py",
+        "evonorm_core/capture.py"]
+EVONORMS = ["evonorm_s0", "evonorm_s1", "evonorm_s2", "evonorm_b0", "evonorm_b1", "evonorm_b2"]
+COMPILED_OPERATOR_MIN_NUMEL = 65536  # evonorm_core.functional.COMPILED_OPERATOR_MIN_NUMEL["cpu"], checked below
+
+
+def git(*args: str) -> str:
+    try:
+        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return done.stdout.strip()
+
+
+def provenance(path: Path) -> str:
+    """When the JSON was committed and whether the code that produced it changed since."""
+    try:
+        rel = str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return f"`{path}` is outside this checkout: its date and the code that produced it are unknown."
+    commit = git("log", "-1", "--format=%h %ad", "--date=format:%Y-%m-%d %H:%M UTC", "--", rel)
+    if not commit:
+        return f"`{rel}` is not committed: its date and the code that produced it are unknown."
+    sha, date = commit.split(" ", 1)
+    changed = [f for f in git("diff", "--name-only", sha, "HEAD", "--", *CODE).splitlines() if f]
+    text = f"`{rel}`, committed {date} (commit {sha})."
+    if not changed:
+        return text + " The kernels, layers and measuring code have not changed since."
+    return (text + f" Changed since then: {', '.join(f'`{f}`' for f in changed)} "
+            "(see `git diff " + sha + " HEAD -- " + " ".join(changed) + "`).")
+
+
+def load_note(load_average, threads: int, timings: bool = True) -> str:
+    """The load average recorded at the end of the run, judged against the threads it used."""
+    load = load_average[0]
+    if load <= 0.5 * threads:
+        return f"load average {load:.1f} when it finished (quiet)"
+    note = f"load average {load:.1f} when it finished: **measured under load** (other jobs shared the CPUs)"
+    return note + (", so single ratios are noisy" if timings else "; this affects the times, not the errors")
+
+
+def kernels_note(kernels: str) -> str:
+    """Whether the kernels measured are the ones a build from today's source gives."""
+    match = re.search(r"(evonorm_ops_[0-9a-f]{16})", kernels)
+    if not match:
+        return f"EvoNorm CPU kernels: {kernels}"
+    try:
+        from evonorm_core.ops import extension
+
+        now = extension.jit_name()
+    except Exception:  # torch or the package not importable: say nothing more
+        return f"EvoNorm CPU kernels: {kernels}"
+    same = "the same as" if now == match.group(1) else "NOT the same as"
+    return (f"EvoNorm CPU kernels: the just-in-time build `{match.group(1)}`, whose hash of source, flags, CPU, torch "
+            f"and Python is {same} a build of today's source here (`{now}`); an installed build is compiled "
+            "from the same source and flags")
+
+
+def fmt(x: float, digits: int = 2) -> str:
+    return f"{x:.{digits}f}"
+
+
+def shape_name(shape) -> str:
+    return "x".join(map(str, shape))
+
+
+# ---- capture ---------------------------------------------------------------------------
+
+def render_capture(path: Path) -> str:
+    d = json.loads(path.read_text())
+    cfg, results = d["config"], d["results"]
+    checks = cfg["checks"]
+    passed = sum(r["ok"] for r in results)
+    lines = [
+        f"**Last run:** {provenance(path)} Command: `python tools/check_capture.py --json {cfg['json']}` "
+        f"(defaults: torchvision {', '.join(cfg['models'])} with 10 classes converted to each EvoNorm, "
+        f"`impl={'/'.join(cfg['impls'])}`, input {cfg['batch']}x3x{cfg['size']}x{cfg['size']} {cfg['dtype']}, "
+        f"compile backend {cfg['backend']}), torch {d['torch']}, CPU, {cfg['threads']} threads, "
+        f"{load_note(d['load_average'], cfg['threads'], timings=False)}. {kernels_note(d['kernels'])}.",
+        "",
+        f"**{passed} of {len(results)} checks passed.** Each cell: the largest relative error of the captured "
+        "program against eager (outputs; in train mode also parameter gradients and moving averages); "
+        "`compile` is `fullgraph=True` (a graph break fails); ONNX runs in eval only, in float32.",
+        "",
+        "| layer | mode | " + " | ".join(checks) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in checks) + " |",
+    ]
+    rows = {}
+    for r in results:
+        rows.setdefault((r["model"], r["layer"], r["impl"], r["mode"]), {})[r["check"]] = r
+    for (model, layer, impl, mode), cells in rows.items():
+        out = []
+        for check in checks:
+            r = cells.get(check)
+            if r is None:
+                out.append("-")
+            elif not r["ok"]:
+                out.append(f"**FAIL** {r['detail'][:60]}")
+            else:
+                out.append("ok" if r["max_error"] is None else f"ok {r['max_error']:.0e}")
+        label = layer if len(cfg["models"]) == 1 and len(cfg["impls"]) == 1 else f"{model} {layer} ({impl})"
+        lines.append(f"| {label} | {mode} | " + " | ".join(out) + " |")
+    failed = [r for r in results if not r["ok"]]
+    lines += ["", "Issue 12, program capture of converted ResNet-50 (fused): "
+              + ("**met** (no graph break; export, ONNX Runtime, jit.trace, fx and create_feature_extractor match "
+                 "eager)." if not failed else f"**MISS**: {len(failed)} checks failed.")
+              + " The reference implementation, every baseline, MobileNetV2, EfficientNet-B0 and the suite's "
+              "anchors are covered by `tests/test_capture.py` on small inputs, not by this run."]
+    return "\n".join(lines)
+
+
+# ---- layer benchmark and model step ------------------------------------------------------
+
+def render_benchmark(path: Path, png: str) -> str:
+    d = json.loads(path.read_text())
+    cfg, layers, models, targets = d["config"], d["layers"], d["models"], d["targets"]
+    shapes = list(dict.fromkeys(shape_name(r["shape"]) for r in layers))
+    by = {(r["layer"], shape_name(r["shape"])): r for r in layers}
+    lines = [
+        f"**Last run:** {provenance(path)} Command: `{d['command'].strip()}` "
+        f"({cfg['dtype']}, {'eval' if cfg['eval'] else 'train'} mode, {cfg['device'].upper()}, {cfg['threads']} "
+        f"threads, median of {cfg['reps']} interleaved repetitions after {cfg['warmup']} warm-up), torch {d['torch']}, "
+        f"{load_note(d['load_average'], cfg['threads'])}. {kernels_note(d['kernels'])}.",
+        "",
+    ]
+    # how noisy: GN-ReLU and GN-SiLU do the same work and should time alike
+    spread = [by[("gn_relu (native)", s)]["ratio"] for s in shapes if ("gn_relu (native)", s) in by]
+    if spread:
+        lines += [f"Noise gauge: native GN-ReLU against GN-SiLU (nearly the same work: only the activation differs) "
+                  f"measured "
+                  f"{fmt(min(spread))}-{fmt(max(spread))}x in this run; ratios within that spread of 1 are not "
+                  "differences.", ""]
+    lines += ["Forward + backward, median time as a multiple of the baseline measured in the same run "
+              "(S series and GroupNorm: native GN-SiLU; B series and BatchNorm: native BN-ReLU); last column: "
+              "bytes kept for backward / input bytes (largest over the shapes).", "",
+              "| layer | vs | " + " | ".join(shapes) + " | kept / input |",
+              "| --- | --- | " + " | ".join("---:" for _ in shapes) + " | ---: |"]
+    eager = list(dict.fromkeys(r["layer"] for r in layers if not r["compiled"]))
+    for name in eager:
+        rows = [by.get((name, s)) for s in shapes]
+        base = next(r["baseline"] for r in rows if r)
+        cells = []
+        for r in rows:
+            if r is None:
+                cells.append("-")
+            elif name == r["baseline"]:
+                cells.append(f"{r['ms']:.0f} ms")
+            else:
+                cells.append(fmt(r["ratio"]))
+        kept = max(r["saved_ratio"] for r in rows if r)
+        lines.append(f"| {name} | {base.split(' (')[0]} | " + " | ".join(cells) + f" | {fmt(kept)} |")
+    compiled = list(dict.fromkeys(r["layer"] for r in layers if r["compiled"]))
+    if compiled:
+        lines += ["", "Under `torch.compile(fullgraph=True)` (Inductor), against the compiled baselines; baseline "
+                  "rows: compiled ms (and as a multiple of the same baseline eager). First compilation in seconds "
+                  "(largest over the shapes).", "",
+                  "| layer | vs | " + " | ".join(shapes) + " | compile s |",
+                  "| --- | --- | " + " | ".join("---:" for _ in shapes) + " | ---: |"]
+        for name in compiled:
+            rows = [by.get((name, s)) for s in shapes]
+            base = next(r["baseline"] for r in rows if r)
+            cells = []
+            for s, r in zip(shapes, rows):
+                if r is None:
+                    cells.append("-")
+                elif name == r["baseline"]:
+                    eager_ms = by.get((name.replace(" compiled", ""), s))
+                    cells.append(f"{r['ms']:.0f} ms" + (f" ({fmt(r['ms'] / eager_ms['ms'])}x eager)" if eager_ms else ""))
+                else:
+                    cells.append(fmt(r["ratio"]))
+            lines.append(f"| {name} | {base.split(' (')[0]} | " + " | ".join(cells)
+                         + f" | {max(r['compile_s'] for r in rows if r):.1f} |")
+    if models:
+        m0 = models[0]
+        lines += ["", f"Whole torchvision ResNet-50, one SGD training step (batch {m0['batch']}, "
+                  f"{m0['size']}x{m0['size']}, median of {cfg['model_reps']}), peak tensor memory of the step:", "",
+                  "| step | EvoNorm ms | baseline ms | time ratio | EvoNorm MB | baseline MB | memory ratio |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for m in models:
+            (ev, ev_ms), (bl, bl_ms) = m["ms"].items()
+            kind = "compiled" if m["compiled"] else "eager"
+            lines.append(f"| {kind} {ev} vs {bl.split(' (')[0]} | {ev_ms:.0f} | {bl_ms:.0f} | {fmt(m['ratio'])} | "
+                         f"{m['peak_mb'][ev]:.0f} | {m['peak_mb'][bl]:.0f} | {fmt(m['memory_ratio'])} |")
+    met = [t for t in targets if t["met"]]
+    missed = [t for t in targets if not t["met"]]
+    lines += ["", f"**Issue 12's targets in this run: {len(met)} of {len(targets)} met.**"
+              + (" MISS:" if missed else "")]
+    lines += [f"- **MISS** {t['target']}: {fmt(t['ratio'])}x (target <= {t['limit']}x)" for t in missed]
+    stage = [t for t in met if "ResNet-50" not in t["target"]]
+    model_met = [t for t in met if "ResNet-50" in t["target"]]
+    if stage:
+        lines.append(f"- met: {len(stage)} of {sum('ResNet-50' not in t['target'] for t in targets)} per-stage "
+                     "layer targets (eager S <= 1.25x GN-SiLU, B <= 1.5x BN-ReLU; compiled <= 1.1x)")
+    lines += [f"- met: {t['target']}: {fmt(t['ratio'])}x (target <= {t['limit']}x)" for t in model_met]
+    lines += ["", f"![layer benchmark]({png})", "",
+              f"To measure again, on a quiet machine (about 10 minutes on 2 cores, most of it compiling): "
+              f"`{d['command'].strip()}`, then `python tools/render_benchmarks_doc.py`."]
+    return "\n".join(lines)
+
+
+# ---- compiled: operator or formula -------------------------------------------------------
+
+def render_compiled(path: Path) -> str:
+    d = json.loads(path.read_text())
+    op, formula = d["min_ms"]["operator"], d["min_ms"]["formula"]
+    lines = [
+        f"**Last run:** {provenance(path)} Command: `{d['command'].strip()}`, torch {d['torch']}, CPU, "
+        f"2 threads (the command's default), {load_note(d['load_average'], 2)}. Fwd+bwd of one compiled layer (minimum over the repetitions), "
+        "each mode in a fresh process.",
+        "",
+        "| shape | elements | layer | operator ms | formula ms | formula / operator | faster | "
+        f"`fused` runs (>= {COMPILED_OPERATOR_MIN_NUMEL} elements: operator) |",
+        "| --- | ---: | --- | ---: | ---: | ---: | --- | --- |",
+    ]
+    disagree = []
+    for shape, times in op.items():
+        numel = math.prod(int(n) for n in shape.split("x"))
+        chosen = "operator" if numel >= COMPILED_OPERATOR_MIN_NUMEL else "formula"
+        for name, ms in times.items():
+            f_ms = formula[shape][name]
+            faster = "operator" if ms <= f_ms else "formula"
+            if faster != chosen:
+                disagree.append(f"{name} at {shape} ({fmt(f_ms / ms)})")
+            lines.append(f"| {shape} | {numel:,} | {name} | {ms:.1f} | {f_ms:.1f} | {fmt(f_ms / ms)} | {faster} | "
+                         f"{chosen}{'' if faster == chosen else ' (slower here)'} |")
+    lines += [""]
+    if disagree:
+        summary = "The choice disagrees with this run at: " + "; ".join(disagree) + "."
+    else:
+        summary = "The choice agrees with this run at every shape measured."
+    smallest = min(math.prod(int(n) for n in s.split("x")) for s in op)
+    if smallest >= COMPILED_OPERATOR_MIN_NUMEL:
+        summary += (f" This run has no shape below the {COMPILED_OPERATOR_MIN_NUMEL:,}-element threshold, so it "
+                     "shows the operator is chosen where it was faster, but not where the formula becomes the "
+                     "faster one: the threshold rests on a smaller-shape measurement that is not among the "
+                     "committed results. To check it (on a quiet machine), add small shapes to this file: "
+                     "`python tools/benchmark_layers.py --compare-compiled --shapes 8x64x8x8 16x64x14x14 "
+                     "16x256x56x56 16x512x28x28 16x1024x14x14 16x2048x7x7`, then `python tools/render_benchmarks_doc.py`.")
+    lines.append(summary)
+    return "\n".join(lines)
+
+
+def render_all(doc: str, results: Path) -> str:
+    blocks = {
+        "RESULTS_CAPTURE": render_capture(results / "capture_resnet50.json"),
+        "RESULTS_BENCHMARK": render_benchmark(results / "benchmark_layers.json", "results/benchmark_layers.png"),
+        "RESULTS_COMPILED": render_compiled(results / "compiled_choice.json"),
+    }
+    for name, body in blocks.items():
+        text = (f"<!-- {name}: written by tools/render_benchmarks_doc.py from docs/results; do not edit by hand -->\n"
+                f"{body}\n<!-- /{name} -->")
+        block = re.compile(rf"<!-- {name}[ :].*?<!-- /{name} -->", re.S)
+        if block.search(doc):
+            doc = block.sub(lambda _: text, doc, count=1)
+        elif re.search(rf"^{name}$", doc, re.M):
+            doc = re.sub(rf"^{name}$", lambda _: text, doc, count=1, flags=re.M)
+        else:
+            raise SystemExit(f"{name}: neither its placeholder line nor its block is in the document")
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--doc", type=Path, default=ROOT / "docs" / "benchmarks.md", help="document to fill")
+    p.add_argument("--results", type=Path, default=ROOT / "docs" / "results", help="folder of the JSON results")
+    p.add_argument("--out", default=None, help="write here instead of over --doc ('-': standard output)")
+    args = p.parse_args(argv)
+    try:
+        from evonorm_core import functional
+
+        actual = functional.COMPILED_OPERATOR_MIN_NUMEL.get("cpu")
+        if actual != COMPILED_OPERATOR_MIN_NUMEL:
+            raise SystemExit(f"functional.COMPILED_OPERATOR_MIN_NUMEL['cpu'] is {actual}, this script assumes "
+                             f"{COMPILED_OPERATOR_MIN_NUMEL}: update it")
+    except ImportError:
+        pass
+    doc = render_all(args.doc.read_text(), args.results.resolve())
+    if args.out == "-":
+        sys.stdout.write(doc)
+    else:
+        Path(args.out or args.doc).write_text(doc)
+        print(f"wrote {args.out or args.doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
