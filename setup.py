@@ -36,8 +36,8 @@ def kernel_build():
         cpp_log = logging.getLogger("torch.utils.cpp_extension")
         cpp_log.setLevel(logging.ERROR)  # its import warns that no CUDA runtime exists (irrelevant for CPU code)
         from torch.utils.cpp_extension import BuildExtension
-    except ImportError as err:
-        say(f"torch is not importable at build time ({err}): installing without the C++ kernels; they are "
+    except Exception as err:  # ImportError, or a broken torch install: never fail the install for the kernels
+        say(f"torch is not importable at build time ({type(err).__name__}: {err}): installing without the C++ kernels; they are "
             "built just in time on first use (or install with `--no-build-isolation` into an environment "
             "that has torch)")
         return [], {}
