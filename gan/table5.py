@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         grids = sorted((args.runs_dir / layer / "seed0" / "samples").glob("step_*.png"))
         if grids:
             shutil.copyfile(grids[-1], args.out / f"{layer}.png")
-            summary["layers"].get(layer, {})["grid_png"] = str(args.out / f"{layer}.png")
+            for key in (key for key in summary["layers"] if key.split("(")[0] == layer):  # "gn_relu(groups=16)"
+                summary["layers"][key]["grid_png"] = str(args.out / f"{layer}.png")
     atomic_write_json(summary_path, summary)
     table = markdown(layers)
     atomic_write_text(args.out / "table5.md", table + "\n")
