@@ -18,6 +18,18 @@ def test_digits_proxy_shapes_split_and_normalization():
     assert torch.equal(again[1], train_y) and torch.equal(again[3], val_y)
 
 
+def test_rerank_holdout_is_a_tenth_of_the_training_set_kept_out_of_training():
+    """Appendix C, reranking: "trained using 90% of the ImageNet training set and evaluated over the rest of
+    the 10%": the two parts split the training images (the validation set is not used)."""
+    from search.proxy import load_data
+
+    train_x = load_digits_proxy(8)[0]
+    fit_x, _, held_x, _ = load_data("digits", None, 8, holdout=True)
+    assert len(held_x) == round(0.1 * len(train_x)) and len(fit_x) + len(held_x) == len(train_x)
+    rows = lambda t: sorted(tuple(r) for r in t.flatten(1).tolist())  # noqa: E731
+    assert rows(torch.cat([fit_x, held_x])) == rows(train_x)  # each training image in exactly one part
+
+
 def test_digits_proxy_rejects_tiny_images():
     with pytest.raises(ValueError, match="image_size"):
         load_digits_proxy(4)

@@ -51,6 +51,21 @@ def test_preact_resnet_matches_torchvision_up_to_norm_placement(depth):
     assert num_params(ours) == {50: 25_549_352, 101: 44_541_480}[depth]
 
 
+def test_projection_shortcut_reads_the_pre_activated_input():
+    """ResNet v2 as TensorFlow's official ``_bottleneck_block_v2`` ("the projection shortcut should come
+    after the first batch norm and ReLU") and timm's ``PreActBottleneck``: where the shape changes, the
+    shortcut convolution gets norm-act(x), not x."""
+    model = build_model("resnet50", "bn_relu", width_multiplier=0.25)
+    projected = [block for block in model.blocks if block.shortcut is not None]
+    seen = {"preact": [], "read": []}
+    for block in projected:
+        block.preact.register_forward_hook(lambda m, args, out: seen["preact"].append(out))
+        block.shortcut.register_forward_pre_hook(lambda m, args: seen["read"].append(args[0]))
+    model(torch.randn(2, 3, 32, 32))
+    assert len(projected) == len(seen["read"]) == 4  # the first block of each stage
+    assert all(torch.equal(read, preact) for read, preact in zip(seen["read"], seen["preact"]))
+
+
 class SlotRecorder:
     """A norm-act spec that records every (channels, nonlinearity) it is asked for."""
 

@@ -53,6 +53,12 @@ def test_schedules_warmup_and_decay():
     assert lr_multiplier(cosine, 100) == pytest.approx(0.0)
     poly = recipe_for("efficientnet_b0", epochs=100, warmup_epochs=0, poly_power=2.0)
     assert lr_multiplier(poly, 50) == pytest.approx(0.25)
+    # after a warmup the decay still spans the whole run (Goyal et al.: warmup is part of it) and ends at 0
+    warm = recipe_for("mobilenetv2", epochs=100, warmup_epochs=5)
+    assert lr_multiplier(warm, 5) == pytest.approx(0.5 * (1 + math.cos(math.pi * 5 / 100)))
+    assert lr_multiplier(warm, 100) == pytest.approx(0.0, abs=1e-12)
+    warm_poly = recipe_for("efficientnet_b0", epochs=100, warmup_epochs=5)
+    assert lr_multiplier(warm_poly, 100) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="accepted: multistep"):
         recipe_for("resnet50", schedule="step")
     with pytest.raises(ValueError, match="no recipe for model"):

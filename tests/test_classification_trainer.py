@@ -7,6 +7,8 @@ from torch import nn
 
 from classification.recipes import Recipe
 from classification.trainer import TensorBatches, Trainer, evaluate, random_crops
+from evonorm_core import build_norm_act
+from evonorm_core.search import GraphLayer, parse
 
 
 def test_random_crops_are_the_slices_they_claim():
@@ -45,11 +47,43 @@ def test_every_recipe_field_reaches_the_optimizer_and_schedule():
     decayed = {id(p) for g in trainer.optimizer.param_groups if g["weight_decay"] == 0.05 for p in g["params"]}
     assert decayed == {id(model[0].weight), id(model[4].weight)}  # conv and linear weights only
     x, y = torch.randn(8, 1, 5, 5), torch.randint(0, 3, (8,))
-    lrs = []
+    used, lrs = [], []
+    trainer.optimizer.register_step_pre_hook(lambda opt, args, kwargs: used.append(opt.param_groups[0]["lr"]))
     for _ in range(5):
         trainer.step(x, y)
         lrs.append(trainer.lr)
     assert lrs == pytest.approx([0.1, 0.01, 0.01, 0.001, 0.001])  # 10x at epochs 1 and 2
+    assert used == pytest.approx([0.1, 0.1, 0.01, 0.01, 0.001])  # update k runs at epoch k / 2's LR
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "rmsprop"])
+def test_weight_decay_spares_every_norm_act_vector_and_every_bias(optimizer):
+    """Only convolution and linear weights decay; gamma, beta, v0 and v1 of every norm-act layer (a
+    registered one, FRN's threshold, a searched layer as the proxy builds it) and every bias do not."""
+    model = nn.Sequential(
+        nn.Conv2d(1, 4, 3, bias=False), build_norm_act("evonorm_s0", 4, groups=2),
+        nn.Conv2d(4, 4, 1), build_norm_act("frn", 4),
+        nn.Conv2d(4, 4, 1, bias=False), GraphLayer(parse("max(x * v1, v0)"), 4),
+        nn.Flatten(), nn.Linear(36, 3),
+    )
+    trainer = Trainer(model, Recipe(base_lr=0.1, schedule="constant", optimizer=optimizer, weight_decay=0.05), 8, 1)
+    decay_of = {id(p): g["weight_decay"] for g in trainer.optimizer.param_groups for p in g["params"]}
+    names = {name: decay_of[id(p)] for name, p in model.named_parameters()}
+    assert {n for n, d in names.items() if d == 0.05} == {"0.weight", "2.weight", "4.weight", "7.weight"}
+    assert {n for n, d in names.items() if d == 0.0} == {
+        "1.weight", "1.bias", "1.v1", "2.bias", "3.weight", "3.bias", "3.v0", "5.weight", "5.bias", "5.v0", "5.v1",
+        "7.bias"}
+
+
+def test_optimizers_are_those_of_the_cited_recipes():
+    """SGD with Nesterov momentum 0.9 (the paper's proxy task, Appendix C); RMSProp with decay 0.9,
+    momentum 0.9 and epsilon 1e-3, the official EfficientNet training whose LR 0.016 the paper uses."""
+    sgd = Trainer(tiny_model(), Recipe(base_lr=0.1, schedule="constant"), 8, 1).optimizer
+    assert isinstance(sgd, torch.optim.SGD)
+    assert {(g["momentum"], g["nesterov"], g["dampening"]) for g in sgd.param_groups} == {(0.9, True, 0)}
+    rms = Trainer(tiny_model(), Recipe(base_lr=0.016, schedule="constant", optimizer="rmsprop"), 8, 1).optimizer
+    assert isinstance(rms, torch.optim.RMSprop)
+    assert {(g["alpha"], g["momentum"], g["eps"]) for g in rms.param_groups} == {(0.9, 0.9, 1e-3)}
 
 
 def test_non_finite_loss_is_reported_and_changes_nothing():

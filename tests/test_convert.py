@@ -142,6 +142,19 @@ def test_functional_activation_and_shared_use():
     entries = {e.name: e.folded_activation for e in gm.norm_act_report.entries}
     assert entries == {"bn_a": "silu", "bn_b": None}
 
+    class Other(nn.Module):  # the functional ReLU6 and the in-place method form
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3)
+            self.bn_c, self.bn_d = nn.BatchNorm2d(8), nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            return self.bn_d(F.relu6(self.bn_c(self.conv(x)))).relu_()
+
+    gm = evonorm_core.convert_norm_act(Other(), "gn_relu", groups=4)
+    assert {e.name: e.folded_activation for e in gm.norm_act_report.entries} == {"bn_c": "relu6", "bn_d": "relu"}
+    assert not [n for n in gm.graph.nodes if n.target in (F.relu6, "relu_")]
+
 
 @pytest.mark.parametrize("bn, kind", [
     (nn.BatchNorm1d(8), "BatchNorm1d"), (nn.BatchNorm3d(8), "BatchNorm3d"), (nn.SyncBatchNorm(8), "SyncBatchNorm"),

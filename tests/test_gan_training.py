@@ -79,10 +79,16 @@ def test_discriminator_step_follows_the_hinge_loss_computed_by_hand(tmp_path, di
     very logits it saw; swapping real and fake (or the signs) fails this."""
     trainer = tiny_trainer(tmp_path, digits, "bn_relu")
     seen = {}
-    handle = trainer.discriminator.register_forward_hook(lambda m, args, out: seen.update(logits=out.detach()))
+    handles = [
+        trainer.discriminator.register_forward_hook(
+            lambda m, args, out: seen.update(logits=out.detach(), labels=args[1])),
+        trainer.generator.register_forward_hook(lambda m, args, out: seen.update(fake_labels=args[1])),
+    ]
     reference = {n: p.detach().clone() for n, p in trainer.discriminator.named_parameters()}
     scalars = trainer.discriminator_step()
-    handle.remove()
+    for handle in handles:
+        handle.remove()
+    assert torch.equal(seen["labels"][8:], seen["fake_labels"])  # each fake is judged as the class G drew it for
     real, fake = seen["logits"].view(-1).split(8)
     expected = F.relu(1 - real).mean() + F.relu(1 + fake).mean()
     assert scalars["loss_d"] == pytest.approx(expected.item(), rel=1e-5)
@@ -235,3 +241,5 @@ def test_kill_and_resume_loses_nothing(tmp_path):
 def test_latents():
     z, y = sample_latents(5, 3, 4, generator=torch.Generator().manual_seed(0))
     assert z.shape == (5, 3) and y.dtype == torch.long and 0 <= int(y.min()) and int(y.max()) < 4
+    _, y = sample_latents(4000, 1, 4, generator=torch.Generator().manual_seed(1))
+    assert torch.bincount(y, minlength=4).tolist() == pytest.approx([1000] * 4, abs=100)  # every class, uniformly

@@ -17,6 +17,7 @@ from evonorm_core.search.evolution import Proposer
 from evonorm_core.search.rejection import conv_weights, worst_case_gradient_norm
 from search.config import DEFAULT_REFERENCES, REFERENCE_LAYERS, SearchConfig
 from search.presets import preset
+from search.proxy import _AnchorTraining
 
 ANCHORS = ("resnet50_cifar", "mobilenetv2_cifar", "efficientnet_cifar")
 
@@ -120,6 +121,32 @@ def test_tournament_samples_the_stated_fraction_uniformly():
     for i in range(10):
         small.add(Member(i, parse("tanh(x)"), (0.5,), f"g{i}"))
     assert small.config.tournament_size(10) == 2 and small.config.tournament_size(1) == 1  # at least 2 (if possible)
+
+
+@pytest.mark.parametrize("probability", [0.0, 0.3, 1.0])
+def test_offspring_is_replaced_by_a_random_graph_with_the_stated_probability(probability):
+    """Appendix C: "replacing the offspring with a completely new random architecture with probability
+    0.5"; the setting is the probability of a replacement, whatever its value."""
+    proposer = Proposer(EvolutionConfig(random_offspring_probability=probability, initial_population=2),
+                        random.Random(0))
+    for i in range(20):
+        proposer.add(Member(i, parse("tanh(x)"), (0.5,), f"f{i}"))
+    origins = Counter(proposer.propose()[1] for _ in range(1000))
+    assert origins["random"] / 1000 == pytest.approx(probability, abs=0.05)
+
+
+@pytest.mark.parametrize("mode", ["B", "S"])
+def test_proxy_trains_with_the_papers_optimizer(mode):
+    """Appendix C: "SGD with learning rate 0.1, Nesterov momentum 0.9 and weight decay 10^-4" (batch 128):
+    what the optimizer of an anchor run holds, not only the preset's fields."""
+    config = preset("paper", mode).proxy
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 22 * 22, 10))
+    images, labels = torch.randn(8, 3, 32, 32), torch.arange(8) % 10
+    optimizer = _AnchorTraining(model, config, (images, labels, images, labels), seed=0).trainer.optimizer
+    groups = {g["weight_decay"]: g for g in optimizer.param_groups}
+    assert set(groups) == {1e-4, 0.0} and isinstance(optimizer, torch.optim.SGD)
+    assert {(g["lr"], g["momentum"], g["nesterov"]) for g in optimizer.param_groups} == {(0.1, 0.9, True)}
+    assert {id(p) for p in groups[1e-4]["params"]} == {id(model[0].weight), id(model[2].weight)}
 
 
 def test_stability_test_ascends_the_gradient_norm():

@@ -11,6 +11,16 @@ def test_equal_functions_share_a_fingerprint():
     assert fingerprint(parse("x * v1")) != fingerprint(parse("x * v0"))  # v0, v1 are probed with random values
 
 
+def test_float_noise_does_not_split_equal_functions():
+    """Reassociated arithmetic is the same function a few ulps apart: it must share a fingerprint, or
+    the cache trains it again and the window admits it twice."""
+    for a, b in [("x * v1 * v0", "x * (v0 * v1)"), ("exp(x) * exp(v1)", "exp(x + v1)"),
+                 ("x * sigmoid(x) / group_std(x)", "x / group_std(x) * sigmoid(x)")]:
+        outputs = zip(probe_outputs(parse(a)), probe_outputs(parse(b)))
+        assert not all(torch.equal(p, q) for p, q in outputs), (a, b)  # they do differ in the last bits
+        assert fingerprint(parse(a)) == fingerprint(parse(b)), (a, b)
+
+
 def test_layers_equal_in_training_but_not_in_eval_are_told_apart():
     """The batch RMS of a centred input is the batch std in training; in eval the two read moving
     averages of different statistics (biased mean square about the running mean vs unbiased variance)."""

@@ -1,5 +1,6 @@
 """Genomes: random generation, mutation (section 4.3), S-mode, serialization, expressions."""
 import random
+from collections import Counter
 
 import pytest
 import torch
@@ -18,6 +19,19 @@ def test_random_genomes_are_valid_and_respect_s_mode():
         check_mode(genome, "S")
         for k, node in enumerate(genome.nodes):
             assert all(0 <= i < len(INITIAL_NODES) + k for i in node.inputs)
+
+
+def test_random_genomes_draw_inputs_uniformly_from_every_earlier_node():
+    """Section 3.1: each new node draws its inputs uniformly from all earlier nodes, the intermediate
+    ones included (from the 4 initial nodes only, no graph would be deeper than one op)."""
+    rng = random.Random(5)
+    counts = Counter()
+    for _ in range(3000):
+        counts.update(random_genome(rng, "B", num_nodes=10).nodes[-1].inputs)
+    earlier = len(INITIAL_NODES) + 9  # the last node (index 13) reads nodes 0..12
+    assert set(counts) == set(range(earlier))
+    expected = sum(counts.values()) / earlier
+    assert all(abs(n - expected) < 0.2 * expected for n in counts.values()), counts
 
 
 def test_mutation_changes_one_node_keeps_validity_and_mode():

@@ -1,0 +1,645 @@
+#!/usr/bin/env python3
+"""Plant small, realistic bugs one at a time and check that the tests meant for them fail.
+
+    nice -n 5 python3 tools/plant_bugs.py                          # every plant, one line each, then the tally
+    nice -n 5 python3 tools/plant_bugs.py --only K3 G2             # some plants again
+    nice -n 5 python3 tools/plant_bugs.py --json docs/results/planted_bugs.json
+    python3 tools/plant_bugs.py --list                             # what would be planted, nothing run
+
+Each plant (:data:`PLANTS`) names a file, an exact snippet of it (found exactly once), its
+replacement, the tests that should notice (pytest node ids, a few per plant) and what the
+bug is. For each plant the snippet is replaced in this working tree, ``python3 -m pytest -x -q
+<its tests>`` runs with a time limit, and the file is written back in a ``finally`` (also on
+Ctrl-C and SIGTERM); nothing is copied anywhere else. Verdicts: ``caught`` (pytest reported a
+failed test or a collection error: exit status 1 or 2), ``missed`` (every test passed),
+``timeout`` and ``error`` (pytest could not run the selection: status 3-5).
+
+Safety: the run refuses to start when tracked files have uncommitted changes, and ends by
+checking ``git diff --quiet`` (exit status 3 if a file was not restored). Before the first
+plant, the union of the selected plants' tests runs once on the unplanted tree: a test that
+fails there would turn every plant it guards into a false catch (``--skip-clean-check``
+skips this). Bytecode is not written during plant runs (``PYTHONDONTWRITEBYTECODE``), so a
+planted module never leaves a cache file behind. A plant of the C++ kernels is built just in
+time (a minute or two) into a temporary cache folder that is deleted afterwards.
+
+``--json PATH`` writes every plant with its verdict, the test that failed and the time taken,
+and the tally. When PATH exists and ``--only`` is given, the file is updated: the rerun plants'
+verdicts replace their earlier ones, ``before`` keeps the first full run's tally and ``after``
+is the tally now; every run is listed under ``runs``.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TIMEOUT = 900.0
+CAUGHT, MISSED, TIMEOUT, ERROR = "caught", "missed", "timeout", "error"
+
+
+@dataclass(frozen=True)
+class Plant:
+    """One planted bug: ``original`` (exactly once in ``file``) becomes ``replacement``."""
+
+    id: str
+    area: str
+    file: str
+    original: str
+    replacement: str
+    tests: tuple[str, ...]
+    description: str
+    note: str = ""  # for a plant the first run missed: the test added for it, or why it is not a bug
+
+
+@dataclass
+class Verdict:
+    """What running a plant's tests gave."""
+
+    id: str
+    result: str
+    seconds: float
+    detail: str = ""  # the first failing test, or pytest's summary line when nothing failed
+
+
+def plant(id: str, area: str, file: str, original: str, replacement: str, tests: tuple[str, ...] | str,
+          description: str, note: str = "") -> Plant:
+    """A :class:`Plant`; ``tests`` may be one node id."""
+    return Plant(id, area, file, original, replacement, (tests,) if isinstance(tests, str) else tuple(tests),
+                 description, note)
+
+
+FAST = "tests/test_fast_layers.py"
+LAYERS = "tests/test_layers.py"
+PRIMS = "tests/test_search_primitives.py"
+DRIVER = "tests/test_search_driver.py"
+SEARCH_CONFIG = "tests/test_search_config.py"
+TRAIN = "tests/test_classification_train.py"
+TRAINER = "tests/test_classification_trainer.py"
+TABLES = "tests/test_classification_tables.py"
+DETECTION = "tests/test_detection_model.py"
+GAN = "tests/test_gan_training.py"
+
+
+def cpp(mode: str, dtype: str, layout: str) -> str:
+    """The C++-kernel test of ``mode`` (layer-training-given) with per-channel affine."""
+    return f"{FAST}::test_cpp_kernels_match_paper[{mode}-torch.{dtype}-{layout}-channel]"
+
+
+def generic(mode: str, layout: str) -> str:
+    """The device-generic implementation's test of ``mode`` (layer-training-given) in ``layout``."""
+    return f"{FAST}::test_generic_implementation_matches_paper[{mode}-{layout}]"
+
+
+def formula(name: str, impl: str, training: bool = True, nonlinearity: bool = True) -> str:
+    """test_layers' comparison of a registered layer with its float64 paper formula."""
+    return f"{LAYERS}::test_matches_paper_formula[{name}-{impl}-{training}-{nonlinearity}]"
+
+
+CPP = "evonorm_core/ops/csrc/evonorm_ops.cpp"
+LIBRARY = "evonorm_core/ops/library.py"
+FUNCTIONAL = "evonorm_core/functional.py"
+
+PLANTS: list[Plant] = [
+    # ---- CPU kernels: sums over several blocks, both layouts, float32 paths -----------------
+    plant("K1", "cpu-kernels", CPP, "var[ng] = (within + between) / Cg;", "var[ng] = within / Cg;",
+          (cpp("evonorm_s0-True-False", "float32", "channels_last"),
+           cpp("evonorm_s1-True-False", "float64", "channels_last")),
+          "channels_last group variance drops the spread of the channel means (Chan's between-term)"),
+    plant("K2", "cpu-kernels", CPP, "const double M = static_cast<double>(Cg * s.HW);",
+          "const double M = static_cast<double>(s.HW);",
+          (cpp("evonorm_s0-True-False", "float32", "nchw"), cpp("evonorm_s2-True-False", "float64", "nchw")),
+          "S backward divides the group-statistic gradient by H W instead of C/G H W"),
+    plant("K3", "cpu-kernels", CPP, "const double kb = dsb[c] / (sbd[c] * static_cast<double>(s.N * s.HW));",
+          "const double kb = dsb[c] / (sbd[c] * static_cast<double>(s.HW));",
+          (cpp("evonorm_b0-True-False", "float32", "nchw"), cpp("evonorm_b1-True-False", "float64", "channels_last")),
+          "B backward: the batch-variance term of dx forgets the batch size N"),
+    plant("K4", "cpu-kernels", CPP, "r * (1.0f / 24 + ", "r * (1.0f / 12 + ",
+          (cpp("evonorm_s0-True-False", "float32", "nchw"), cpp("evonorm_s1-True-False", "bfloat16", "channels_last")),
+          "float exp polynomial: wrong 4th-order Taylor coefficient (float32/half paths only; float64 uses std::exp)"),
+    # ---- fused operators: device-generic implementation, autograd, fake tensors ---------------
+    plant("G1", "fused-ops", LIBRARY, "k = -dr * rstd.pow(3) / (cg * h * w)", "k = -dr * rstd.pow(3) / (h * w)",
+          (generic("evonorm_s0-True-False", "nchw"), generic("evonorm_s2-True-False", "channels_last")),
+          "generic S backward divides by H W instead of the group's C/G H W elements"),
+    plant("G2", "fused-ops", LIBRARY, "b_var = var.mean(0) + (mean - b_mean).square().mean(0)", "b_var = var.mean(0)",
+          (generic("evonorm_b0-True-False", "nchw"), generic("evonorm_b2-True-False", "channels_last")),
+          "generic B forward: batch variance as the mean of instance variances (between-sample term lost)"),
+    plant("G3", "fused-ops", LIBRARY, "torch.var(xa, dim=(0, 2, 3), unbiased=False)",
+          "torch.var(xa, dim=(0, 2, 3), unbiased=True)",
+          (f"{FAST}::test_gradgradcheck_float64[evonorm_b0-True]",
+           f"{FAST}::test_gradient_penalty_matches_reference_in_float32"),
+          "double backward of the B series recomputes an unbiased batch variance"),
+    plant("G4", "fused-ops", LIBRARY, "batch = (0,) if batch_var is not None else (c,)",
+          "batch = (c,) if batch_var is not None else (0,)",
+          (f"{FAST}::test_opcheck[b_forward-<lambda>0]", f"{FAST}::test_opcheck[b_forward-<lambda>1]"),
+          "fake b_forward gives the batch statistics the wrong shapes (torch.compile/export)"),
+    plant("G5", "fused-ops", LIBRARY, "dvar = (dsb / (2 * sb_c)).to(batch_var.dtype)",
+          "dvar = (dsb / sb_c).to(batch_var.dtype)",
+          (generic("evonorm_b0-False-True", "nchw"), generic("evonorm_b0-True-True", "channels_last")),
+          "generic B backward: gradient of a given batch variance misses d sqrt(v)/dv's 1/2"),
+    # ---- the functional (composed formulas, dispatch) ---------------------------------------
+    plant("F1", "functional", FUNCTIONAL, "training=False, momentum=0.0, eps=0.0)",
+          "training=False, momentum=0.0, eps=1e-5)",
+          (formula("evonorm_s0", "fused", True, False), f"{FAST}::test_nonlinearity_off_is_cheap_affine[evonorm_b0]"),
+          "the affine x * gamma + beta (nonlinearity off) divides by sqrt(1 + 1e-5)"),
+    plant("F2", "functional", FUNCTIONAL, 'return (x + 1) * rms if variant == "b1" else rms - x',
+          'return (x + 1) * rms if variant == "b1" else x - rms',
+          (formula("evonorm_b2", "reference"), f"{FAST}::test_gradgradcheck_float64[evonorm_b2-True]"),
+          "EvoNorm-B2's instance term sqrt(mu(x^2)) - x with the sign flipped (composed formula)"),
+    plant("F3", "functional", FUNCTIONAL, "    count = x.numel() // c", "    count = x.numel()",
+          (f"{LAYERS}::test_moving_average_update[evonorm_b0]",
+           f"{LAYERS}::test_momentum_none_is_a_cumulative_average[evonorm_b1]"),
+          "B series: unbiased moving variance uses all elements instead of those per channel"),
+    plant("F4", "functional", FUNCTIONAL, "gate = x if v1 is None else x * _nchw(v1, x.dtype)",
+          "gate = x if v1 is None else _nchw(v1, x.dtype)",
+          (formula("evonorm_s0", "reference"), f"{FAST}::test_gradgradcheck_float64[evonorm_s0-True]"),
+          "EvoNorm-S0 gates with sigmoid(v1) instead of sigmoid(v1 x) (composed formula)"),
+    # ---- layers and statistics ---------------------------------------------------------------
+    plant("L1", "layers", "evonorm_core/layers/baselines.py",
+          "return x / torch.sqrt(stats.instance_mean_square(x) + self.eps)",
+          "return x / torch.sqrt(stats.instance_var(x) + self.eps)",
+          (formula("frn", "None"), formula("frn", "None", False)),
+          "FRN normalizes by the instance variance instead of the mean square nu^2"),
+    plant("L2", "layers", "evonorm_core/layers/baselines.py",
+          "scale = gamma / torch.sqrt(self.running_var.to(gamma.dtype) + self.eps)",
+          "scale = gamma / torch.sqrt(self.running_var.to(gamma.dtype))",
+          (f"{LAYERS}::test_folded_affine[bn_relu-True-False]",
+           "tests/test_classification_tradeoff.py::test_folding_is_exact_in_float64"),
+          "BN inference folding forgets eps"),
+    plant("L3", "layers", "evonorm_core/layers/baselines.py",
+          "return numerator / torch.sqrt(var + mean.square() + self.eps)",
+          "return numerator / torch.sqrt(var + self.eps)",
+          (formula("rs_rej", "None"), formula("rs_rej", "None", False)),
+          "RS + rej divides by the batch std instead of the batch root second moment"),
+    plant("L4", "layers", "evonorm_core/layers/conditional.py", "return 1 + self.gain(cond), self.bias(cond)",
+          "return self.gain(cond), self.bias(cond)",
+          ("tests/test_layers_conditional.py::test_matches_paper_formula_with_class_conditional_gamma_beta",
+           "tests/test_layers_conditional.py::test_zero_projections_give_the_layer_at_gamma_1_beta_0"),
+          "conditional gamma is W_g c instead of 1 + W_g c"),
+    plant("L5", "layers", "evonorm_core/statistics.py",
+          "return stat.view(n, groups, 1).expand(n, groups, num_channels // groups).reshape(n, num_channels, 1, 1)",
+          "return stat.view(n, 1, groups).expand(n, num_channels // groups, groups).reshape(n, num_channels, 1, 1)",
+          (formula("evonorm_s0", "reference"), f"{PRIMS}::test_unary_op_matches_formula[group_std]"),
+          "group statistics handed back to interleaved channels instead of each group's own"),
+    plant("L6", "layers", "evonorm_core/statistics.py", "while num_channels % groups:\n            groups -= 1",
+          "while num_channels % groups:\n            groups //= 2",
+          f"{LAYERS}::test_default_groups_lowered_until_they_divide",
+          "default groups halved until they divide (48 channels: 16 groups instead of 24)"),
+    # ---- moving averages ---------------------------------------------------------------------
+    plant("R1", "running-stats", "evonorm_core/running_stats.py", "return 1.0 / max(tracked, 1)",
+          "return 1.0 / (tracked + 1)",
+          ("tests/test_running_stats.py::test_momentum_factor_and_counting",
+           f"{LAYERS}::test_momentum_none_is_a_cumulative_average[evonorm_b0]"),
+          "cumulative average (momentum=None) weighs the batch 1/(n+1) after counting it"),
+    plant("R2", "running-stats", "evonorm_core/running_stats.py", "running.lerp_(value.to(running.dtype), factor)",
+          "running.lerp_(value.to(running.dtype), 1 - factor)",
+          ("tests/test_running_stats.py::test_update_running_is_batchnorms_rule",
+           f"{LAYERS}::test_moving_average_update[evonorm_b0]"),
+          "moving average keeps momentum of the old value instead of 1 - momentum"),
+    plant("R3", "running-stats", "evonorm_core/running_stats.py",
+          "        layer.reset_running_stats()\n        layer.momentum = None", "        layer.momentum = None",
+          "tests/test_running_stats.py::test_recalibrate_is_the_plain_average_over_the_batches",
+          "recalibration does not reset the averages before the plain average"),
+    plant("R4", "running-stats", "evonorm_core/search/layer.py",
+          'running_stats.update_running_(running, stat, factor, count if kind == "var" else None)',
+          "running_stats.update_running_(running, stat, factor, count)",
+          f"{PRIMS}::test_batch_ops_use_moving_averages_in_eval",
+          "searched layers store the batch mean and mean square 'unbiased' too"),
+    # ---- layer search ------------------------------------------------------------------------
+    plant("Q1", "search", "evonorm_core/search/primitives.py", "return a / (b + ctx.eps * torch.sign(b))",
+          "return a / (b + ctx.eps)",
+          (f"{PRIMS}::test_binary_ops_match_formulas", f"{PRIMS}::test_div_by_zero_is_not_finite_and_sqrt_is_signed"),
+          "Table 1's safe division adds +eps instead of eps sign(b)"),
+    plant("Q2", "search", "evonorm_core/search/primitives.py", "return torch.sign(a) * torch.log(a.abs() + ctx.eps)",
+          "return torch.log(a.abs() + ctx.eps)", f"{PRIMS}::test_unary_op_matches_formula[log]",
+          "Table 1's safe log loses its sign(x)"),
+    plant("Q3", "search", "evonorm_core/search/genome.py",
+          "nodes.append(Node(op, _random_inputs(rng, op, len(INITIAL_NODES) + k)))",
+          "nodes.append(Node(op, _random_inputs(rng, op, len(INITIAL_NODES))))",
+          ("tests/test_search_genome.py::test_random_genomes_are_valid_and_respect_s_mode",
+           "tests/test_search_genome.py::test_mutation_changes_one_node_keeps_validity_and_mode",
+           "tests/test_search_genome.py::test_random_genomes_draw_inputs_uniformly_from_every_earlier_node"),
+          "random graphs draw inputs from the 4 initial nodes only, never from earlier intermediate nodes",
+          "new test_random_genomes_draw_inputs_uniformly_from_every_earlier_node (section 3.1: inputs uniform over "
+          "all earlier nodes, counted over 3000 graphs); validity alone cannot tell"),
+    plant("Q4", "search", "evonorm_core/search/evolution.py",
+          "if self.rng.random() < self.config.random_offspring_probability:",
+          "if self.rng.random() > self.config.random_offspring_probability:",
+          (f"{SEARCH_CONFIG}::test_tournament_samples_the_stated_fraction_uniformly",
+           f"{DRIVER}::test_resume_continues_exactly",
+           f"{SEARCH_CONFIG}::test_offspring_is_replaced_by_a_random_graph_with_the_stated_probability"),
+          "offspring replaced by a random graph with probability 1 - p instead of p",
+          "new test_offspring_is_replaced_by_a_random_graph_with_the_stated_probability (Appendix C's probability, at "
+          "0, 0.3 and 1: at the paper's 0.5 the inverted comparison is indistinguishable)"),
+    plant("Q5", "search", "evonorm_core/search/evolution.py",
+          "return all(x >= y for x, y in pairs) and any(x > y for x, y in pairs)",
+          "return all(x > y for x, y in pairs)",
+          (f"{DRIVER}::test_pareto_tournament_and_average_selection",
+           f"{DRIVER}::test_missing_anchor_accuracies_count_as_zero"),
+          "Pareto dominance requires > on every anchor (ties keep dominated members on the frontier)"),
+    plant("Q6", "search", "evonorm_core/search/evolution.py", "self.population.append(member)",
+          "self.population.appendleft(member)", f"{DRIVER}::test_sliding_window_keeps_the_most_recent",
+          "the sliding window drops the newest member instead of the oldest"),
+    plant("Q7", "search", "evonorm_core/search/equivalence.py", "_DECIMALS = 6", "_DECIMALS = 15",
+          ("tests/test_search_equivalence.py",
+           f"{DRIVER}::test_equivalent_graphs_share_a_fingerprint_and_others_do_not"),
+          "fingerprints rounded to 15 digits: float noise splits equal functions, the cache stops hitting",
+          "new test_search_equivalence.py::test_float_noise_does_not_split_equal_functions (reassociated arithmetic, a "
+          "few ulps apart, shares a fingerprint); the equal pairs tested before were bit-identical"),
+    plant("Q8", "search", "evonorm_core/search/rejection.py",
+          "worst = max(worst, value if math.isfinite(value) else math.inf)", "worst = max(worst, value)",
+          ("tests/test_search_rejection.py::test_stability_rejects_an_exploding_layer_and_passes_bn_relu",
+           f"{SEARCH_CONFIG}::test_stability_test_ascends_the_gradient_norm"),
+          "stability test: a NaN gradient norm is ignored by max() instead of counting as infinite"),
+    plant("Q9", "search", "search/proxy.py", "weight_decay: float = option(1e-4,", "weight_decay: float = option(5e-4,",
+          f"{SEARCH_CONFIG}::test_paper_preset_is_the_papers_proxy_and_evolution",
+          "proxy weight decay 5e-4 instead of the paper's 1e-4"),
+    plant("Q10", "search", "search/proxy.py", "return Recipe(base_lr=self.lr * 256 / self.batch_size,",
+          "return Recipe(base_lr=self.lr,",
+          (f"{SEARCH_CONFIG}::test_paper_preset_is_the_papers_proxy_and_evolution",
+           "tests/test_search_rejection.py::test_quality_rejects_a_constant_zero_layer",
+           f"{SEARCH_CONFIG}::test_proxy_trains_with_the_papers_optimizer"),
+          "proxy passes --lr as the per-256 base LR: it trains at lr * batch / 256 (0.05, not 0.1, at batch 128)",
+          "new test_proxy_trains_with_the_papers_optimizer (Appendix C: an anchor run's optimizer holds lr 0.1, "
+          "Nesterov momentum 0.9, decay 1e-4 on conv/linear weights); the preset's fields were right, the wiring not"),
+    plant("Q11", "search", "search/proxy.py",
+          "return train_x[order[cut:]], train_y[order[cut:]], train_x[order[:cut]], train_y[order[:cut]]",
+          "return train_x[order[cut:]], train_y[order[cut:]], train_x[order[cut:2 * cut]], train_y[order[cut:2 * cut]]",
+          ("tests/test_search_runs.py", "tests/test_classification_data.py"),
+          "rerank holdout validates on images that are also in the training split",
+          "new test_classification_data.py::test_rerank_holdout_is_a_tenth_of_the_training_set_kept_out_of_training "
+          "(Appendix C: 90% / 10% of the training set, each image in exactly one part); holdout was untested"),
+    # ---- classification ----------------------------------------------------------------------
+    plant("P1", "classification", "classification/paper_tables.py",
+          '"EvoNorm-S1": (78.2, 78.2, 78.3, 78.1, 78.1, 78.2),',
+          '"EvoNorm-S1": (78.2, 78.2, 78.3, 78.1, 78.1, 78.1),',
+          f"{TABLES}::test_every_cell_holds_the_papers_number[table12]",
+          "Table 12, EvoNorm-S1 at 4 images/worker mistyped"),
+    plant("P2", "classification", "classification/recipes.py", 'MOBILE = Recipe(base_lr=0.1, schedule="cosine"',
+          'MOBILE = Recipe(base_lr=0.1, schedule="polynomial"',
+          (f"{TRAIN}::test_paper_base_learning_rates_and_batches",
+           f"{TABLES}::test_every_cell_trains_with_the_papers_whole_recipe[table13-mobilenetv2-EvoNorm-S0-4]"),
+          "MobileNetV2/MnasNet trained with the polynomial schedule instead of the paper's cosine"),
+    plant("P3", "classification", "classification/recipes.py",
+          'if model == "mobilenetv2" and norm_act is not None and not uses_batch_statistics(norm_act):',
+          'if model == "mobilenetv2" and norm_act is not None and uses_batch_statistics(norm_act):',
+          f"{TRAIN}::test_paper_base_learning_rates_and_batches",
+          "MobileNetV2's lowered LR 0.03 given to layers with batch statistics instead of those without"),
+    plant("P4", "classification", "classification/recipes.py", "progress = min(epoch / recipe.epochs, 1.0)",
+          "progress = min((epoch - recipe.warmup_epochs) / recipe.epochs, 1.0)",
+          (f"{TRAIN}::test_schedules_warmup_and_decay", f"{TRAIN}::test_scheduler_is_per_step"),
+          "cosine/polynomial decay starts its clock after warmup but still spans all epochs (never reaches 0)",
+          "test_schedules_warmup_and_decay extended: after a 5-epoch warmup, cosine and polynomial still end at 0; the "
+          "decays were tested without warmup only"),
+    plant("P5", "classification", "classification/recipes.py",
+          "momentum=0.9, nesterov=True)", "momentum=0.9, nesterov=False)",
+          (f"{TRAINER}::test_every_recipe_field_reaches_the_optimizer_and_schedule",
+           f"{TRAINER}::test_optimizers_are_those_of_the_cited_recipes"),
+          "SGD without the paper's Nesterov momentum",
+          "new test_optimizers_are_those_of_the_cited_recipes (Appendix C: Nesterov momentum 0.9); also caught through "
+          "the proxy by test_proxy_trains_with_the_papers_optimizer"),
+    plant("P6", "classification", "classification/recipes.py", "alpha=0.9, momentum=0.9, eps=1e-3)",
+          "alpha=0.99, momentum=0.9, eps=1e-3)",
+          (f"{TRAINER}::test_every_recipe_field_reaches_the_optimizer_and_schedule",
+           f"{TRAINER}::test_optimizers_are_those_of_the_cited_recipes"),
+          "EfficientNet's RMSProp with PyTorch's default decay 0.99 instead of 0.9",
+          "new test_optimizers_are_those_of_the_cited_recipes (official EfficientNet training: RMSProp decay 0.9, "
+          "momentum 0.9, epsilon 1e-3)"),
+    plant("P7", "classification", "classification/trainer.py",
+          "        self.optimizer.step()\n        self.scheduler.step()",
+          "        self.scheduler.step()\n        self.optimizer.step()",
+          (f"{TRAINER}::test_every_recipe_field_reaches_the_optimizer_and_schedule",
+           f"{TRAIN}::test_scheduler_is_per_step"),
+          "each step updates with the next step's learning rate (scheduler stepped first)",
+          "test_every_recipe_field_reaches_the_optimizer_and_schedule extended: the LR each update runs with (an "
+          "optimizer pre-hook) against the milestones by hand; the LR read after a step cannot tell"),
+    plant("P8", "classification", "classification/trainer.py",
+          "cols = (left[:, None] + steps)", "cols = (top[:, None] + steps)",
+          f"{TRAINER}::test_random_crops_are_the_slices_they_claim",
+          "random crops take their column offset from the row offset"),
+    plant("P9", "classification", "classification/mbconv.py",
+          "SqueezeExcitation(hidden, max(1, int(in_channels * se_ratio))",
+          "SqueezeExcitation(hidden, max(1, int(hidden * se_ratio))",
+          "tests/test_classification_models.py::test_mbconv_param_counts_match_torchvision",
+          "EfficientNet's squeeze width from the expanded instead of the block's input channels"),
+    plant("P10", "classification", "classification/resnet.py",
+          "shortcut = x if self.shortcut is None else self.shortcut(out)",
+          "shortcut = x if self.shortcut is None else self.shortcut(x)",
+          ("tests/test_classification_models.py::test_preact_resnet_matches_torchvision_up_to_norm_placement",
+           "tests/test_classification_models.py::test_projection_shortcut_reads_the_pre_activated_input"),
+          "pre-activation ResNet's projection shortcut reads the raw input instead of the pre-activated one",
+          "new test_projection_shortcut_reads_the_pre_activated_input (TensorFlow's official _bottleneck_block_v2, "
+          "timm's PreActBottleneck); parameter counts cannot tell"),
+    plant("P11", "classification", "classification/recipes.py",
+          "    decay = [p for p in model.parameters() if p.ndim > 1]\n"
+          "    no_decay = [p for p in model.parameters() if p.ndim <= 1]",
+          '    decay = [p for n, p in model.named_parameters() if not n.endswith("bias")]\n'
+          '    no_decay = [p for n, p in model.named_parameters() if n.endswith("bias")]',
+          f"{TRAINER}::test_every_recipe_field_reaches_the_optimizer_and_schedule",
+          "weight decay exempts biases only (norm-act gamma and v decayed)"),
+    # ---- detection ---------------------------------------------------------------------------
+    plant("D1", "detection", "detection/backbone.py",
+          "self.conv3 = conv_norm_act(bottleneck_channels, out_channels, 1, make, False)",
+          "self.conv3 = conv_norm_act(bottleneck_channels, out_channels, 1, make, True)",
+          f"{DETECTION}::test_paper_config_places_norm_act_everywhere[mask_rcnn_R50_evonorm_b0]",
+          "bottleneck's last norm carries the activation (before the residual add)"),
+    plant("D2", "detection", "detection/configs/mask_rcnn_R101_gn.yaml", "GROUPS: 32", "GROUPS: 16",
+          f"{DETECTION}::test_every_paper_config_follows_the_papers_schedule_and_layer[mask_rcnn_R101_gn]",
+          "R-101 GN config with 16 groups instead of 32"),
+    plant("D3", "detection", "detection/norm.py",
+          "if not buffers_finite(self.layer):", "if buffers_finite(self.layer):",
+          (f"{DETECTION}::test_zero_rois_give_no_nan_and_keep_statistics[True-evonorm_b0]",
+           f"{DETECTION}::test_zero_rois_give_no_nan_and_keep_statistics[True-bn_relu]",
+           f"{DETECTION}::test_synchronized_b0_with_zero_rois_on_one_process"),
+          "zero RoIs: NaN moving statistics kept, finite ones restored (test inverted)",
+          "no new test: with one process an empty batch never changes the buffers, so the bug only shows when another "
+          "process had RoIs; test_synchronized_b0_with_zero_rois_on_one_process (2 gloo processes) catches it and was "
+          "missing from the selection"),
+    plant("D4", "detection", "detection/optimizer.py",
+          '**({"weight_decay": cfg.SOLVER.WEIGHT_DECAY_NORM} if param in norms else {})',
+          '**({"weight_decay": cfg.SOLVER.WEIGHT_DECAY} if param in norms else {})',
+          f"{DETECTION}::test_weight_decay_norm_applies_to_evonorm_parameters",
+          "norm-act parameters get the ordinary weight decay instead of WEIGHT_DECAY_NORM"),
+    plant("D5", "detection", "detection/norm.py", '    if node.SYNC:\n        options["sync"] = True\n', "",
+          f"{DETECTION}::test_paper_config_places_norm_act_everywhere[mask_rcnn_R50_bn]",
+          "MODEL.NORM_ACT.SYNC ignored: batch statistics of BN/EvoNorm-B0 not synchronized"),
+    # ---- GAN ---------------------------------------------------------------------------------
+    plant("N1", "gan", "gan/losses.py", "return -fake_logits.mean()", "return F.relu(1 - fake_logits).mean()",
+          (f"{GAN}::test_hinge_losses_by_hand", f"{GAN}::test_generator_step_pushes_the_discriminator_score_up"),
+          "generator loss as a hinge instead of BigGAN's -mean D(G(z))"),
+    plant("N2", "gan", "gan/ema.py", "decay = self.decay if step >= self.start else 0.0",
+          "decay = self.decay if step > self.start else 0.0", f"{GAN}::test_ema_update",
+          "EMA starts averaging one step after ema_start"),
+    plant("N3", "gan", "gan/config.py",
+          '(16 if self.norm == "gn_relu" else None)', '(32 if self.norm == "gn_relu" else None)',
+          (f"{GAN}::test_paper_preset_is_biggan_deep_as_the_paper_trains_it",
+           "tests/test_gan_models.py::test_gn_relu_defaults_and_bad_options"),
+          "GN-ReLU generator with 32 groups instead of Table 5's 16"),
+    plant("N4", "gan", "gan/trainer.py", "logits = self.d_train(torch.cat([x, fake]), torch.cat([y, y_fake]))",
+          "logits = self.d_train(torch.cat([x, fake]), torch.cat([y, y]))",
+          f"{GAN}::test_discriminator_step_follows_the_hinge_loss_computed_by_hand",
+          "D judges the fakes under the real images' labels instead of the classes they were generated for",
+          "test_discriminator_step_follows_the_hinge_loss_computed_by_hand extended: the labels D sees for the fakes "
+          "are those G drew them for (hooks on G and D); the loss from D's own logits cannot tell"),
+    plant("N5", "gan", "gan/sampling.py", "y = torch.randint(num_classes, (num,), generator=generator).to(device)",
+          "y = torch.randint(num_classes - 1, (num,), generator=generator).to(device)", f"{GAN}::test_latents",
+          "latent labels never draw the last class",
+          "test_latents extended: 4000 draws over 4 classes give each class 1000 +- 100"),
+    # ---- conversion --------------------------------------------------------------------------
+    plant("C1", "conversion", "evonorm_core/convert.py", 'F.relu6: "relu6", ', "",
+          ("tests/test_convert.py::test_functional_activation_and_shared_use",
+           "tests/test_convert.py::test_mobilenet_and_efficientnet"),
+          "F.relu6 after a BatchNorm is not folded (nonlinearity=False plus a separate ReLU6)",
+          "test_functional_activation_and_shared_use extended with F.relu6 and x.relu_() after BatchNorms (folded, "
+          "gone from the graph); torchvision's models use nn.ReLU6/nn.ReLU modules only"),
+    plant("C2", "conversion", "evonorm_core/convert.py", '_ACTIVATION_METHODS = {"relu": "relu", "relu_": "relu"}',
+          '_ACTIVATION_METHODS = {"relu": "relu"}',
+          ("tests/test_convert.py::test_functional_activation_and_shared_use", "tests/test_convert.py::test_resnet50"),
+          "in-place x.relu_() after a BatchNorm is not folded",
+          "test_functional_activation_and_shared_use extended (see C1)"),
+]
+
+
+# ---- running the plants ------------------------------------------------------------------
+
+def git(*args: str) -> subprocess.CompletedProcess:
+    """``git args`` in the repository, output captured."""
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def tracked_changes() -> str:
+    """``git status`` lines of tracked files with uncommitted changes (empty: clean)."""
+    return git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+
+
+def planted_text(p: Plant, text: str) -> str:
+    """``text`` (of ``p.file``) with ``p`` planted; ``ValueError`` unless the snippet is there exactly once."""
+    count = text.count(p.original)
+    if count != 1:
+        raise ValueError(f"{p.id}: the snippet occurs {count} times in {p.file} (expected once); update the plant")
+    return text.replace(p.original, p.replacement)
+
+
+def first_failure(output: str) -> str:
+    """The first ``FAILED``/``ERROR`` line of pytest's short summary, else the last line (e.g. "3 passed in 9s")."""
+    lines = output.strip().splitlines()
+    for line in lines:
+        if line.startswith(("FAILED ", "ERROR ")):
+            return line[:300]
+    return lines[-1][:300] if lines else ""
+
+
+def run_pytest(tests: tuple[str, ...], timeout: float, env: dict[str, str],
+               stop_first: bool = True) -> tuple[int | None, str]:
+    """``(exit status or None on timeout, output)`` of pytest on ``tests``; the whole process group dies with it."""
+    cmd = [sys.executable, "-m", "pytest", *(["-x"] if stop_first else []), "-q", "-p", "no:cacheprovider", *tests]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, output
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return None, proc.communicate()[0]
+    finally:
+        if proc.poll() is None:  # interrupted: our pytest and its children go too
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def plant_env(cache: str | None = None) -> dict[str, str]:
+    """The tests' environment: no bytecode written; C++ kernels built into ``cache`` if given."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    if cache is not None:
+        env["EVONORM_CACHE_DIR"] = cache
+    return env
+
+
+def verdict_of(status: int | None) -> str:
+    """pytest's exit status as a verdict (1: tests failed, 2: collection error; None: timed out)."""
+    if status is None:
+        return TIMEOUT
+    return {0: MISSED, 1: CAUGHT, 2: CAUGHT}.get(status, ERROR)
+
+
+def run_plant(p: Plant, timeout: float) -> Verdict:
+    """Plant ``p``, run its tests, restore the file (always: the write itself is inside the ``try``)."""
+    path, start = ROOT / p.file, time.monotonic()
+    original = path.read_text()
+    planted = planted_text(p, original)
+    cache = tempfile.mkdtemp(prefix="plant-kernels-") if p.file.endswith(".cpp") else None
+    try:
+        path.write_text(planted)
+        status, output = run_pytest(p.tests, timeout, plant_env(cache))
+    finally:
+        path.write_text(original)
+        if cache is not None:
+            shutil.rmtree(cache, ignore_errors=True)
+    return Verdict(p.id, verdict_of(status), round(time.monotonic() - start, 1), first_failure(output))
+
+
+def clean_check(plants: list[Plant], timeout: float) -> None:
+    """Run the union of ``plants``' tests on the unplanted tree; exit if any fails."""
+    tests = tuple(dict.fromkeys(t for p in plants for t in p.tests))
+    print(f"clean check: {len(tests)} test selections on the unplanted tree ...", flush=True)
+    status, output = run_pytest(tests, timeout * 3, plant_env(), stop_first=False)
+    if status != 0:
+        sys.exit(f"clean check failed (pytest status {status}); fix the tree or the selections first:\n"
+                 + "\n".join(output.strip().splitlines()[-30:]))
+
+
+# ---- reporting -----------------------------------------------------------------------------
+
+def tally(results: dict[str, str]) -> dict:
+    """Counts of each verdict in ``results`` (plant id -> verdict) and the fraction caught."""
+    counts = {k: sum(r == k for r in results.values()) for k in (CAUGHT, MISSED, TIMEOUT, ERROR)}
+    total = len(results)
+    return {"total": total, **counts, "caught_fraction": round(counts[CAUGHT] / total, 3) if total else 0.0}
+
+
+def load_previous(path: Path) -> dict | None:
+    """The results file's content, or None if there is none."""
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def write_json(path: Path, verdicts: list[Verdict], command: str, seconds: float, partial: bool) -> dict:
+    """Write (or, for a partial rerun, update) the results file; returns its content."""
+    previous = load_previous(path) if partial else None
+    entries = {e["id"]: e for e in (previous or {}).get("plants", [])}
+    by_id = {p.id: p for p in PLANTS}
+    for v in verdicts:
+        p = by_id[v.id]
+        first = entries.get(v.id, {}).get("first_result", v.result)
+        entries[v.id] = {**asdict(p), "tests": list(p.tests), "result": v.result, "first_result": first,
+                         "seconds": v.seconds, "detail": v.detail}
+    ordered = [entries[p.id] for p in PLANTS if p.id in entries]
+    now = tally({e["id"]: e["result"] for e in ordered})
+    run = {"command": command, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+           "wall_seconds": round(seconds), "plant_seconds": round(sum(v.seconds for v in verdicts)),
+           "tally": tally({v.id: v.result for v in verdicts}),
+           "results": {v.id: v.result for v in verdicts}}
+    data = {
+        "description": "tools/plant_bugs.py: small realistic bugs planted one at a time; a plant is caught "
+                       "when its tests fail",
+        "before": (previous or {}).get("before", now),
+        "after": now,
+        "runs": [*(previous or {}).get("runs", []), run],
+        "plants": ordered,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+def print_line(p: Plant, v: Verdict) -> None:
+    """One line per plant: id, area, verdict, seconds, what the bug is, the failing test or the summary."""
+    detail = f"  <- {v.detail}" if v.detail else ""
+    print(f"{p.id:4} {p.area:15} {v.result.upper():7} {v.seconds:6.1f}s  {p.description}{detail}", flush=True)
+
+
+def select(only: list[str] | None) -> list[Plant]:
+    """The plants named by ``--only`` (all without it), in :data:`PLANTS` order; exits on an unknown id."""
+    if not only:
+        return list(PLANTS)
+    known = {p.id: p for p in PLANTS}
+    unknown = sorted(set(only) - set(known))
+    if unknown:
+        sys.exit(f"unknown plant id(s) {unknown}; --list shows them")
+    return [p for p in PLANTS if p.id in only]
+
+
+def validate() -> list[str]:
+    """Problems with :data:`PLANTS` (snippet not found exactly once, no change, unknown test file, repeated id)."""
+    problems = [f"plant id {i} is used twice" for i in {p.id for p in PLANTS} if sum(q.id == i for q in PLANTS) > 1]
+    for p in PLANTS:
+        count = (ROOT / p.file).read_text().count(p.original) if (ROOT / p.file).is_file() else 0
+        if count != 1:
+            problems.append(f"{p.id}: snippet found {count} times in {p.file}")
+        if p.original == p.replacement:
+            problems.append(f"{p.id}: the replacement changes nothing")
+        elif count == 1 and p.file.endswith(".py"):  # a syntax error would be a catch no test earned
+            try:
+                compile((ROOT / p.file).read_text().replace(p.original, p.replacement), p.file, "exec")
+            except SyntaxError as error:
+                problems.append(f"{p.id}: the planted file does not compile: {error}")
+        files = {t.split("::")[0] for t in p.tests}
+        problems += [f"{p.id}: no test file {f}" for f in sorted(files) if not (ROOT / f).is_file()]
+    return problems
+
+
+def list_plants() -> None:
+    """Print every plant with its tests, then the count per area."""
+    for p in PLANTS:
+        print(f"{p.id:4} {p.area:15} {p.file}: {p.description}\n     tests: {' '.join(p.tests)}")
+    areas: dict[str, int] = {}
+    for p in PLANTS:
+        areas[p.area] = areas.get(p.area, 0) + 1
+    print(f"{len(PLANTS)} plants: " + ", ".join(f"{a} {n}" for a, n in areas.items()))
+
+
+def _terminate(signum: int, frame: object) -> None:  # SIGTERM unwinds like Ctrl-C: every finally restores its file
+    raise KeyboardInterrupt
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="+", metavar="ID", help="run only these plants (ids from --list)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write (or update, with --only) the results here")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help="seconds per plant (default %(default)s)")
+    parser.add_argument("--skip-clean-check", action="store_true",
+                        help="do not run the tests on the unplanted tree first")
+    parser.add_argument("--list", action="store_true", help="list the plants and exit")
+    parser.add_argument("--validate", action="store_true",
+                        help="check every plant's snippet and test files, run nothing")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        list_plants()
+        return 0
+    problems = validate()
+    if problems or args.validate:
+        print("\n".join(problems) or f"{len(PLANTS)} plants valid")
+        return 1 if problems else 0
+    plants = select(args.only)
+    if tracked_changes():
+        sys.exit(f"refusing to plant bugs in a tree with uncommitted changes:\n{tracked_changes()}")
+    signal.signal(signal.SIGTERM, _terminate)
+    start = time.monotonic()
+    if not args.skip_clean_check:
+        clean_check(plants, args.timeout)
+    verdicts = []
+    try:
+        for p in plants:
+            verdicts.append(run_plant(p, args.timeout))
+            print_line(p, verdicts[-1])
+    finally:
+        if git("diff", "--quiet").returncode != 0:
+            print("ERROR: the working tree differs from HEAD after planting:\n" + git("diff", "--stat").stdout,
+                  file=sys.stderr)
+            sys.exit(3)
+    counts = tally({v.id: v.result for v in verdicts})
+    print(f"\n{counts['caught']}/{counts['total']} caught ({100 * counts['caught_fraction']:.0f}%), "
+          f"{counts['missed']} missed, {counts['timeout']} timed out, {counts['error']} errors")
+    if args.json:
+        command = "python3 tools/plant_bugs.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        write_json(args.json, verdicts, command, time.monotonic() - start, partial=bool(args.only))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
