@@ -55,6 +55,11 @@ def layer_key(metrics: dict) -> str:
     return f"{metrics['norm']}({options})" if options else metrics["norm"]
 
 
+def layer_name(key: str) -> str:
+    """The registry name in a :func:`layer_key`: ``"gn_relu(groups=16)"`` -> ``"gn_relu"``."""
+    return key.split("(")[0]
+
+
 def measurement(metrics: dict) -> str:
     return (f"{metrics['dataset']} {metrics['resolution']}px, {metrics['num_samples']} samples, "
             f"{metrics.get('metric', metrics['feature_extractor'])}, {metrics['sampling']}")
@@ -86,7 +91,7 @@ def _pair(median: float | None, best: float | None) -> str:
 def markdown(results: dict[str, dict]) -> str:
     rows = []
     for key, r in results.items():
-        name = key.split("(")[0]
+        name = layer_name(key)
         paper = TABLE5.rows.get((name,))
         rows.append([LABELS.get(name, name) + key[len(name):], str(len(r["seeds"])), _pair(r["is_median"], r["is_best"]),
                      _pair(r["fid_median"], r["fid_best"]), _pair(*paper[:2]) if paper else "-",
@@ -103,7 +108,7 @@ def plot(runs: list[dict], path: str | Path) -> Path:
         s = series.setdefault(key, ([], []))
         s[0].append(run["fid"])
         s[1].append(run["is_mean"])
-    curves = [Series(LABELS.get(k.split("(")[0], k), xs, ys) for k, (xs, ys) in series.items()]
+    curves = [Series(LABELS.get(layer_name(k), k), xs, ys) for k, (xs, ys) in series.items()]
     return plot_series(path, {"every seed (lower FID and higher IS are better)": curves}, xlabel="FID", ylabel="IS",
                        columns=1)
 

@@ -28,7 +28,7 @@ from evonorm_core.experiment.progress import Progress
 
 from .config import PRESETS
 from .metrics import digits_calibration
-from .report import LABELS, aggregate, find_metrics, markdown
+from .report import LABELS, aggregate, find_metrics, layer_name, markdown
 
 DEFAULT_STEPS = PRESETS["digits"].total_steps
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         grids = sorted((args.runs_dir / layer / "seed0" / "samples").glob("step_*.png"))
         if grids:
             shutil.copyfile(grids[-1], args.out / f"{layer}.png")
-            for key in (key for key in summary["layers"] if key.split("(")[0] == layer):  # "gn_relu(groups=16)"
+            for key in (key for key in summary["layers"] if layer_name(key) == layer):
                 summary["layers"][key]["grid_png"] = str(args.out / f"{layer}.png")
     atomic_write_json(summary_path, summary)
     table = markdown(layers)

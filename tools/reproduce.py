@@ -260,7 +260,7 @@ def table5_section(_: dict) -> list[str]:
     title = "Table 5: BigGAN-deep generator layers (IS / FID)"
     if summary is None:
         return not_measured(title, "python -m gan.table5")
-    from gan.report import LABELS, TABLE5
+    from gan.report import LABELS, TABLE5, layer_name
 
     lines = [f"## {title}", "", f"Miniature: {summary.get('description', 'class-conditional BigGAN-deep on the digits')}; "
              "digits-classifier IS/FID (not comparable with ImageNet Inception numbers), median and best over seeds "
@@ -268,14 +268,14 @@ def table5_section(_: dict) -> list[str]:
              f"noise {summary['fid_noise']:.2f}.", ""]
     rows = []
     for layer, result in summary["layers"].items():
-        name = layer.split("(")[0]  # "gn_relu(groups=16)" -> "gn_relu"
+        name = layer_name(layer)
         paper = TABLE5.rows.get((name,))
         accuracy = [100 * a for a in result.get("class_accuracy", []) if a is not None]
         rows.append([LABELS.get(name, name) + layer[len(name):], len(result["seeds"]),
                      f"{result['is_median']:.2f} / {result['is_best']:.2f}", f"{result['fid_median']:.2f} / {result['fid_best']:.2f}",
                      format_mean_std(accuracy) if accuracy else "-",
                      f"{paper[0]} / {paper[1] or '-'}" if paper else "-", f"{paper[2]} / {paper[3] or '-'}" if paper else "-"])
-    fid = {layer.split("(")[0]: result["fid"] for layer, result in summary["layers"].items()}
+    fid = {layer_name(layer): result["fid"] for layer, result in summary["layers"].items()}
     pairs = [("evonorm_b0", "bn_relu"), ("evonorm_s0", "bn_relu"),
              *(("evonorm_s0", other) for other in ("gn_relu", "ln_relu", "pixelnorm_relu"))]
     verdicts = [[f"{LABELS[name]} has a lower FID than {LABELS[other]}", gap(fid.get(other, []), fid.get(name, [])),
@@ -283,8 +283,9 @@ def table5_section(_: dict) -> list[str]:
     lines += [markdown_table(["layer", "seeds", "IS median / best", "FID median / best", "samples of the requested "
                               "class (%)", "paper IS", "paper FID"], rows),
               "", markdown_table(["claim (section 5.5)", "FID(other) - FID(EvoNorm)", "verdict"], verdicts), "",
-              *[f"![{LABELS.get(layer.split('(')[0], layer)} samples, seed 0, one row per class](results/gan/{Path(r['grid_png']).name})"
-                for layer, r in summary["layers"].items() if r.get("grid_png")], "",
+              *[f"![{LABELS.get(layer_name(layer), layer)} samples, seed 0, one row per class]"
+                f"(results/gan/{Path(r['grid_png']).name})" for layer, r in summary["layers"].items() if r.get("grid_png")],
+              "",
               f"Command: `{summary.get('command', '?')}`. CPU time: "
               f"{format_duration(summary['cpu_seconds']) if 'cpu_seconds' in summary else 'not recorded'}.",
               f"Numbers: [{COLLECTED['table5']}](results/gan/table5.json).", ""]
