@@ -7,7 +7,8 @@ stopping after ``--max-candidates`` proposed candidates (no time budget). A run 
 already complete is reused, one that was interrupted is resumed, so the same command
 continues after a kill. Then writes ``--json`` (default OUTPUT/fig10.json): per strategy the
 seeds, the mean accuracy of the top-10 distinct accepted layers at the end of each seed's
-run, the curve ``[candidates, top-10 mean]`` of each seed, and BN-ReLU's (GN-ReLU's for mode
+run (of all of them while fewer than 10 exist, so read it beside the count), how many distinct
+layers each seed accepted, its best layer's mean accuracy, the curve ``[candidates, top-10 mean]`` of each seed, and BN-ReLU's (GN-ReLU's for mode
 S) mean accuracy on the same proxy per seed; and ``--plot``: mean +- std over seeds of the
 top-10 curves, one band per strategy, the reference dashed.
 """
@@ -59,21 +60,24 @@ def collect(output_dir: Path, seeds: list[int], budget: int) -> dict:
     reference: dict[str, list] = {}
     cpu_seconds = 0.0
     for strategy in STRATEGIES:
-        finals, curves = [], {}
+        finals, curves, distinct, best = [], {}, [], []
         for seed in seeds:
             summary = summarize(str(run_folder(output_dir, strategy, seed)))
             cpu_seconds += summary["cpu_seconds"]
             curves[str(seed)] = summary["curve"]
             finals.append(value_at(summary["curve"], budget))
+            distinct.append(summary["distinct_accepted"])
+            best.append(summary["top"][0]["mean_accuracy"] if summary["top"] else None)
             for name in ("bn_relu", "gn_relu"):
                 layer = summary["references"].get(name)
                 if layer is not None and strategy == "evolution":
                     reference.setdefault(name, []).append(layer["mean_accuracy"])
         known = [v for v in finals if v is not None]
         strategies[strategy] = {
-            "seeds": seeds, "top10_final": finals, "curves": curves,
+            "seeds": seeds, "top10_final": finals, "distinct_accepted": distinct, "best_final": best,
+            "curves": curves,
             "mean": round(statistics.fmean(known), 4) if known else None,
-            "std": round(statistics.pstdev(known), 4) if len(known) > 1 else None,
+            "std": round(statistics.stdev(known), 4) if len(known) > 1 else None,  # sample std, as the report
         }
     evo, rnd = strategies["evolution"], strategies["random"]
     verdict = None
@@ -155,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     for strategy, data in result["strategies"].items():
         finals = ", ".join("-" if v is None else f"{v:.3f}" for v in data["top10_final"])
         print(f"{strategy}: top-10 mean accuracy after {args.max_candidates} candidates per seed: {finals}; "
-              f"mean {data['mean']} std {data['std']}")
+              f"mean {data['mean']} std {data['std']}; distinct layers accepted {data['distinct_accepted']}")
     print(f"verdict: {result['verdict']}\nsummary: {json_path}\nplot: {png}")
     return 0
 

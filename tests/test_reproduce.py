@@ -44,3 +44,13 @@ def test_report_from_no_results_names_the_command_of_each_experiment(reproduce, 
     for command in ("python tools/reproduce.py --only table2", "python tools/reproduce.py --only table3",
                     "python tools/reproduce.py --only table4", "python -m gan.table5", "python -m search.compare"):
         assert f"**Not measured yet**: run `{command}" in text
+
+
+def test_fig10_row_shows_how_many_layers_each_seed_accepted(reproduce):
+    """A top-10 mean over two layers must not read as one over ten: the count and best sit beside it."""
+    result = {"seeds": [0, 1, 2], "top10_final": [0.90, None, 0.80], "distinct_accepted": [12, 0, 2],
+              "best_final": [0.96, None, 0.95]}
+    strategy, seeds, top10, distinct, best = reproduce.fig10_row("random", result)
+    assert (strategy, seeds, distinct) == ("random", 3, "12 / 0 / 2")
+    assert top10 == "85.0 ± 7.1 (n=2)"  # the seed that accepted nothing has no top-10 mean
+    assert best == "95.5 ± 0.7 (n=2)"
