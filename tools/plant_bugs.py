@@ -29,8 +29,9 @@ time (a minute or two) into a temporary cache folder that is deleted afterwards.
 
 ``--json PATH`` writes every plant with its verdict, the test that failed and the time taken,
 and the tally. When PATH exists and ``--only`` is given, the file is updated: the rerun plants'
-verdicts replace their earlier ones, ``before`` keeps the first full run's tally and ``after``
-is the tally now; every run is listed under ``runs``.
+verdicts replace their earlier ones, ``before`` is the tally of each plant's first verdict (so
+a first run may be split over several ``--only`` runs) and ``after`` the tally now; every run
+is listed under ``runs``.
 """
 from __future__ import annotations
 
@@ -699,7 +700,7 @@ def write_json(path: Path, plants: list[Plant], verdicts: list[Verdict], command
     data = {
         "description": "tools/plant_bugs.py: small realistic bugs planted one at a time; a plant is caught "
                        "when its tests fail",
-        "before": (previous or {}).get("before", now),
+        "before": tally({e["id"]: e["first_result"] for e in ordered}),  # each plant's first verdict
         "after": now,
         "runs": [*(previous or {}).get("runs", []), run],
         "plants": ordered,
