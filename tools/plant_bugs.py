@@ -480,7 +480,9 @@ FRESH2: list[Plant] = [
           "BN-ReLU hands F.batch_norm TensorFlow's momentum convention (weight of the old average)"),
     # ---- conversion ---------------------------------------------------------------------------------
     plant("C3", "conversion", "evonorm_core/convert.py", "    gm.train(model.training)\n", "", CONVERT,
-          "a converted eval-mode model comes back with its new layers in training mode"),
+          "a converted eval-mode model comes back with its new layers in training mode",
+          "new test_an_eval_model_converts_to_an_eval_model (every module in eval, same output as the original BN-ReLU "
+          "model); only training-mode conversion was tested"),
     plant("C4", "conversion", "evonorm_core/convert.py", "_ACTIVATION_MODULES = (nn.ReLU, nn.ReLU6, nn.SiLU)",
           "_ACTIVATION_MODULES = (nn.ReLU, nn.ReLU6)", CONVERT,
           "nn.SiLU after a BatchNorm (EfficientNet) is not folded into the layer"),
@@ -499,7 +501,9 @@ FRESH2: list[Plant] = [
     plant("Q15", "search", "evonorm_core/search/evolution.py",
           "len(self.population) < self.config.initial_population",
           "len(self.population) <= self.config.initial_population", (DRIVER, SEARCH_CONFIG),
-          "one more random proposal than initial_population before tournaments start"),
+          "one more random proposal than initial_population before tournaments start",
+          "new test_search_config.py::test_tournaments_start_once_the_population_holds_initial_population (random proposals "
+          "until the population holds initial_population, then tournaments; checked at 1, 3, 25)"),
     plant("Q16", "search", "evonorm_core/search/equivalence.py", "        layer.eval()\n", "",
           ("tests/test_search_equivalence.py", DRIVER),
           "fingerprint's third probe runs in training mode: moving averages never count"),
@@ -521,9 +525,13 @@ FRESH2: list[Plant] = [
     plant("P14", "classification", "classification/trainer.py",
           "loss = F.cross_entropy(self.module(images), labels, label_smoothing=self.recipe.label_smoothing)",
           "loss = F.cross_entropy(self.module(images), labels)", (TRAINER, TRAIN),
-          "the recipe's label smoothing (EfficientNet 0.1) never reaches the loss"),
+          "the recipe's label smoothing (EfficientNet 0.1) never reaches the loss",
+          "new test_step_trains_on_the_recipes_label_smoothing (the smoothed cross-entropy by hand, float64); the recipe "
+          "test set label_smoothing=0.1 but looked at learning rates only"),
     plant("P15", "classification", "classification/trainer.py", 'reduction="sum"', 'reduction="mean"', TRAINER,
-          "evaluate's mean loss sums batch means and divides by the image count"),
+          "evaluate's mean loss sums batch means and divides by the image count",
+          "new test_evaluate_reports_accuracy_and_mean_loss_over_every_image (by hand, 10 images in batches of 4); "
+          "evaluate's loss was never compared with a value"),
     plant("P16", "classification", "classification/trainer.py", "images.flip(-1)", "images.flip(-2)",
           (TRAINER, "tests/test_classification_data.py"), "random flips mirror vertically instead of horizontally"),
     plant("P17", "classification", "classification/paper_tables.py", 'WORKERS = {"resnet50": 8, "resnet101": 8}',
@@ -532,7 +540,9 @@ FRESH2: list[Plant] = [
     plant("D6", "detection", "detection/backbone.py",
           "stride_1x1, stride_3x3 = (stride, 1) if stride_in_1x1 else (1, stride)",
           "stride_1x1, stride_3x3 = (1, stride) if stride_in_1x1 else (stride, 1)", DETECTION,
-          "bottleneck stride in the 1x1 conv when STRIDE_IN_1X1 is False (and the reverse)"),
+          "bottleneck stride in the 1x1 conv when STRIDE_IN_1X1 is False (and the reverse)",
+          "new test_bottlenecks_stride_in_the_3x3_conv_as_the_tensorflow_reference (res3-res5 downsample in the 3x3 "
+          "conv); parameter counts and output shapes are the same either way"),
     plant("D7", "detection", DETECTION_BASE, "STEPS: (120000, 125000)", "STEPS: (120000, 130000)", DETECTION,
           "second LR drop at 130K instead of the paper's 125K"),
     plant("D8", "detection", "detection/heads.py", "            conv.norm = conv_norm(conv.out_channels)\n", "",
@@ -547,20 +557,30 @@ FRESH2: list[Plant] = [
           "EMA keeps 1 - decay of the average instead of decay"),
     plant("N8", "gan", "gan/biggan_deep.py",
           "return self.linear(h) + torch.sum(self.embed(y) * h, dim=1, keepdim=True)", "return self.linear(h)",
-          (GAN_MODELS, GAN), "discriminator without its class projection term (unconditional D)"),
+          (GAN_MODELS, GAN), "discriminator without its class projection term (unconditional D)",
+          "new test_gan_models.py::test_discriminator_is_a_projection_discriminator (Miyato & Koyama: logits of two "
+          "classes differ by (embed(y1) - embed(y2)) . h); shapes and spectral norms could not tell"),
     plant("N9", "gan", "gan/biggan_deep.py", "h = torch.sum(F.relu(h), dim=(2, 3))",
           "h = torch.mean(F.relu(h), dim=(2, 3))", GAN_MODELS,
-          "discriminator pools by the spatial mean instead of BigGAN's global sum"),
+          "discriminator pools by the spatial mean instead of BigGAN's global sum",
+          "new test_gan_models.py::test_discriminator_sum_pools_its_last_features (h = sum_hw relu(features), read "
+          "by hooks)"),
     plant("N10", "gan", "gan/metrics.py", "self.generator = generator.eval()", "self.generator = generator",
-          "tests/test_gan_metrics.py", "IS/FID samples from a generator left in training mode (batch statistics)"),
+          "tests/test_gan_metrics.py", "IS/FID samples from a generator left in training mode (batch statistics)",
+          "new test_gan_metrics.py::test_generator_sampler_samples_with_moving_statistics (a train-mode BN-ReLU "
+          "generator samples as its eval-mode copy); the sampler test used an EMA generator already in eval"),
     plant("N11", "gan", "gan/trainer.py",
           "self.latent_rng.manual_seed(self.config.seed * 1_000_003 + self.ctx.rank * 10_007 + self.step)",
           "self.latent_rng.manual_seed(self.config.seed * 1_000_003 + self.ctx.rank * 10_007)", GAN,
-          "a resumed GAN run replays the latents of step 0 instead of continuing the stream"),
+          "a resumed GAN run replays the latents of step 0 instead of continuing the stream",
+          "test_run_folder_checkpoint_and_resume extended: the resumed run's first latents differ from a fresh run's "
+          "step-0 latents; the resume test compared weights, EMA and optimizer state only"),
     # ---- experiment plumbing --------------------------------------------------------------------------------
     plant("E1", "experiment", "evonorm_core/experiment/files.py",
           "        if os.path.exists(tmp):\n            os.unlink(tmp)\n", "", EXPERIMENT,
-          "a failed atomic write leaves its temporary file in the run folder"),
+          "a failed atomic write leaves its temporary file in the run folder",
+          "new test_experiment.py::test_a_failed_atomic_write_leaves_the_old_file_and_nothing_else (old file kept, "
+          "no temporary file); interrupted writes were tested by what they leave in the target only"),
     plant("E2", "experiment", "evonorm_core/experiment/files.py",
           "if limit is not None and len(records) >= limit:", "if limit is not None and len(records) > limit:",
           EXPERIMENT, "read_jsonl(limit=n) returns n + 1 records"),
