@@ -110,3 +110,40 @@ def test_training_learns_and_evaluation_recalibrates():
     fresh = evaluate(model, images, labels, recalibration_batches=[images[:45], images[45:]])
     assert fresh["accuracy"] > max(0.9, start["accuracy"]) and fresh["accuracy"] > stale["accuracy"]
     assert torch.allclose(model[1].running_mean, model[1].running_mean.new_zeros(4), atol=5)  # ... recomputed
+
+
+def _smoothed_cross_entropy(logits, labels, smoothing):
+    """Label-smoothed cross-entropy by hand (Szegedy et al., 2016): the target puts 1 - smoothing on the
+    label and smoothing / K on every class, float64."""
+    log_p = torch.log_softmax(logits.double(), dim=1)
+    target = torch.full_like(log_p, smoothing / logits.shape[1])
+    target[torch.arange(len(labels)), labels] += 1 - smoothing
+    return -(target * log_p).sum(1).mean().item()
+
+
+def test_step_trains_on_the_recipes_label_smoothing():
+    """EfficientNet's recipe smooths labels by 0.1; the loss a step reports (and differentiates) is the
+    smoothed cross-entropy of the model's logits before the update."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(25, 4))  # no batch statistics: the logits are reproducible
+    x, y = torch.randn(8, 1, 5, 5), torch.randint(0, 4, (8,))
+    for smoothing in (0.0, 0.1, 0.4):
+        trainer = Trainer(model, Recipe(base_lr=0.1, schedule="constant", label_smoothing=smoothing), 8, 1)
+        with torch.no_grad():
+            expected = _smoothed_cross_entropy(model(x), y, smoothing)
+        assert trainer.step(x, y) == pytest.approx(expected, rel=1e-5)
+
+
+def test_evaluate_reports_accuracy_and_mean_loss_over_every_image():
+    """Accuracy and mean cross-entropy over all images, by hand in float64, with batches that do not
+    divide the image count (10 images in batches of 4)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(25, 3))
+    x, y = torch.randn(10, 1, 5, 5), torch.randint(0, 3, (10,))
+    with torch.no_grad():
+        logits = model(x).double()
+    loss = -torch.log_softmax(logits, 1)[torch.arange(10), y].mean().item()
+    accuracy = (logits.argmax(1) == y).double().mean().item()
+    result = evaluate(model, x, y, batch_size=4)
+    assert result["loss"] == pytest.approx(loss, rel=1e-5)
+    assert result["accuracy"] == pytest.approx(accuracy)

@@ -198,3 +198,19 @@ def test_layers_are_built_on_the_batchnorms_device():
     gm = evonorm_core.convert_norm_act(model, "evonorm_b0")
     layer = gm.get_submodule("1")
     assert layer.nonlinearity and all(t.is_meta for t in [*layer.parameters(), *layer.buffers()])
+
+
+def test_an_eval_model_converts_to_an_eval_model():
+    """The converted model keeps the original's mode, its new layers included: an eval-mode BN-ReLU
+    model converted to bn_relu normalizes with the moving averages, as the original does (same output)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1), nn.BatchNorm2d(4))
+    with torch.no_grad():
+        model(torch.randn(16, 3, 8, 8) * 3 + 1)  # moving averages away from their initial 0 / 1
+    model.eval()
+    gm = evonorm_core.convert_norm_act(model, "bn_relu")
+    assert not any(m.training for m in gm.modules())
+    for name in ("1", "4"):  # the new layers take the BatchNorms' moving averages
+        gm.get_submodule(name).load_state_dict(model.get_submodule(name).state_dict())
+    x = torch.randn(2, 3, 8, 8)
+    assert torch.allclose(gm(x), model(x), atol=1e-6)

@@ -239,3 +239,14 @@ def test_synchronized_b0_with_zero_rois_on_one_process(tmp_path):
     expected = 0.9 + 0.1 * x.var(dim=(0, 2, 3), unbiased=True).double()
     assert torch.allclose(results[0].double(), expected, rtol=1e-4)
     assert torch.equal(results[0], results[1])
+
+
+def test_bottlenecks_stride_in_the_3x3_conv_as_the_tensorflow_reference():
+    """The configs' ``STRIDE_IN_1X1: False`` (the TensorFlow reference ResNet, ResNet v1.5): the first block
+    of res3-res5 downsamples in its 3x3 conv (and its projection shortcut), its 1x1 convs keep stride 1."""
+    stages = paper_model("mask_rcnn_R50_evonorm_s0").backbone.bottom_up
+    for name in ("res3", "res4", "res5"):
+        first = getattr(stages, name)[0]
+        assert (first.conv1.stride, first.conv2.stride, first.conv3.stride) == ((1, 1), (2, 2), (1, 1)), name
+        assert first.shortcut.stride == (2, 2)
+    assert all(block.conv2.stride == (1, 1) for block in stages.res2)

@@ -224,3 +224,23 @@ def test_importing_the_plumbing_needs_only_torch():
         assert not heavy, heavy
     """)
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_failed_atomic_write_leaves_the_old_file_and_nothing_else(tmp_path):
+    """Atomic writes: a write that fails half-way leaves the previous file as it was and no temporary
+    file behind in the run folder (a crash in the middle of a checkpoint must not litter the run)."""
+    from evonorm_core.experiment.files import atomic_write_bytes, save_checkpoint
+
+    target = tmp_path / "last.pt"
+    atomic_write_bytes(target, b"old")
+
+    class Unsaveable:
+        def __reduce__(self):
+            raise RuntimeError("cannot save this")
+
+    with pytest.raises(TypeError):
+        atomic_write_bytes(target, "text, not bytes")
+    with pytest.raises(RuntimeError, match="cannot save this"):
+        save_checkpoint(target, {"step": 1, "bad": Unsaveable()})
+    assert target.read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]

@@ -216,3 +216,24 @@ def test_class_accuracy_counts_samples_of_the_requested_class():
     classifier = digits_classifier.load_classifier(digits_classifier.weights_file(16))
     assert class_accuracy(_Replay(ignore_labels=False), classifier, 200) > 0.9
     assert abs(class_accuracy(_Replay(ignore_labels=True), classifier, 200) - 0.1) < 0.05  # one class in ten
+
+
+def test_generator_sampler_samples_with_moving_statistics():
+    """IS/FID sample the generator as it is used, in eval mode: a generator with batch statistics (BN-ReLU)
+    handed over in training mode samples from its moving averages, so each image depends on its own
+    latent only, as a copy of the generator put in eval mode by hand gives."""
+    import copy
+
+    from gan.biggan_deep import Generator, GeneratorSpec
+    from gan.data import to_uint8
+
+    torch.manual_seed(0)
+    spec = GeneratorSpec(resolution=16, channels=8, num_classes=10, dim_z=8, shared_dim=8, depth=1, attention=(),
+                         image_channels=1)
+    generator = Generator(spec, "bn_relu").train()
+    reference = copy.deepcopy(generator).eval()
+    z = torch.randn(6, 8)
+    images = GeneratorSampler(generator, seed=3)(z)
+    y = torch.randint(10, (6,), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert torch.equal(images, to_uint8(reference(z, y)))

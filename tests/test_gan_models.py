@@ -130,3 +130,37 @@ def test_greyscale_generator_and_discriminator():
     generator, discriminator = Generator(spec, "evonorm_s0"), Discriminator(16, 8, 10, 1, (), image_channels=1)
     images = generator(torch.randn(3, 8), torch.tensor([0, 4, 9]))
     assert images.shape == (3, 1, 16, 16) and discriminator(images, torch.tensor([0, 4, 9])).shape == (3, 1)
+
+
+def test_discriminator_is_a_projection_discriminator():
+    """Miyato & Koyama (2018), BigGAN's D: ``D(x, y) = w . h(x) + b + embed(y) . h(x)``, ``h`` the
+    globally sum-pooled ReLU features, so logits for two classes of one image differ by
+    ``(embed(y1) - embed(y2)) . h``; checked with ``h`` read at the final linear layer's input."""
+    torch.manual_seed(0)
+    discriminator = Discriminator(16, 8, 10, 1, (), image_channels=1).eval()
+    features = []
+    discriminator.linear.register_forward_hook(lambda module, inputs, output: features.append(inputs[0]))
+    x = torch.randn(3, 1, 16, 16)
+    y1, y2 = torch.tensor([0, 4, 9]), torch.tensor([1, 4, 2])
+    with torch.no_grad():
+        d1, d2 = discriminator(x, y1), discriminator(x, y2)
+        h = features[0]
+        expected = ((discriminator.embed(y1) - discriminator.embed(y2)) * h).sum(1, keepdim=True)
+        unconditional = discriminator.linear(h)
+    assert torch.allclose(d1 - d2, expected, atol=1e-5)
+    assert torch.allclose(d1, unconditional + (discriminator.embed(y1) * h).sum(1, keepdim=True), atol=1e-5)
+    assert not torch.allclose(d1[0], d2[0])  # a different class changes the logit
+
+
+def test_discriminator_sum_pools_its_last_features():
+    """BigGAN's D: ``h = sum_{h,w} relu(features)`` (global sum pooling, not the mean) before the
+    final linear layer and the class projection."""
+    torch.manual_seed(0)
+    discriminator = Discriminator(16, 8, 10, 1, (), image_channels=1).eval()
+    last, pooled = [], []
+    discriminator.blocks[-1].register_forward_hook(lambda module, inputs, output: last.append(output))
+    discriminator.linear.register_forward_hook(lambda module, inputs, output: pooled.append(inputs[0]))
+    with torch.no_grad():
+        discriminator(torch.randn(2, 1, 16, 16), torch.tensor([0, 3]))
+    assert last[0].shape[-2:].numel() > 1  # more than one position, so a sum and a mean differ
+    assert torch.allclose(pooled[0], torch.relu(last[0]).sum((2, 3)), rtol=1e-5)

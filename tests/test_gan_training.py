@@ -169,6 +169,9 @@ def test_run_folder_checkpoint_and_resume(tmp_path, digits):
     for a, b in zip(trainer.ema.model.state_dict().values(), resumed.ema.model.state_dict().values()):
         torch.testing.assert_close(a, b)
     assert resumed.opt_g.state_dict()["state"][0]["step"] == trainer.opt_g.state_dict()["state"][0]["step"]
+    # the latent stream continues: a resumed run does not replay the latents a fresh run draws at step 0
+    fresh = tiny_trainer(tmp_path / "fresh", digits)
+    assert not torch.equal(resumed._latents()[0], fresh._latents()[0])
     resumed.train()
     assert resumed.step == 3
     with pytest.raises(ConfigError, match="does not fit this run"):

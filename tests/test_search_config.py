@@ -135,6 +135,20 @@ def test_offspring_is_replaced_by_a_random_graph_with_the_stated_probability(pro
     assert origins["random"] / 1000 == pytest.approx(probability, abs=0.05)
 
 
+@pytest.mark.parametrize("initial", [1, 3, 25])
+def test_tournaments_start_once_the_population_holds_initial_population(initial):
+    """Evolution's contract (and the paper's warm start): while the population holds fewer than
+    ``initial_population`` members every proposal is a random graph; the proposal made when it holds
+    exactly that many is the first tournament's offspring (random offspring switched off here)."""
+    proposer = Proposer(EvolutionConfig(initial_population=initial, random_offspring_probability=0.0),
+                        random.Random(0))
+    origins = []
+    for i in range(initial + 2):
+        origins.append(proposer.propose()[1])
+        proposer.add(Member(i, parse("tanh(x)"), (0.5,), f"f{i}"))
+    assert origins == ["random"] * initial + ["mutation"] * 2
+
+
 @pytest.mark.parametrize("mode", ["B", "S"])
 def test_proxy_trains_with_the_papers_optimizer(mode):
     """Appendix C: "SGD with learning rate 0.1, Nesterov momentum 0.9 and weight decay 10^-4" (batch 128):

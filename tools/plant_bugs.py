@@ -5,8 +5,13 @@
     nice -n 5 python3 tools/plant_bugs.py --only K3 G2             # some plants again
     nice -n 5 python3 tools/plant_bugs.py --json docs/results/planted_bugs.json
     python3 tools/plant_bugs.py --list                             # what would be planted, nothing run
+    nice -n 5 python3 tools/plant_bugs.py --set fresh2 --json docs/results/planted_bugs_fresh2.json
 
-Each plant (:data:`PLANTS`) names a file, an exact snippet of it (found exactly once), its
+Two sets (``--set``, :data:`PLANT_SETS`): ``original`` (:data:`PLANTS`, the default; tests were
+written against its misses, so it no longer measures anything fresh) and ``fresh2``
+(:data:`FRESH2`, new bugs of the same kinds, committed before their first run).
+
+Each plant names a file, an exact snippet of it (found exactly once), its
 replacement, the tests that should notice (pytest node ids, a few per plant) and what the
 bug is. For each plant the snippet is replaced in this working tree, ``python3 -m pytest -x -q
 <its tests>`` runs with a time limit, and the file is written back in a ``finally`` (also on
@@ -24,8 +29,9 @@ time (a minute or two) into a temporary cache folder that is deleted afterwards.
 
 ``--json PATH`` writes every plant with its verdict, the test that failed and the time taken,
 and the tally. When PATH exists and ``--only`` is given, the file is updated: the rerun plants'
-verdicts replace their earlier ones, ``before`` keeps the first full run's tally and ``after``
-is the tally now; every run is listed under ``runs``.
+verdicts replace their earlier ones, ``before`` is the tally of each plant's first verdict (so
+a first run may be split over several ``--only`` runs) and ``after`` the tally now; every run
+is listed under ``runs``.
 """
 from __future__ import annotations
 
@@ -408,6 +414,189 @@ PLANTS: list[Plant] = [
           "test_functional_activation_and_shared_use extended (see C1)"),
 ]
 
+# ---- the second set ("fresh2"): new bugs of the same kinds, fixed before its first run -----
+#
+# Designed from the source and the paper, not from the tests: each plant's tests are the test
+# file(s) a developer would run for the module it touches (whole files, ``-x`` stops at the
+# first failure), not a test known to catch it. No plant repeats a line or a mistake of
+# :data:`PLANTS`; ids continue their numbering, so an id names one plant in every set.
+
+BASELINES = "evonorm_core/layers/baselines.py"
+STATISTICS = "evonorm_core/statistics.py"
+RUNNING = "tests/test_running_stats.py"
+CONVERT = "tests/test_convert.py"
+GAN_MODELS = "tests/test_gan_models.py"
+EXPERIMENT = "tests/test_experiment.py"
+DETECTION_BASE = "detection/configs/Base-MaskRCNN-NormAct-FPN.yaml"
+
+FRESH2: list[Plant] = [
+    # ---- CPU kernels --------------------------------------------------------------------------
+    plant("K5", "cpu-kernels", CPP, "var[ng] = std::max(s2 / L - offset * offset, 0.0);",
+          "var[ng] = std::max(s2 / L, 0.0);", FAST,
+          "NCHW group variance: the second moment about the group's first value, its shift not taken out"),
+    plant("K6", "cpu-kernels", CPP, "kk0 = centered ? -kk * mean[ng] : 0.0", "kk0 = centered ? kk * mean[ng] : 0.0",
+          FAST, "S backward (S0/S1): the group mean's term of dx with the wrong sign"),
+    plant("K7", "cpu-kernels", CPP, "dv = param_grad(slice(1), *v1, s.N, s.C)", "dv = param_grad(slice(0), *v1, s.N, s.C)",
+          FAST, "B0 backward: dv1 summed from U (sum dd) instead of UX (sum dd x)"),
+    # ---- fused operators: the device-generic implementation ---------------------------------
+    plant("G6", "fused-ops", LIBRARY, "r = rstd.repeat_interleave(c // groups, dim=1)[:, :, None, None]",
+          "r = rstd.repeat(1, c // groups)[:, :, None, None]", FAST,
+          "generic S forward: group rstd tiled over the channels instead of repeated per group"),
+    plant("G7", "fused-ops", LIBRARY, "dgate = s * (1 + vx * (1 - s))", "dgate = s * (1 + xa * (1 - s))", FAST,
+          "generic S backward: d[x sigmoid(v x)]/dx drops v in the sigmoid's derivative term"),
+    # ---- the functional and statistics --------------------------------------------------------
+    plant("F5", "functional", FUNCTIONAL, "batch_std = torch.sqrt(batch_var.to(x.dtype).view(1, -1, 1, 1) + eps)",
+          "batch_std = torch.sqrt(batch_var.to(x.dtype).view(1, -1, 1, 1)) + eps",
+          ("tests/test_functional.py", LAYERS),
+          "composed B formula: eps added outside the square root of the batch variance"),
+    plant("F6", "functional", STATISTICS, "return _per_group(_grouped(x, groups).square().mean(dim=2), c)",
+          "return _per_group(_grouped(x, groups).mean(dim=2).square(), c)", (LAYERS, PRIMS),
+          "group mean square computed as the square of the group mean"),
+    plant("F7", "functional", STATISTICS,
+          "return mean, (mean_square - mean.square()).clamp_min(0), int(total.item())",
+          "return mean, mean_square.clamp_min(0), int(total.item())",
+          ("tests/test_sync_batch_stats.py", "tests/test_sync_fused.py"),
+          "synchronized batch variance: the all-reduced mean square without the squared mean taken off"),
+    # ---- layers ---------------------------------------------------------------------------------
+    plant("L7", "layers", "evonorm_core/layers/evonorm.py", "    centered = False\n", "", LAYERS,
+          "EvoNorm-S2 normalizes by the group variance (S1's denominator) instead of the group mean square"),
+    plant("L8", "layers", BASELINES,
+          "second_moment = self.running_var.to(gamma.dtype) + self.running_mean.to(gamma.dtype).square()",
+          "second_moment = self.running_var.to(gamma.dtype) + self.running_mean.to(gamma.dtype)",
+          (LAYERS, "tests/test_classification_tradeoff.py"),
+          "RS + rej inference folding adds the moving mean instead of its square to the second moment"),
+    plant("L9", "layers", "evonorm_core/layers/base.py", '"swish": (_swish, ("v1", 1.0)),',
+          '"swish": (_swish, ("v1", 0.0)),', (LAYERS, "tests/test_registry.py"),
+          "BN-Swish/GN-Swish: v1 initialised to 0 (z sigmoid(0) = z / 2) instead of 1"),
+    plant("L10", "layers", BASELINES, "return x / torch.sqrt(stats.pixel_mean_square(x) + self.eps)",
+          "return x / (torch.sqrt(stats.pixel_mean_square(x)) + self.eps)", LAYERS,
+          "PixelNorm: eps added to the root mean square instead of under the square root"),
+    # ---- moving averages --------------------------------------------------------------------------
+    plant("R5", "running-stats", "evonorm_core/running_stats.py", "value = value * (count / (count - 1))",
+          "value = value * ((count - 1) / count)", (RUNNING, LAYERS),
+          "moving variance 'unbiased' by (n - 1) / n instead of n / (n - 1)"),
+    plant("R6", "running-stats", BASELINES, "training=training, momentum=factor, eps=eps,",
+          "training=training, momentum=1 - factor, eps=eps,", (RUNNING, LAYERS),
+          "BN-ReLU hands F.batch_norm TensorFlow's momentum convention (weight of the old average)"),
+    # ---- conversion ---------------------------------------------------------------------------------
+    plant("C3", "conversion", "evonorm_core/convert.py", "    gm.train(model.training)\n", "", CONVERT,
+          "a converted eval-mode model comes back with its new layers in training mode",
+          "new test_an_eval_model_converts_to_an_eval_model (every module in eval, same output as the original BN-ReLU "
+          "model); only training-mode conversion was tested"),
+    plant("C4", "conversion", "evonorm_core/convert.py", "_ACTIVATION_MODULES = (nn.ReLU, nn.ReLU6, nn.SiLU)",
+          "_ACTIVATION_MODULES = (nn.ReLU, nn.ReLU6)", CONVERT,
+          "nn.SiLU after a BatchNorm (EfficientNet) is not folded into the layer"),
+    # ---- layer search ---------------------------------------------------------------------------------
+    plant("Q12", "search", "evonorm_core/search/primitives.py",
+          '"channel": lambda a, ctx: a.square().mean(dim=(1, 2, 3), keepdim=True),',
+          '"channel": lambda a, ctx: a.square().mean(dim=(2, 3), keepdim=True),', PRIMS,
+          "channel_rms aggregates over (w, h) only, not Table 1's (w, h, c)"),
+    plant("Q13", "search", "evonorm_core/search/genome.py",
+          "ops = [op for op in ops_for_mode(mode) if op != genome.nodes[k].op]", "ops = list(ops_for_mode(mode))",
+          "tests/test_search_genome.py", "mutation may redraw the node's own op (section 4.3: a different op)"),
+    plant("Q14", "search", "evonorm_core/search/evolution.py",
+          "return max(tournament, key=lambda m: sum(m.accuracies))",
+          "return min(tournament, key=lambda m: sum(m.accuracies))", (DRIVER, SEARCH_CONFIG),
+          "selection='average' picks the tournament's worst mean accuracy"),
+    plant("Q15", "search", "evonorm_core/search/evolution.py",
+          "len(self.population) < self.config.initial_population",
+          "len(self.population) <= self.config.initial_population", (DRIVER, SEARCH_CONFIG),
+          "one more random proposal than initial_population before tournaments start",
+          "new test_search_config.py::test_tournaments_start_once_the_population_holds_initial_population (random proposals "
+          "until the population holds initial_population, then tournaments; checked at 1, 3, 25)"),
+    plant("Q16", "search", "evonorm_core/search/equivalence.py", "        layer.eval()\n", "",
+          ("tests/test_search_equivalence.py", DRIVER),
+          "fingerprint's third probe runs in training mode: moving averages never count"),
+    plant("Q17", "search", "evonorm_core/search/rejection.py",
+          "if torch.allclose(first, second, rtol=1e-6, atol=1e-9):",
+          "if torch.allclose(first, evaluated, rtol=1e-6, atol=1e-9):", "tests/test_search_rejection.py",
+          "static rejection compares the first probe with itself in eval mode (rejects every batch-free layer)"),
+    plant("Q18", "search", "search/presets.py", 'proxy = ProxyConfig(train_steps=2000 if mode == "B" else 5000,',
+          "proxy = ProxyConfig(train_steps=2000,", SEARCH_CONFIG,
+          "paper preset trains S candidates 2000 steps instead of Appendix C's 5000"),
+    # ---- classification ---------------------------------------------------------------------------------
+    plant("P12", "classification", "classification/recipes.py",
+          "return 0.1 ** sum(epoch >= m for m in recipe.milestones)",
+          "return 0.1 ** sum(epoch > m for m in recipe.milestones)", (TRAIN, TRAINER),
+          "multistep decay starts one step after each milestone epoch"),
+    plant("P13", "classification", "classification/recipes.py", "return epoch / recipe.warmup_epochs",
+          "return (epoch + 1) / recipe.warmup_epochs", (TRAIN, TRAINER),
+          "linear warmup starts at 1/warmup instead of 0 (and overshoots the peak)"),
+    plant("P14", "classification", "classification/trainer.py",
+          "loss = F.cross_entropy(self.module(images), labels, label_smoothing=self.recipe.label_smoothing)",
+          "loss = F.cross_entropy(self.module(images), labels)", (TRAINER, TRAIN),
+          "the recipe's label smoothing (EfficientNet 0.1) never reaches the loss",
+          "new test_step_trains_on_the_recipes_label_smoothing (the smoothed cross-entropy by hand, float64); the recipe "
+          "test set label_smoothing=0.1 but looked at learning rates only"),
+    plant("P15", "classification", "classification/trainer.py", 'reduction="sum"', 'reduction="mean"', TRAINER,
+          "evaluate's mean loss sums batch means and divides by the image count",
+          "new test_evaluate_reports_accuracy_and_mean_loss_over_every_image (by hand, 10 images in batches of 4); "
+          "evaluate's loss was never compared with a value"),
+    plant("P16", "classification", "classification/trainer.py", "images.flip(-1)", "images.flip(-2)",
+          (TRAINER, "tests/test_classification_data.py"), "random flips mirror vertically instead of horizontally"),
+    plant("P17", "classification", "classification/paper_tables.py", 'WORKERS = {"resnet50": 8, "resnet101": 8}',
+          'WORKERS = {"resnet50": 8}', TABLES, "ResNet-101 table cells trained on 32 workers instead of 8"),
+    # ---- detection --------------------------------------------------------------------------------------
+    plant("D6", "detection", "detection/backbone.py",
+          "stride_1x1, stride_3x3 = (stride, 1) if stride_in_1x1 else (1, stride)",
+          "stride_1x1, stride_3x3 = (1, stride) if stride_in_1x1 else (stride, 1)", DETECTION,
+          "bottleneck stride in the 1x1 conv when STRIDE_IN_1X1 is False (and the reverse)",
+          "new test_bottlenecks_stride_in_the_3x3_conv_as_the_tensorflow_reference (res3-res5 downsample in the 3x3 "
+          "conv); parameter counts and output shapes are the same either way"),
+    plant("D7", "detection", DETECTION_BASE, "STEPS: (120000, 125000)", "STEPS: (120000, 130000)", DETECTION,
+          "second LR drop at 130K instead of the paper's 125K"),
+    plant("D8", "detection", "detection/heads.py", "            conv.norm = conv_norm(conv.out_channels)\n", "",
+          DETECTION, "RPN head's hidden conv gets no norm-act (and, its ReLU dropped, no activation)"),
+    plant("D9", "detection", DETECTION_BASE, "WEIGHT_DECAY: 4.0e-5", "WEIGHT_DECAY: 1.0e-4", DETECTION,
+          "weight decay 1e-4 (detectron2's default) instead of the paper's 4e-5"),
+    # ---- GAN ---------------------------------------------------------------------------------------------
+    plant("N6", "gan", "gan/trainer.py", "real_logits, fake_logits = logits.split([len(x), len(fake)])",
+          "fake_logits, real_logits = logits.split([len(fake), len(x)])", GAN,
+          "D step takes the real images' logits as the fakes' and the reverse"),
+    plant("N7", "gan", "gan/ema.py", "average.lerp_(current, 1 - decay)", "average.lerp_(current, decay)", GAN,
+          "EMA keeps 1 - decay of the average instead of decay"),
+    plant("N8", "gan", "gan/biggan_deep.py",
+          "return self.linear(h) + torch.sum(self.embed(y) * h, dim=1, keepdim=True)", "return self.linear(h)",
+          (GAN_MODELS, GAN), "discriminator without its class projection term (unconditional D)",
+          "new test_gan_models.py::test_discriminator_is_a_projection_discriminator (Miyato & Koyama: logits of two "
+          "classes differ by (embed(y1) - embed(y2)) . h); shapes and spectral norms could not tell"),
+    plant("N9", "gan", "gan/biggan_deep.py", "h = torch.sum(F.relu(h), dim=(2, 3))",
+          "h = torch.mean(F.relu(h), dim=(2, 3))", GAN_MODELS,
+          "discriminator pools by the spatial mean instead of BigGAN's global sum",
+          "new test_gan_models.py::test_discriminator_sum_pools_its_last_features (h = sum_hw relu(features), read "
+          "by hooks)"),
+    plant("N10", "gan", "gan/metrics.py", "self.generator = generator.eval()", "self.generator = generator",
+          "tests/test_gan_metrics.py", "IS/FID samples from a generator left in training mode (batch statistics)",
+          "new test_gan_metrics.py::test_generator_sampler_samples_with_moving_statistics (a train-mode BN-ReLU "
+          "generator samples as its eval-mode copy); the sampler test used an EMA generator already in eval"),
+    plant("N11", "gan", "gan/trainer.py",
+          "self.latent_rng.manual_seed(self.config.seed * 1_000_003 + self.ctx.rank * 10_007 + self.step)",
+          "self.latent_rng.manual_seed(self.config.seed * 1_000_003 + self.ctx.rank * 10_007)", GAN,
+          "a resumed GAN run replays the latents of step 0 instead of continuing the stream",
+          "test_run_folder_checkpoint_and_resume extended: the resumed run's first latents differ from a fresh run's "
+          "step-0 latents; the resume test compared weights, EMA and optimizer state only"),
+    # ---- experiment plumbing --------------------------------------------------------------------------------
+    plant("E1", "experiment", "evonorm_core/experiment/files.py",
+          "        if os.path.exists(tmp):\n            os.unlink(tmp)\n", "", EXPERIMENT,
+          "a failed atomic write leaves its temporary file in the run folder",
+          "new test_experiment.py::test_a_failed_atomic_write_leaves_the_old_file_and_nothing_else (old file kept, "
+          "no temporary file); interrupted writes were tested by what they leave in the target only"),
+    plant("E2", "experiment", "evonorm_core/experiment/files.py",
+          "if limit is not None and len(records) >= limit:", "if limit is not None and len(records) > limit:",
+          EXPERIMENT, "read_jsonl(limit=n) returns n + 1 records"),
+    plant("E3", "experiment", "evonorm_core/experiment/files.py",
+          "state = torch.load(path, map_location=map_location, weights_only=True)",
+          "state = torch.load(path, map_location=map_location, weights_only=False)",
+          (EXPERIMENT, "tests/test_bad_inputs.py"), "checkpoints unpickled with weights_only=False (runs code)"),
+    plant("E4", "experiment", "evonorm_core/experiment/config.py",
+          'too_low = low is not None and (value <= low if m.get("min_open") else value < low)',
+          'too_low = low is not None and (value < low if m.get("min_open") else value <= low)',
+          (EXPERIMENT, SEARCH_CONFIG), "config lower bounds: open and closed swapped (lr=0 accepted, min=0 refuses 0)"),
+]
+
+PLANT_SETS: dict[str, list[Plant]] = {"original": PLANTS, "fresh2": FRESH2}
+DEFAULT_SET = "original"
+
 
 # ---- running the plants ------------------------------------------------------------------
 
@@ -511,17 +700,18 @@ def load_previous(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def write_json(path: Path, verdicts: list[Verdict], command: str, seconds: float, partial: bool) -> dict:
-    """Write (or, for a partial rerun, update) the results file; returns its content."""
+def write_json(path: Path, plants: list[Plant], verdicts: list[Verdict], command: str, seconds: float,
+               partial: bool) -> dict:
+    """Write (or, for a partial rerun, update) the results file of the set ``plants``; returns its content."""
     previous = load_previous(path) if partial else None
     entries = {e["id"]: e for e in (previous or {}).get("plants", [])}
-    by_id = {p.id: p for p in PLANTS}
+    by_id = {p.id: p for p in plants}
     for v in verdicts:
         p = by_id[v.id]
         first = entries.get(v.id, {}).get("first_result", v.result)
         entries[v.id] = {**asdict(p), "tests": list(p.tests), "result": v.result, "first_result": first,
                          "seconds": v.seconds, "detail": v.detail}
-    ordered = [entries[p.id] for p in PLANTS if p.id in entries]
+    ordered = [entries[p.id] for p in plants if p.id in entries]
     now = tally({e["id"]: e["result"] for e in ordered})
     run = {"command": command, "date": datetime.datetime.now().isoformat(timespec="seconds"),
            "wall_seconds": round(seconds), "plant_seconds": round(sum(v.seconds for v in verdicts)),
@@ -530,7 +720,7 @@ def write_json(path: Path, verdicts: list[Verdict], command: str, seconds: float
     data = {
         "description": "tools/plant_bugs.py: small realistic bugs planted one at a time; a plant is caught "
                        "when its tests fail",
-        "before": (previous or {}).get("before", now),
+        "before": tally({e["id"]: e["first_result"] for e in ordered}),  # each plant's first verdict
         "after": now,
         "runs": [*(previous or {}).get("runs", []), run],
         "plants": ordered,
@@ -546,21 +736,22 @@ def print_line(p: Plant, v: Verdict) -> None:
     print(f"{p.id:4} {p.area:15} {v.result.upper():7} {v.seconds:6.1f}s  {p.description}{detail}", flush=True)
 
 
-def select(only: list[str] | None) -> list[Plant]:
-    """The plants named by ``--only`` (all without it), in :data:`PLANTS` order; exits on an unknown id."""
+def select(plants: list[Plant], only: list[str] | None) -> list[Plant]:
+    """The plants named by ``--only`` (all without it), in the set's order; exits on an id not in ``plants``."""
     if not only:
-        return list(PLANTS)
-    known = {p.id: p for p in PLANTS}
-    unknown = sorted(set(only) - set(known))
+        return list(plants)
+    unknown = sorted(set(only) - {p.id for p in plants})
     if unknown:
-        sys.exit(f"unknown plant id(s) {unknown}; --list shows them")
-    return [p for p in PLANTS if p.id in only]
+        sys.exit(f"unknown plant id(s) {unknown} in this set; --list (with the same --set) shows them")
+    return [p for p in plants if p.id in only]
 
 
-def validate() -> list[str]:
-    """Problems with :data:`PLANTS` (snippet not found exactly once, no change, unknown test file, repeated id)."""
-    problems = [f"plant id {i} is used twice" for i in {p.id for p in PLANTS} if sum(q.id == i for q in PLANTS) > 1]
-    for p in PLANTS:
+def validate(plants: list[Plant]) -> list[str]:
+    """Problems with ``plants`` (snippet not found exactly once, no change, unknown test file) and ids used
+    twice in any set (an id names one plant in every set)."""
+    every = [p.id for ps in PLANT_SETS.values() for p in ps]
+    problems = [f"plant id {i} is used twice" for i in sorted({i for i in every if every.count(i) > 1})]
+    for p in plants:
         count = (ROOT / p.file).read_text().count(p.original) if (ROOT / p.file).is_file() else 0
         if count != 1:
             problems.append(f"{p.id}: snippet found {count} times in {p.file}")
@@ -576,14 +767,14 @@ def validate() -> list[str]:
     return problems
 
 
-def list_plants() -> None:
+def list_plants(plants: list[Plant]) -> None:
     """Print every plant with its tests, then the count per area."""
-    for p in PLANTS:
+    for p in plants:
         print(f"{p.id:4} {p.area:15} {p.file}: {p.description}\n     tests: {' '.join(p.tests)}")
     areas: dict[str, int] = {}
-    for p in PLANTS:
+    for p in plants:
         areas[p.area] = areas.get(p.area, 0) + 1
-    print(f"{len(PLANTS)} plants: " + ", ".join(f"{a} {n}" for a, n in areas.items()))
+    print(f"{len(plants)} plants: " + ", ".join(f"{a} {n}" for a, n in areas.items()))
 
 
 def _terminate(signum: int, frame: object) -> None:  # SIGTERM unwinds like Ctrl-C: every finally restores its file
@@ -593,6 +784,9 @@ def _terminate(signum: int, frame: object) -> None:  # SIGTERM unwinds like Ctrl
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--set", dest="plant_set", choices=sorted(PLANT_SETS), default=DEFAULT_SET,
+                        help="which set of plants: 'original' (the first 57, tests since written against them) or "
+                             "'fresh2' (a second set, fixed before its first run; default %(default)s)")
     parser.add_argument("--only", nargs="+", metavar="ID", help="run only these plants (ids from --list)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write (or update, with --only) the results here")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
@@ -607,14 +801,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    plant_set = PLANT_SETS[args.plant_set]
     if args.list:
-        list_plants()
+        list_plants(plant_set)
         return 0
-    problems = validate()
+    problems = validate(plant_set)
     if problems or args.validate:
-        print("\n".join(problems) or f"{len(PLANTS)} plants valid")
+        print("\n".join(problems) or f"{len(plant_set)} plants valid")
         return 1 if problems else 0
-    plants = select(args.only)
+    plants = select(plant_set, args.only)
     if tracked_changes():
         sys.exit(f"refusing to plant bugs in a tree with uncommitted changes:\n{tracked_changes()}")
     signal.signal(signal.SIGTERM, _terminate)
@@ -636,7 +831,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{counts['missed']} missed, {counts['timeout']} timed out, {counts['error']} errors")
     if args.json:
         command = "python3 tools/plant_bugs.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        write_json(args.json, verdicts, command, time.monotonic() - start, partial=bool(args.only))
+        write_json(args.json, plant_set, verdicts, command, time.monotonic() - start, partial=bool(args.only))
         print(f"wrote {args.json}")
     return 0
 
