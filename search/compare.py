@@ -24,7 +24,7 @@ from pathlib import Path
 from evonorm_core.experiment.files import atomic_write_json
 from evonorm_core.search.driver import CHECKPOINT, read_checkpoint
 from search import evolve
-from search.report import summarize
+from search.report import distinct_accepted, summarize
 
 STRATEGIES = ("evolution", "random")
 
@@ -66,8 +66,10 @@ def collect(output_dir: Path, seeds: list[int], budget: int) -> dict:
             cpu_seconds += summary["cpu_seconds"]
             curves[str(seed)] = summary["curve"]
             finals.append(value_at(summary["curve"], budget))
-            distinct.append(summary["distinct_accepted"])
-            best.append(summary["top"][0]["mean_accuracy"] if summary["top"] else None)
+            # the first `budget` candidates, as value_at: a reused longer run is not counted past the budget
+            layers = distinct_accepted(read_checkpoint(run_folder(output_dir, strategy, seed))["records"][:budget])
+            distinct.append(len(layers))
+            best.append(max((round(r.mean_accuracy, 4) for r in layers), default=None))
             for name in ("bn_relu", "gn_relu"):
                 layer = summary["references"].get(name)
                 if layer is not None and strategy == "evolution":
