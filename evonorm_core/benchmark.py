@@ -245,20 +245,23 @@ class ModelResult:
 
     @property
     def ratio(self) -> float:
-        evonorm, baseline = self.ms.values()
-        return evonorm / baseline
+        return _evonorm_over_baseline(self.ms)
 
     @property
     def min_ratio(self) -> float:
         """The ratio of the fastest repetitions: under load (other jobs taking the CPUs for
         seconds at a time) the medians of a few steps are mostly waiting, the minima much less."""
-        evonorm, baseline = self.min_ms.values()
-        return evonorm / baseline
+        return _evonorm_over_baseline(self.min_ms)
 
     @property
     def memory_ratio(self) -> float:
-        evonorm, baseline = self.peak_mb.values()
-        return evonorm / baseline
+        return _evonorm_over_baseline(self.peak_mb)
+
+
+def _evonorm_over_baseline(pair: dict[str, float]) -> float:
+    """A :class:`ModelResult` field's EvoNorm value (first) over its baseline's (second)."""
+    evonorm, baseline = pair.values()
+    return evonorm / baseline
 
 
 def resnet50_models(device: torch.device, layout) -> dict[str, nn.Module]:
