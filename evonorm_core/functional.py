@@ -35,6 +35,7 @@ where the process still takes part in the all-reduce and the others' batch is co
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -167,8 +168,9 @@ def evonorm_s(
         raise ValueError(f"evonorm_s: v1 must be None or ({c},), got shape {tuple(v1.shape)}")
     if x.numel() == 0:
         return _empty_result(x, weight, bias, v1)
-    if impl == "fused" and _use_operator(x):
-        return _operators().s_forward(x, weight, bias, v1, groups, float(eps), bool(centered))[0]
+    op = _fused_forward(x, "s_forward") if impl == "fused" else None
+    if op is not None:
+        return op(x, weight, bias, v1, groups, float(eps), bool(centered))[0]
     z = s_transform(x.to(_compute_dtype(x)), v1, groups, eps, centered)
     return _apply_affine(z, weight, bias).to(x.dtype)
 
@@ -238,8 +240,9 @@ def evonorm_b(
         if update and count > 0:
             _update_running(running_var, num_batches_tracked, batch_var, count, momentum)
         return _empty_result(x, weight, bias, v1, batch_var)
-    if impl == "fused" and _use_operator(x):
-        op, index = _operators().b_forward, B_VARIANTS.index(variant)
+    op = _fused_forward(x, "b_forward") if impl == "fused" else None
+    if op is not None:
+        index = B_VARIANTS.index(variant)
         if not use_batch:
             return op(x, weight, bias, v1, running_var, index, float(eps))[0]
         if not synced:
@@ -272,26 +275,27 @@ def evonorm_b(
 COMPILED_OPERATOR_MIN_NUMEL = {"cpu": 65536}
 
 
-def _use_operator(x: Tensor) -> bool:
-    """Whether ``impl="fused"`` runs the registered operator for ``x`` here, or the composed formula.
+def _fused_forward(x: Tensor, name: str) -> Callable[..., tuple[Tensor, ...]] | None:
+    """What ``impl="fused"`` runs for ``x`` here: the forward operator ``name`` of
+    ``torch.ops.evonorm``, or None for the composed formula.
 
-    ONNX export: the formula (plain ONNX ops). ``torch.export``: the operator (one node per
-    layer). ``torch.compile``: :data:`COMPILED_OPERATOR_MIN_NUMEL`. Eager: the operator.
+    Eager: the operator, with gradients through its eager entry point
+    (``ops.library.<name>_eager``: the same autograd at less cost per call). Program capture
+    calls the registered operator itself: ``torch.export`` and ``torch.jit.trace`` always (one
+    node per layer), ``torch.compile`` per :data:`COMPILED_OPERATOR_MIN_NUMEL`; ONNX export
+    takes the formula (plain ONNX ops).
     """
-    if torch.onnx.is_in_onnx_export():
-        return False
-    if torch.compiler.is_exporting():
-        return True
-    if torch.compiler.is_compiling():
-        smallest = COMPILED_OPERATOR_MIN_NUMEL.get(x.device.type)
-        return smallest is not None and x.numel() >= smallest
-    return True
-
-
-def _operators():
-    """``torch.ops.evonorm``, defined and with its CPU kernels loaded."""
     from . import ops
 
     if not ops.is_loaded():
         ops.load()
-    return torch.ops.evonorm
+    capturing = torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing()
+    if not capturing:
+        return getattr(ops.library, f"{name}_eager") if torch.is_grad_enabled() else getattr(torch.ops.evonorm, name)
+    if torch.onnx.is_in_onnx_export():
+        return None
+    if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
+        smallest = COMPILED_OPERATOR_MIN_NUMEL.get(x.device.type)
+        if smallest is None or x.numel() < smallest:
+            return None
+    return getattr(torch.ops.evonorm, name)

@@ -159,6 +159,35 @@ def test_opcheck(cpp_kernels, op, args):
     torch.library.opcheck(getattr(torch.ops.evonorm, op), args(x, w, b, v))
 
 
+@pytest.mark.parametrize("op,args", [
+    ("s_forward", lambda x, w, b, v: (x, w, b, v, 4, 1e-5, True)),
+    ("b_forward", lambda x, w, b, v: (x, w, b, v, None, 0, 1e-5)),
+    ("b_forward", lambda x, w, b, v: (x, w[0], b, None, torch.rand(8, dtype=x.dtype) + 0.5, 1, 1e-5)),
+])
+def test_eager_entry_point_is_the_registered_autograd(cpp_kernels, op, args):
+    """Eager layers call ``library.<op>_eager``, program capture the registered operator: the
+    same outputs and gradients (once, and twice differentiated), and none made for statistics."""
+    def run(fn, create_graph):
+        torch.manual_seed(0)
+        x = torch.randn(3, 8, 5, 4, dtype=torch.float64, requires_grad=True)
+        w, b, v = (torch.rand(3, 8, dtype=torch.float64) + 0.5, torch.randn(3, 8, dtype=torch.float64),
+                   torch.rand(8, dtype=torch.float64))
+        inputs = args(x, w.requires_grad_(), b.requires_grad_(), v.requires_grad_())
+        out = fn(*inputs)
+        leaves = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+        grads = torch.autograd.grad((out[0] * out[0].detach().cos()).sum(), leaves, create_graph=create_graph)
+        if create_graph:
+            grads = torch.autograd.grad(sum(g.square().sum() for g in grads), leaves, materialize_grads=True)
+        assert all(not t.requires_grad for t in out[1:])
+        return [*out, *grads]
+
+    for create_graph in (False, True):
+        want = run(getattr(torch.ops.evonorm, op), create_graph)
+        got = run(getattr(library, f"{op}_eager"), create_graph)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
 def test_kernel_status_is_reported_once(cpp_kernels):
     assert cpp_kernels.source in ("installed", "jit") and str(cpp_kernels).startswith(cpp_kernels.source)
     assert ops.load() is True and ops.extension.status() is cpp_kernels

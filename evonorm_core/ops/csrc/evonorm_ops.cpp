@@ -87,6 +87,17 @@ at::ScalarType acc_dtype(const Tensor& x) {
     return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
+i64 grain(i64 work_per_item) { return std::max<i64>(1, 16384 / std::max<i64>(1, work_per_item)); }
+
+// body(i) for i in [0, count), in parallel: the O(N C) work between the passes over x is a
+// large part of a layer's time where planes are small (ResNet-50's 2048 x 7 x 7 stage).
+template <typename Body>
+void for_each_index(i64 count, i64 work_per_item, Body body) {
+    at::parallel_for(0, count, grain(work_per_item), [&](i64 begin, i64 end) {
+        for (i64 i = begin; i < end; i++) body(i);
+    });
+}
+
 // A per-channel (C) or per-sample (N, C) tensor as a dense (N, C) vector in `acc`, or `fill`.
 template <typename A>
 std::vector<A> per_nc(const std::optional<Tensor>& t, i64 N, i64 C, A fill) {
@@ -95,8 +106,7 @@ std::vector<A> per_nc(const std::optional<Tensor>& t, i64 N, i64 C, A fill) {
     const Tensor d = t->detach().to(c10::CppTypeToScalarType<A>::value).contiguous();
     const A* p = d.data_ptr<A>();
     const bool per_sample = d.dim() == 2;
-    for (i64 n = 0; n < N; n++)
-        for (i64 c = 0; c < C; c++) out[n * C + c] = per_sample ? p[n * C + c] : p[c];
+    for_each_index(N * C, 4, [&](i64 nc) { out[nc] = per_sample ? p[nc] : p[nc % C]; });
     return out;
 }
 
@@ -105,7 +115,6 @@ std::vector<A> per_c(const std::optional<Tensor>& t, i64 C, A fill) {
     return per_nc<A>(t.has_value() ? std::optional<Tensor>(t->reshape({-1})) : std::nullopt, 1, C, fill);
 }
 
-i64 grain(i64 work_per_item) { return std::max<i64>(1, 16384 / std::max<i64>(1, work_per_item)); }
 
 // ---- per-(n, c) sums of K terms over each plane ---------------------------------------
 // term(j, c, nc, out) adds the K terms of element j (channel c, plane nc) to out[0..K).
@@ -182,10 +191,10 @@ template <typename T, typename A>
 void plane_moments(const T* x, const Shape& s, std::vector<double>& mean, std::vector<double>& var) {
     const i64 NC = s.N * s.C;
     std::vector<A> shift(NC);
-    for (i64 nc = 0; nc < NC; nc++) {
+    for_each_index(NC, 4, [&](i64 nc) {
         const i64 n = nc / s.C, c = nc % s.C;
         shift[nc] = static_cast<A>(x[s.nhwc ? n * s.HW * s.C + c : nc * s.HW]);
-    }
+    });
     const A* k = shift.data();
     auto sums = plane_sums<2, A>(s, [&](i64 j, i64, i64 nc, A* out) {
         const A d = static_cast<A>(x[j]) - k[nc];
@@ -194,11 +203,11 @@ void plane_moments(const T* x, const Shape& s, std::vector<double>& mean, std::v
     });
     mean.resize(NC);
     var.resize(NC);
-    for (i64 nc = 0; nc < NC; nc++) {
+    for_each_index(NC, 4, [&](i64 nc) {
         const double offset = sums[nc] / s.HW;
         mean[nc] = k[nc] + offset;
         var[nc] = std::max(sums[NC + nc] / s.HW - offset * offset, 0.0);
-    }
+    });
 }
 
 // Group moments (N, G): for NCHW each group is one contiguous run, summed directly;
@@ -209,7 +218,7 @@ void group_moments(const T* x, const Shape& s, i64 G, double* mean, double* var)
     if (s.nhwc) {
         std::vector<double> m, v;
         plane_moments<T, A>(x, s, m, v);
-        for (i64 ng = 0; ng < s.N * G; ng++) {
+        for_each_index(s.N * G, 4 * Cg, [&](i64 ng) {
             double mu = 0, within = 0, between = 0;
             for (i64 c = 0; c < Cg; c++) mu += m[ng * Cg + c];
             mu /= Cg;
@@ -219,7 +228,7 @@ void group_moments(const T* x, const Shape& s, i64 G, double* mean, double* var)
             }
             mean[ng] = mu;
             var[ng] = (within + between) / Cg;
-        }
+        });
         return;
     }
     const i64 L = Cg * s.HW;
@@ -251,7 +260,7 @@ void fill(Tensor& t, const std::vector<double>& v) {
     TORCH_CHECK(t.is_contiguous() && static_cast<size_t>(t.numel()) == v.size(), "evonorm: internal size mismatch");
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t.scalar_type(), "evonorm_fill", [&] {
         scalar_t* p = t.data_ptr<scalar_t>();
-        for (size_t i = 0; i < v.size(); i++) p[i] = static_cast<scalar_t>(v[i]);
+        for_each_index(static_cast<i64>(v.size()), 4, [&](i64 i) { p[i] = static_cast<scalar_t>(v[i]); });
     });
 }
 
@@ -270,8 +279,9 @@ std::vector<double> as_double(const Tensor& t) {
 Tensor param_grad(const std::vector<double>& per_nc_sum, const Tensor& like, i64 N, i64 C) {
     if (like.dim() == 2) return nc_tensor(per_nc_sum, {N, C}, like.options());
     std::vector<double> per_c(C, 0.0);
-    for (i64 n = 0; n < N; n++)
-        for (i64 c = 0; c < C; c++) per_c[c] += per_nc_sum[n * C + c];
+    for_each_index(C, N, [&](i64 c) {
+        for (i64 n = 0; n < N; n++) per_c[c] += per_nc_sum[n * C + c];
+    });
     return nc_tensor(per_c, {C}, like.options());
 }
 
@@ -306,7 +316,7 @@ std::tuple<Tensor, Tensor, Tensor> s_forward(const Tensor& x_in, const std::opti
             rstd[ng] = 1.0 / std::sqrt((centered ? var[ng] : var[ng] + mean[ng] * mean[ng]) + eps);
         std::vector<A> a = per_nc<A>(weight, s.N, s.C, A(1)), b = per_nc<A>(bias, s.N, s.C, A(0));
         const std::vector<A> v = per_c<A>(v1, s.C, A(1));
-        for (i64 nc = 0; nc < s.N * s.C; nc++) a[nc] *= static_cast<A>(rstd[nc / Cg]);
+        for_each_index(s.N * s.C, 4, [&](i64 nc) { a[nc] *= static_cast<A>(rstd[nc / Cg]); });
         const A *ap = a.data(), *bp = b.data(), *vp = v.data();
         scalar_t* yp = y.data_ptr<scalar_t>();
         elementwise(s, [&](i64 j, i64 c, i64 nc) {
@@ -363,7 +373,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
         std::vector<A> a(NC), k(s.N * s.C), k0(NC);
         std::vector<double> dgamma(NC), dbeta(NC), dvnc(need_dv ? NC : 0);
         const double M = static_cast<double>(Cg * s.HW);
-        for (i64 ng = 0; ng < s.N * G; ng++) {
+        for_each_index(s.N * G, 8 * Cg, [&](i64 ng) {
             double dr = 0;
             for (i64 nc = ng * Cg; nc < (ng + 1) * Cg; nc++) dr += sums[nc] * w[nc];
             const double r = rstd[ng], kk = -dr * r * r * r / M, kk0 = centered ? -kk * mean[ng] : 0.0;
@@ -375,7 +385,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
                 dbeta[nc] = sums[NC + nc];
                 if (need_dv) dvnc[nc] = sums[2 * NC + nc] * w[nc] * r;
             }
-        }
+        });
         const A *ap = a.data(), *kp = k.data(), *k0p = k0.data();
         scalar_t* dxp = dx.data_ptr<scalar_t>();
         elementwise(s, [&](i64 j, i64 c, i64 nc) {
@@ -423,20 +433,22 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
         } else {
             batch_mean.assign(s.C, 0.0);
             batch_var.assign(s.C, 0.0);
-            for (i64 nc = 0; nc < NC; nc++) batch_mean[nc % s.C] += mean[nc] / s.N;
-            for (i64 nc = 0; nc < NC; nc++) {
-                const double d = mean[nc] - batch_mean[nc % s.C];
-                batch_var[nc % s.C] += (var[nc] + d * d) / s.N;
-            }
+            for_each_index(s.C, 2 * s.N, [&](i64 c) {
+                for (i64 n = 0; n < s.N; n++) batch_mean[c] += mean[n * s.C + c] / s.N;
+                for (i64 n = 0; n < s.N; n++) {
+                    const double d = mean[n * s.C + c] - batch_mean[c];
+                    batch_var[c] += (var[n * s.C + c] + d * d) / s.N;
+                }
+            });
         }
         std::vector<A> sb(s.C), p(NC), qa(NC);
         for (i64 c = 0; c < s.C; c++) sb[c] = static_cast<A>(std::sqrt(batch_var[c] + eps));
         const std::vector<A> v = per_c<A>(v1, s.C, A(1));
-        for (i64 nc = 0; nc < NC; nc++) {
+        for_each_index(NC, 4, [&](i64 nc) {
             q[nc] = std::sqrt((variant == 0 ? var[nc] : var[nc] + mean[nc] * mean[nc]) + eps);
             qa[nc] = static_cast<A>(q[nc]);
             p[nc] = variant == 0 ? v[nc % s.C] : (variant == 1 ? qa[nc] : A(-1));
-        }
+        });
         const std::vector<A> w = per_nc<A>(weight, s.N, s.C, A(1)), b = per_nc<A>(bias, s.N, s.C, A(0));
         const A *sbp = sb.data(), *pp = p.data(), *qp = qa.data(), *wp = w.data(), *bp = b.data();
         scalar_t* yp = y.data_ptr<scalar_t>();
@@ -481,10 +493,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
         std::vector<double> sbd(s.C);
         for (i64 c = 0; c < s.C; c++) sbd[c] = std::sqrt(batch_var[c] + eps), sb[c] = static_cast<A>(sbd[c]);
         const std::vector<A> v = per_c<A>(v1, s.C, A(1)), w = per_nc<A>(weight, s.N, s.C, A(1));
-        for (i64 nc = 0; nc < NC; nc++) {
+        for_each_index(NC, 4, [&](i64 nc) {
             qa[nc] = static_cast<A>(q[nc]);
             p[nc] = variant == 0 ? v[nc % s.C] : (variant == 1 ? qa[nc] : A(-1));
-        }
+        });
         const A *sbp = sb.data(), *pp = p.data(), *qp = qa.data(), *wp = w.data();
         // sums: 0 U, 1 UX, 2 B, 3 G, 4 GZ
         auto sums = plane_sums<5, A>(s, [&](i64 j, i64 c, i64 nc, A* out) {
@@ -498,9 +510,11 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
             out[4] += gj * z;
         });
         std::vector<double> dsb(s.C, 0.0);
-        for (i64 nc = 0; nc < NC; nc++) dsb[nc % s.C] += sums[2 * NC + nc];
+        for_each_index(s.C, s.N, [&](i64 c) {
+            for (i64 n = 0; n < s.N; n++) dsb[c] += sums[2 * NC + n * s.C + c];
+        });
         std::vector<A> k(NC), k0(NC);
-        for (i64 nc = 0; nc < NC; nc++) {
+        for_each_index(NC, 8, [&](i64 nc) {
             const i64 c = nc % s.C;
             double kk = (variant == 1 ? sums[nc] + sums[NC + nc] : sums[nc]) / (q[nc] * s.HW);
             double kk0 = variant == 0 ? -kk * mean[nc] : 0.0;
@@ -511,7 +525,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
             }
             k[nc] = static_cast<A>(kk);
             k0[nc] = static_cast<A>(kk0);
-        }
+        });
         const A *kp = k.data(), *k0p = k0.data();
         scalar_t* dxp = dx.data_ptr<scalar_t>();
         elementwise(s, [&](i64 j, i64 c, i64 nc) {
