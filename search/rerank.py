@@ -17,6 +17,7 @@ import concurrent.futures as futures
 import dataclasses
 import multiprocessing
 import os
+import shlex
 import statistics
 import sys
 from pathlib import Path
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
           f"steps on {', '.join(proxy.anchors)}, 90% of the training images, scored on the held-out 10%", flush=True)
     pool = futures.ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("fork"),
                                        initializer=die_with_parent, initargs=(os.getpid(),))
+    completed = False
     try:
         running = {pool.submit(_evaluate, proxy, seed, args.threads, chosen[name]["genome"]): (name, seed)
                    for name, seed in todo}
@@ -128,14 +130,18 @@ def main(argv: list[str] | None = None) -> int:
             done.append(row)
             accs = " / ".join(f"{v:.3f}" for v in result.accuracies.values())
             print(f"  [{i}/{len(todo)}] {name} seed {seed}: {result.status} {accs}", flush=True)
+        completed = True
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished results are in {folder / RESULTS}: run the same command to continue")
         return 130
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        # the forked workers share the folder's lock, which is free only once they are gone: wait
+        # for them after a normal end; after Ctrl-C they stop with this process (die_with_parent)
+        pool.shutdown(wait=completed, cancel_futures=True)
         run_dir.close()
     ranked = rank(chosen, [r for r in done if r["seed"] in args.seeds], proxy.anchors)
-    atomic_write_json(folder / RANKING, {"train_steps": proxy.train_steps, "seeds": args.seeds,
+    command = "python search/rerank.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    atomic_write_json(folder / RANKING, {"command": command, "train_steps": proxy.train_steps, "seeds": args.seeds,
                                          "anchors": list(proxy.anchors), "ranking": ranked})
     print(f"reranked by mean held-out accuracy over seeds {args.seeds} ({', '.join(proxy.anchors)}):")
     for place, row in enumerate(ranked, 1):

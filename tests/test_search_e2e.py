@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from evonorm_core.search import CandidateRecord, CandidateResult, Stage
-from search import evolve, report
+from search import evolve, report, rerank
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--anchors", "resnet50_cifar", "--image-size", "8", "--crop-size", "8", "--batch-size", "8",
@@ -39,6 +39,27 @@ def test_local_search_runs_reports_and_plots(tmp_path, capsys):
     assert len(rows) == 4 and {"expression", "accuracies", "stage", "cache_hit", "wall_time"} <= set(rows[0])
     assert (out / "progress.png").stat().st_size > 1000
     assert report.main([str(out), "--plot", str(tmp_path / "p.png")]) == 0 and (tmp_path / "p.png").exists()
+
+
+def test_rerank_retrains_the_top_layers_over_seeds_and_resumes(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert evolve.main(TINY + ["--workers", "1", "--max-candidates", "6", "--references", "evonorm_s0",
+                               "--quality-threshold", "0", "--output-dir", str(out)]) == 0
+    argv = [str(out), "--top", "2", "--seeds", "0", "1", "--train-steps", "3", "--workers", "1", "--threads", "1"]
+    assert rerank.main(argv) == 0
+    ranking = json.loads((out / "rerank.json").read_text())
+    assert ranking["command"] == "python search/rerank.py " + " ".join(argv)
+    assert ranking["train_steps"] == 3 and ranking["seeds"] == [0, 1]
+    rows = ranking["ranking"]
+    assert "evonorm_s0" in {r["name"] for r in rows} and len(rows) <= 3
+    assert all(r["seeds"] == [0, 1] and not r["failed"] for r in rows)
+    for r in rows:  # the mean over seeds of the anchors' mean
+        values = r["anchors"]["resnet50_cifar"]["values"]
+        assert r["mean"] == pytest.approx(sum(values) / 2, abs=1e-4)
+    assert [r["mean"] for r in rows] == sorted((r["mean"] for r in rows), reverse=True)
+    trained = (out / "rerank.jsonl").read_text()
+    assert rerank.main(argv) == 0 and (out / "rerank.jsonl").read_text() == trained  # nothing retrained
+    assert "reranked by mean held-out accuracy" in capsys.readouterr().out
 
 
 def test_ray_backend(tmp_path):
