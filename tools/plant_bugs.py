@@ -6,10 +6,12 @@
     nice -n 5 python3 tools/plant_bugs.py --json docs/results/planted_bugs.json
     python3 tools/plant_bugs.py --list                             # what would be planted, nothing run
     nice -n 5 python3 tools/plant_bugs.py --set fresh2 --json docs/results/planted_bugs_fresh2.json
+    nice -n 19 python3 tools/plant_bugs.py --set fresh3 --json docs/results/planted_bugs_fresh3.json
 
-Two sets (``--set``, :data:`PLANT_SETS`): ``original`` (:data:`PLANTS`, the default; tests were
-written against its misses, so it no longer measures anything fresh) and ``fresh2``
-(:data:`FRESH2`, new bugs of the same kinds, committed before their first run).
+Three sets (``--set``, :data:`PLANT_SETS`): ``original`` (:data:`PLANTS`, the default; tests were
+written against its misses, so it no longer measures anything fresh), ``fresh2`` (:data:`FRESH2`,
+new bugs of the same kinds, committed before their first run; tests were then written against
+its misses too) and ``fresh3`` (:data:`FRESH3`, a third such set, fixed before its first run).
 
 Each plant names a file, an exact snippet of it (found exactly once), its
 replacement, the tests that should notice (pytest node ids, a few per plant) and what the
@@ -594,7 +596,163 @@ FRESH2: list[Plant] = [
           (EXPERIMENT, SEARCH_CONFIG), "config lower bounds: open and closed swapped (lr=0 accepted, min=0 refuses 0)"),
 ]
 
-PLANT_SETS: dict[str, list[Plant]] = {"original": PLANTS, "fresh2": FRESH2}
+# ---- the third set ("fresh3"): new bugs of the same kinds, fixed before its first run -----
+#
+# Made as FRESH2 was (from the source and the paper, not from the tests; whole test files per
+# plant; no line or mistake of PLANTS or FRESH2 repeated), after FRESH2's misses got their tests.
+
+SYNC_TESTS = ("tests/test_sync_batch_stats.py", "tests/test_sync_fused.py")
+GAN_DATA = "tests/test_gan_data.py"
+RUNDIR = "evonorm_core/experiment/rundir.py"
+
+FRESH3: list[Plant] = [
+    # ---- CPU kernels --------------------------------------------------------------------------
+    plant("K8", "cpu-kernels", CPP, "const bool per_sample = d.dim() == 2;", "const bool per_sample = d.dim() > 2;",
+          FAST, "per-sample (N, C) gamma/beta read as per channel: every sample gets the first sample's row"),
+    plant("K9", "cpu-kernels", CPP, "double kk = (variant == 1 ? sums[nc] + sums[NC + nc] : sums[nc]) / (q[nc] * s.HW);",
+          "double kk = sums[nc] / (q[nc] * s.HW);", FAST,
+          "B1 backward: p = q depends on x too, but the UX term of q's gradient is dropped"),
+    plant("K10", "cpu-kernels", CPP, "a[nc] = static_cast<A>(w[nc] * r);", "a[nc] = static_cast<A>(r);", FAST,
+          "S backward: dx leaves out gamma (g r s' instead of g r gamma s')"),
+    # ---- fused operators: generic implementation, fake tensors ------------------------------
+    plant("G8", "fused-ops", LIBRARY, "dv = ((gxs * xa * (1 - s)).sum((2, 3)) * a[:, :, 0, 0]).sum(0)",
+          "dv = ((gxs * xa * (1 - s)).sum((2, 3)) * w_nc).sum(0)", FAST,
+          "generic S backward: dv1 without the group rstd r"),
+    plant("G9", "fused-ops", LIBRARY, "stat = x.new_empty((x.shape[0], groups), dtype=acc_dtype(x))",
+          "stat = x.new_empty((x.shape[0], groups))", FAST,
+          "fake s_forward: statistics in the input's dtype (half) instead of float32 (torch.compile/export)"),
+    # ---- the functional and statistics --------------------------------------------------------
+    plant("F8", "functional", STATISTICS, "mean, mean_square = sums[1:1 + c] / total, sums[1 + c:] / total",
+          "mean, mean_square = sums[1:1 + c] / count, sums[1 + c:] / count", SYNC_TESTS,
+          "synchronized batch moments divided by this process's element count instead of the all-reduced total"),
+    plant("F9", "functional", FUNCTIONAL, "return op(x, weight, bias, v1, running_var, index, float(eps))[0]",
+          "return op(x, weight, bias, v1, None, index, float(eps))[0]", ("tests/test_functional.py", LAYERS),
+          "fused B series in eval normalizes by the batch's own variance instead of the moving average"),
+    plant("F10", "functional", STATISTICS, "var, mean = _var_mean(_grouped(x, groups), 2)",
+          "mean, var = _var_mean(_grouped(x, groups), 2)", (LAYERS, PRIMS),
+          "group moments unpacked in the wrong order (torch.var_mean returns the variance first)"),
+    # ---- layers and the registry ---------------------------------------------------------------
+    plant("L11", "layers", BASELINES, "return scale, beta - self.running_mean.to(gamma.dtype) * scale",
+          "return scale, beta - self.running_mean.to(gamma.dtype)", (LAYERS, "tests/test_classification_tradeoff.py"),
+          "BN inference folding shifts by the moving mean unscaled (beta - mu instead of beta - mu gamma / sigma)"),
+    plant("L12", "layers", BASELINES, "return apply_affine(F.group_norm(x, groups, None, None, eps), weight, bias)",
+          "return F.group_norm(x, groups, None, None, eps)", (LAYERS, "tests/test_layers_conditional.py"),
+          "GroupNorm with per-sample (class-conditional) gamma/beta drops them"),
+    plant("L13", "layers", "evonorm_core/layers/base.py",
+          "self.activation = activation if self.nonlinearity else None", "self.activation = activation", LAYERS,
+          "baselines built with nonlinearity=False keep their activation (Appendix A: none)"),
+    plant("L14", "layers", BASELINES, 'affine=affine, activation="max_v0", device=device',
+          'affine=affine, activation="relu", device=device', LAYERS,
+          "FRN ends with a ReLU instead of its TLU max(z, tau) (no learnable tau)"),
+    plant("L15", "registry", "evonorm_core/registry.py", 'return re.sub(r"[^a-z0-9]", "", name.lower())',
+          'return re.sub(r"[^a-z0-9]", "", name).lower()', "tests/test_registry.py",
+          "name lookup strips capitals before lowering: EvoNormS0 is not evonorm_s0"),
+    # ---- moving averages and recalibration -------------------------------------------------------
+    plant("R7", "running-stats", "evonorm_core/running_stats.py", "    model.eval()\n    for layer in layers:",
+          "    for layer in layers:", RUNNING,
+          "recalibration runs the rest of a training-mode model in training mode (dropout, ...)"),
+    plant("R8", "running-stats", "evonorm_core/running_stats.py",
+          "        for layer, momentum in zip(layers, momenta):\n            layer.momentum = momentum\n", "", RUNNING,
+          "after recalibration the layers keep momentum=None (a cumulative average) instead of their own"),
+    # ---- conversion ---------------------------------------------------------------------------------
+    plant("C5", "conversion", "evonorm_core/convert.py",
+          "activation = _activation_name(users[0], modules) if len(users) == 1 else None",
+          "activation = _activation_name(users[0], modules) if users else None", CONVERT,
+          "a BatchNorm read by an activation and something else gets the activation folded in (the other reads it too)"),
+    plant("C6", "conversion", "evonorm_core/convert.py",
+          "layer = make(bn.num_features, activation is not None).to(**state)",
+          "layer = make(bn.num_features, activation is not None)", CONVERT,
+          "layers from a callable maker stay float32 on the CPU whatever the BatchNorm's dtype and device"),
+    # ---- layer search ---------------------------------------------------------------------------------
+    plant("Q19", "search", "evonorm_core/search/evolution.py",
+          "tournament = self.rng.sample(list(self.population), size)",
+          "tournament = self.rng.choices(list(self.population), k=size)", (DRIVER, SEARCH_CONFIG),
+          "tournaments drawn with replacement (a member can fill several places)"),
+    plant("Q20", "search", "evonorm_core/search/genome.py", "k = rng.randrange(len(genome.nodes))",
+          "k = rng.randrange(len(genome.nodes) - 1)", "tests/test_search_genome.py",
+          "mutation never picks the last (output) node"),
+    plant("Q21", "search", "evonorm_core/search/primitives.py",
+          'f"{axis}_rms", 1, _std(_MEAN_SQUARES[axis])', 'f"{axis}_rms", 1, _std(_VARIANCES[axis])', PRIMS,
+          "every *_rms aggregation is the std (variance instead of Table 1's mean square)"),
+    plant("Q23", "search", "evonorm_core/search/equivalence.py",
+          "            value = torch.randn(c, generator=generator, dtype=torch.float64)\n"
+          "            if hasattr(layer, name):\n                getattr(layer, name).copy_(value)",
+          "            if hasattr(layer, name):\n"
+          "                getattr(layer, name).copy_(torch.randn(c, generator=generator, dtype=torch.float64))",
+          ("tests/test_search_equivalence.py", DRIVER),
+          "fingerprint draws v0/v1 only when the layer has them: x * v0 and x * v1 get the same values"),
+    plant("Q24", "search", "evonorm_core/search/rejection.py",
+          "grads = torch.autograd.grad(loss, params, create_graph=True, allow_unused=True)",
+          "grads = torch.autograd.grad(loss, params, create_graph=False, allow_unused=True)",
+          "tests/test_search_rejection.py", "stability test never ascends (gradient norm not differentiable)"),
+    plant("Q25", "search", "evonorm_core/search/driver.py",
+          "return self.config.admit_quality_rejected and record.stage is Stage.QUALITY and bool(record.accuracies)",
+          "return self.config.admit_quality_rejected and bool(record.accuracies)", DRIVER,
+          "admit_quality_rejected also admits candidates rejected by the stability test"),
+    plant("Q26", "search", "evonorm_core/search/driver.py",
+          '        atomic_write_text(search.output_dir / LOG, "".join(_line(r) for r in search.records))\n', "", DRIVER,
+          "resume keeps the log lines written after the checkpoint (they are then recorded twice)"),
+    plant("Q27", "search", "search/proxy.py", "quality_threshold: float = option(0.2,",
+          "quality_threshold: float = option(0.1,", SEARCH_CONFIG,
+          "quality test threshold 10% instead of section 4.4's 20%"),
+    # ---- classification ---------------------------------------------------------------------------------
+    plant("P18", "classification", "classification/recipes.py", "MOBILENETV2_BATCH_FREE_LR = 0.03",
+          "MOBILENETV2_BATCH_FREE_LR = 0.01", (TRAIN, TRAINER),
+          "MobileNetV2 without batch statistics at base LR 0.01 instead of section 5.1's 0.03"),
+    plant("P19", "classification", "classification/paper_tables.py",
+          '_180_EPOCHS = {"randaugment": True, "epochs": 180,', '_180_EPOCHS = {"epochs": 180,', TABLES,
+          "Table 11's 180-epoch cells trained without RandAugment"),
+    plant("P20", "classification", "classification/trainer.py", "    model.train(was_training)\n    count =",
+          "    count =", TRAINER, "evaluate leaves a training model in eval mode"),
+    plant("P21", "classification", "classification/trainer.py", "top = torch.randint(0, h - size + 1, (n,)",
+          "top = torch.randint(0, h - size, (n,)", (TRAINER, "tests/test_classification_data.py"),
+          "random crops never start at the last row offset"),
+    plant("P22", "classification", "classification/data.py", "T.Resize(int(round(resolution / 0.875)))",
+          "T.Resize(resolution)", "tests/test_classification_data.py",
+          "ImageNet evaluation resizes to the crop size instead of resolution / 0.875 before the center crop"),
+    # ---- detection --------------------------------------------------------------------------------------
+    plant("D10", "detection", DETECTION_BASE, "BASE_LR: 0.1", "BASE_LR: 0.02", DETECTION,
+          "base LR 0.02 (detectron2's default) instead of the paper's 0.1"),
+    plant("D11", "detection", "detection/configs/mask_rcnn_R101_evonorm_s0.yaml", "DEPTH: 101", "DEPTH: 50",
+          DETECTION, "the R-101 EvoNorm-S0 config builds a ResNet-50"),
+    plant("D12", "detection", "detection/backbone.py", "norm=lambda channels: make(channels, False),",
+          "norm=lambda channels: make(channels, True),", DETECTION,
+          "FPN norms carry an activation (detectron2's FPN has none after its norms)"),
+    plant("D13", "detection", "detection/heads.py",
+          "conv_dims=conv_dims, fc_dims=fc_dims, conv_norm=conv_norm)\n        drop_activations(self.conv_norm_relus)\n",
+          "conv_dims=conv_dims, fc_dims=fc_dims, conv_norm=conv_norm)\n", DETECTION,
+          "box head keeps detectron2's ReLU after each norm-act (a second activation)"),
+    # ---- GAN ---------------------------------------------------------------------------------------------
+    plant("N12", "gan", "gan/losses.py", "+ F.relu(1 + fake_logits).mean()", "+ F.relu(1 - fake_logits).mean()", GAN,
+          "D's hinge loss on fakes with the wrong sign: relu(1 - D(G(z)))"),
+    plant("N13", "gan", "gan/ema.py", "self.model = copy.deepcopy(model).eval().requires_grad_(False)",
+          "self.model = copy.deepcopy(model).requires_grad_(False)", GAN,
+          "the EMA generator is left in training mode (samples update and use batch statistics)"),
+    plant("N14", "gan", "gan/biggan_deep.py",
+          "conditional_norm_act_factory(norm_act, cond_dim, sn_linear_no_bias, **norm_options)",
+          "conditional_norm_act_factory(norm_act, cond_dim, **norm_options)", (GAN_MODELS, GAN),
+          "G's class-conditional gamma/beta projections without spectral norm"),
+    plant("N15", "gan", "gan/data.py", "((images.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)",
+          "((images.clamp(-1, 1) + 1) * 127.5).to(torch.uint8)", (GAN_DATA, "tests/test_gan_metrics.py"),
+          "images for IS/FID truncated to uint8 instead of rounded"),
+    plant("N16", "gan", "gan/data.py", "return int(dataset.tensors[1].max()) + 1", "return int(dataset.tensors[1].max())",
+          GAN_DATA, "class count of a tensor dataset one short (the largest label)"),
+    plant("N17", "gan", "gan/config.py", "adam_eps: float = option(1e-6,", "adam_eps: float = option(1e-8,", GAN,
+          "Adam epsilon 1e-8 (PyTorch's default) instead of BigGAN-deep's 1e-6"),
+    # ---- experiment plumbing --------------------------------------------------------------------------------
+    plant("E5", "experiment", "evonorm_core/experiment/config.py",
+          "if inner in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):",
+          "if inner in (int, float) and not isinstance(value, (int, float)):", (EXPERIMENT, SEARCH_CONFIG),
+          "numeric settings accept true/false (bool is an int)"),
+    plant("E7", "experiment", RUNDIR, "sorted(p.name for p in self.path.iterdir() if p.name != LOCK_FILE)",
+          "sorted(p.name for p in self.path.iterdir())", EXPERIMENT,
+          "a folder holding only a run's lock file counts as not empty (refused without --resume)"),
+    plant("E8", "experiment", RUNDIR, "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)",
+          "fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)", EXPERIMENT,
+          "the run folder's lock is shared: a second process writing the same folder is not refused"),
+]
+
+PLANT_SETS: dict[str, list[Plant]] = {"original": PLANTS, "fresh2": FRESH2, "fresh3": FRESH3}
 DEFAULT_SET = "original"
 
 
@@ -785,8 +943,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--set", dest="plant_set", choices=sorted(PLANT_SETS), default=DEFAULT_SET,
-                        help="which set of plants: 'original' (the first 57, tests since written against them) or "
-                             "'fresh2' (a second set, fixed before its first run; default %(default)s)")
+                        help="which set of plants: 'original' (the first 57, tests since written against them), "
+                             "'fresh2' (a second set, fixed before its first run, tests since written against its "
+                             "misses) or 'fresh3' (a third set, fixed before its first run; default %(default)s)")
     parser.add_argument("--only", nargs="+", metavar="ID", help="run only these plants (ids from --list)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write (or update, with --only) the results here")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
