@@ -63,3 +63,24 @@ def test_cifar10_reads_torchvision_layout(tmp_path, monkeypatch):
 def test_cifar10_missing_names_path_and_layout(tmp_path):
     with pytest.raises(FileNotFoundError, match="cifar-10-batches-py.*data_batch_1"):
         load_cifar10(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("resolution,resize", [(224, 256), (32, 37)])
+def test_imagenet_evaluation_resizes_to_resolution_over_0875_then_center_crops(resolution, resize):
+    """The standard ImageNet evaluation (ResNet, the paper's baselines): resize the shorter side to
+    resolution / 0.875 (256 for 224), then take the center resolution x resolution crop; compared
+    with those two steps done by hand with torchvision's functional ops."""
+    pytest.importorskip("torchvision")
+    from PIL import Image
+    from torchvision.transforms import functional as TF
+
+    from classification.data import IMAGENET_MEAN, IMAGENET_STD, imagenet_transforms
+
+    rng = np.random.default_rng(0)
+    image = Image.fromarray(rng.integers(0, 256, (300, 400, 3), dtype=np.uint8))  # 400 wide, 300 high
+    resized = TF.resize(image, resize)
+    assert min(resized.size) == resize
+    want = TF.normalize(TF.to_tensor(TF.center_crop(resized, resolution)), IMAGENET_MEAN, IMAGENET_STD)
+    got = imagenet_transforms(resolution, train=False)(image)
+    assert got.shape == (3, resolution, resolution)
+    torch.testing.assert_close(got, want)

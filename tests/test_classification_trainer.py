@@ -147,3 +147,14 @@ def test_evaluate_reports_accuracy_and_mean_loss_over_every_image():
     result = evaluate(model, x, y, batch_size=4)
     assert result["loss"] == pytest.approx(loss, rel=1e-5)
     assert result["accuracy"] == pytest.approx(accuracy)
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_evaluate_restores_the_models_mode(training):
+    """``evaluate`` runs the model in eval mode and hands it back in the mode it was given: a
+    training loop that evaluates between epochs keeps training with batch statistics and dropout."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Dropout(0.5), nn.Flatten(), nn.Linear(36, 3))
+    model.train(training)
+    evaluate(model, torch.randn(6, 1, 5, 5), torch.randint(0, 3, (6,)), batch_size=4)
+    assert all(m.training == training for m in model.modules())

@@ -244,3 +244,23 @@ def test_a_failed_atomic_write_leaves_the_old_file_and_nothing_else(tmp_path):
         save_checkpoint(target, {"step": 1, "bad": Unsaveable()})
     assert target.read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: Run(steps=True), "--steps must be a number, got True"),
+    (lambda: Run(budget=False), "--budget must be a number, got False"),
+    (lambda: Inner(lr=True), "--lr must be a number, got True"),
+])
+def test_booleans_are_not_numbers(make, message):
+    """``bool`` is a subclass of ``int`` in Python, but ``true``/``false`` in a config is a mistake,
+    not 1/0: a numeric setting given one must be refused, naming the value (steps=True would
+    otherwise pass ``>= 1``)."""
+    with pytest.raises(cfg.ConfigError) as info:
+        make()
+    assert str(info.value) == message
+
+
+def test_booleans_in_a_json_config_are_not_numbers(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"steps": True}))
+    with pytest.raises(cfg.ConfigError, match="--steps must be a number, got True"):
+        cfg.load_config(tmp_path / "config.json", Run)

@@ -159,6 +159,28 @@ def test_opcheck(cpp_kernels, op, args):
     torch.library.opcheck(getattr(torch.ops.evonorm, op), args(x, w, b, v))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op,args", [
+    ("s_forward", lambda x, w, b, v: (x, w, b, v, 4, 1e-5, True)),
+    ("b_forward", lambda x, w, b, v: (x, w, b, v, None, 0, 1e-5)),
+])
+def test_fake_tensors_match_the_kernels_in_half_precision(cpp_kernels, op, args, dtype):
+    """Half inputs: ``y`` in the input's dtype, the statistics in float32 (the kernels accumulate in
+    float32); torch.compile/export trace with the fake implementation, so its dtypes and shapes
+    must be the kernel's. Checked by ``opcheck`` and directly under ``FakeTensorMode``."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    torch.manual_seed(0)
+    x, w, b, v = (torch.randn(3, 8, 5, 4), torch.rand(3, 8) + 0.5, torch.randn(3, 8), torch.rand(8) + 0.5)
+    inputs = [t.to(dtype) for t in (x, w, b, v)]
+    real = getattr(torch.ops.evonorm, op)(*args(*inputs))
+    assert real[0].dtype == dtype and all(t.dtype == torch.float32 for t in real[1:])
+    with FakeTensorMode() as mode:
+        fake = getattr(torch.ops.evonorm, op)(*args(*[mode.from_tensor(t) for t in inputs]))
+    assert [(t.dtype, t.shape) for t in fake] == [(t.dtype, t.shape) for t in real]
+    torch.library.opcheck(getattr(torch.ops.evonorm, op), args(*[t.requires_grad_() for t in inputs]))
+
+
 @pytest.mark.parametrize("op,args", [
     ("s_forward", lambda x, w, b, v: (x, w, b, v, 4, 1e-5, True)),
     ("b_forward", lambda x, w, b, v: (x, w, b, v, None, 0, 1e-5)),

@@ -246,3 +246,17 @@ def test_latents():
     assert z.shape == (5, 3) and y.dtype == torch.long and 0 <= int(y.min()) and int(y.max()) < 4
     _, y = sample_latents(4000, 1, 4, generator=torch.Generator().manual_seed(1))
     assert torch.bincount(y, minlength=4).tolist() == pytest.approx([1000] * 4, abs=100)  # every class, uniformly
+
+
+def test_ema_generator_is_in_eval_mode():
+    """The averaged generator (BigGAN's ``G_ema``) only samples: in eval mode, so its batch-norm
+    layers use their moving statistics and do not update them, whatever mode the trained
+    generator is in."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Dropout(0.5)).train()
+    ema = EMA(model)
+    assert model.training  # the trained model is left as it was
+    assert not any(m.training for m in ema.model.modules())
+    before = ema.model[1].running_mean.clone()
+    with torch.no_grad():
+        ema.model(torch.randn(8, 3) + 5)
+    torch.testing.assert_close(ema.model[1].running_mean, before)

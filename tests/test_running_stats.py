@@ -64,6 +64,24 @@ def test_recalibrate_runs_only_batch_layers_in_train_mode():
     assert all(m.training for m in model.modules())  # the model's own mode is back
 
 
+def test_recalibrate_averages_batches_passed_with_dropout_in_eval():
+    """A training-mode model with dropout before its BatchNorm: recalibration must average the
+    statistics of the batches as the eval-mode model sees them (dropout off, the identity), by hand:
+    running_mean = mean of the per-batch channel means, running_var = mean of the unbiased
+    per-batch variances of the conv's output."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.Dropout(0.5), nn.BatchNorm2d(4)).train()
+    batches = [torch.randn(4, 3, 5, 5) * s + 1 for s in (0.5, 1.0, 2.0)]
+    running_stats.recalibrate(model, batches)
+    with torch.no_grad():
+        hidden = [model[0](b).double() for b in batches]
+    mean = torch.stack([h.mean(dim=(0, 2, 3)) for h in hidden]).mean(0)
+    var = torch.stack([h.var(dim=(0, 2, 3), unbiased=True) for h in hidden]).mean(0)
+    torch.testing.assert_close(model[2].running_mean.double(), mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(model[2].running_var.double(), var, rtol=1e-5, atol=1e-6)
+    assert all(m.training for m in model.modules())
+
+
 def test_a_model_without_batch_statistics_is_not_run():
     model = nn.Sequential(nn.Conv2d(3, 8, 1), evonorm_core.build_norm_act("evonorm_s0", 8))
     calls = []

@@ -181,6 +181,26 @@ def test_quality_rejected_candidates_join_the_population_only_when_admitted(tmp_
     assert len({r.fingerprint for r in members}) == len(members)
 
 
+class StabilityRejectsTanh(QualityRejectsTanh):
+    def __call__(self, genome_dict: dict) -> CandidateResult:
+        if "sigmoid" in json.dumps(genome_dict):
+            return CandidateResult.reject(Stage.STABILITY, "unstable", {"a": 0.9})
+        return super().__call__(genome_dict)
+
+
+def test_stability_rejections_stay_out_of_the_population_even_with_accuracies(tmp_path):
+    """``admit_quality_rejected`` admits candidates rejected by the quality test only (they trained,
+    just poorly); one rejected by the stability test is unstable whatever its accuracies, and
+    never becomes a parent."""
+    search = LayerSearch(small_config(admit_quality_rejected=True), SequentialExecutor(StabilityRejectsTanh()),
+                         str(tmp_path))
+    search.run(StopCondition(max_candidates=40))
+    by_id = {r.candidate_id: r for r in search.records}
+    assert any(r.stage is Stage.STABILITY for r in search.records)  # the case arose
+    members = [by_id[m.candidate_id] for m in search.proposer.population]
+    assert not any(r.stage is Stage.STABILITY for r in members)
+
+
 def test_bad_configuration_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="--strategy must be one of evolution, random, got 'greedy'"):
         EvolutionConfig(strategy="greedy")

@@ -620,7 +620,9 @@ FRESH3: list[Plant] = [
           "generic S backward: dv1 without the group rstd r"),
     plant("G9", "fused-ops", LIBRARY, "stat = x.new_empty((x.shape[0], groups), dtype=acc_dtype(x))",
           "stat = x.new_empty((x.shape[0], groups))", FAST,
-          "fake s_forward: statistics in the input's dtype (half) instead of float32 (torch.compile/export)"),
+          "fake s_forward: statistics in the input's dtype (half) instead of float32 (torch.compile/export)",
+          "new test_fast_layers.py::test_fake_tensors_match_the_kernels_in_half_precision (fake outputs' dtypes and "
+          "shapes under FakeTensorMode against the kernel's, float16 and bfloat16, + opcheck); opcheck ran float32 only"),
     # ---- the functional and statistics --------------------------------------------------------
     plant("F8", "functional", STATISTICS, "mean, mean_square = sums[1:1 + c] / total, sums[1 + c:] / total",
           "mean, mean_square = sums[1:1 + c] / count, sums[1 + c:] / count", SYNC_TESTS,
@@ -650,7 +652,9 @@ FRESH3: list[Plant] = [
     # ---- moving averages and recalibration -------------------------------------------------------
     plant("R7", "running-stats", "evonorm_core/running_stats.py", "    model.eval()\n    for layer in layers:",
           "    for layer in layers:", RUNNING,
-          "recalibration runs the rest of a training-mode model in training mode (dropout, ...)"),
+          "recalibration runs the rest of a training-mode model in training mode (dropout, ...)",
+          "new test_running_stats.py::test_recalibrate_averages_batches_passed_with_dropout_in_eval (train-mode "
+          "conv-dropout-BN, averages by hand from the conv's outputs); the dropout=1.0 test saw the conv bias, not zero"),
     plant("R8", "running-stats", "evonorm_core/running_stats.py",
           "        for layer, momentum in zip(layers, momenta):\n            layer.momentum = momentum\n", "", RUNNING,
           "after recalibration the layers keep momentum=None (a cumulative average) instead of their own"),
@@ -688,7 +692,8 @@ FRESH3: list[Plant] = [
     plant("Q25", "search", "evonorm_core/search/driver.py",
           "return self.config.admit_quality_rejected and record.stage is Stage.QUALITY and bool(record.accuracies)",
           "return self.config.admit_quality_rejected and bool(record.accuracies)", DRIVER,
-          "admit_quality_rejected also admits candidates rejected by the stability test"),
+          "admit_quality_rejected also admits candidates rejected by the stability test",
+          "new test_search_driver.py::test_stability_rejections_stay_out_of_the_population_even_with_accuracies"),
     plant("Q26", "search", "evonorm_core/search/driver.py",
           '        atomic_write_text(search.output_dir / LOG, "".join(_line(r) for r in search.records))\n', "", DRIVER,
           "resume keeps the log lines written after the checkpoint (they are then recorded twice)"),
@@ -703,13 +708,16 @@ FRESH3: list[Plant] = [
           '_180_EPOCHS = {"randaugment": True, "epochs": 180,', '_180_EPOCHS = {"epochs": 180,', TABLES,
           "Table 11's 180-epoch cells trained without RandAugment"),
     plant("P20", "classification", "classification/trainer.py", "    model.train(was_training)\n    count =",
-          "    count =", TRAINER, "evaluate leaves a training model in eval mode"),
+          "    count =", TRAINER, "evaluate leaves a training model in eval mode",
+          "new test_classification_trainer.py::test_evaluate_restores_the_models_mode (train and eval)"),
     plant("P21", "classification", "classification/trainer.py", "top = torch.randint(0, h - size + 1, (n,)",
           "top = torch.randint(0, h - size, (n,)", (TRAINER, "tests/test_classification_data.py"),
           "random crops never start at the last row offset"),
     plant("P22", "classification", "classification/data.py", "T.Resize(int(round(resolution / 0.875)))",
           "T.Resize(resolution)", "tests/test_classification_data.py",
-          "ImageNet evaluation resizes to the crop size instead of resolution / 0.875 before the center crop"),
+          "ImageNet evaluation resizes to the crop size instead of resolution / 0.875 before the center crop",
+          "new test_classification_data.py::test_imagenet_evaluation_resizes_to_resolution_over_0875_then_center_crops "
+          "(224: resize 256 then crop 224, done by hand with torchvision's functional ops)"),
     # ---- detection --------------------------------------------------------------------------------------
     plant("D10", "detection", DETECTION_BASE, "BASE_LR: 0.1", "BASE_LR: 0.02", DETECTION,
           "base LR 0.02 (detectron2's default) instead of the paper's 0.1"),
@@ -727,7 +735,9 @@ FRESH3: list[Plant] = [
           "D's hinge loss on fakes with the wrong sign: relu(1 - D(G(z)))"),
     plant("N13", "gan", "gan/ema.py", "self.model = copy.deepcopy(model).eval().requires_grad_(False)",
           "self.model = copy.deepcopy(model).requires_grad_(False)", GAN,
-          "the EMA generator is left in training mode (samples update and use batch statistics)"),
+          "the EMA generator is left in training mode (samples update and use batch statistics)",
+          "new test_gan_training.py::test_ema_generator_is_in_eval_mode (every module in eval, BN averages unchanged "
+          "by a forward pass)"),
     plant("N14", "gan", "gan/biggan_deep.py",
           "conditional_norm_act_factory(norm_act, cond_dim, sn_linear_no_bias, **norm_options)",
           "conditional_norm_act_factory(norm_act, cond_dim, **norm_options)", (GAN_MODELS, GAN),
@@ -743,7 +753,9 @@ FRESH3: list[Plant] = [
     plant("E5", "experiment", "evonorm_core/experiment/config.py",
           "if inner in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):",
           "if inner in (int, float) and not isinstance(value, (int, float)):", (EXPERIMENT, SEARCH_CONFIG),
-          "numeric settings accept true/false (bool is an int)"),
+          "numeric settings accept true/false (bool is an int)",
+          "new test_experiment.py::test_booleans_are_not_numbers and ::test_booleans_in_a_json_config_are_not_numbers "
+          "(steps=True, budget=False, lr=True and JSON true: '--steps must be a number, got True')"),
     plant("E7", "experiment", RUNDIR, "sorted(p.name for p in self.path.iterdir() if p.name != LOCK_FILE)",
           "sorted(p.name for p in self.path.iterdir())", EXPERIMENT,
           "a folder holding only a run's lock file counts as not empty (refused without --resume)"),
