@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import argparse
 import random
-import shlex
 import statistics
 import sys
 import time
 
 import torch
 
-from evonorm_core.experiment.config import ConfigError, add_config_arguments, config_to_dict, explicit_values, \
-    replace_config
+from evonorm_core.experiment.config import ConfigError, add_config_arguments, command_line, config_to_dict, \
+    explicit_values, replace_config
 from evonorm_core.experiment.files import atomic_write_json
 from evonorm_core.search.expression import to_infix
 from evonorm_core.search.genome import Genome, random_genome
@@ -133,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 def write(path: str, argv: list[str] | None, config: SearchConfig, seeds: list[int], started: float, rows: list[dict],
           references: list[str]) -> None:
     atomic_write_json(path, {
-        "command": "python -m search.calibrate " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "command": command_line("python -m search.calibrate", argv),
         "config": config_to_dict(config), "seeds": seeds, "threads": torch.get_num_threads(),
         "wall_seconds": round(time.monotonic() - started, 1), "cpu_seconds": round(time.process_time(), 1),
         "summary": summarize(rows, references), "results": rows,

@@ -8,19 +8,20 @@ already complete is reused, one that was interrupted is resumed, so the same com
 continues after a kill. Then writes ``--json`` (default OUTPUT/fig10.json): per strategy the
 seeds, the mean accuracy of the top-10 distinct accepted layers at the end of each seed's
 run (of all of them while fewer than 10 exist, so read it beside the count), how many distinct
-layers each seed accepted, its best layer's mean accuracy, the curve ``[candidates, top-10 mean]`` of each seed, and BN-ReLU's (GN-ReLU's for mode
-S) mean accuracy on the same proxy per seed; and ``--plot``: mean +- std over seeds of the
-top-10 curves, one band per strategy, the reference dashed.
+layers each seed accepted, its best layer's mean accuracy, the curve ``[candidates, top-10
+mean]`` of each seed, and BN-ReLU's (GN-ReLU's for mode S) mean accuracy on the same proxy per
+seed; and ``--plot``: mean +- std over seeds of the top-10 curves, one band per strategy, the
+reference dashed.
 """
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import sys
 import time
 from pathlib import Path
 
+from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_json
 from evonorm_core.search.driver import CHECKPOINT, read_checkpoint
 from search import evolve
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         for strategy in STRATEGIES:
             run_one(run_folder(output_dir, strategy, seed), strategy, seed, args.max_candidates, extra)
     result = collect(output_dir, args.seeds, args.max_candidates)
-    result["command"] = "python -m search.compare " + shlex.join(sys.argv[1:] if argv is None else argv)
+    result["command"] = command_line("python -m search.compare", argv)
     result["wall_seconds_this_session"] = round(time.monotonic() - started, 1)
     json_path = Path(args.json or output_dir / "fig10.json")
     json_path.parent.mkdir(parents=True, exist_ok=True)

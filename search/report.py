@@ -10,13 +10,12 @@ random), and with ``--json`` a machine-readable summary.
 from __future__ import annotations
 
 import argparse
-import shlex
 import statistics
 import sys
 from collections import Counter
 from pathlib import Path
 
-from evonorm_core.experiment.config import ConfigError
+from evonorm_core.experiment.config import ConfigError, command_line
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
 from evonorm_core.experiment.progress import format_duration
 from evonorm_core.search.driver import member_from_record, read_checkpoint
@@ -168,7 +167,7 @@ def summarize(output_dir: str, k: int = 10) -> dict:
     argv = state["metadata"].get("argv")
     rerank = Path(output_dir) / "rerank.json"
     return {
-        "command": None if argv is None else "python search/evolve.py " + shlex.join(argv),
+        "command": None if argv is None else command_line("python search/evolve.py", argv),
         "output_dir": str(output_dir), "mode": state["config"]["mode"], "strategy": state["config"]["strategy"],
         "preset": config.preset if config else None, "seed": state["seed"], "seeds": [state["seed"]],
         "cores": cores(config), **counts(state, config),

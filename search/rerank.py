@@ -17,12 +17,11 @@ import concurrent.futures as futures
 import dataclasses
 import multiprocessing
 import os
-import shlex
 import statistics
 import sys
 from pathlib import Path
 
-from evonorm_core.experiment.config import ConfigError
+from evonorm_core.experiment.config import ConfigError, command_line
 from evonorm_core.experiment.files import CorruptFileError, append_jsonl, atomic_write_json, read_jsonl
 from evonorm_core.experiment.rundir import RunDir, RunDirError
 from evonorm_core.search.driver import read_checkpoint
@@ -140,8 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         pool.shutdown(wait=completed, cancel_futures=True)
         run_dir.close()
     ranked = rank(chosen, [r for r in done if r["seed"] in args.seeds], proxy.anchors)
-    command = "python search/rerank.py " + shlex.join(sys.argv[1:] if argv is None else argv)
-    atomic_write_json(folder / RANKING, {"command": command, "train_steps": proxy.train_steps, "seeds": args.seeds,
+    atomic_write_json(folder / RANKING, {"command": command_line("python search/rerank.py", argv), "train_steps": proxy.train_steps, "seeds": args.seeds,
                                          "anchors": list(proxy.anchors), "ranking": ranked})
     print(f"reranked by mean held-out accuracy over seeds {args.seeds} ({', '.join(proxy.anchors)}):")
     for place, row in enumerate(ranked, 1):

@@ -31,10 +31,12 @@ import argparse
 import dataclasses
 import json
 import math
+import shlex
+import sys
 import types
 import typing
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from .files import atomic_write_text, read_json
 
@@ -43,6 +45,12 @@ MISSING = dataclasses.MISSING
 
 class ConfigError(ValueError):
     """A setting outside its accepted values; the message names the flag, the value and what is accepted."""
+
+
+def command_line(program: str, argv: Sequence[str] | None = None) -> str:
+    """The command a run was started with, for its result files: ``program`` (e.g. ``python -m
+    search.compare``) and ``argv`` (default: this process's arguments), shell-quoted."""
+    return f"{program} {shlex.join(sys.argv[1:] if argv is None else argv)}"
 
 
 def option(
