@@ -289,12 +289,12 @@ def _fused_forward(x: Tensor, name: str) -> Callable[..., tuple[Tensor, ...]] | 
 
     if not ops.is_loaded():
         ops.load()
-    capturing = torch.compiler.is_compiling() or torch.compiler.is_exporting() or torch.jit.is_tracing()
-    if not capturing:
+    compiling, exporting = torch.compiler.is_compiling(), torch.compiler.is_exporting()
+    if not (compiling or exporting or torch.jit.is_tracing()):
         return getattr(ops.library, f"{name}_eager") if torch.is_grad_enabled() else getattr(torch.ops.evonorm, name)
     if torch.onnx.is_in_onnx_export():
         return None
-    if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
+    if compiling and not exporting:
         smallest = COMPILED_OPERATOR_MIN_NUMEL.get(x.device.type)
         if smallest is None or x.numel() < smallest:
             return None
