@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_json, read_json
 from evonorm_core.experiment.progress import Progress
 from evonorm_core.experiment.tables import format_mean_std, markdown_table
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in pool.map(lambda run: train_one(run, args.runs_dir, args.iterations), todo):
                 progress.update(run=line)
     summary = {**summarize(args.runs_dir, tuple(args.seeds)), "iterations": args.iterations,
-               "command": "python -m detection.miniature " + " ".join(argv if argv is not None else sys.argv[1:])}
+               "command": command_line("python -m detection.miniature", argv)}
     atomic_write_json(args.out / "miniature.json", summary)
     print(markdown(summary))
     print(f"summary: {args.out / 'miniature.json'}")

@@ -45,6 +45,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .experiment.config import command_line
+
 # The block outputs of ResNet-50's four stages at batch 16 (224 x 224 input).
 DEFAULT_SHAPES = ["16x256x56x56", "16x512x28x28", "16x1024x14x14", "16x2048x7x7"]
 EVONORMS = ["evonorm_s0", "evonorm_s1", "evonorm_s2", "evonorm_b0", "evonorm_b1", "evonorm_b2"]
@@ -538,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare_compiled:
         print(f"# torch {torch.__version__}, device {args.device}, {args.threads} threads, minimum of {args.reps} reps; "
               f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
-        payload = {"command": "python tools/benchmark_layers.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        payload = {"command": command_line("python tools/benchmark_layers.py", argv),
                    "torch": torch.__version__, "load_average": os.getloadavg(), "min_ms": compare_compiled(args)}
         if _write(args.json):
             with open(args.json, "w") as f:
@@ -571,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     if _write(args.json):
         payload = {
             "config": {k: str(v) if isinstance(v, torch.device) else v for k, v in vars(args).items()},
-            "command": "python tools/benchmark_layers.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": command_line("python tools/benchmark_layers.py", argv),
             "torch": torch.__version__,
             "kernels": str(ops.status()),
             "load_average": os.getloadavg(),

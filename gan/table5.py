@@ -23,6 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json
 from evonorm_core.experiment.progress import Progress
 
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     layers = aggregate([read_json(p, what="run metrics") for p in find_metrics([args.runs_dir])])
     resolution = PRESETS["digits"].resolution
     summary = {
-        "experiment": "Table 5 miniature", "command": "python -m gan.table5 " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "experiment": "Table 5 miniature", "command": command_line("python -m gan.table5", argv),
         "cpu_seconds": cpu_seconds, "steps": args.steps, "feature_extractor": "digits-classifier",
         "description": f"class-conditional BigGAN-deep (digits preset, {resolution}x{resolution} greyscale) on the "
                        f"embedded digits, {args.steps} steps per run",

@@ -50,6 +50,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from evonorm_core.experiment.config import command_line
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TIMEOUT = 900.0
 CAUGHT, MISSED, TIMEOUT, ERROR = "caught", "missed", "timeout", "error"
@@ -1001,7 +1003,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{counts['caught']}/{counts['total']} caught ({100 * counts['caught_fraction']:.0f}%), "
           f"{counts['missed']} missed, {counts['timeout']} timed out, {counts['error']} errors")
     if args.json:
-        command = "python3 tools/plant_bugs.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        command = command_line("python3 tools/plant_bugs.py", argv)
         write_json(args.json, plant_set, verdicts, command, time.monotonic() - start, partial=bool(args.only))
         print(f"wrote {args.json}")
     return 0

@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from evonorm_core.experiment.config import command_line
+
 ROOT = Path(__file__).resolve().parents[1]
 
 OK = ("clear-error", "correct-result")
@@ -1000,7 +1002,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         from evonorm_core.experiment.files import atomic_write_json
         atomic_write_json(args.json, {
-            "command": "python tools/probe_bad_inputs.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": command_line("python tools/probe_bad_inputs.py", argv),
             "torch": torch.__version__, "summary": summary, "counts": counts,
             "probes": [r.__dict__ for r in results],
         })
