@@ -15,7 +15,6 @@ mean and spread per layer and setting go to ``--out/miniature.json`` and a markd
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_json, read_json
 from evonorm_core.experiment.progress import Progress
-from evonorm_core.experiment.tables import format_mean_std, markdown_table
+from evonorm_core.experiment.tables import format_mean_std, markdown_table, mean_and_std
 
 from .report import RESULTS_FILE
 
@@ -95,9 +94,7 @@ def summarize(runs_dir: Path, seeds: tuple[int, ...]) -> dict:
             cell = {"setting": setting.name, "images_per_step": setting.images_per_step, "lr": setting.lr,
                     "layer": layer, "label": label, "runs": per_seed}
             for key in ("box_ap", "mask_ap"):
-                values = [r[key] for r in per_seed]
-                cell[f"{key}_mean"] = statistics.mean(values) if values else None
-                cell[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else None
+                cell[f"{key}_mean"], cell[f"{key}_std"] = mean_and_std([r[key] for r in per_seed])
             cells.append(cell)
     return {"experiment": "detection miniature (Table 4)", "seeds": list(seeds), "cells": cells}
 

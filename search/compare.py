@@ -23,6 +23,7 @@ from pathlib import Path
 
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_json
+from evonorm_core.experiment.tables import mean_and_std
 from evonorm_core.search.driver import CHECKPOINT, read_checkpoint
 from search import evolve
 from search.report import distinct_accepted, summarize
@@ -79,8 +80,7 @@ def collect(output_dir: Path, seeds: list[int], budget: int) -> dict:
         strategies[strategy] = {
             "seeds": seeds, "top10_final": finals, "distinct_accepted": distinct, "best_final": best,
             "curves": curves,
-            "mean": round(statistics.fmean(known), 4) if known else None,
-            "std": round(statistics.stdev(known), 4) if len(known) > 1 else None,  # sample std, as the report
+            **dict(zip(("mean", "std"), mean_and_std(known, 4))),
         }
     evo, rnd = strategies["evolution"], strategies["random"]
     verdict = None
@@ -109,8 +109,8 @@ def plot(result: dict, path: str | Path) -> Path:
         points = [(x, vs) for x, vs in points if len(vs) == len(per_seed)]  # every seed has accepted a layer
         if not points:
             continue
-        means = [statistics.fmean(vs) for _, vs in points]
-        stds = [statistics.pstdev(vs) for _, vs in points]
+        means, stds = zip(*(mean_and_std(vs) for _, vs in points))
+        stds = [s or 0.0 for s in stds]
         line, = ax.plot([x for x, _ in points], means, label=f"{strategy} ({len(per_seed)} seeds)")
         ax.fill_between([x for x, _ in points], [m - s for m, s in zip(means, stds)],
                         [m + s for m, s in zip(means, stds)], color=line.get_color(), alpha=0.2)

@@ -7,7 +7,7 @@ trained for ``--train-steps`` (default: 2x the search's) on every anchor of the 
 each of ``--seeds`` (default 0 1 2), on 90% of the run's training images, and scored on the
 other 10%; no rejection stages. Every (layer, seed) result is appended to
 DIR/rerank.jsonl as it finishes (run the same command again to continue after a kill); the
-ranking (mean and std over seeds, per anchor and overall, and which layers match or beat
+ranking (mean and sample std over seeds, per anchor and overall, and which layers match or beat
 BN-ReLU on every anchor) goes to DIR/rerank.json and is printed best first.
 """
 from __future__ import annotations
@@ -17,13 +17,13 @@ import concurrent.futures as futures
 import dataclasses
 import multiprocessing
 import os
-import statistics
 import sys
 from pathlib import Path
 
 from evonorm_core.experiment.config import ConfigError, command_line
 from evonorm_core.experiment.files import CorruptFileError, append_jsonl, atomic_write_json, read_jsonl
 from evonorm_core.experiment.rundir import RunDir, RunDirError
+from evonorm_core.experiment.tables import mean_and_std
 from evonorm_core.search.driver import read_checkpoint
 from evonorm_core.search.results import CandidateResult
 from search.backends import die_with_parent, evaluate_safely
@@ -52,6 +52,10 @@ def _evaluate(proxy: ProxyConfig, seed: int, threads: int, genome: dict) -> Cand
     return evaluate_safely(ProxyEvaluator(proxy, seed=seed, threads=threads), genome, None)
 
 
+def _format(summary: dict) -> str:
+    return f"{summary['mean']:.3f}" + ("" if summary["std"] is None else f"+-{summary['std']:.3f}")
+
+
 def rank(chosen: dict[str, dict], results: list[dict], anchors: tuple[str, ...]) -> list[dict]:
     """Per layer: mean and std over seeds of each anchor's and of the mean accuracy, whether
     every seed finished, and (if BN-ReLU was reranked) whether it is >= BN-ReLU on every anchor."""
@@ -61,15 +65,12 @@ def rank(chosen: dict[str, dict], results: list[dict], anchors: tuple[str, ...])
         finished = [CandidateResult.from_dict(r["result"]) for r in runs]
         good = [r for r in finished if r.accuracies and len(r.accuracies) == len(anchors)]
         per_anchor = {a: [r.accuracies[a] for r in good] for a in anchors}
-        means = [r.mean_accuracy for r in good]
         rows.append({
             "name": name, "expression": layer["expression"], "seeds": [r["seed"] for r in runs],
             "failed": [f"seed {r['seed']}: {r['result']['stage']}: {r['result']['reason']}" for r, f in zip(runs, finished)
                        if f not in good],
-            "anchors": {a: {"mean": round(statistics.fmean(v), 4), "std": round(statistics.pstdev(v), 4), "values": v}
-                        for a, v in per_anchor.items() if v},
-            "mean": round(statistics.fmean(means), 4) if means else None,
-            "std": round(statistics.pstdev(means), 4) if means else None,
+            "anchors": {a: {**dict(zip(("mean", "std"), mean_and_std(v, 4))), "values": v} for a, v in per_anchor.items() if v},
+            **dict(zip(("mean", "std"), mean_and_std([r.mean_accuracy for r in good], 4))),
         })
     reference = next((r for r in rows if r["name"] == "bn_relu" and r["mean"] is not None), None)
     for row in rows:
@@ -143,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
                                          "anchors": list(proxy.anchors), "ranking": ranked})
     print(f"reranked by mean held-out accuracy over seeds {args.seeds} ({', '.join(proxy.anchors)}):")
     for place, row in enumerate(ranked, 1):
-        accs = " / ".join(f"{v['mean']:.3f}+-{v['std']:.3f}" for v in row["anchors"].values())
+        accs = " / ".join(_format(v) for v in row["anchors"].values())
         verdict = {True: "  >= BN-ReLU on every anchor", False: ""}.get(row.get("at_least_bn_relu_on_every_anchor"), "")
-        mean = f"{row['mean']:.3f}+-{row['std']:.3f}" if row["mean"] is not None else "  -  "
+        mean = _format(row) if row["mean"] is not None else "  -  "
         print(f"{place:3d}. {row['name']:<11} {mean}  [{accs}]  {row['expression']}{verdict}")
     print(f"ranking: {folder / RANKING}")
     return 0

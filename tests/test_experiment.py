@@ -191,6 +191,14 @@ def test_paper_table_record_and_markdown():
     assert tables.format_mean_std([1.0, 2.0, 3.0]) == "2.0 ± 1.0 (n=3)"
 
 
+def test_mean_and_std_is_the_sample_std_over_seeds():
+    # sample std by hand: mean 0.95, squared deviations 0.0004 + 0 + 0.0004 over n - 1 = 2
+    assert tables.mean_and_std([0.93, 0.95, 0.97]) == pytest.approx((0.95, 0.02), abs=1e-12)
+    assert tables.mean_and_std([0.931234, 0.95, 0.97], ndigits=3) == (0.95, 0.019)
+    assert tables.mean_and_std([0.9]) == (0.9, None) and tables.mean_and_std([]) == (None, None)
+    assert tables.format_mean_std([0.9]) == "0.9 (n=1)" and tables.format_mean_std([]) == "-"
+
+
 def test_plot_series_writes_a_png(tmp_path):
     path = tables.plot_series(tmp_path / "p.png", {"r50": [tables.Series("BN", [128, 2], [90, 80], [1, 2])], "empty": []},
                               xlabel="images per worker", ylabel="top-1", log2_x=True, invert_x=True)

@@ -9,6 +9,7 @@ a value or ``None`` (not reported) per cell. Task packages keep their tables as
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -80,15 +81,25 @@ def format_number(value: Value, digits: int = 1) -> str:
     return f"{value:.{digits}f}" if abs(value) >= 0.01 or value == 0 else f"{value:g}"
 
 
-def format_mean_std(values: Sequence[float], digits: int = 1) -> str:
-    """``mean ± std (n=k)`` of ``values`` (sample std), or the value itself when there is one."""
-    import statistics
+def mean_and_std(values: Sequence[float], ndigits: int | None = None) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation (n - 1) of results over seeds, rounded to ``ndigits`` if
+    given; ``None`` where undefined (no value; one value for the std). Every mean ± spread this
+    project reports is this one."""
+    mean = statistics.fmean(values) if values else None
+    std = statistics.stdev(values) if len(values) > 1 else None
+    if ndigits is None:
+        return mean, std
+    return tuple(None if v is None else round(v, ndigits) for v in (mean, std))
 
-    if not values:
+
+def format_mean_std(values: Sequence[float], digits: int = 1) -> str:
+    """``mean ± std (n=k)`` of ``values`` (:func:`mean_and_std`), or the value itself when there is one."""
+    mean, std = mean_and_std(values)
+    if mean is None:
         return "-"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f} (n=1)"
-    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f} (n={len(values)})"
+    if std is None:
+        return f"{mean:.{digits}f} (n=1)"
+    return f"{mean:.{digits}f} ± {std:.{digits}f} (n={len(values)})"
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
