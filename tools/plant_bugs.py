@@ -7,11 +7,14 @@
     python3 tools/plant_bugs.py --list                             # what would be planted, nothing run
     nice -n 5 python3 tools/plant_bugs.py --set fresh2 --json docs/results/planted_bugs_fresh2.json
     nice -n 19 python3 tools/plant_bugs.py --set fresh3 --json docs/results/planted_bugs_fresh3.json
+    nice -n 19 python3 tools/plant_bugs.py --set fresh4 --json docs/results/planted_bugs_fresh4.json
 
-Three sets (``--set``, :data:`PLANT_SETS`): ``original`` (:data:`PLANTS`, the default; tests were
-written against its misses, so it no longer measures anything fresh), ``fresh2`` (:data:`FRESH2`,
-new bugs of the same kinds, committed before their first run; tests were then written against
-its misses too) and ``fresh3`` (:data:`FRESH3`, a third such set, fixed before its first run).
+Four sets (``--set``, :data:`PLANT_SETS`), one line each:
+
+* ``original`` (:data:`PLANTS`, the default): tests written against its misses; it measures nothing fresh;
+* ``fresh2`` (:data:`FRESH2`): new bugs of the same kinds, fixed before its first run; tests since written for its misses;
+* ``fresh3`` (:data:`FRESH3`): a third such set, fixed before its first run; tests since written against its misses;
+* ``fresh4`` (:data:`FRESH4`): a fourth such set, fixed before its first run.
 
 Each plant names a file, an exact snippet of it (found exactly once), its
 replacement, the tests that should notice (pytest node ids, a few per plant) and what the
@@ -766,7 +769,172 @@ FRESH3: list[Plant] = [
           "the run folder's lock is shared: a second process writing the same folder is not refused"),
 ]
 
-PLANT_SETS: dict[str, list[Plant]] = {"original": PLANTS, "fresh2": FRESH2, "fresh3": FRESH3}
+# ---- the fourth set ("fresh4"): new bugs of the same kinds, fixed before its first run -----
+#
+# Made as FRESH2 and FRESH3 were (from the source and the paper, not from the tests; whole test
+# files per plant; no line or mistake of PLANTS, FRESH2 or FRESH3 repeated), after FRESH3's
+# misses got their tests.
+
+TRAIN_DATA = "tests/test_classification_data.py"
+
+FRESH4: list[Plant] = [
+    # ---- CPU kernels --------------------------------------------------------------------------
+    plant("K11", "cpu-kernels", CPP,
+          "q[nc] = std::sqrt((variant == 0 ? var[nc] : var[nc] + mean[nc] * mean[nc]) + eps);",
+          "q[nc] = std::sqrt(var[nc] + eps);", FAST,
+          "B1/B2 forward: q from the instance variance instead of the mean square mu_wh(x^2)"),
+    plant("K12", "cpu-kernels", CPP,
+          "for (i64 c = 0; c < width; c++) out[k * NC + n * s.C + c0 + c] += block[k * CHANNEL_CHUNK + c];",
+          "for (i64 c = 0; c < width; c++) out[k * NC + n * s.C + c0 + c] = block[k * CHANNEL_CHUNK + c];", FAST,
+          "channels_last plane sums: each block of 256 pixels overwrites the sum instead of adding to it"),
+    plant("K13", "cpu-kernels", CPP, "mean[ng] = k + offset;", "mean[ng] = offset;", FAST,
+          "NCHW group mean without the shift (the group's first value) added back: S2's rstd, S0/S1's backward"),
+    plant("K14", "cpu-kernels", CPP, "double kk0 = variant == 0 ? -kk * mean[nc] : 0.0;",
+          "double kk0 = variant != 2 ? -kk * mean[nc] : 0.0;", FAST,
+          "B backward: B1 gets the instance-mean term of dx that only B0's centered q has"),
+    # ---- fused operators: generic implementation, autograd ---------------------------------
+    plant("G10", "fused-ops", LIBRARY, "dx = gd - torch.where(take_u, gd * xa / d * p, 0)",
+          "dx = gd - torch.where(take_u, gd * xa / d, 0)", FAST,
+          "generic B backward: the instance branch's term of dx drops p (v1 for B0, q for B1, -1 for B2)"),
+    plant("G11", "fused-ops", LIBRARY, "_reduce_like((g * xa / d).sum((2, 3)), weight, output_mask[0], x)",
+          "_reduce_like((g / d).sum((2, 3)), weight, output_mask[0], x)", FAST,
+          "generic B backward: dgamma sums g / d instead of g x / d (the normalized z without its x)"),
+    plant("G12", "fused-ops", LIBRARY, "given = None if ctx.from_x else batch_var", "given = batch_var", FAST,
+          "double backward of the B series treats the batch's own variance as a constant"),
+    # ---- the functional and statistics --------------------------------------------------------
+    plant("F11", "functional", FUNCTIONAL, "return x / torch.maximum(batch_std, b_instance_term(x, v1, variant, eps))",
+          "return x / torch.minimum(batch_std, b_instance_term(x, v1, variant, eps))",
+          ("tests/test_functional.py", LAYERS),
+          "composed B formula divides by the min of the batch std and the instance term instead of the max"),
+    plant("F12", "functional", FUNCTIONAL, "running_stats.update_running_(running_var, batch_var, factor, count)",
+          "running_stats.update_running_(running_var, batch_var, factor)", ("tests/test_functional.py", LAYERS),
+          "B series: the moving variance stores the biased batch variance (no n / (n - 1), unlike nn.BatchNorm2d)"),
+    plant("F13", "functional", FUNCTIONAL, "y, _, _, _, batch_var = op(x, weight, bias, v1, None, index, float(eps))",
+          "y, _, _, batch_var, _ = op(x, weight, bias, v1, None, index, float(eps))",
+          ("tests/test_functional.py", LAYERS),
+          "fused B series in training folds the batch mean into the moving variance (outputs unpacked one off)"),
+    # ---- layers and the registry ---------------------------------------------------------------
+    plant("L16", "layers", BASELINES,
+          "z = (x - mean.view(1, -1, 1, 1)) / torch.sqrt(var.view(1, -1, 1, 1) + eps)",
+          "z = x / torch.sqrt(var.view(1, -1, 1, 1) + eps)", LAYERS,
+          "BN's composed path (buffers in another dtype, synchronized, one value per channel) does not center"),
+    plant("L17", "layers", BASELINES,
+          "return self.activate(group_norm(base.upcast(x), 1, weight, bias, self.eps)).to(x.dtype)",
+          "return self.activate(group_norm(base.upcast(x), self.num_channels, weight, bias, self.eps)).to(x.dtype)",
+          LAYERS, "LayerNorm-ReLU normalizes each channel on its own (C groups: instance norm) instead of one group"),
+    plant("L18", "layers", "evonorm_core/layers/base.py", "self.running_var.fill_(1)", "self.running_var.zero_()",
+          (LAYERS, RUNNING), "reset_running_stats sets the moving variance to 0 instead of 1"),
+    plant("L19", "layers", BASELINES, "numerator = torch.relu(x) if self.nonlinearity else x",
+          "numerator = x if self.nonlinearity else torch.relu(x)", LAYERS,
+          "RS + rej applies its ReLU only when nonlinearity=False (condition inverted)"),
+    plant("L20", "layers", "evonorm_core/layers/evonorm.py",
+          "return bool(nonlinearity)  # without it, the affine x * gamma + beta", "return cls.batch_statistics",
+          (LAYERS, "tests/test_registry.py"),
+          "EvoNorm-B built with nonlinearity=False (a plain affine) still declares batch statistics and keeps buffers"),
+    # ---- moving averages and recalibration -------------------------------------------------------
+    plant("R9", "running-stats", "evonorm_core/running_stats.py", "return bool(module.track_running_stats)",
+          "return True", (RUNNING, "tests/test_registry.py"),
+          "a native BatchNorm with track_running_stats=False counts as keeping moving averages"),
+    plant("R10", "running-stats", "evonorm_core/running_stats.py", "        layer.train()\n", "", RUNNING,
+          "recalibration runs the batch-statistics layers in eval: the averages stay at their reset values"),
+    # ---- conversion ---------------------------------------------------------------------------------
+    plant("C7", "conversion", "evonorm_core/convert.py",
+          'calls = Counter(n.target for n in graph.nodes if n.op == "call_module")',
+          'calls = Counter(n.target for n in graph.nodes if n.op == "call_function")', CONVERT,
+          "a BatchNorm called twice is converted instead of refused (calls counted over function nodes)"),
+    plant("C8", "conversion", "evonorm_core/convert.py",
+          "return [e for e in self.entries if not e.nonlinearity]",
+          "return [e for e in self.entries if e.nonlinearity]", CONVERT,
+          "the conversion report's unfolded list holds the folded BatchNorms (copy of folded)"),
+    # ---- layer search ---------------------------------------------------------------------------------
+    plant("Q28", "search", "evonorm_core/search/evolution.py",
+          "return min(population, max(2, round(self.tournament_fraction * population)))",
+          "return min(population, max(1, round(self.tournament_fraction * population)))", (DRIVER, SEARCH_CONFIG),
+          "tournaments of a small population have one member (at least 1 instead of 2): the winner is random"),
+    plant("Q29", "search", "evonorm_core/search/evolution.py", "for _ in range(self.config.mutations):",
+          "for _ in range(self.config.mutations - 1):", (DRIVER, SEARCH_CONFIG),
+          "tournament winners are mutated once instead of section 4.3's twice (mutations - 1)"),
+    plant("Q30", "search", "evonorm_core/search/primitives.py", "return stats.group_moments(a, ctx.groups)[0]",
+          "return stats.group_moments(a, ctx.groups)[1]", PRIMS,
+          "group_mean returns the group variance (wrong element of the moments)"),
+    plant("Q31", "search", "evonorm_core/search/equivalence.py", "neginf=-8.88e88)", "neginf=8.88e88)",
+          ("tests/test_search_equivalence.py", DRIVER),
+          "fingerprints map -inf to +inf's value: functions differing in the sign of an overflow share one"),
+    plant("Q32", "search", "evonorm_core/search/rejection.py",
+          "norm = torch.sqrt(sum(g.square().sum() for g in grads if g is not None) + torch.zeros(()))",
+          "norm = sum(g.square().sum() for g in grads if g is not None) + torch.zeros(())",
+          "tests/test_search_rejection.py",
+          "stability test measures (and ascends) the squared gradient norm against the 1e8 threshold"),
+    plant("Q33", "search", "evonorm_core/search/driver.py",
+          '        self.resubmit = [_Pending.from_dict(p) for p in state["in_flight"]]\n', "", DRIVER,
+          "resume drops the candidates in flight at the checkpoint (never evaluated, their ids skipped)"),
+    plant("Q34", "search", "search/proxy.py", 'crop_size: int = option(24, "random training crop (paper: 24 of 32)"',
+          'crop_size: int = option(32, "random training crop (paper: 24 of 32)"', SEARCH_CONFIG,
+          "proxy trains on full 32 px images instead of Appendix B's 24 px random crops"),
+    plant("Q35", "search", "search/rerank.py",
+          'return sorted(rows, key=lambda r: -r["mean"] if r["mean"] is not None else 1.0)',
+          'return sorted(rows, key=lambda r: r["mean"] if r["mean"] is not None else 1.0)', "tests/test_search_runs.py",
+          "rerank ranks the worst mean held-out accuracy first"),
+    # ---- classification ---------------------------------------------------------------------------------
+    plant("P23", "classification", "classification/recipes.py", "return (1.0 - progress) ** recipe.poly_power",
+          "return 1.0 - progress ** recipe.poly_power", (TRAIN, TRAINER),
+          "polynomial decay 1 - p^2 instead of (1 - p)^2 (precedence)"),
+    plant("P24", "classification", "classification/recipes.py",
+          'groups = [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]',
+          'groups = [{"params": decay, "weight_decay": 0.0}, {"params": no_decay, "weight_decay": recipe.weight_decay}]',
+          (TRAINER, TRAIN),
+          "weight decay on the norm-act vectors and biases, none on conv/linear weights (groups swapped)"),
+    plant("P25", "classification", "classification/paper_tables.py",
+          '"MobileNetV2": "mobilenetv2", "MnasNet-B1": "mnasnet_b1",',
+          '"MobileNetV2": "mnasnet_b1", "MnasNet-B1": "mobilenetv2",', TABLES,
+          "Table 2's MobileNetV2 and MnasNet-B1 columns swapped"),
+    plant("P26", "classification", "classification/train.py", '"top1": 100.0 * correct / max(count, 1)',
+          '"top1": correct / max(count, 1)', TRAIN,
+          "training's evaluation reports top-1 as a fraction, not a percentage"),
+    plant("P27", "classification", "classification/data.py", "IMAGENET_MEAN = (0.485, 0.456, 0.406)",
+          "IMAGENET_MEAN = (0.406, 0.456, 0.485)", TRAIN_DATA,
+          "ImageNet transforms subtract the channel means in BGR order from RGB images"),
+    # ---- detection --------------------------------------------------------------------------------------
+    plant("D14", "detection", DETECTION_BASE, "MAX_ITER: 135000", "MAX_ITER: 125000", DETECTION,
+          "training stops at 125K steps instead of the paper's 135K"),
+    plant("D15", "detection", "detection/config.py", "cfg.MODEL.NORM_ACT.EPS = 0.0", "cfg.MODEL.NORM_ACT.EPS = 1e-3",
+          DETECTION, "MODEL.NORM_ACT.EPS defaults to 1e-3 (TensorFlow's BN epsilon) instead of the layer's own 1e-5"),
+    plant("D16", "detection", "detection/backbone.py",
+          "self.conv1 = conv_norm_act(in_channels, out_channels, 7, make, True, stride=2)",
+          "self.conv1 = conv_norm_act(in_channels, out_channels, 7, make, False, stride=2)", DETECTION,
+          "the stem's norm has no activation (BN-ReLU's ReLU before the max-pool lost)"),
+    plant("D17", "detection", "detection/heads.py", "return lambda channels: make(channels, True)",
+          "return lambda channels: make(channels, False)", DETECTION,
+          "RPN, box and mask heads' norm-acts without activation (their ReLUs removed: the heads' convs are linear)"),
+    # ---- GAN ---------------------------------------------------------------------------------------------
+    plant("N18", "gan", "gan/trainer.py", "for _ in range(self.config.d_steps):",
+          "for _ in range(self.config.d_steps - 1):", GAN, "one D step fewer per G step than d_steps (1 instead of 2)"),
+    plant("N19", "gan", "gan/ema.py",
+          "        for average, current in zip(self.model.buffers(), model.buffers()):\n"
+          "            average.copy_(current)\n", "", GAN,
+          "the EMA generator keeps its first buffers (moving statistics, spectral-norm vectors) forever"),
+    plant("N20", "gan", "gan/sampling.py", "y = classes.repeat_interleave(per_class)", "y = classes.repeat(per_class)",
+          GAN, "sample grids cycle through the classes in each row instead of one row per class"),
+    plant("N21", "gan", "gan/data.py", "return TensorDataset(images * 2 - 1, labels)",
+          "return TensorDataset(images, labels)", GAN_DATA,
+          "digits for the GAN in [0, 1] instead of G's tanh range [-1, 1]"),
+    plant("N22", "gan", "gan/config.py", "betas: tuple[float, ...] = option((0.0, 0.999),",
+          "betas: tuple[float, ...] = option((0.5, 0.999),", GAN,
+          "Adam betas (0.5, 0.999) (DCGAN's) instead of BigGAN-deep's (0, 0.999)"),
+    # ---- experiment plumbing --------------------------------------------------------------------------------
+    plant("E9", "experiment", RUNDIR, "fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)",
+          "fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)", EXPERIMENT,
+          "the lock file is truncated before locking: a refused run cannot name the process holding the folder"),
+    plant("E10", "experiment", "evonorm_core/experiment/files.py", 'with open(path, "a", encoding="utf-8") as f:',
+          'with open(path, "w", encoding="utf-8") as f:', EXPERIMENT,
+          "append_jsonl overwrites the log with the new record instead of appending it"),
+    plant("E11", "experiment", "evonorm_core/experiment/config.py",
+          "if inner is int and not isinstance(value, int):", "if inner is int and not isinstance(value, (int, float)):",
+          (EXPERIMENT, SEARCH_CONFIG), "integer settings accept floats (steps=1.5)"),
+]
+
+PLANT_SETS: dict[str, list[Plant]] = {"original": PLANTS, "fresh2": FRESH2, "fresh3": FRESH3,
+                                      "fresh4": FRESH4}
 DEFAULT_SET = "original"
 
 
@@ -959,7 +1127,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--set", dest="plant_set", choices=sorted(PLANT_SETS), default=DEFAULT_SET,
                         help="which set of plants: 'original' (the first 57, tests since written against them), "
                              "'fresh2' (a second set, fixed before its first run, tests since written against its "
-                             "misses) or 'fresh3' (a third set, fixed before its first run; default %(default)s)")
+                             "misses), 'fresh3' (a third set, likewise, tests since written against its misses) or "
+                             "'fresh4' (a fourth set, fixed before its first run; default %(default)s)")
     parser.add_argument("--only", nargs="+", metavar="ID", help="run only these plants (ids from --list)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write (or update, with --only) the results here")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
