@@ -29,11 +29,43 @@ def check_impl(impl: str) -> str:
     return impl
 
 
-class _EvoNormB(BatchStatsNormAct2d):
+class _EvoNorm:
+    """What every EvoNorm shares on top of its base class: ``impl``, ``v1`` where the formula
+    has one, and dispatch to :meth:`_call` (the functional form) or, with ``nonlinearity=False``,
+    the plain affine."""
+
+    has_v1 = False
+
+    def _init_evonorm(self, impl: str, device: torch.device | str | None, dtype: torch.dtype | None) -> None:
+        self.impl = check_impl(impl)
+        if self.nonlinearity and self.has_v1:
+            self.register_channel_param("v1", 1.0, device=device, dtype=dtype)
+
+    def _call(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, impl: str) -> Tensor:
+        raise NotImplementedError
+
+    def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
+        x = self.check_input(x, weight, bias)
+        if not self.nonlinearity:
+            return functional.affine(x, weight, bias)
+        return self._call(x, weight, bias, self.impl)
+
+    def transform(self, x: Tensor) -> Tensor:
+        if not self.nonlinearity:
+            return x
+        return self._call(base.upcast(x), None, None, "reference")
+
+    def folded_affine(self) -> tuple[Tensor, Tensor] | None:
+        return None if self.nonlinearity else self._gamma_beta()
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, impl={self.impl}"
+
+
+class _EvoNormB(_EvoNorm, BatchStatsNormAct2d):
     """``x / max(sqrt(s^2_{b,w,h}(x) + eps), u(x)) * gamma + beta``, ``u`` the variant's instance term."""
 
     variant = ""  # functional.evonorm_b's name of the instance term, see functional.B_VARIANTS
-    has_v1 = False
 
     def __init__(
         self,
@@ -53,9 +85,7 @@ class _EvoNormB(BatchStatsNormAct2d):
             num_channels, nonlinearity, eps=eps, momentum=momentum, sync=sync, process_group=process_group,
             affine=affine, device=device, dtype=dtype,
         )
-        self.impl = check_impl(impl)
-        if self.nonlinearity and self.has_v1:
-            self.register_channel_param("v1", 1.0, device=device, dtype=dtype)
+        self._init_evonorm(impl, device, dtype)
 
     @classmethod
     def batch_stats_for(cls, nonlinearity: bool = True) -> bool:
@@ -67,23 +97,6 @@ class _EvoNormB(BatchStatsNormAct2d):
             variant=self.variant, training=self.training, momentum=self.momentum, eps=self.eps,
             sync=self.sync, process_group=self.process_group, impl=impl,
         )
-
-    def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
-        x = self.check_input(x, weight, bias)
-        if not self.nonlinearity:
-            return functional.affine(x, weight, bias)
-        return self._call(x, weight, bias, self.impl)
-
-    def transform(self, x: Tensor) -> Tensor:
-        if not self.nonlinearity:
-            return x
-        return self._call(base.upcast(x), None, None, "reference")
-
-    def folded_affine(self) -> tuple[Tensor, Tensor] | None:
-        return None if self.nonlinearity else self._gamma_beta()
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, impl={self.impl}"
 
 
 class EvoNormB0(_EvoNormB):
@@ -126,11 +139,10 @@ class EvoNormB2(_EvoNormB):
     variant = "b2"
 
 
-class _EvoNormS(GroupedNormAct2d):
+class _EvoNormS(_EvoNorm, GroupedNormAct2d):
     """``x * sigmoid(gate * x) / group_denominator(x) * gamma + beta``, grouped over ``groups``."""
 
     centered = True  # group variance (S0, S1) rather than group mean square (S2)
-    has_v1 = False
 
     def __init__(
         self,
@@ -145,32 +157,13 @@ class _EvoNormS(GroupedNormAct2d):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__(num_channels, nonlinearity, eps=eps, groups=groups, affine=affine, device=device, dtype=dtype)
-        self.impl = check_impl(impl)
-        if self.nonlinearity and self.has_v1:
-            self.register_channel_param("v1", 1.0, device=device, dtype=dtype)
+        self._init_evonorm(impl, device, dtype)
 
     def _call(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, impl: str) -> Tensor:
         return functional.evonorm_s(
             x, weight, bias, getattr(self, "v1", None), groups=self.groups, eps=self.eps, centered=self.centered,
             impl=impl,
         )
-
-    def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
-        x = self.check_input(x, weight, bias)
-        if not self.nonlinearity:
-            return functional.affine(x, weight, bias)
-        return self._call(x, weight, bias, self.impl)
-
-    def transform(self, x: Tensor) -> Tensor:
-        if not self.nonlinearity:
-            return x
-        return self._call(base.upcast(x), None, None, "reference")
-
-    def folded_affine(self) -> tuple[Tensor, Tensor] | None:
-        return None if self.nonlinearity else self._gamma_beta()
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, impl={self.impl}"
 
 
 class EvoNormS0(_EvoNormS):
