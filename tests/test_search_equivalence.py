@@ -49,3 +49,11 @@ def test_cache_counts_hits_and_round_trips():
     again = EquivalenceCache()
     again.load_state_dict(cache.state_dict())
     assert again.entries == cache.entries and again.hits == 1
+
+
+def test_the_sign_of_an_overflow_is_part_of_the_fingerprint():
+    """``x / 0`` is +inf or -inf with the sign of x, ``abs(x) / 0`` +inf everywhere: different functions
+    (the static check rejects both, but the cache must not file one under the other's result)."""
+    signed, unsigned = probe_outputs(parse("x / 0"))[0], probe_outputs(parse("abs(x) / 0"))[0]
+    assert (signed == -torch.inf).any() and (unsigned == torch.inf).all()
+    assert fingerprint(parse("x / 0")) != fingerprint(parse("abs(x) / 0"))

@@ -51,6 +51,23 @@ def test_stability_rejects_an_exploding_layer_and_passes_bn_relu():
     assert norms["cubic"][0] > 1e8 and norms["cubic"][1] == 1
 
 
+def test_stability_measures_the_gradient_norm_and_ascends_it():
+    """Section 4.4's ||dL/dtheta|| on a model whose value is known by hand: one 1x1 conv of weight w on a
+    constant input s, L = (w s)^2 / 2, so dL/dw = w s^2 and the norm is |w| s^2; each ascent step
+    adds lr * d(norm)/dw = lr * s^2 to a positive w."""
+    s, w0, lr = 3.0, 0.5, 0.01
+    conv = torch.nn.Conv2d(1, 1, 1, bias=False).double()
+    with torch.no_grad():
+        conv.weight.fill_(w0)
+    x = torch.full((1, 1, 1, 1), s, dtype=torch.float64)
+    w1 = w0 + lr * s ** 2
+    w2 = w1 + lr * s ** 2
+    worst, steps = worst_case_gradient_norm(conv, lambda m: m(x).square().sum() / 2, steps=3, lr=lr)
+    assert steps == 3 and worst == pytest.approx(w2 * s ** 2, rel=1e-12)  # the largest of the three norms
+    assert worst_case_gradient_norm(conv, lambda m: m(x).square().sum() / 2, steps=1, threshold=1.0) == (
+        pytest.approx((w2 + lr * s ** 2) * s ** 2, rel=1e-12), 1)  # above the threshold: stops at once
+
+
 def test_stability_stage_in_the_evaluator_names_the_anchor():
     proxy = tiny_proxy(quality_steps=0, quality_threshold=0.0, stability_steps=2, stability_batch_size=4)
     result = ProxyEvaluator(proxy, threads=1)(parse("x * square(x) + x").to_dict())
