@@ -156,6 +156,21 @@ def test_functional_activation_and_shared_use():
     assert not [n for n in gm.graph.nodes if n.target in (F.relu6, "relu_")]
 
 
+def test_a_batchnorm_called_twice_is_refused():
+    """One BatchNorm applied to two feature maps shares its statistics between them; replacing it by
+    one norm-act (and folding one call's activation) would change the model, so conversion refuses."""
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv_a, self.conv_b, self.bn = nn.Conv2d(3, 8, 3), nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            return torch.relu(self.bn(self.conv_a(x))) + self.bn(self.conv_b(x))
+
+    with pytest.raises(ValueError, match="BatchNorm 'bn' is called 2 times; cannot convert it"):
+        evonorm_core.convert_norm_act(Twice(), "evonorm_b0")
+
+
 @pytest.mark.parametrize("bn, kind", [
     (nn.BatchNorm1d(8), "BatchNorm1d"), (nn.BatchNorm3d(8), "BatchNorm3d"), (nn.SyncBatchNorm(8), "SyncBatchNorm"),
     (nn.LazyBatchNorm2d(), "lazy BatchNorm"),

@@ -66,6 +66,22 @@ def test_matches_paper_formula(name, impl, training, nonlinearity):
     torch.testing.assert_close(layer(x), expected, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("shape", [(3, 8, 5, 4), (1, 8, 1, 1)], ids=["batch", "one-value-per-channel"])
+@pytest.mark.parametrize("name", [n for n in NAMES if build(n).uses_batch_stats])
+def test_training_with_buffers_in_another_dtype_matches_paper_formula(name, shape):
+    """Float32 moving averages under a float64 input, or one value per channel, leave ``F.batch_norm``
+    for composed ops: the same formula must come out."""
+    gen = torch.Generator().manual_seed(sum(map(ord, name)) + len(shape))
+    layer = build(name)
+    p = randomize(layer, gen)
+    for buffer in ("running_mean", "running_var"):
+        if getattr(layer, buffer, None) is not None:
+            setattr(layer, buffer, getattr(layer, buffer).float())
+    x = torch.randn(shape, generator=gen, dtype=torch.float64) * 2 + 0.3
+    expected = ref.reference(name, True)(x, p, layer.eps, training=True, groups=groups_of(layer))
+    torch.testing.assert_close(layer(x), expected, rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_default_groups_is_32(name):
     layer = evonorm_core.build_norm_act(name, 64)

@@ -115,6 +115,23 @@ def test_resume_drops_records_logged_after_the_checkpoint(tmp_path):
     assert len((out / "candidates.jsonl").read_text().splitlines()) == 24
 
 
+def test_resume_evaluates_the_candidates_in_flight_at_the_checkpoint(tmp_path):
+    """A run killed while candidates were training: the checkpoint lists them in flight, and the
+    resumed run trains them under their own ids before proposing new ones."""
+    out = tmp_path / "run"
+    LayerSearch(small_config(), SequentialExecutor(TinyEvaluator()), str(out), seed=3).run(StopCondition(max_candidates=10))
+    state = json.loads((out / "checkpoint.json").read_text())
+    genome = parse("x * sigmoid(v1 * x) / group_std(x)")
+    state["in_flight"] = [{"id": 10, "genome": genome.to_dict(), "origin": "mutation", "parent": None,
+                           "fingerprint": fingerprint(genome)}]
+    state["next_id"] = 11
+    (out / "checkpoint.json").write_text(json.dumps(state))
+    got = LayerSearch.resume(SequentialExecutor(TinyEvaluator()), str(out)).run(StopCondition(max_candidates=13))
+    assert sorted(r.candidate_id for r in got) == list(range(13))
+    resumed = next(r for r in got if r.candidate_id == 10)
+    assert resumed.genome == genome.to_dict() and resumed.trained and resumed.origin == "mutation"
+
+
 def test_crashes_and_timeouts_are_rejections(tmp_path):
     baselines = {"boom": parse("exp(x)"), "slow": parse("tanh(x)"), "fine": parse("sigmoid(x) * x")}
     for executor in (SequentialExecutor(Crashing(), time_limit=1.0), ProcessPoolExecutor(Crashing(), 2, time_limit=1.0)):

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from evonorm_core.experiment.rundir import RunDir
+from evonorm_core.search import CandidateResult
 from search import backends, evolve
 from search.config import read_run_config
+from search.rerank import rank
 
 REPO = Path(__file__).resolve().parents[1]
 # The same tiny proxy as test_search_e2e: one anchor at 8 px, a few steps.
@@ -176,3 +178,19 @@ def test_ray_without_an_address_starts_its_own_local_ray(monkeypatch):
     assert calls[-1]["address"] == "local" and calls[-1]["num_cpus"] == 3 and executor.capacity == 3
     executor = backends.RayExecutor(lambda genome: None, workers=3, address="auto")
     assert calls[-1]["address"] == "auto" and "num_cpus" not in calls[-1] and executor.capacity == 64
+
+
+def test_rerank_ranks_best_first_with_the_sample_std_and_the_bn_relu_verdict():
+    """search/rerank.py's ranking from per-seed results written by hand (no training)."""
+    anchors = ("a", "b")
+    per_seed = {"#7": [(0.90, 0.80), (0.92, 0.84)], "bn_relu": [(0.95, 0.85), (0.97, 0.87)],
+                "#3": [(0.96, 0.86), (0.98, 0.88)]}
+    results = [{"name": name, "seed": seed, "result": CandidateResult.accept(dict(zip(anchors, accs))).to_dict()}
+               for name, runs in per_seed.items() for seed, accs in enumerate(runs)]
+    chosen = {name: {"expression": name, "genome": {}} for name in per_seed}
+    rows = rank(chosen, results, anchors)
+    assert [r["name"] for r in rows] == ["#3", "bn_relu", "#7"]
+    best = rows[0]
+    assert best["mean"] == 0.92 and best["anchors"]["a"]["mean"] == 0.97
+    assert best["anchors"]["a"]["std"] == round(2 ** 0.5 * 0.01, 4)  # sample std of 0.96, 0.98
+    assert [r["at_least_bn_relu_on_every_anchor"] for r in rows] == [True, True, False]
