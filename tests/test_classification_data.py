@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from classification.data import load_cifar10, load_digits_proxy
+from classification.data import imagenet_transforms, load_cifar10, load_digits_proxy
 
 
 def test_digits_proxy_shapes_split_and_normalization():
@@ -84,3 +84,16 @@ def test_imagenet_evaluation_resizes_to_resolution_over_0875_then_center_crops(r
     got = imagenet_transforms(resolution, train=False)(image)
     assert got.shape == (3, resolution, resolution)
     torch.testing.assert_close(got, want)
+
+
+def test_imagenet_eval_transform_normalizes_rgb_with_the_imagenet_statistics():
+    """torchvision's ImageNet statistics, RGB order: mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225).
+    An image of the mean colour becomes 0, one a std brighter per channel becomes 1 (up to uint8 rounding)."""
+    from PIL import Image
+
+    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+    for colour, expected in ((mean, 0.0), (mean + std, 1.0)):
+        pixels = np.round(np.broadcast_to(colour * 255, (40, 40, 3))).astype(np.uint8)
+        out = imagenet_transforms(32, train=False)(Image.fromarray(pixels))
+        assert out.shape == (3, 32, 32)
+        torch.testing.assert_close(out, torch.full_like(out, expected), atol=0.01, rtol=0)

@@ -79,6 +79,7 @@ def test_paper_config_places_norm_act_everywhere(name):
         norm = norm_of(conv)
         assert type(norm).__name__ == layer, conv_name
         assert norm.nonlinearity is nonlinearity, conv_name
+        assert norm.eps == 1e-5, f"{conv_name}: eps {norm.eps}, the paper's layers use 1e-5"
         assert conv.activation is None, f"{conv_name}: separate activation after the norm-act"
         assert conv.bias is None, conv_name
     for head in (model.roi_heads.box_head, model.roi_heads.mask_head):
