@@ -268,6 +268,16 @@ def test_booleans_are_not_numbers(make, message):
     assert str(info.value) == message
 
 
+def test_integer_settings_refuse_fractions_in_code_and_in_json(tmp_path):
+    """``steps=1.5`` is a mistake, not 1 or 2 steps; a float setting takes an int as it is."""
+    with pytest.raises(cfg.ConfigError, match=r"--steps must be an integer, got 1.5"):
+        Run(steps=1.5)
+    (tmp_path / "config.json").write_text(json.dumps({"steps": 2.0}))
+    with pytest.raises(cfg.ConfigError, match=r"--steps must be an integer, got 2.0"):
+        cfg.load_config(tmp_path / "config.json", Run)
+    assert Run(budget=3).budget == 3
+
+
 def test_booleans_in_a_json_config_are_not_numbers(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"steps": True}))
     with pytest.raises(cfg.ConfigError, match="--steps must be a number, got True"):

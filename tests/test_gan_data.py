@@ -49,6 +49,14 @@ def test_image_folder_is_resized_and_center_cropped(tmp_path):
     torch.testing.assert_close(x, torch.full_like(x, float(to_unit_range(torch.tensor(200)))), atol=0.01, rtol=0)
 
 
+def test_embedded_digits_span_the_generators_tanh_range():
+    """G ends in tanh, so real images must be in [-1, 1] with the background at -1 and full ink at +1
+    (in [0, 1] D would tell real from fake by range alone)."""
+    images = build_dataset("digits", None, 16).tensors[0]
+    assert images.min() == -1 and images.max() == 1
+    assert (images == -1).float().mean() > 0.2  # the digits' background (about 30% of the pixels)
+
+
 def test_dataset_errors_name_the_problem(tmp_path):
     with pytest.raises(ValueError, match="accepted"):
         build_dataset("mnist", None, 32)

@@ -22,7 +22,7 @@ from gan.config import PRESETS
 from gan.data import digits_dataset
 from gan.ema import EMA
 from gan.losses import discriminator_hinge_loss, generator_hinge_loss
-from gan.sampling import sample_latents, standing_statistics
+from gan.sampling import grid_latents, sample_latents, standing_statistics
 from gan.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -246,6 +246,34 @@ def test_latents():
     assert z.shape == (5, 3) and y.dtype == torch.long and 0 <= int(y.min()) and int(y.max()) < 4
     _, y = sample_latents(4000, 1, 4, generator=torch.Generator().manual_seed(1))
     assert torch.bincount(y, minlength=4).tolist() == pytest.approx([1000] * 4, abs=100)  # every class, uniformly
+
+
+def test_train_step_makes_d_steps_discriminator_steps_then_one_generator_step(tmp_path, digits):
+    """BigGAN-deep: ``d_steps`` (paper preset 2) D updates per G update, then the EMA."""
+    trainer = tiny_trainer(tmp_path, digits, "bn_relu", d_steps=3)
+    calls = []
+    for name in ("discriminator_step", "generator_step"):
+        method = getattr(trainer, name)
+        setattr(trainer, name, lambda method=method, name=name: calls.append(name) or method())
+    trainer.train_step()
+    assert calls == ["discriminator_step"] * 3 + ["generator_step"] and trainer.step == 1
+
+
+def test_ema_copies_buffers_at_every_update():
+    """Moving statistics and spectral-norm vectors are copied from the trained model, not averaged
+    and not kept from the first copy."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    ema = EMA(model, decay=0.9, start=0)
+    model(torch.randn(16, 3))  # training mode: the running statistics move
+    ema.update(model, step=1)
+    for average, current in zip(ema.model.buffers(), model.buffers()):
+        assert torch.equal(average, current)
+
+
+def test_sample_grid_has_one_row_per_class():
+    z, y = grid_latents(dim_z=4, num_classes=10, per_class=8)
+    assert z.shape == (80, 4)
+    assert y.view(10, 8).tolist() == [[c] * 8 for c in range(10)]  # row r: eight samples of class r
 
 
 def test_ema_generator_is_in_eval_mode():
