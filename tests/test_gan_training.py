@@ -288,3 +288,72 @@ def test_ema_generator_is_in_eval_mode():
     with torch.no_grad():
         ema.model(torch.randn(8, 3) + 5)
     torch.testing.assert_close(ema.model[1].running_mean, before)
+
+
+def test_each_optimizer_gets_its_own_models_parameters_and_learning_rate(tmp_path, digits):
+    """BigGAN-deep trains G and D with different learning rates (paper: 5e-5 and 2e-4): opt_g must hold
+    exactly G's parameters with ``g_lr``, opt_d exactly D's with ``d_lr``, both with the configured
+    Adam betas and eps; swapping the rates or the models fails this."""
+    trainer = tiny_trainer(tmp_path, digits, g_lr=3e-4, d_lr=7e-4, betas=(0.25, 0.5), adam_eps=1e-7)
+    for optimizer, model, lr in ((trainer.opt_g, trainer.generator, 3e-4), (trainer.opt_d, trainer.discriminator, 7e-4)):
+        (group,) = optimizer.param_groups
+        assert group["lr"] == lr and tuple(group["betas"]) == (0.25, 0.5) and group["eps"] == 1e-7
+        assert {id(p) for p in group["params"]} == {id(p) for p in model.parameters()}
+
+
+def test_discriminator_step_leaves_the_generator_and_generator_step_leaves_the_discriminator(tmp_path, digits):
+    """A D update changes only D's weights, a G update only G's (D's weights and Adam state stay as
+    they were: D is frozen while G learns through it; its spectral-norm vectors may move, as in BigGAN)."""
+    trainer = tiny_trainer(tmp_path, digits, "evonorm_s0")
+    g_before, d_before = parameters(trainer.generator), parameters(trainer.discriminator)
+    trainer.discriminator_step()
+    assert all(torch.equal(a, b) for a, b in zip(g_before, trainer.generator.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(d_before, trainer.discriminator.parameters()))
+    assert not trainer.opt_g.state  # G's optimizer has not stepped
+    d_after = {n: p.detach().clone() for n, p in trainer.discriminator.named_parameters()}
+    d_opt_steps = [s["step"].item() for s in trainer.opt_d.state.values()]
+    trainer.generator_step()
+    for name, value in trainer.discriminator.named_parameters():
+        assert torch.equal(value, d_after[name]), name
+    assert [s["step"].item() for s in trainer.opt_d.state.values()] == d_opt_steps
+    assert not all(torch.equal(a, b) for a, b in zip(g_before, trainer.generator.parameters()))
+    assert all(p.requires_grad for p in trainer.discriminator.parameters())  # unfrozen again for the next D step
+
+
+def test_generator_step_judges_each_fake_as_the_class_it_was_drawn_for(tmp_path, digits):
+    """The conditional G loss feeds D the same labels G generated from, and the logged loss_g is
+    -mean(D(G(z, y), y)) on exactly those logits."""
+    trainer = tiny_trainer(tmp_path, digits, "evonorm_s0")
+    seen = {}
+    handles = [
+        trainer.discriminator.register_forward_hook(lambda m, args, out: seen.update(logits=out.detach(), labels=args[1])),
+        trainer.generator.register_forward_hook(lambda m, args, out: seen.update(fake_labels=args[1])),
+    ]
+    scalars = trainer.generator_step()
+    for handle in handles:
+        handle.remove()
+    assert torch.equal(seen["labels"], seen["fake_labels"])
+    assert scalars["loss_g"] == pytest.approx(-seen["logits"].mean().item(), rel=1e-5)
+
+
+def test_checkpoint_holds_and_resume_restores_the_discriminator_and_its_optimizer(tmp_path, digits):
+    """The checkpoint holds D, G, G_ema, both optimizers, the step and the class count; resume restores
+    D's weights and Adam moments exactly (not only G's and opt_g's step count, which the test above checks)."""
+    trainer = tiny_trainer(tmp_path, digits, "bn_relu")
+    trainer.train_step()
+    trainer.save()
+    trainer.owner.close()  # as train() does when it ends
+    state = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
+    assert {"config", "num_classes", "step", "G", "D", "G_ema", "opt_g", "opt_d"} <= set(state)
+    assert state["num_classes"] == 10 and state["step"] == 1
+    for key, value in trainer.discriminator.state_dict().items():
+        assert torch.equal(state["D"][key], value), key
+    resumed = tiny_trainer(tmp_path, digits, "bn_relu", total_steps=3, resume=True)
+    for key, value in trainer.discriminator.state_dict().items():
+        assert torch.equal(resumed.discriminator.state_dict()[key], value), key
+    original, restored = trainer.opt_d.state_dict()["state"], resumed.opt_d.state_dict()["state"]
+    assert set(original) == set(restored)
+    for index in original:
+        for name in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(original[index][name], restored[index][name]), (index, name)
+

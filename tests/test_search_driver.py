@@ -225,3 +225,17 @@ def test_bad_configuration_is_a_clear_error(tmp_path):
         EvolutionConfig(mode="X")
     with pytest.raises(FileNotFoundError, match="no search checkpoint"):
         LayerSearch.resume(SequentialExecutor(TinyEvaluator()), str(tmp_path))
+
+
+def test_tournament_is_the_configured_fraction_of_the_window_only():
+    """Each tournament samples ``tournament_fraction`` of the population (paper: 5%) from the window of
+    the most recent members only. With 150 members added to a window of 100 and the oldest the most
+    accurate, the "average" winner is the oldest of 5 distinct ids out of 50..149: never outside 50..145,
+    and on average 50 + E[min of 5 of 0..99 without replacement] = 50 + 101 / 6 - 1 (closed form)."""
+    proposer = Proposer(EvolutionConfig(selection="average", window=100, tournament_fraction=0.05),
+                        random.Random(0))
+    for i in range(150):
+        proposer.add(Member(i, parse("tanh(x)"), (float(150 - i),)))
+    winners = [proposer.select().candidate_id for _ in range(3000)]
+    assert min(winners) >= 50 and max(winners) <= 145
+    assert sum(winners) / len(winners) == pytest.approx(50 + 101 / 6 - 1, abs=1.0)

@@ -194,3 +194,13 @@ def test_rerank_ranks_best_first_with_the_sample_std_and_the_bn_relu_verdict():
     assert best["mean"] == 0.92 and best["anchors"]["a"]["mean"] == 0.97
     assert best["anchors"]["a"]["std"] == round(2 ** 0.5 * 0.01, 4)  # sample std of 0.96, 0.98
     assert [r["at_least_bn_relu_on_every_anchor"] for r in rows] == [True, True, False]
+
+
+def test_value_at_reads_the_top10_curve_as_a_step_function():
+    """Fig. 10 compares strategies at equal budgets: the value after N candidates is the curve's last point
+    at or before N (the curve only has points where the top-10 changed), None before the first point."""
+    from search.compare import value_at
+
+    curve = [[3, 0.5], [7, 0.6], [10, 0.7]]
+    assert value_at(curve, 2) is None and value_at([], 5) is None
+    assert [value_at(curve, n) for n in (3, 6, 7, 9, 10, 1000)] == [0.5, 0.5, 0.6, 0.6, 0.7, 0.7]
