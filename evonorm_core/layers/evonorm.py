@@ -13,6 +13,8 @@ differentiable). Both take ``gamma``/``beta`` per channel or per sample
 """
 from __future__ import annotations
 
+import abc
+
 import torch
 from torch import Tensor
 
@@ -29,7 +31,7 @@ def check_impl(impl: str) -> str:
     return impl
 
 
-class _EvoNorm:
+class _EvoNorm(abc.ABC):
     """What every EvoNorm shares on top of its base class: ``impl``, ``v1`` where the formula
     has one, and dispatch to :meth:`_call` (the functional form) or, with ``nonlinearity=False``,
     the plain affine."""
@@ -41,8 +43,9 @@ class _EvoNorm:
         if self.nonlinearity and self.has_v1:
             self.register_channel_param("v1", 1.0, device=device, dtype=dtype)
 
+    @abc.abstractmethod
     def _call(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, impl: str) -> Tensor:
-        raise NotImplementedError
+        """The series' functional form (:mod:`evonorm_core.functional`) on ``x`` with this layer's state."""
 
     def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
         x = self.check_input(x, weight, bias)
