@@ -35,7 +35,7 @@ from evonorm_core.experiment import data
 from evonorm_core.experiment.config import config_to_dict
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
 from evonorm_core.experiment.progress import Progress
-from evonorm_core.experiment.tables import Series, format_mean_std, markdown_table, mean_and_std, plot_series
+from evonorm_core.experiment.tables import Series, format_mean_std, markdown_table, mean_std_fields, plot_series
 
 from .paper_tables import LAYERS, TABLES, WORKERS, PaperTable
 from .train import TrainConfig, train
@@ -206,7 +206,7 @@ def summary(table: PaperTable, runs_dir: Path) -> dict:
         cells_out.append({
             "model": model, "layer": layer, "label": label, "batch": batch,
             "seeds": [r["config"]["seed"] for r in runs], "final_top1": [r["final_top1"] for r in runs],
-            **dict(zip(("mean", "std"), mean_and_std(finals))),
+            **mean_std_fields(finals),
             "diverged": sum(r["final_top1"] is None for r in runs),
             "paper": table.paper_value(model, label, batch) if label in LAYERS else None,
             "curves": [[h["top1"] for h in r.get("history", [])] for r in runs],

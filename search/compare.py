@@ -23,7 +23,7 @@ from pathlib import Path
 
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_json
-from evonorm_core.experiment.tables import mean_and_std
+from evonorm_core.experiment.tables import mean_and_std, mean_std_fields
 from evonorm_core.search.driver import CHECKPOINT, read_checkpoint
 from search import evolve
 from search.report import distinct_accepted, summarize
@@ -80,7 +80,7 @@ def collect(output_dir: Path, seeds: list[int], budget: int) -> dict:
         strategies[strategy] = {
             "seeds": seeds, "top10_final": finals, "distinct_accepted": distinct, "best_final": best,
             "curves": curves,
-            **dict(zip(("mean", "std"), mean_and_std(known, 4))),
+            **mean_std_fields(known, 4),
         }
     evo, rnd = strategies["evolution"], strategies["random"]
     verdict = None

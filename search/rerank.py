@@ -23,7 +23,7 @@ from pathlib import Path
 from evonorm_core.experiment.config import ConfigError, command_line
 from evonorm_core.experiment.files import CorruptFileError, append_jsonl, atomic_write_json, read_jsonl
 from evonorm_core.experiment.rundir import RunDir, RunDirError
-from evonorm_core.experiment.tables import mean_and_std
+from evonorm_core.experiment.tables import mean_std_fields
 from evonorm_core.search.driver import read_checkpoint
 from evonorm_core.search.results import CandidateResult
 from search.backends import die_with_parent, evaluate_safely
@@ -69,8 +69,8 @@ def rank(chosen: dict[str, dict], results: list[dict], anchors: tuple[str, ...])
             "name": name, "expression": layer["expression"], "seeds": [r["seed"] for r in runs],
             "failed": [f"seed {r['seed']}: {r['result']['stage']}: {r['result']['reason']}" for r, f in zip(runs, finished)
                        if f not in good],
-            "anchors": {a: {**dict(zip(("mean", "std"), mean_and_std(v, 4))), "values": v} for a, v in per_anchor.items() if v},
-            **dict(zip(("mean", "std"), mean_and_std([r.mean_accuracy for r in good], 4))),
+            "anchors": {a: {**mean_std_fields(v, 4), "values": v} for a, v in per_anchor.items() if v},
+            **mean_std_fields([r.mean_accuracy for r in good], 4),
         })
     reference = next((r for r in rows if r["name"] == "bn_relu" and r["mean"] is not None), None)
     for row in rows:
@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         pool.shutdown(wait=completed, cancel_futures=True)
         run_dir.close()
     ranked = rank(chosen, [r for r in done if r["seed"] in args.seeds], proxy.anchors)
-    atomic_write_json(folder / RANKING, {"command": command_line("python search/rerank.py", argv), "train_steps": proxy.train_steps, "seeds": args.seeds,
+    atomic_write_json(folder / RANKING, {"command": command_line("python search/rerank.py", argv),
+                                         "train_steps": proxy.train_steps, "seeds": args.seeds,
                                          "anchors": list(proxy.anchors), "ranking": ranked})
     print(f"reranked by mean held-out accuracy over seeds {args.seeds} ({', '.join(proxy.anchors)}):")
     for place, row in enumerate(ranked, 1):

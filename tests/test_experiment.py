@@ -196,6 +196,7 @@ def test_mean_and_std_is_the_sample_std_over_seeds():
     assert tables.mean_and_std([0.93, 0.95, 0.97]) == pytest.approx((0.95, 0.02), abs=1e-12)
     assert tables.mean_and_std([0.931234, 0.95, 0.97], ndigits=3) == (0.95, 0.019)
     assert tables.mean_and_std([0.9]) == (0.9, None) and tables.mean_and_std([]) == (None, None)
+    assert tables.mean_std_fields([0.931234, 0.95, 0.97], 3) == {"mean": 0.95, "std": 0.019}
     assert tables.format_mean_std([0.9]) == "0.9 (n=1)" and tables.format_mean_std([]) == "-"
 
 

@@ -92,6 +92,11 @@ def mean_and_std(values: Sequence[float], ndigits: int | None = None) -> tuple[f
     return tuple(None if v is None else round(v, ndigits) for v in (mean, std))
 
 
+def mean_std_fields(values: Sequence[float], ndigits: int | None = None) -> dict[str, float | None]:
+    """``{"mean": ..., "std": ...}`` of :func:`mean_and_std`, the fields of a result file's summary."""
+    return dict(zip(("mean", "std"), mean_and_std(values, ndigits)))
+
+
 def format_mean_std(values: Sequence[float], digits: int = 1) -> str:
     """``mean ± std (n=k)`` of ``values`` (:func:`mean_and_std`), or the value itself when there is one."""
     mean, std = mean_and_std(values)
