@@ -8,13 +8,15 @@
     nice -n 5 python3 tools/plant_bugs.py --set fresh2 --json docs/results/planted_bugs_fresh2.json
     nice -n 19 python3 tools/plant_bugs.py --set fresh3 --json docs/results/planted_bugs_fresh3.json
     nice -n 19 python3 tools/plant_bugs.py --set fresh4 --json docs/results/planted_bugs_fresh4.json
+    nice -n 19 python3 tools/plant_bugs.py --set fresh5 --json docs/results/planted_bugs_fresh5.json
 
-Four sets (``--set``, :data:`PLANT_SETS`), one line each:
+Five sets (``--set``, :data:`PLANT_SETS`), one line each:
 
 * ``original`` (:data:`PLANTS`, the default): tests written against its misses; it measures nothing fresh;
 * ``fresh2`` (:data:`FRESH2`): new bugs of the same kinds, fixed before its first run; tests since written for its misses;
 * ``fresh3`` (:data:`FRESH3`): a third such set, fixed before its first run; tests since written against its misses;
-* ``fresh4`` (:data:`FRESH4`): a fourth such set, fixed before its first run; tests since written against its misses.
+* ``fresh4`` (:data:`FRESH4`): a fourth such set, fixed before its first run; tests since written against its misses;
+* ``fresh5`` (:data:`FRESH5`): a fifth such set, fixed before its first run.
 
 Each plant names a file, an exact snippet of it (found exactly once), its
 replacement, the tests that should notice (pytest node ids, a few per plant) and what the
@@ -933,8 +935,185 @@ FRESH4: list[Plant] = [
           (EXPERIMENT, SEARCH_CONFIG), "integer settings accept floats (steps=1.5)"),
 ]
 
+# ---- the fifth set ("fresh5"): new bugs of the same kinds, fixed before its first run -----
+#
+# Made as FRESH2-FRESH4 were (from the source and the paper, not from the tests; whole test
+# files per plant; no line or mistake of PLANTS, FRESH2, FRESH3 or FRESH4 repeated), after
+# FRESH4's misses got their tests; more of its plants sit in the code around the core
+# (GAN trainer/sampling/metrics/report, search driver/report/rerank/compare/proxy/front end,
+# classification training and tables, detection config/optimizer/data/report, run files).
+
+SEARCH_RUNS = "tests/test_search_runs.py"
+GAN_REPORT = "tests/test_gan_report.py"
+GAN_METRICS = "tests/test_gan_metrics.py"
+DETECTION_TRAIN = "tests/test_detection_train.py"
+
+FRESH5: list[Plant] = [
+    # ---- CPU kernels --------------------------------------------------------------------------
+    plant("K15", "cpu-kernels", CPP, "const int32_t scale_bits = (static_cast<int32_t>(k) + 127) << 23;",
+          "const int32_t scale_bits = (static_cast<int32_t>(k) + 126) << 23;", FAST,
+          "float exp: exponent bias 126 instead of 127, every float32/half sigmoid reads exp(-z) / 2"),
+    plant("K16", "cpu-kernels", CPP, "dgamma[nc] = sums[nc] * r;", "dgamma[nc] = sums[nc];", FAST,
+          "S backward: dgamma sums g x s without the group rstd r"),
+    plant("K17", "cpu-kernels", CPP, "for (i64 n = 0; n < N; n++) per_c[c] += per_nc_sum[n * C + c];",
+          "for (i64 n = 0; n < N; n++) per_c[c] += per_nc_sum[c * N + n];", FAST,
+          "per-channel parameter gradients summed over (n, c) sums indexed as (c, n): wrong elements added"),
+    # ---- fused operators: generic implementation, autograd ---------------------------------
+    plant("G13", "fused-ops", LIBRARY, "k0 = -k * mean if centered else torch.zeros_like(k)", "k0 = -k * mean", FAST,
+          "generic S backward: S2 (group mean square, not centered) gets the group mean's term of dx"),
+    plant("G14", "fused-ops", LIBRARY, "        return dx, dw, db, dv, None, None, None\n",
+          "        return dx, dw, dv, db, None, None, None\n", FAST,
+          "double backward of the S series returns v1's gradient as the bias's and the bias's as v1's"),
+    # ---- the functional and statistics --------------------------------------------------------
+    plant("F14", "functional", FUNCTIONAL,
+          "return _nchw(v1, x.dtype) * x + torch.sqrt(stats.instance_var(x) + eps)",
+          "return _nchw(v1, x.dtype) * x + torch.sqrt(stats.instance_mean_square(x) + eps)",
+          ("tests/test_functional.py", LAYERS),
+          "composed EvoNorm-B0: instance term from the mean square mu_wh(x^2) instead of the variance s2_wh"),
+    plant("F15", "functional", STATISTICS, "return torch.var_mean(x, dim=dim, unbiased=False, keepdim=keepdim)",
+          "return torch.var_mean(x, dim=dim, unbiased=True, keepdim=keepdim)", (LAYERS, PRIMS),
+          "instance, group and layer variances unbiased (n - 1) instead of the paper's population s^2"),
+    plant("F16", "functional", FUNCTIONAL,
+          "m2 = stats.group_var(x, groups) if centered else stats.group_mean_square(x, groups)",
+          "m2 = stats.group_mean_square(x, groups) if centered else stats.group_var(x, groups)",
+          ("tests/test_functional.py", LAYERS),
+          "composed S series: centered flag inverted (S0/S1 by the group mean square, S2 by the group variance)"),
+    # ---- layers -----------------------------------------------------------------------------------
+    plant("L21", "layers", "evonorm_core/layers/evonorm.py", "if self.nonlinearity and self.has_v1:",
+          "if self.has_v1:", (LAYERS, "tests/test_registry.py"),
+          "EvoNorm-B0/S0 built with nonlinearity=False (a plain affine) still get a learnable v1"),
+    plant("L22", "layers", "evonorm_core/layers/evonorm.py", "momentum: float | None = 0.1,",
+          "momentum: float | None = 0.01,", (LAYERS, RUNNING),
+          "EvoNorm-B layers default to momentum 0.01 (TensorFlow's 0.99 decay read as PyTorch's) instead of 0.1"),
+    plant("L23", "layers", "evonorm_core/layers/conditional.py",
+          "for module in (self.norm, self.gain, self.bias):", "for module in (self.gain, self.bias):",
+          "tests/test_layers_conditional.py",
+          "conditional layer's reset_parameters leaves the wrapped layer (v0/v1, moving averages) as it is"),
+    plant("L24", "layers", "evonorm_core/layers/base.py",
+          "        super().reset_parameters()\n        self.reset_running_stats()\n",
+          "        super().reset_parameters()\n", (LAYERS, RUNNING),
+          "reset_parameters of batch-statistics layers keeps the old moving averages and batch count"),
+    # ---- moving averages -------------------------------------------------------------------------
+    plant("R11", "running-stats", "evonorm_core/running_stats.py",
+          "        for module, mode in modes.items():\n            module.training = mode\n", "", RUNNING,
+          "after recalibration the model stays in eval with its batch-statistics layers in train mode"),
+    plant("R12", "running-stats", "evonorm_core/running_stats.py", "not 0 < momentum <= 1:", "not 0 < momentum < 1:",
+          (RUNNING, LAYERS), "momentum=1 (each average is the last batch's) refused: (0, 1) instead of (0, 1]"),
+    # ---- conversion ---------------------------------------------------------------------------------
+    plant("C9", "conversion", "evonorm_core/convert.py", "**{**state, **options})", "**{**options, **state})",
+          CONVERT, "an explicit device/dtype option is overridden by each BatchNorm's own"),
+    plant("C10", "conversion", "evonorm_core/convert.py",
+          "return isinstance(m, (NormAct2d, ConditionalNormAct2d)) or super().is_leaf_module(m, qualname)",
+          "return isinstance(m, ConditionalNormAct2d) or super().is_leaf_module(m, qualname)", CONVERT,
+          "the tracer steps into the suite's own norm-act layers (a model already holding one is not kept opaque)"),
+    # ---- layer search: engine ---------------------------------------------------------------------------
+    plant("Q36", "search", "evonorm_core/search/evolution.py", "return self.rng.choice(pareto_frontier(tournament))",
+          "return pareto_frontier(tournament)[0]", (DRIVER, SEARCH_CONFIG),
+          "Pareto tournaments always return the frontier's first member instead of a uniform draw from it"),
+    plant("Q37", "search", "evonorm_core/search/driver.py",
+          "(self.max_candidates is not None and proposed >= self.max_candidates)",
+          "(self.max_candidates is not None and proposed > self.max_candidates)", DRIVER,
+          "--max-candidates N proposes N + 1 candidates"),
+    # ---- layer search: front end (report, rerank, compare, proxy, config, evolve) ------------------------
+    plant("Q38", "search", "search/report.py", "if record.accepted and record.fingerprint not in seen:",
+          "if record.accepted:", SEARCH_RUNS,
+          "top-10 curve counts a function accepted again (same fingerprint) once per repeat"),
+    plant("Q39", "search", "search/report.py", "first.setdefault(record.fingerprint, record)",
+          "first[record.fingerprint] = record", SEARCH_RUNS,
+          "distinct accepted layers keep the last candidate of each function instead of the first"),
+    plant("Q40", "search", "search/rerank.py", "train_steps=train_steps or 2 * proxy.train_steps,",
+          "train_steps=train_steps or proxy.train_steps,", SEARCH_RUNS,
+          "rerank trains as long as the search instead of twice as long by default"),
+    plant("Q41", "search", "search/rerank.py",
+          'row["anchors"][a]["mean"] >= reference["anchors"][a]["mean"] for a in anchors)',
+          'row["anchors"][a]["mean"] > reference["anchors"][a]["mean"] for a in anchors)', SEARCH_RUNS,
+          "'at least BN-ReLU on every anchor' demands strictly better (BN-ReLU is not at least itself)"),
+    plant("Q42", "search", "search/compare.py", "before = [mean for x, mean in curve if x <= candidates]",
+          "before = [mean for x, mean in curve if x < candidates]", SEARCH_RUNS,
+          "Fig. 10 comparison reads the top-10 mean one candidate before the budget"),
+    plant("Q43", "search", "search/proxy.py",
+          "        torch.manual_seed(self.seed)\n        return build_anchor(", "        return build_anchor(",
+          (SEARCH_CONFIG, SEARCH_RUNS),
+          "proxy models initialized from the global RNG state, not the seed: equal layers get different scores"),
+    plant("Q44", "search", "search/config.py", '"evonorm_b1": "x / max(batch_std(x), (x + v1) * instance_rms(x))",',
+          '"evonorm_b1": "x / max(batch_std(x), (x + v1) * instance_std(x))",',
+          (SEARCH_CONFIG, "tests/test_search_layer.py"),
+          "EvoNorm-B1 reference genome uses the instance std instead of Table 2's sqrt(mu_wh(x^2))"),
+    plant("Q45", "search", "search/evolve.py", "return replace_config(saved, explicit, fixed=fixed_on_resume())",
+          "return replace_config(saved, explicit)", (SEARCH_CONFIG, SEARCH_RUNS),
+          "--resume lets any setting change (proxy, evolution, seed), not only the stop conditions and workers"),
+    # ---- classification ---------------------------------------------------------------------------------
+    plant("P28", "classification", "classification/trainer.py", "        self.optimizer.zero_grad(set_to_none=True)\n",
+          "", (TRAINER, TRAIN), "gradients are never cleared: each step adds to every earlier step's gradients"),
+    plant("P29", "classification", "classification/recipes.py", "milestones=(30, 60, 80))",
+          "milestones=(30, 60, 90))", (TRAIN, TRAINER),
+          "ResNet schedule's last LR drop at epoch 90 (never reached) instead of Goyal et al.'s 80"),
+    plant("P30", "classification", "classification/train.py", '"trainer": trainer.state_dict(), "epoch": epoch + 1,',
+          '"trainer": trainer.state_dict(), "epoch": epoch,', TRAIN,
+          "checkpoint records the finished epoch's index: a resumed run trains that epoch again"),
+    plant("P31", "classification", "classification/train.py", '"best_top1": max((h["top1"] for h in history)',
+          '"best_top1": min((h["top1"] for h in history)', TRAIN, "result.json's best_top1 is the worst epoch's"),
+    plant("P32", "classification", "classification/tables.py",
+          'f"--nnodes={nodes}", f"--nproc_per_node={per_node}"',
+          'f"--nnodes={per_node}", f"--nproc_per_node={nodes}"', TABLES,
+          "paper-scale torchrun commands swap nodes and processes per node (ResNet: 8 nodes of 1 GPU)"),
+    plant("P33", "classification", "classification/data.py",
+          "    return (split.train_images - mean) / std, split.train_labels, (split.val_images - mean) / std, "
+          "split.val_labels\n\n\ndef load_cifar10",
+          "    val_mean, val_std = split.val_images.mean(), split.val_images.std()\n"
+          "    return (split.train_images - mean) / std, split.train_labels, (split.val_images - val_mean) / val_std, "
+          "split.val_labels\n\n\ndef load_cifar10",
+          TRAIN_DATA, "digits validation images standardized with their own mean and std, not the training split's"),
+    # ---- detection --------------------------------------------------------------------------------------
+    plant("D18", "detection", DETECTION_BASE, "IMS_PER_BATCH: 64", "IMS_PER_BATCH: 32", DETECTION,
+          "32 images per step instead of the paper's 8 workers x 8 images"),
+    plant("D19", "detection", "detection/optimizer.py", "weight_decay_bias=cfg.SOLVER.WEIGHT_DECAY_BIAS,",
+          "weight_decay_bias=cfg.SOLVER.WEIGHT_DECAY_NORM,", (DETECTION, DETECTION_TRAIN),
+          "conv/fc biases get the norm-act weight decay (0) instead of the ordinary one"),
+    plant("D20", "detection", "detection/report.py", "for key, value in evaluations[-1].items():",
+          "for key, value in evaluations[0].items():", (DETECTION_TRAIN, DETECTION),
+          "report without final_results.json reads a run's first logged evaluation instead of its last"),
+    plant("D21", "detection", "detection/norm.py", "if node.GROUPS > 0:", "if node.GROUPS >= 0:", DETECTION,
+          "MODEL.NORM_ACT.GROUPS 0 ('the layer's default') is passed on as groups=0"),
+    plant("D22", "detection", "detection/data.py", "recompute_boxes=cfg.MODEL.MASK_ON)", "recompute_boxes=False)",
+          (DETECTION_TRAIN, DETECTION), "after the scale-jitter crop, boxes are not recomputed from the cropped masks"),
+    # ---- GAN ---------------------------------------------------------------------------------------------
+    plant("N23", "gan", "gan/trainer.py", 'kept = [r for r in read_jsonl(log) if r["step"] <= self.step]',
+          'kept = [r for r in read_jsonl(log) if r["step"] < self.step]', GAN,
+          "resume drops the log line of the checkpoint's own step"),
+    plant("N24", "gan", "gan/trainer.py", "        self.discriminator.requires_grad_(True)\n", "", GAN,
+          "D's parameters stay frozen after the first G step (requires_grad never turned back on): D never trains again"),
+    plant("N25", "gan", "gan/config.py", 'g_lr: float = option(5e-5,', 'g_lr: float = option(1e-4,', GAN,
+          "G learning rate 1e-4 (BigGAN's 256x8 script) instead of BigGAN-deep's 5e-5"),
+    plant("N26", "gan", "gan/report.py", '"fid_median": statistics.median(fids), "fid_best": min(fids),',
+          '"fid_median": statistics.median(fids), "fid_best": max(fids),', GAN_REPORT,
+          "Table 5 report's best FID is the highest over seeds instead of the lowest"),
+    plant("N27", "gan", "gan/report.py", '("ln_relu",): (91.56, None, 8.35, None),',
+          '("ln_relu",): (91.56, None, 8.53, None),', GAN_REPORT,
+          "Table 5's LayerNorm-ReLU FID mistyped 8.53 (paper 8.35)"),
+    plant("N28", "gan", "gan/sampling.py", "nrow=per_row, normalize=True, value_range=(-1, 1))",
+          "nrow=per_row, normalize=True, value_range=(0, 1))", GAN,
+          "sample grids clamp G's [-1, 1] images to [0, 1]: everything below mid-grey is black"),
+    plant("N29", "gan", "gan/metrics.py", '"is_std": float(result["inception_score_std"]),',
+          '"is_std": float(result["inception_score_mean"]),', GAN_METRICS, "is_std reports the Inception Score's mean"),
+    # ---- experiment plumbing --------------------------------------------------------------------------------
+    plant("E12", "experiment", "evonorm_core/experiment/progress.py",
+          "return (self.done - self.start_count) / max(self.elapsed, 1e-9)",
+          "return self.done / max(self.elapsed, 1e-9)", EXPERIMENT,
+          "a resumed job's rate (and ETA) counts the units done before the resume as done now"),
+    plant("E13", "experiment", "evonorm_core/experiment/tables.py",
+          "std = statistics.stdev(values) if len(values) > 1 else None",
+          "std = statistics.pstdev(values) if len(values) > 1 else None", (EXPERIMENT, TABLES),
+          "mean +- std over seeds reports the population std instead of the sample std (n - 1)"),
+    plant("E14", "experiment", "evonorm_core/experiment/files.py", "    if limit == 0:\n        return records\n", "",
+          EXPERIMENT, "read_jsonl(limit=0) returns the first record"),
+    plant("E15", "experiment", "evonorm_core/experiment/config.py",
+          "if path in overrides and overrides[path] != get_path(config, path):", "if path in overrides:",
+          (EXPERIMENT, SEARCH_CONFIG), "resuming refuses a fixed setting given again with its own value"),
+]
+
 PLANT_SETS: dict[str, list[Plant]] = {"original": PLANTS, "fresh2": FRESH2, "fresh3": FRESH3,
-                                      "fresh4": FRESH4}
+                                      "fresh4": FRESH4, "fresh5": FRESH5}
 DEFAULT_SET = "original"
 
 
@@ -1127,8 +1306,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--set", dest="plant_set", choices=sorted(PLANT_SETS), default=DEFAULT_SET,
                         help="which set of plants: 'original' (the first 57, tests since written against them), "
                              "'fresh2' (a second set, fixed before its first run, tests since written against its "
-                             "misses), 'fresh3' (a third set, likewise, tests since written against its misses) or "
-                             "'fresh4' (a fourth set, likewise, tests since written against its misses; default %(default)s)")
+                             "misses), 'fresh3' (a third set, likewise, tests since written against its misses), "
+                             "'fresh4' (a fourth set, likewise, tests since written against its misses) or 'fresh5' "
+                             "(a fifth set, fixed before its first run; default %(default)s)")
     parser.add_argument("--only", nargs="+", metavar="ID", help="run only these plants (ids from --list)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write (or update, with --only) the results here")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
