@@ -4,6 +4,8 @@ The expected values below are typed from the paper (Appendix B "Proxy Task on CI
 "Evolution", section 4.4 "Rejection Protocols", section 3 "Search Space"), not read from
 the code's constants.
 """
+import dataclasses
+import math
 import random
 from collections import Counter
 
@@ -12,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from evonorm_core.search import EvolutionConfig, Member, parse
+from evonorm_core.search import EvolutionConfig, Member, parse, to_infix
 from evonorm_core.search.evolution import Proposer
 from evonorm_core.search.rejection import conv_weights, worst_case_gradient_norm
 from search.config import DEFAULT_REFERENCES, REFERENCE_LAYERS, SearchConfig
@@ -196,3 +198,103 @@ def test_config_round_trips_and_fixed_settings_are_named():
     fixed = fixed_on_resume()
     assert "proxy.lr" in fixed and "evolution.mode" in fixed and "seed" in fixed
     assert not set(RESUMABLE) & set(fixed)
+
+
+@pytest.mark.parametrize("mode", ["B", "S"])
+def test_cpu_preset_is_the_documented_table(mode):
+    """docs/search.md, "Choosing the CPU preset": every value of the table's CPU column."""
+    config = preset("cpu", mode)
+    proxy, evolution = config.proxy, config.evolution
+    assert (proxy.anchor_depth, proxy.lr) == (0.01, 0.03)
+    assert (proxy.image_size, proxy.crop_size, proxy.batch_size, proxy.eval_batch_size) == (16, 16, 32, 512)
+    assert (proxy.quality_steps, proxy.quality_threshold, proxy.train_steps) == (50, 0.2, 100)
+    assert (proxy.stability_steps, proxy.stability_anchors, proxy.stability_batch_size,
+            proxy.stability_threshold) == (5, 1, 8, 1e8)
+    assert (proxy.recalibration_batches, proxy.bn_momentum) == (4, 0.1)
+    assert (evolution.window, evolution.tournament_fraction, evolution.initial_population) == (100, 0.05, 4)
+    assert evolution.admit_quality_rejected is True
+    assert (config.time_budget, config.time_limit, config.preset) == (780.0, 600.0, "cpu")
+    assert (config.workers, config.torch_threads, config.references) == (2, 1, DEFAULT_REFERENCES[mode])
+
+
+@pytest.mark.parametrize("schedule, halfway", [("constant", 1.0), ("cosine", 0.5)])
+def test_proxy_schedule_spans_the_whole_training(schedule, halfway):
+    """Appendix C: "2000 steps with a constant learning rate" (B) / "5000 steps following a cosine learning
+    rate schedule" (S): the schedule runs over ``train_steps`` (not the quality steps), from ``lr`` at step 0,
+    0.5 * (1 + cos(pi * t / T)) for cosine."""
+    config = dataclasses.replace(preset("paper", "B").proxy, schedule=schedule, train_steps=40, quality_steps=10,
+                                 batch_size=64, lr=0.2)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 22 * 22, 10))
+    images, labels = torch.randn(8, 3, 32, 32), torch.arange(8) % 10
+    trainer = _AnchorTraining(model, config, (images, labels, images, labels), seed=0).trainer
+    factor = trainer.scheduler.lr_lambdas[0]
+    assert trainer.lr == pytest.approx(0.2)  # lr at the proxy's own batch, not rescaled by 256
+    assert [factor(0), factor(20)] == pytest.approx([1.0, halfway])
+    assert factor(10) == pytest.approx(1.0 if schedule == "constant" else 0.5 * (1 + math.cos(math.pi / 4)))
+
+
+def test_mutation_is_applied_the_configured_number_of_times_in_a_chain(monkeypatch):
+    """Appendix C: the tournament winner "is mutated twice": each mutation applies to the previous one's result,
+    starting from the winner's genome, in the search's mode; the offspring is the last result."""
+    from evonorm_core.search import evolution
+
+    calls = []
+
+    def recording_mutate(genome, rng, mode="B"):
+        child = parse(f"tanh({to_infix(genome)})")
+        calls.append((genome, child, mode))
+        return child
+
+    monkeypatch.setattr(evolution, "mutate", recording_mutate)
+    for mutations in (1, 2, 3):
+        proposer = Proposer(EvolutionConfig(mode="S", mutations=mutations, initial_population=1,
+                                            random_offspring_probability=0.0), random.Random(0))
+        proposer.add(Member(7, parse("x * v1"), (0.5,), "f"))
+        calls.clear()
+        child, origin, parent = proposer.propose()
+        assert (origin, parent, len(calls)) == ("mutation", 7, mutations)
+        assert calls[0][0] == parse("x * v1") and child == calls[-1][1]
+        assert all(calls[i][1] == calls[i + 1][0] for i in range(mutations - 1))
+        assert {mode for _, _, mode in calls} == {"S"}
+
+
+@pytest.mark.parametrize("strategy", ["evolution", "random"])
+def test_proposals_stay_in_the_mode_and_the_node_limit(strategy):
+    """S mode (section 5.2): no batch-dependent op in any proposal, random or mutated; random graphs have
+    ``max_nodes`` intermediate nodes, and mutations keep the size."""
+    from evonorm_core.search import check_mode
+
+    proposer = Proposer(EvolutionConfig(mode="S", strategy=strategy, max_nodes=4, initial_population=2),
+                        random.Random(1))
+    for i in range(3):
+        proposer.add(Member(i, parse("x * sigmoid(v1 * x) / group_std(x)"), (0.5 + i / 10,), f"f{i}"))
+    origins = Counter()
+    for _ in range(200):
+        genome, origin, _ = proposer.propose()
+        origins[origin] += 1
+        check_mode(genome, "S")
+        assert len(genome.nodes) == (4 if origin == "random" else 5)
+    assert origins["mutation"] > 50 if strategy == "evolution" else origins["mutation"] == 0
+
+
+def test_durations_and_threads_of_the_run_settings():
+    from search.config import parse_duration
+
+    assert [parse_duration(t) for t in ("900", "900s", "15m", "1.5h", " 2M ")] == [900.0, 900.0, 900.0, 5400.0, 120.0]
+    # docs/search.md: "--threads torch threads each (default 2 // workers)", at least 1
+    assert [SearchConfig(workers=w).torch_threads for w in (1, 2, 3)] == [2, 1, 1]
+    assert SearchConfig(workers=2, threads=3).torch_threads == 3
+    assert list(SearchConfig(references=("evonorm_s0", "bn_relu")).reference_genomes()) == ["evonorm_s0", "bn_relu"]
+    assert SearchConfig(references=("none",)).reference_genomes() == {}
+
+
+def test_mode_s_starts_from_the_s_preset():
+    """``--mode S`` picks the preset's S configuration: cosine fitness schedule, GN-ReLU and the S series
+    as references (Table 3), S-mode evolution; flags given still win."""
+    from search import evolve
+
+    config = evolve.resolve_config(evolve.build_parser().parse_args(["--mode", "S", "--lr", "0.05"]))
+    assert config.evolution.mode == "S" and config.proxy.schedule == "cosine"
+    assert config.references == DEFAULT_REFERENCES["S"] and config.proxy.lr == 0.05
+    paper = evolve.resolve_config(evolve.build_parser().parse_args(["--preset", "paper"]))
+    assert (paper.proxy.train_steps, paper.evolution.window, paper.preset) == (2000, 2500, "paper")

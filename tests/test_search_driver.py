@@ -239,3 +239,178 @@ def test_tournament_is_the_configured_fraction_of_the_window_only():
     winners = [proposer.select().candidate_id for _ in range(3000)]
     assert min(winners) >= 50 and max(winners) <= 145
     assert sum(winners) / len(winners) == pytest.approx(50 + 101 / 6 - 1, abs=1.0)
+
+
+def test_stop_conditions_are_inclusive_limits():
+    """Stop once ``max_candidates`` are proposed or ``time_budget`` seconds have passed (either may be unset)."""
+    assert not StopCondition().reached(10 ** 6, 1e9)
+    stop = StopCondition(max_candidates=5, time_budget=60.0)
+    assert [stop.reached(n, 0.0) for n in (4, 5, 6)] == [False, True, True]
+    assert [stop.reached(0, t) for t in (59.9, 60.0)] == [False, True]
+    assert StopCondition(time_budget=60.0).reached(10 ** 6, 1.0) is False
+    assert StopCondition(max_candidates=5).reached(0, 1e9) is False
+
+
+class Recording:
+    """An executor of capacity ``capacity`` around ``evaluator``: logs submissions and evaluator calls, and
+    finishes the most recently submitted candidate first (so several are in flight at once)."""
+
+    def __init__(self, evaluator, capacity=1):
+        self.evaluator, self.capacity = evaluator, capacity
+        self.submitted, self.pending = [], []
+
+    def submit(self, candidate_id, genome):
+        self.submitted.append(candidate_id)
+        self.pending.append((candidate_id, genome))
+
+    def wait(self):
+        candidate_id, genome = self.pending.pop()
+        return [(candidate_id, self.evaluator(genome))]
+
+    def close(self):
+        pass
+
+
+def test_reference_layers_are_evaluated_first_apart_from_the_candidates(tmp_path):
+    """Reference layers go to the executor before any candidate, under ids -1, -2, ... in name order; they are
+    not in the log nor the population, do not use candidate ids, and a resumed run does not train them again."""
+    baselines = {"gn_relu": parse("max(v1 * ((x - group_mean(x)) / group_std(x)) + v0, 0)"),
+                 "evonorm_s0": parse("x * sigmoid(v1 * x) / group_std(x)")}
+    executor = Recording(TinyEvaluator())
+    search = LayerSearch(small_config(), executor, str(tmp_path), seed=1, baselines=baselines)
+    records = search.run(StopCondition(max_candidates=4))
+    assert set(executor.submitted[:2]) == {-1, -2} and all(i >= 0 for i in executor.submitted[2:])
+    assert {name: r.candidate_id for name, r in search.baselines.items()} == {"evonorm_s0": -1, "gn_relu": -2}
+    assert {name: r.origin for name, r in search.baselines.items()} == {n: f"baseline:{n}" for n in baselines}
+    assert all(r.accepted for r in search.baselines.values())
+    assert [r.candidate_id for r in records] == [0, 1, 2, 3] and search.todo_baselines == {}
+    assert all(m.candidate_id >= 0 for m in search.proposer.population)
+    lines = (tmp_path / "candidates.jsonl").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == [0, 1, 2, 3]
+    again = Recording(TinyEvaluator())
+    resumed = LayerSearch.resume(again, str(tmp_path))
+    resumed.run(StopCondition(max_candidates=12))
+    assert again.submitted and all(i >= 4 for i in again.submitted)
+    assert set(resumed.baselines) == set(baselines)
+
+
+class Counting(TinyEvaluator):
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, genome_dict):
+        self.calls += 1
+        return super().__call__(genome_dict)
+
+
+def test_cache_hits_are_counted_and_never_retrained(tmp_path):
+    """Each candidate costs one training unless it failed the static checks or an equivalent one was trained;
+    a cache hit reuses the result (without its timings) and is counted once."""
+    evaluator = Counting()
+    search = LayerSearch(small_config(strategy="random", max_nodes=1), SequentialExecutor(evaluator), str(tmp_path))
+    records = search.run(StopCondition(max_candidates=40))
+    hits = [r for r in records if r.cache_hit]
+    static = [r for r in records if r.stage is Stage.STATIC]
+    assert hits and static
+    assert evaluator.calls == len(records) - len(hits) - len(static) == sum(r.trained for r in records)
+    assert search.cache.hits == len(hits) and read_checkpoint(str(tmp_path))["cache"]["hits"] == len(hits)
+    assert all(r.result.timings == {} for r in hits)
+    assert len(search.cache.entries) == evaluator.calls  # one entry per distinct function trained
+
+
+class AlwaysCrashing:
+    calls = 0
+
+    def __call__(self, genome_dict):
+        AlwaysCrashing.calls += 1
+        raise RuntimeError("out of memory")
+
+
+def test_crashed_candidates_are_not_cached(tmp_path):
+    """A crash (or time-out) says nothing about the layer: an equivalent candidate is trained again."""
+    AlwaysCrashing.calls = 0
+    search = LayerSearch(small_config(strategy="random", max_nodes=1), SequentialExecutor(AlwaysCrashing()),
+                         str(tmp_path))
+    records = search.run(StopCondition(max_candidates=40))
+    crashed = [r for r in records if r.stage is Stage.CRASH]
+    assert len({r.fingerprint for r in crashed}) < len(crashed)  # equivalent candidates came up again
+    assert not any(r.cache_hit for r in records) and search.cache.hits == 0 and not search.cache.entries
+    assert AlwaysCrashing.calls == len(crashed) and not search.proposer.population
+
+
+def test_checkpoint_lists_the_candidates_still_in_flight(tmp_path):
+    """With 3 candidates training at once, the checkpoint written when one finishes lists the other two (by id,
+    ascending, with their genomes), and ``next_id`` is past every id handed out."""
+    snapshots = []
+
+    def on_record(search, record):
+        snapshots.append((record.candidate_id, json.loads((tmp_path / "checkpoint.json").read_text())))
+
+    executor = Recording(TinyEvaluator(), capacity=3)
+    search = LayerSearch(small_config(strategy="random"), executor, str(tmp_path), seed=2, on_record=on_record)
+    search.run(StopCondition(max_candidates=30))
+    by_id = {r.candidate_id: r for r in search.records}
+    trained = [(cid, state) for cid, state in snapshots if by_id[cid].trained]
+    assert trained
+    for cid, state in trained:
+        in_flight = [p["id"] for p in state["in_flight"]]
+        assert cid not in in_flight and in_flight == sorted(in_flight)
+        assert all(i < state["next_id"] for i in in_flight) and state["logged"] == 1 + [
+            r.candidate_id for r in search.records].index(cid)
+        assert all(Genome.from_dict(p["genome"]).to_dict() == by_id[p["id"]].genome for p in state["in_flight"])
+    assert max(len(state["in_flight"]) for _, state in trained) == 2
+    assert read_checkpoint(str(tmp_path))["in_flight"] == []
+
+
+def test_the_time_budget_counts_the_time_before_a_resume(tmp_path):
+    """The time budget is for the whole run: a run checkpointed after 500 s of a 400 s budget proposes nothing
+    more when resumed, and the elapsed time carries on from 500 s."""
+    LayerSearch(small_config(), SequentialExecutor(TinyEvaluator()), str(tmp_path), seed=3).run(
+        StopCondition(max_candidates=5))
+    path = tmp_path / "checkpoint.json"
+    state = json.loads(path.read_text())
+    state["elapsed"] = 500.0
+    path.write_text(json.dumps(state))
+    resumed = LayerSearch.resume(SequentialExecutor(TinyEvaluator()), str(tmp_path))
+    assert len(resumed.run(StopCondition(max_candidates=50, time_budget=400.0))) == 5
+    assert 500.0 <= read_checkpoint(str(tmp_path))["elapsed"] < 560.0
+    more = LayerSearch.resume(SequentialExecutor(TinyEvaluator()), str(tmp_path)).run(
+        StopCondition(max_candidates=7, time_budget=600.0))
+    assert len(more) == 7 and all(r.elapsed >= 500.0 for r in more[5:])
+
+
+def test_average_selection_counts_missing_anchors_as_zero_and_the_winner_is_the_parent():
+    """``selection="average"``: the best sum over the anchors (a prefix of 0.9 loses to 0.5 + 0.5; a mean over
+    the measured anchors only would pick it); the offspring's parent is the tournament winner."""
+    proposer = Proposer(EvolutionConfig(selection="average", tournament_fraction=1.0, initial_population=1,
+                                        random_offspring_probability=0.0), random.Random(0))
+    for m in [Member(4, parse("tanh(x)"), (0.9,)), Member(5, parse("x * v1"), (0.5, 0.5)),
+              Member(6, parse("x * v0"), (0.45, 0.45))]:
+        proposer.add(m)
+    assert {proposer.select().candidate_id for _ in range(20)} == {5}
+    assert {proposer.propose()[2] for _ in range(20)} == {5}
+
+
+def test_executors_by_backend_and_workers_and_their_order():
+    """``--workers 1`` trains in process, first submitted first; more workers use a process pool of that size;
+    an evaluator's exception comes back as a crash naming it."""
+    from search.backends import evaluate_safely, make_executor
+
+    sequential = make_executor("local", lambda g: CandidateResult.accept({"a": g["v"]}), 1, None)
+    assert isinstance(sequential, SequentialExecutor) and sequential.capacity == 1
+    for i in (3, 1, 2):
+        sequential.submit(i, {"v": i / 10})
+    assert [sequential.wait() for _ in range(3)] == [[(i, CandidateResult.accept({"a": i / 10}))] for i in (3, 1, 2)]
+    pool = make_executor("local", TinyEvaluator(), 2, 5.0)
+    try:
+        assert isinstance(pool, ProcessPoolExecutor) and (pool.capacity, pool.time_limit) == (2, 5.0)
+    finally:
+        pool.close()
+
+    def broken(genome):
+        raise ValueError("bad shape")
+
+    result = evaluate_safely(broken, {}, None)
+    assert result.stage is Stage.CRASH and result.reason.startswith("ValueError: bad shape after ")
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        make_executor("local", broken, 0, None)

@@ -57,3 +57,54 @@ def test_the_sign_of_an_overflow_is_part_of_the_fingerprint():
     signed, unsigned = probe_outputs(parse("x / 0"))[0], probe_outputs(parse("abs(x) / 0"))[0]
     assert (signed == -torch.inf).any() and (unsigned == torch.inf).all()
     assert fingerprint(parse("x / 0")) != fingerprint(parse("abs(x) / 0"))
+
+
+def test_nan_and_each_sign_of_infinity_are_told_apart():
+    """0 / 0 is NaN everywhere, abs(x) / 0 is +inf and -abs(x) / 0 is -inf: three functions, three fingerprints
+    (and each differs from a finite layer); the same non-finite function twice shares one."""
+    layers = ["x * 0 / 0", "abs(x) / 0", "-abs(x) / 0", "x / 0", "tanh(x)"]
+    assert len({fingerprint(parse(e)) for e in layers}) == len(layers)
+    assert fingerprint(parse("-abs(x) / 0")) == fingerprint(parse("-(abs(x) / 0)"))
+    assert fingerprint(parse("x * 0 / 0")) == fingerprint(parse("v1 * 0 / 0"))
+
+
+def test_a_sign_flip_or_a_small_change_is_another_function():
+    """Negation changes the function; so does Table 1's safe division: x * x / x is x - eps sign(x), eps = 1e-5,
+    not x (a difference of 1e-5 on values of magnitude ~1, far above the rounding of float noise)."""
+    assert fingerprint(parse("tanh(x)")) != fingerprint(parse("-tanh(x)"))
+    assert fingerprint(parse("exp(x)")) != fingerprint(parse("-exp(x)"))
+    assert fingerprint(parse("x * x / x")) != fingerprint(parse("max(x, x)"))
+
+
+def test_fingerprints_agree_with_the_probe_outputs_on_random_layers():
+    """Over random graphs: equal probe outputs (bit for bit) give equal fingerprints, and equal fingerprints
+    come only from outputs equal to float noise (NaN = NaN, inf = inf)."""
+    import random
+
+    from evonorm_core.search import random_genome
+
+    rng = random.Random(11)
+    genomes = [random_genome(rng, mode, 3) for mode in ("B", "S") for _ in range(60)]
+    outputs = [torch.cat([o.flatten() for o in probe_outputs(g)]) for g in genomes]
+    prints = [fingerprint(g) for g in genomes]
+    same_print = same_output = 0
+    for i in range(len(genomes)):
+        for j in range(i):
+            close = torch.allclose(outputs[i], outputs[j], rtol=1e-7, atol=1e-10, equal_nan=True)
+            if prints[i] == prints[j]:
+                same_print += 1
+                assert close, (genomes[i], genomes[j])
+            if torch.equal(outputs[i].nan_to_num(7.0), outputs[j].nan_to_num(7.0)):
+                same_output += 1
+                assert prints[i] == prints[j], (genomes[i], genomes[j])
+    assert same_print > 5 and len(set(prints)) > 60  # the case arose, and most layers differ
+
+
+def test_float_noise_of_large_values_does_not_split_equal_functions():
+    """Rounding is relative to a value's size above 1: exp(x^2) reaches ~5e20 on the probe, where reassociating
+    exp(a) * exp(b) = exp(a + b) moves the result by ~1e4 in absolute terms (a few ulps)."""
+    a, b = parse("exp(square(x)) * exp(v1)"), parse("exp(square(x) + v1)")
+    outputs = list(zip(probe_outputs(a), probe_outputs(b)))
+    assert max(p.abs().max().item() for p, _ in outputs) > 1e20
+    assert max((p - q).abs().max().item() for p, q in outputs) > 1.0
+    assert fingerprint(a) == fingerprint(b)

@@ -72,3 +72,186 @@ def test_stability_stage_in_the_evaluator_names_the_anchor():
     proxy = tiny_proxy(quality_steps=0, quality_threshold=0.0, stability_steps=2, stability_batch_size=4)
     result = ProxyEvaluator(proxy, threads=1)(parse("x * square(x) + x").to_dict())
     assert result.stage is Stage.STABILITY and "on resnet50_cifar after 1 ascent steps" in result.reason, result
+
+
+def test_stability_threshold_is_exclusive():
+    """Section 4.4 rejects a worst-case norm *greater than* 1e8: a norm equal to the threshold goes on (the
+    1x1-conv model above with lr 0: the norm stays w0 s^2 = 4.5 exactly at every step)."""
+    s, w0 = 3.0, 0.5
+    conv = torch.nn.Conv2d(1, 1, 1, bias=False).double()
+    with torch.no_grad():
+        conv.weight.fill_(w0)
+    x = torch.full((1, 1, 1, 1), s, dtype=torch.float64)
+    loss = lambda m: m(x).square().sum() / 2  # noqa: E731
+    assert worst_case_gradient_norm(conv, loss, steps=3, lr=0.0, threshold=w0 * s ** 2) == (4.5, 3)
+    assert worst_case_gradient_norm(conv, loss, steps=3, lr=0.0, threshold=4.49) == (4.5, 1)
+
+
+class ScriptedTraining:
+    """Stands in for the proxy's anchor training: ``ACCURACY[(anchor, steps trained)]``; ``DIVERGES``: (anchor,
+    steps) at which the loss becomes non-finite. Logs every call in ``LOG``."""
+
+    ACCURACY: dict = {}
+    DIVERGES: set = set()
+    LOG: list = []
+
+    def __init__(self, model, config, data, seed):
+        self.anchor, self.steps = model.anchor, 0
+
+    def train_to(self, steps):
+        self.LOG.append(("train_to", self.anchor, steps))
+        if (self.anchor, steps) in self.DIVERGES:
+            return False
+        self.steps = steps
+        return True
+
+    def accuracy(self):
+        self.LOG.append(("accuracy", self.anchor, self.steps))
+        return self.ACCURACY[(self.anchor, self.steps)]
+
+
+class ShapeRecorder(torch.nn.Module):
+    """A model that logs the input shapes it sees and predicts from their mean (a conv so the stability test
+    has weights)."""
+
+    def __init__(self, anchor):
+        super().__init__()
+        self.anchor, self.shapes = anchor, []
+        self.conv = torch.nn.Conv2d(3, 10, 1)
+
+    def forward(self, x):
+        self.shapes.append(tuple(x.shape))
+        return self.conv(x).mean(dim=(2, 3))
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    import search.proxy as proxy
+
+    ScriptedTraining.ACCURACY, ScriptedTraining.DIVERGES, ScriptedTraining.LOG = {}, set(), []
+    built = []
+
+    def build(self, anchor, genome):
+        built.append(ShapeRecorder(anchor))
+        return built[-1]
+
+    monkeypatch.setattr(proxy, "_AnchorTraining", ScriptedTraining)
+    monkeypatch.setattr(proxy.ProxyEvaluator, "build", build)
+    monkeypatch.setattr(proxy.ProxyEvaluator, "data", lambda self: (
+        torch.randn(20, 3, 16, 16), torch.arange(20) % 10, torch.randn(6, 3, 16, 16), torch.arange(6) % 10))
+    return built
+
+
+ANCHORS3 = ("resnet50_cifar", "mobilenetv2_cifar", "efficientnet_cifar")
+
+
+def scripted_proxy(**overrides):
+    settings = dict(anchors=ANCHORS3, image_size=16, crop_size=12, quality_steps=10, train_steps=30,
+                    quality_threshold=0.2, stability_steps=0)
+    return ProxyConfig(**{**settings, **overrides})
+
+
+def test_quality_stage_tries_anchors_in_order_and_stops_at_the_first_below_the_threshold(scripted):
+    """Section 4.4: reject a layer with "less than 20% validation accuracy in 100 training steps on *any*" anchor:
+    anchors in order, each measured after the quality steps; the first below the threshold stops the candidate
+    (later anchors never train), with the accuracies measured so far; exactly 20% passes."""
+    ScriptedTraining.ACCURACY = {("resnet50_cifar", 10): 0.5, ("mobilenetv2_cifar", 10): 0.19,
+                                 ("efficientnet_cifar", 10): 0.9}
+    result = ProxyEvaluator(scripted_proxy())(parse("tanh(x)").to_dict())
+    assert result.stage is Stage.QUALITY and result.accuracies == {"resnet50_cifar": 0.5, "mobilenetv2_cifar": 0.19}
+    assert "mobilenetv2_cifar after 10 steps" in result.reason and "0.190 < 0.2" in result.reason
+    assert [a for kind, a, _ in ScriptedTraining.LOG if kind == "train_to"] == ["resnet50_cifar", "mobilenetv2_cifar"]
+    assert "quality" in result.timings and "fitness" not in result.timings
+
+    ScriptedTraining.LOG.clear()
+    ScriptedTraining.ACCURACY[("mobilenetv2_cifar", 10)] = 0.2  # at the threshold: not "less than 20%"
+    ScriptedTraining.ACCURACY.update({(a, 30): 0.6 + i / 10 for i, a in enumerate(ANCHORS3)})
+    result = ProxyEvaluator(scripted_proxy())(parse("tanh(x)").to_dict())
+    assert result.accepted and result.accuracies == {"resnet50_cifar": 0.6, "mobilenetv2_cifar": 0.7,
+                                                     "efficientnet_cifar": 0.8}
+    assert list(result.accuracies) == list(ANCHORS3) and result.mean_accuracy == pytest.approx(0.7)
+    # every anchor trained to the quality steps first, then each continued to train_steps (the fitness)
+    assert [(a, s) for kind, a, s in ScriptedTraining.LOG if kind == "train_to"] == [
+        *((a, 10) for a in ANCHORS3), *((a, 30) for a in ANCHORS3)]
+    assert set(result.timings) == {"quality", "stability", "fitness"}
+
+
+def test_divergence_is_a_quality_rejection_early_and_a_fitness_rejection_late(scripted):
+    ScriptedTraining.ACCURACY = {(a, 10): 0.5 for a in ANCHORS3}
+    ScriptedTraining.DIVERGES = {("efficientnet_cifar", 10)}
+    result = ProxyEvaluator(scripted_proxy())(parse("tanh(x)").to_dict())
+    assert result.stage is Stage.QUALITY and "non-finite loss on efficientnet_cifar within 10 steps" in result.reason
+    assert list(result.accuracies) == ["resnet50_cifar", "mobilenetv2_cifar"]
+    ScriptedTraining.DIVERGES = {("mobilenetv2_cifar", 30)}
+    ScriptedTraining.ACCURACY[("resnet50_cifar", 30)] = 0.7
+    result = ProxyEvaluator(scripted_proxy())(parse("tanh(x)").to_dict())
+    assert result.stage is Stage.FITNESS and "non-finite loss on mobilenetv2_cifar within 30 steps" in result.reason
+
+
+@pytest.mark.parametrize("stability_anchors, tested", [(None, ANCHORS3), (1, ANCHORS3[:1]), (2, ANCHORS3[:2])])
+def test_stability_runs_on_the_first_anchors_on_crops_and_its_threshold(scripted, monkeypatch, stability_anchors,
+                                                                       tested):
+    """The stability test ascends each of the first ``stability_anchors`` anchors (all: the paper) on a batch of
+    ``stability_batch_size`` training crops of ``crop_size``, with the configured steps, lr and threshold; a norm
+    above the threshold on any of them rejects the layer, keeping its quality accuracies."""
+    import search.proxy as proxy
+
+    calls = []
+
+    def fake_norm(model, loss_fn, steps, lr, threshold):
+        loss_fn(model)
+        calls.append((model.anchor, model.shapes[-1], steps, lr, threshold))
+        return (5e8 if model.anchor == "mobilenetv2_cifar" else 1e8), 1  # 1e8: not above
+
+    monkeypatch.setattr(proxy, "worst_case_gradient_norm", fake_norm)
+    ScriptedTraining.ACCURACY = {(a, s): 0.5 for a in ANCHORS3 for s in (10, 30)}
+    config = scripted_proxy(stability_steps=7, stability_lr=0.02, stability_threshold=1e8, stability_batch_size=5,
+                            stability_anchors=stability_anchors)
+    result = ProxyEvaluator(config)(parse("tanh(x)").to_dict())
+    expected = [(a, (5, 3, 12, 12), 7, 0.02, 1e8) for a in tested]
+    if "mobilenetv2_cifar" in tested:
+        expected = expected[:2]  # the first failure stops the test
+        assert result.stage is Stage.STABILITY and "on mobilenetv2_cifar" in result.reason
+        assert result.accuracies == {a: 0.5 for a in ANCHORS3}
+    else:
+        assert result.accepted
+    assert calls == expected
+
+
+def test_cifar10_is_resized_to_the_image_size_by_bilinear_halving(tmp_path, monkeypatch):
+    """The paper's proxy is CIFAR-10 at 32 px; a smaller ``image_size`` resizes the images (both splits).
+    Halving bilinearly (no corner alignment) averages each 2x2 block: the closed form checked here."""
+    from classification.data import load_cifar10
+    from tests.test_classification_data import write_fake_cifar
+
+    write_fake_cifar(tmp_path / "cifar-10-batches-py", monkeypatch)
+    full = load_cifar10(tmp_path)
+    half = load_data("cifar10", str(tmp_path), 16)
+    assert half[0].shape == (20, 3, 16, 16) and half[2].shape == (4, 3, 16, 16)
+    torch.testing.assert_close(half[0], F.avg_pool2d(full[0], 2))
+    torch.testing.assert_close(half[2], F.avg_pool2d(full[2], 2))
+    assert torch.equal(half[1], full[1]) and torch.equal(half[3], full[3])
+    same = load_data("cifar10", str(tmp_path), 32)
+    assert torch.equal(same[0], full[0])
+
+
+def test_anchor_training_crops_for_training_and_validates_on_full_images():
+    """Appendix C: "24 x 24 random crops ... for training, and use the original 32 x 32 image ... for
+    validation": training batches are ``batch_size`` crops of ``crop_size``, recalibration batches full images."""
+    from search.proxy import _AnchorTraining
+
+    config = ProxyConfig(image_size=16, crop_size=12, batch_size=6, train_steps=4, quality_steps=2,
+                         recalibration_batches=3)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(4, 10))
+    images, labels = torch.randn(30, 3, 16, 16), torch.arange(30) % 10
+    run = _AnchorTraining(model, config, (images, labels, images[:7], labels[:7]), seed=0)
+    batch, targets = next(run.batches)
+    assert batch.shape == (6, 3, 12, 12) and targets.shape == (6,)
+    assert run.full_images().shape == (6, 3, 16, 16)
+    seen = []
+    model[0].register_forward_hook(lambda m, inputs, out: seen.append(inputs[0].shape[-1]))
+    assert run.train_to(2) and run.trainer.steps == 2 and seen == [12, 12]
+    seen.clear()
+    run.accuracy()
+    assert seen == [16] * 4  # 3 recalibration batches, then the 7 validation images in one batch

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from evonorm_core.experiment.config import save_config
 from evonorm_core.experiment.rundir import RunDir
-from evonorm_core.search import CandidateResult
+from evonorm_core.search import CandidateRecord, CandidateResult, EvolutionConfig, LayerSearch, Stage, read_checkpoint
 from search import backends, evolve
-from search.config import read_run_config
+from search.config import CONFIG_FILE, SearchConfig, read_run_config
 from search.rerank import rank
 
 REPO = Path(__file__).resolve().parents[1]
@@ -204,3 +205,200 @@ def test_value_at_reads_the_top10_curve_as_a_step_function():
     curve = [[3, 0.5], [7, 0.6], [10, 0.7]]
     assert value_at(curve, 2) is None and value_at([], 5) is None
     assert [value_at(curve, n) for n in (3, 6, 7, 9, 10, 1000)] == [0.5, 0.5, 0.6, 0.6, 0.7, 0.7]
+
+
+# ---------------------------------------------------------------- summaries of hand-made runs (no training)
+def record(i, fp, accs=None, stage=None, cache_hit=False, timings=None):
+    """A log record of candidate ``i`` with function ``fp``: accepted with ``accs`` (anchor -> accuracy) unless
+    ``stage`` rejected it."""
+    accs = accs or {}
+    result = (CandidateResult.accept(accs, timings) if stage is None
+              else CandidateResult.reject(stage, "low", accs, timings))
+    return CandidateRecord(i, {"nodes": [["tanh", 0]]}, f"layer{i}(x)", "random", None, fp, result, cache_hit)
+
+
+def write_run(folder, records, elapsed, baselines=None, config=None, strategy="evolution", seed=0):
+    """A run folder as the search leaves it (checkpoint, log, config.json if ``config``), written by the driver's
+    own checkpointing from the given records."""
+    search = LayerSearch(EvolutionConfig(strategy=strategy), None, folder, seed=seed)
+    search.records, search.baselines = list(records), dict(baselines or {})
+    search.next_id, search.elapsed_before = max((r.candidate_id for r in records), default=-1) + 1, elapsed
+    search.checkpoint()
+    (Path(folder) / "candidates.jsonl").write_text("".join(json.dumps(r.to_dict()) + "\n" for r in records))
+    if config is not None:
+        save_config(Path(folder) / CONFIG_FILE, config)
+    return Path(folder)
+
+
+def example_records():
+    """7 candidates: 4 accepted (3 distinct functions), a cache hit, one rejection per stage static / quality /
+    stability; per-stage seconds of the proxy on the trained ones."""
+    return [
+        record(0, "a", {"r": 0.8, "m": 0.6}, timings={"quality": 2.0, "stability": 1.0, "fitness": 5.0}),
+        record(1, "a", {"r": 0.8, "m": 0.6}, cache_hit=True),
+        record(2, "s", stage=Stage.STATIC),
+        record(3, "q", {"r": 0.1}, stage=Stage.QUALITY, timings={"quality": 1.5}),
+        record(4, "b", {"r": 0.9, "m": 0.9}, timings={"quality": 2.0, "fitness": 4.0}),
+        record(5, "c", {"r": 0.5, "m": 0.5}, stage=Stage.STABILITY, timings={"quality": 2.0, "stability": 3.0}),
+        record(6, "d", {"r": 0.95, "m": 0.3}, timings={"quality": 2.0}),
+    ]
+
+
+def test_report_counts_rates_and_best_first_lists(tmp_path):
+    """Counts by hand: 7 candidates, 4 accepted, 3 distinct; trained = not static, not a cache hit = 5; 90 s on
+    3 workers x 2 threads = 9 CPU-minutes; proxy seconds summed per stage over candidates and references."""
+    from search import report
+
+    bn = record(-1, "bn", {"r": 0.7, "m": 0.7}, timings={"quality": 1.0, "fitness": 1.0})
+    folder = write_run(tmp_path / "run", example_records(), 90.0, {"bn_relu": bn}, SearchConfig(workers=3, threads=2))
+    state = read_checkpoint(folder)
+    counts = report.counts(state, read_run_config(folder))
+    assert counts == {
+        "candidates": 7, "accepted": 4, "distinct_accepted": 3,
+        "rejected": {"quality": 1, "stability": 1, "static": 1}, "cache_hits": 1, "trained": 5, "elapsed_s": 90.0,
+        "cpu_seconds": 540.0, "seconds_per_candidate": round(90 / 7, 3), "trained_per_cpu_minute": round(5 / 9, 2),
+        "proxy_seconds_by_stage": {"fitness": 10.0, "quality": 10.5, "stability": 4.0},
+    }
+    assert report.cores(None) == 1 and report.cores(SearchConfig(workers=1)) == 2
+    summary = report.summarize(str(folder), k=2)
+    assert [t["id"] for t in summary["top"]] == [4, 0]  # best mean first, one per function
+    assert summary["top2_mean"] == pytest.approx(0.8) and summary["cores"] == 6
+    assert [f["id"] for f in summary["frontier"]] == [4, 6]  # (0.8, 0.6) is dominated by (0.9, 0.9)
+    assert summary["top"][1]["mean_accuracy"] == 0.7 and summary["references"]["bn_relu"]["mean_accuracy"] == 0.7
+    assert summary["curve"] == [[1, 0.7], [2, 0.7], [3, 0.7], [4, 0.7], [5, 0.8], [6, 0.8], [7, 0.8]]
+    text = report.format_report(str(folder), k=3)
+    assert "candidates 7, accepted 4 (3 distinct functions)" in text and "cache hits 1" in text
+    assert "5 candidates trained, 0.56 trained per CPU-minute" in text and "on 6 core(s)" in text
+    top = text.split("top 3 by mean accuracy:")[1].splitlines()[1:]
+    assert [line.split()[0] for line in top] == ["#4", "#0", "#6"]
+
+
+def test_top_k_curve_mean_and_spread_of_the_best_so_far():
+    """After each candidate: mean and (population) std of the ``k`` best distinct accepted layers so far; the
+    candidate count at which the k-th distinct layer appeared."""
+    from search import report
+
+    records = example_records()
+    xs, means, stds = report.top_k_curve(records, k=3)
+    assert xs == [1, 2, 3, 4, 5, 6, 7]
+    best = [0.9, 0.7, 0.625]
+    mean = sum(best) / 3
+    assert means[-1] == pytest.approx(mean) and means[4] == pytest.approx(0.8)
+    assert stds[-1] == pytest.approx((sum((v - mean) ** 2 for v in best) / 3) ** 0.5)
+    assert stds[0] == 0.0 and stds[4] == pytest.approx(0.1)
+    assert [report._kth_distinct(records, k) for k in (1, 2, 3, 4)] == [1, 5, 7, None]
+    assert [r.candidate_id for r in report.top_k([record(9, "x", {"r": 0.5}), record(3, "y", {"r": 0.5})], 1)] == [3]
+
+
+def test_progress_line_counts_rates_and_eta():
+    """The status line's numbers, by hand: 5 trained in 90 s is 3.3 per minute; the ETA is the sooner of the
+    time budget (600 - 90 s) and the candidates left at the rate so far (93 * 90 / 7 s)."""
+    from types import SimpleNamespace
+
+    from evonorm_core.search import StopCondition
+    from search.progress import ProgressPrinter
+
+    records = example_records()
+    printer = ProgressPrinter(StopCondition(max_candidates=100, time_budget=600.0), k=2)
+    assert [r.candidate_id for r in printer.count(records[:3])] == [0]
+    assert [r.candidate_id for r in printer.count(records)] == [4, 6]  # new frontier members only
+    assert (printer.accepted, printer.trained) == (4, 5)  # counted once each
+    search = SimpleNamespace(records=records, elapsed=lambda: 90.0, cache=SimpleNamespace(hits=1))
+    line = printer.status(search)
+    assert line.startswith("[7 candidates | accepted 4 | rejected quality 1 stability 1 static 1 | cache hits 1 ")
+    assert "| best mean 0.900 | top-2 mean 0.800 (2) | frontier 2 | 3.3 trained/min | 1m30s elapsed" in line
+    assert line.endswith("| ETA 8m30s]")  # 510 s left of the budget < 93 * 90 / 7 = 1196 s
+    assert printer.eta(7, 90.0) == "8m30s"
+    assert ProgressPrinter(StopCondition(max_candidates=100, time_budget=6000.0)).eta(25, 60.0) == "3m00s"
+    assert ProgressPrinter(StopCondition(max_candidates=100)).eta(0, 60.0) == "until stopped"
+    assert ProgressPrinter(StopCondition()).eta(5, 60.0) == "until stopped"
+
+
+def test_compare_reads_each_run_at_the_budget_and_compares_over_seeds(tmp_path):
+    """Fig. 10 at an equal budget of 3 candidates: each seed's top-10 mean, distinct count and best after 3 (a
+    4th candidate of a reused longer run does not count); mean and sample std over seeds; BN-ReLU from the
+    evolution runs; the CPU seconds of every run (no config: 1 core)."""
+    from search.compare import collect, run_folder
+
+    def acc(i, fp, v):
+        return record(i, fp, {"r": v})
+
+    runs = {
+        ("evolution", 0): [acc(0, "a", 0.5), acc(1, "b", 0.7), record(2, "z", stage=Stage.STATIC), acc(3, "c", 0.99)],
+        ("evolution", 1): [acc(0, "a", 0.8), record(1, "z", stage=Stage.STATIC), acc(2, "b", 0.6)],
+        ("random", 0): [record(0, "z", stage=Stage.STATIC), acc(1, "a", 0.4), record(2, "y", stage=Stage.STATIC)],
+        ("random", 1): [acc(0, "a", 0.5), acc(1, "a", 0.5), record(2, "z", stage=Stage.STATIC)],
+    }
+    for n, ((strategy, seed), records) in enumerate(runs.items()):
+        bn = record(-1, "bn", {"r": 0.55 + seed / 10 + n / 100})
+        write_run(run_folder(tmp_path, strategy, seed), records, 10.0 * (n + 1), {"bn_relu": bn}, strategy=strategy,
+                  seed=seed)
+    result = collect(tmp_path, [0, 1], 3)
+    evo, rnd = result["strategies"]["evolution"], result["strategies"]["random"]
+    assert evo["top10_final"] == [0.6, 0.7] and rnd["top10_final"] == [0.4, 0.5]
+    assert (evo["distinct_accepted"], evo["best_final"]) == ([2, 2], [0.7, 0.8])
+    assert (rnd["distinct_accepted"], rnd["best_final"]) == ([1, 1], [0.4, 0.5])
+    assert (evo["mean"], evo["std"], rnd["mean"], rnd["std"]) == (0.65, 0.0707, 0.45, 0.0707)
+    assert result["verdict"] == {"evolution_minus_random": 0.2, "largest_std": 0.0707,
+                                 "evolution_beats_random_by_more_than_the_spread": True}
+    assert result["bn_relu_reference"] == [0.55, 0.66] and result["cpu_seconds"] == 100.0
+    assert result["candidate_budget"] == 3 and result["seeds"] == [0, 1]
+
+
+def test_rerank_takes_the_top_layers_then_the_references_with_longer_training(tmp_path):
+    """Paper section 5.2 / Appendix C: the top layers retrained longer (default twice the search's steps) on the
+    90/10 split, with no rejection stage; the references follow the top layers."""
+    from search.presets import preset
+    from search.rerank import candidates, rerank_proxy
+
+    proxy = preset("cpu", "B").proxy
+    longer = rerank_proxy(proxy, None)
+    assert (longer.train_steps, longer.quality_steps, longer.quality_threshold, longer.stability_steps,
+            longer.holdout) == (200, 0, 0.0, 0, True)
+    assert (longer.lr, longer.batch_size, longer.anchors, longer.crop_size) == (
+        proxy.lr, proxy.batch_size, proxy.anchors, proxy.crop_size)
+    assert rerank_proxy(proxy, 50).train_steps == 50
+    bn = record(-1, "bn", {"r": 0.7, "m": 0.7})
+    state = read_checkpoint(write_run(tmp_path / "run", example_records(), 9.0, {"bn_relu": bn}))
+    assert list(candidates(state, 2, True)) == ["#4", "#0", "bn_relu"]
+    assert list(candidates(state, 10, False)) == ["#4", "#0", "#6"]
+    assert candidates(state, 1, False)["#4"] == {"expression": "layer4(x)", "genome": {"nodes": [["tanh", 0]]}}
+
+
+def test_rerank_ranking_leaves_failed_seeds_out_and_layers_without_a_result_last():
+    anchors = ("a", "b")
+
+    def row(name, seed, accs, stage=None):
+        result = CandidateResult.accept(accs) if stage is None else CandidateResult.reject(stage, "nan", accs)
+        return {"name": name, "seed": seed, "result": result.to_dict()}
+
+    results = [row("#1", 0, {"a": 0.6, "b": 0.4}), row("#1", 1, {"a": 0.9}, Stage.FITNESS),
+               row("#2", 0, {"a": 0.2}, Stage.CRASH), row("#3", 0, {"a": 0.7, "b": 0.7}),
+               row("#3", 1, {"a": 0.5, "b": 0.5})]
+    chosen = {name: {"expression": name, "genome": {}} for name in ("#2", "#1", "#3")}
+    rows = rank(chosen, results, anchors)
+    assert [r["name"] for r in rows] == ["#3", "#1", "#2"]
+    assert rows[1]["mean"] == 0.5 and rows[1]["std"] is None and rows[1]["failed"] == ["seed 1: fitness: nan"]
+    assert rows[0]["std"] == round(0.02 ** 0.5, 4) and rows[0]["anchors"]["b"]["values"] == [0.7, 0.5]
+    assert rows[2]["mean"] is None and rows[2]["anchors"] == {} and rows[2]["seeds"] == [0]
+    assert not any("at_least_bn_relu_on_every_anchor" in r for r in rows)  # no BN-ReLU reranked
+
+
+def test_calibration_summary_by_hand():
+    from search.calibrate import summarize as calibration_summary
+
+    def row(layer, seed, accs, stage=None, cpu=1.0):
+        mean = round(sum(accs.values()) / len(accs), 4) if accs else None
+        return {"layer": layer, "seed": seed, "status": "accepted" if stage is None else "rejected", "stage": stage,
+                "reason": "low" if stage else "", "accuracies": accs, "mean_accuracy": mean, "cpu_seconds": cpu}
+
+    rows = [row("bn_relu", 0, {"a": 0.5, "b": 0.7}, cpu=2.0), row("bn_relu", 1, {"a": 0.9, "b": 0.7}, cpu=4.0),
+            row("bn_relu", 2, {"a": 0.1}, "quality", cpu=3.0), row("random0", 0, {"a": 0.3, "b": 0.3}),
+            row("random1", 0, {"a": 0.1}, "quality"), row("random2", 0, {}, "stability", cpu=4.0)]
+    summary = calibration_summary(rows, ["bn_relu"])
+    assert summary["references"]["bn_relu"] == {
+        "accepted_seeds": 2, "seeds": 3, "mean_accuracy": 0.7, "spread": 0.2, "min_anchor_accuracy": 0.5,
+        "rejections": ["seed 2: quality: low"]}
+    assert summary["random"] == {"evaluated": 3, "outcomes": {"accepted": 1, "quality": 1, "stability": 1},
+                                 "accepted_fraction": 0.333}
+    assert summary["cpu_seconds_per_candidate"] == {"references": 3.0, "random": 2.0}
