@@ -229,3 +229,37 @@ def test_an_eval_model_converts_to_an_eval_model():
         gm.get_submodule(name).load_state_dict(model.get_submodule(name).state_dict())
     x = torch.randn(2, 3, 8, 8)
     assert torch.allclose(gm(x), model(x), atol=1e-6)
+
+
+def test_folded_activation_is_gone_and_options_reach_every_layer():
+    """conv-BN-SiLU, conv-BN-ReLU6, conv-BN: each BN becomes the layer for its own width with the given
+    options, the folded activation modules leave the model (not applied a second time after the layer)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 1), nn.BatchNorm2d(16), nn.SiLU(), nn.Conv2d(16, 8, 1),
+                          nn.BatchNorm2d(8), nn.ReLU6(), nn.Conv2d(8, 4, 1), nn.BatchNorm2d(4))
+    gm = evonorm_core.convert_norm_act(model, "evonorm_s0", groups=4, eps=1e-3)
+    layers = {name: m for name, m in gm.named_modules() if isinstance(m, NormAct2d)}
+    assert sorted(layers) == ["1", "4", "7"]
+    assert [(m.num_channels, m.groups, m.eps, m.nonlinearity) for m in layers.values()] == [
+        (16, 4, 1e-3, True), (8, 4, 1e-3, True), (4, 4, 1e-3, False)]
+    assert not any(isinstance(m, (nn.ReLU6, nn.SiLU, nn.BatchNorm2d)) for m in gm.modules())
+    randomize_layers(gm)
+    x = torch.randn(2, 3, 5, 5)
+    by_hand = x
+    for name in ("0", "1", "3", "4", "6", "7"):
+        by_hand = gm.get_submodule(name)(by_hand)
+    torch.testing.assert_close(gm(x), by_hand)
+    assert (gm.get_submodule("4")(torch.randn(2, 8, 5, 5)) < 0).any()  # EvoNorm-S0: negatives a kept ReLU6 would clip
+    report = gm.norm_act_report
+    assert str(report) == ("converted 3 BatchNorm layers to evonorm_s0: 2 with their activation folded in "
+                           "(relu6 x1, silu x1), 1 with nonlinearity=False")  # activations counted in name order
+    assert [e.name for e in report.unfolded] == ["7"] and [e.folded_activation for e in report.folded] == ["silu", "relu6"]
+
+
+def test_report_of_a_maker_and_of_a_model_without_activations():
+    model = nn.Sequential(nn.Conv2d(3, 8, 1), nn.BatchNorm2d(8), nn.Conv2d(8, 8, 1), nn.BatchNorm2d(8))
+    gm = evonorm_core.convert_norm_act(model, evonorm_core.norm_act_factory("gn_relu", groups=2))
+    assert str(gm.norm_act_report) == ("converted 2 BatchNorm layers to make_gn_relu: 0 with their activation "
+                                       "folded in (none), 2 with nonlinearity=False")
+    assert all(gm.get_submodule(n).activation is None and gm.get_submodule(n).groups == 2 for n in ("1", "3"))
+    assert isinstance(model[1], nn.BatchNorm2d)  # the original model is not modified

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import os
 import signal
@@ -283,3 +284,328 @@ def test_booleans_in_a_json_config_are_not_numbers(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"steps": True}))
     with pytest.raises(cfg.ConfigError, match="--steps must be a number, got True"):
         cfg.load_config(tmp_path / "config.json", Run)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Every kind of bound: inclusive and exclusive at both ends, an optional choice, a tuple of ints."""
+
+    rate: float = cfg.option(0.5, "a fraction; 100% means all", min=0, max=1)
+    share: float = cfg.option(0.5, "an open fraction", min=0, max=1, min_open=True, max_open=True)
+    size: int | None = cfg.option(None, "optional size", min=2)
+    kind: str | None = cfg.option(None, "optional kind", choices=("x", "y"))
+    widths: tuple[int, ...] = cfg.option((), "widths", min=1)
+
+    def __post_init__(self) -> None:
+        cfg.validate(self)
+
+
+@pytest.mark.parametrize("values", [
+    {"rate": 0.0}, {"rate": 1.0}, {"rate": 0}, {"rate": 1},  # inclusive bounds take the bound itself
+    {"share": 1e-9}, {"share": 1 - 1e-9}, {"size": 2}, {"size": None}, {"kind": None}, {"kind": "y"},
+    {"widths": (1, 5)}, {"widths": ()},
+])
+def test_values_on_and_inside_the_bounds_are_accepted(values):
+    assert Bounds(**values) == Bounds(**values)
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"rate": -1e-9}, "--rate must be >= 0 and <= 1, got -1e-09"),
+    ({"rate": 1.0000001}, "--rate must be >= 0 and <= 1, got 1.0000001"),
+    ({"share": 0.0}, "--share must be > 0 and < 1, got 0.0"),  # exclusive bounds refuse the bound itself
+    ({"share": 1.0}, "--share must be > 0 and < 1, got 1.0"),
+    ({"size": 1}, "--size must be >= 2, got 1"),
+    ({"size": 2.5}, "--size must be an integer, got 2.5"),
+    ({"kind": "z"}, "--kind must be one of x, y, got 'z'"),
+    ({"widths": (1, 0)}, "--widths must be >= 1, got 0"),  # every item of a tuple is checked
+    ({"widths": (1, 2.0)}, "--widths must be an integer, got 2.0"),
+    ({"widths": [1]}, "--widths must be a tuple, got [1]"),
+    ({"rate": None}, "--rate must be set, got None"),
+    ({"rate": float("inf")}, "--rate must be a finite number, got inf"),
+    ({"rate": "0.5"}, "--rate must be a number, got '0.5'"),
+])
+def test_values_outside_the_bounds_are_refused_with_the_rule(values, message):
+    with pytest.raises(cfg.ConfigError) as info:
+        Bounds(**values)
+    assert str(info.value) == message
+
+
+def test_help_shows_open_bounds_tuples_and_escapes_percent():
+    parser = argparse.ArgumentParser()
+    cfg.add_config_arguments(parser, Bounds, Bounds(widths=(3, 4)))
+    text = " ".join(parser.format_help().split())
+    assert "100% means all; >= 0 and <= 1 (default: 0.5)" in text
+    assert "an open fraction; > 0 and < 1 (default: 0.5)" in text
+    assert "widths; >= 1 (default: 3,4)" in text
+    assert "optional size; >= 2 (default: None)" in text
+    cfg.add_config_arguments(parser := argparse.ArgumentParser(), Bounds, Bounds())
+    assert "(default: none)" in parser.format_help()  # an empty tuple
+
+
+def parse_bounds(argv):
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    cfg.add_config_arguments(parser, Bounds, Bounds())
+    return cfg.replace_config(Bounds(), cfg.explicit_values(parser.parse_args(argv), Bounds))
+
+
+def test_command_line_types_none_and_lists():
+    assert parse_bounds(["--size", "NONE", "--kind", " None "]) == Bounds()
+    assert parse_bounds(["--size", "4", "--kind", "x"]) == Bounds(size=4, kind="x")
+    assert parse_bounds(["--widths", "3,,4,", "5"]).widths == (3, 4, 5)  # empty items skipped, chunks joined
+    with pytest.raises((SystemExit, argparse.ArgumentError)):
+        parse_bounds(["--size", "2.5"])  # an int flag does not read a fraction
+    with pytest.raises((SystemExit, argparse.ArgumentError)):
+        parse_bounds(["--widths", "1.5"])
+
+
+def test_nested_overrides_and_fixed_nested_fields():
+    config = Run(inner=Inner(lr=0.3), steps=5)
+    changed = cfg.replace_config(config, {"inner.lr": 0.7, "steps": 6})
+    assert changed == Run(inner=Inner(lr=0.7), steps=6) and config.inner.lr == 0.3
+    assert cfg.replace_config(config, {"inner.lr": 0.3}, fixed=("inner.lr",)) == config  # same value: allowed
+    with pytest.raises(cfg.ConfigError, match="^--lr cannot change when resuming: the run was started with 0.3, got 0.7$"):
+        cfg.replace_config(config, {"inner.lr": 0.7}, fixed=("inner.lr",))
+    with pytest.raises(cfg.ConfigError, match=r"^unknown setting\(s\) \['colour'\] for Inner$"):
+        cfg.replace_config(config, {"inner.colour": 1})
+    with pytest.raises(cfg.ConfigError, match="--steps must be >= 1, got 0"):  # overrides are validated
+        cfg.replace_config(config, {"steps": 0})
+
+
+def test_config_from_dict_fills_defaults_and_names_what_is_wrong(tmp_path):
+    assert cfg.config_from_dict(Run, {}) == Run()
+    assert cfg.config_from_dict(Run, {"inner": {"anchors": ["c"]}}) == Run(inner=Inner(anchors=("c",)))
+    assert cfg.config_from_dict(Run, {"budget": None}) == Run(budget=None)
+    assert cfg.config_to_dict(Run(inner=Inner(anchors=("c", "a")))) == {
+        "inner": {"lr": 0.1, "anchors": ["c", "a"]}, "steps": 10, "budget": None, "fast": False, "mode": "B", "name": "x"}
+    with pytest.raises(cfg.ConfigError, match="^expected a JSON object for Run in f.json, got list$"):
+        cfg.config_from_dict(Run, [1], source="f.json")
+    with pytest.raises(cfg.ConfigError, match=r"^unknown setting\(s\) \['x'\] for Inner in f.json$"):
+        cfg.config_from_dict(Run, {"inner": {"x": 1}}, source="f.json")
+    path = tmp_path / "config.json"
+    cfg.save_config(path, Run(steps=3))
+    assert path.read_text().endswith("}\n") and json.loads(path.read_text())["steps"] == 3
+    with pytest.raises(FileNotFoundError, match="no Run file at"):
+        cfg.load_config(tmp_path / "absent.json", Run)
+
+
+def test_command_line_is_shell_quoted():
+    assert cfg.command_line("python -m x", ["--out", "a b", "--n", "3"]) == "python -m x --out 'a b' --n 3"
+    assert cfg.command_line("prog", []) == "prog "
+
+
+def test_jsonl_limit_reads_only_the_first_records_and_append_keeps_earlier_lines(tmp_path):
+    log = tmp_path / "log.jsonl"
+    for i in range(3):
+        files.append_jsonl(log, {"id": i}, sync=i == 1)
+    assert files.read_jsonl(log) == [{"id": 0}, {"id": 1}, {"id": 2}]
+    assert files.read_jsonl(log, limit=1) == [{"id": 0}] and files.read_jsonl(log, limit=0) == []
+    with open(log, "a") as f:
+        f.write("not json\n")  # a complete line that is not JSON: no word of an interrupted writer
+    with pytest.raises(files.CorruptFileError) as info:
+        files.read_jsonl(log)
+    assert "line 4: not valid JSON" in str(info.value) and "incomplete" not in str(info.value)
+    assert files.read_jsonl(log, limit=3) == [{"id": 0}, {"id": 1}, {"id": 2}]
+
+
+def test_json_files_and_checkpoint_contents_are_checked(tmp_path):
+    files.atomic_write_json(tmp_path / "a.json", {"x": [1, 2]})
+    assert files.read_json(tmp_path / "a.json") == {"x": [1, 2]}
+    with pytest.raises(FileNotFoundError, match="^no result file at '.*missing.json'$"):
+        files.read_json(tmp_path / "missing.json", what="result file")
+    (tmp_path / "latin.json").write_bytes(b'{"x": "\xff"}')
+    with pytest.raises(files.CorruptFileError, match="latin.json' is not valid JSON"):
+        files.read_json(tmp_path / "latin.json")
+    torch.save([1, 2], tmp_path / "list.pt")
+    with pytest.raises(files.CorruptFileError, match="list.pt' holds a list, not a checkpoint dict"):
+        files.load_checkpoint(tmp_path / "list.pt")
+    files.require_keys({"a": 1, "b": 2}, ("a", "b"), "ck.pt")
+    with pytest.raises(files.CorruptFileError, match=r"^checkpoint 'ck.pt' lacks \['c', 'e'\]"):
+        files.require_keys({"a": 1, "d": 2}, ("a", "c", "e"), "ck.pt")
+
+
+def test_run_folder_rules(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(rundir.RunDirError, match="exists and is not a folder"):
+        rundir.RunDir(tmp_path / "file")
+    out = tmp_path / "run"
+    with rundir.RunDir(out) as run:  # a run that wrote nothing leaves only its lock file
+        assert not run.resumed and (run / "a") == out / "a"
+        assert (out / rundir.LOCK_FILE).read_text() == f"process {os.getpid()}\n"
+    with rundir.RunDir(out) as run:  # the lock file alone is not an earlier output
+        assert not run.resumed
+    with rundir.RunDir(out, resume=True) as run:  # nothing to resume: a fresh start
+        assert not run.resumed
+    for i in range(7):
+        (out / f"f{i}").write_text("")
+    with pytest.raises(rundir.RunDirError, match=r"\(f0, f1, f2, f3, f4, \.\.\.\); pass --continue to continue"):
+        rundir.RunDir(out, flag="--continue")
+    run = rundir.RunDir(out, resume=True)
+    assert run.resumed
+    run.close()
+    run.close()  # twice is harmless
+
+
+def test_progress_rate_eta_and_interval_with_a_fake_clock(monkeypatch):
+    import io
+
+    now = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    stream = io.StringIO()
+    bar = progress.Progress(total=100, unit="img", prefix="p", interval=10, initial=20, stream=stream)
+    now[0] = 104.0
+    bar.update(8)  # the first update prints: nothing was printed yet
+    # this process did 8 units in 4 s: 2 img/s; 72 left: 36 s
+    assert bar.rate == 2.0 and bar.eta() == 36.0
+    assert stream.getvalue() == "[p] 28/100 img (28%) | 2 img/s | 4s elapsed | ETA 36s\n"
+    now[0] = 113.9
+    bar.update(2)  # 9.9 s after the last line: quiet
+    assert stream.getvalue().count("\n") == 1
+    now[0] = 114.0
+    bar.update(4, loss=0.123456, step=7)  # 10 s after it: a line, values formatted to 4 digits
+    # 14 units in 14 s: 1 img/s, 66 left
+    assert stream.getvalue().splitlines()[-1] == "[p] 34/100 img (34%) | 1 img/s | 14s elapsed | ETA 1m06s | loss 0.1235 | step 7"
+    assert bar.line(eta=float("nan")) == "[p] 34/100 img (34%) | 1 img/s | 14s elapsed"
+    assert bar.line(eta=125) == "[p] 34/100 img (34%) | 1 img/s | 14s elapsed | ETA 2m05s"
+
+
+def test_progress_without_total_or_when_disabled(monkeypatch):
+    import io
+
+    now = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    stream = io.StringIO()
+    bar = progress.Progress(total=None, interval=0, stream=stream)
+    now[0] = 2.0
+    bar.update(3)
+    assert stream.getvalue() == "3 steps | 1.5 steps/s | 2s elapsed\n" and math.isnan(bar.eta())
+    bar.update(1, eta=60)
+    assert stream.getvalue().splitlines()[-1] == "4 steps | 2 steps/s | 2s elapsed | ETA 1m00s"
+    quiet = progress.Progress(total=2, stream=stream, enabled=False)
+    quiet.update(2, force=True)
+    assert stream.getvalue().count("\n") == 2
+    assert math.isnan(progress.Progress(total=5, stream=stream).eta())  # nothing done yet: no rate
+
+
+def test_seed_everything_repeats_every_generator():
+    import random
+
+    import numpy as np
+
+    from evonorm_core.experiment import seeding
+
+    def draws():
+        return random.random(), float(np.random.rand()), float(torch.rand(1))
+
+    seeding.seed_everything(5)
+    first = draws()
+    seeding.seed_everything(5)
+    assert draws() == first
+    seeding.seed_everything(6)
+    assert all(a != b for a, b in zip(draws(), first))  # each generator follows the seed
+    seeding.seed_everything(2**32 + 2**31 + 5)  # NumPy takes seeds below 2**32: the seed modulo 2**32
+    np_draw = float(np.random.rand())
+    np.random.seed(2**31 + 5)
+    assert np_draw == float(np.random.rand())
+
+
+def test_paper_table_lookups_and_rendering_rules():
+    table = tables.PaperTable("t", "Table T", "paper, Table T", ("model", "layer"), ("box AP", "mask AP"),
+                              {("r50", "BN"): (38.0, 0.004), ("r101", "BN"): (0.0, None), ("r50", "S0"): (-1.25, 12.0)},
+                              note="Numbers from the paper.")
+    assert table.values("model") == ["r50", "r101"] and table.values("layer") == ["BN", "S0"]
+    assert table.row("r50", "S0") == (-1.25, 12.0) and table.cell(("r50", "S0"), "mask AP") == 12.0
+    with pytest.raises(KeyError, match="t has no row"):
+        table.row("r18", "BN")
+    with pytest.raises(KeyError, match="t has no column 'AP'"):
+        table.cell(("r50", "BN"), "AP")
+    text = table.to_markdown()  # no measured columns: the paper's column labels as they are
+    assert text.splitlines() == [
+        "**Table T** (paper, Table T)", "",
+        "| model | layer | box AP | mask AP |", "| --- | --- | --- | --- |",
+        "| r50 | BN | 38.0 | 0.004 |", "| r101 | BN | 0.0 | - |", "| r50 | S0 | -1.2 | 12.0 |",
+        "", "Numbers from the paper.",
+    ]
+    with pytest.raises(ValueError, match="row key .* does not match row names"):
+        tables.PaperTable("t", "T", "s", ("model", "layer"), ("a",), {("x",): (1.0,)})
+    with pytest.raises(ValueError, match=r"row \['a'\] has 1 cells, the header 2"):
+        tables.markdown_table(["x", "y"], [["a"]])
+    assert tables.format_number(76.06) == "76.1" and tables.format_number(76.06, 2) == "76.06"
+    assert tables.format_mean_std([70.0, 71.0, 75.0], digits=2) == "72.00 ± 2.65 (n=3)"
+
+
+def test_digits_are_the_grey_levels_over_16_with_every_image_once():
+    """8x8: no interpolation, pixels are scikit-learn's 0..16 grey levels / 16; the split is a
+    permutation of all 1,797 images (no image dropped or repeated), 20% (359) in validation."""
+    from sklearn.datasets import load_digits
+
+    raw = load_digits()
+    split = data.digits()
+    assert split.train_images.shape == (1438, 1, 8, 8) and split.val_images.shape == (359, 1, 8, 8)
+    images = torch.cat([split.train_images, split.val_images]).flatten(1).double()
+    labels = torch.cat([split.train_labels, split.val_labels])
+    expected = torch.from_numpy(raw.images).flatten(1).double() / 16
+    assert torch.equal(torch.sort(images.sum(1)).values, torch.sort(expected.sum(1)).values)
+    assert torch.equal(torch.bincount(labels), torch.bincount(torch.from_numpy(raw.target).long()))
+    assert images.max() == 1 and images.min() == 0 and split.train_labels.dtype == torch.int64
+    # each image keeps its own label: look the first validation image up among the raw ones
+    match = (expected == images[1438]).all(1).nonzero().flatten()
+    assert {int(raw.target[i]) for i in match} == {int(split.val_labels[0])}
+    grey = data.digits(12, channels=3)
+    assert grey.train_images.shape == (1438, 3, 12, 12)
+    assert torch.equal(grey.train_images[:, 0], grey.train_images[:, 2])  # the grey level repeated
+    with pytest.raises(ValueError, match="channels must be 1"):
+        data.digits(8, channels=2)
+    with pytest.raises(ValueError, match="image_size must be an int"):
+        data.digits(16.0)
+
+
+def _image_tree(root, split, classes, per_class):
+    from PIL import Image
+
+    for c in range(classes):
+        folder = root / split / f"class{c}"
+        folder.mkdir(parents=True)
+        for i in range(per_class):
+            Image.new("RGB", (4, 4), (c * 40, i * 20, 0)).save(folder / f"{i}.png")
+
+
+def test_imagenet_holdout_is_a_seeded_disjoint_fraction_of_train(tmp_path):
+    """The reranking protocol (paper Sec. 4.2): train on 90% of ImageNet-train, score the other 10%;
+    the held-out images go through the eval transform and val/ is not needed."""
+    _image_tree(tmp_path, "train", 4, 5)  # 20 images
+    train, held = data.imagenet(tmp_path, "train-tf", "eval-tf", holdout_fraction=0.1, seed=3)
+    assert len(held) == 2 and len(train) == 18
+    assert set(train.indices).isdisjoint(held.indices) and sorted(train.indices + held.indices) == list(range(20))
+    assert train.dataset.transform == "train-tf" and held.dataset.transform == "eval-tf"
+    again, other = data.imagenet(tmp_path, None, None, 0.1, seed=3), data.imagenet(tmp_path, None, None, 0.25, seed=4)
+    assert again[1].indices == held.indices and len(other[1]) == 5
+    assert other[1].indices != data.imagenet(tmp_path, None, None, 0.25, seed=3)[1].indices  # the seed is used
+    with pytest.raises(FileNotFoundError, match="missing .*val"):
+        data.imagenet(tmp_path, None, None)  # without a holdout, val/ is the validation set
+    _image_tree(tmp_path, "val", 4, 1)
+    train, val = data.imagenet(tmp_path, "train-tf", "eval-tf")
+    assert (len(train), len(val)) == (20, 4) and val.transform == "eval-tf"
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match=r"holdout_fraction must be in \[0, 1\)"):
+            data.imagenet(tmp_path, None, None, holdout_fraction=bad)
+    data.imagenet(tmp_path, None, None, holdout_fraction=0.0)
+
+
+def test_distributed_context_reads_torchruns_environment(monkeypatch):
+    from evonorm_core.experiment import distributed
+
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "1")  # one process: no process group to join
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    context = distributed.DistributedContext.from_env()
+    assert (context.rank, context.world_size, context.local_rank) == (2, 1, 1)
+    assert context.device == torch.device("cpu") and not context.is_main and not context.distributed
+    assert context.all_sum([1.5, 2.0]) == [1.5, 2.0]
+    context.barrier()
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name)
+    single = distributed.DistributedContext.from_env()
+    assert single == distributed.DistributedContext() and single.is_main
+    assert distributed.DistributedContext(rank=1, world_size=4).distributed
+    assert not distributed.DistributedContext(rank=1, world_size=4).is_main

@@ -422,3 +422,116 @@ def test_extra_repr_names_the_settings(name):
         assert "momentum=0.1" in text
     if name in EVONORMS:
         assert "impl=fused" in text
+
+
+# ---- the aggregation statistics of Table 1 (evonorm_core.statistics) against the reference ----
+
+def test_aggregation_statistics_match_table_1():
+    """Each statistic is the paper's mu_I / s2_I over its index set I, in a shape that broadcasts:
+    (N, C, 1, 1) for instance and group statistics, (N, 1, 1, 1) layer, (N, 1, H, W) pixel, (C,) batch."""
+    from evonorm_core import statistics as S
+
+    x = torch.randn(3, 8, 5, 4, dtype=torch.float64) * 2 + torch.arange(8, dtype=torch.float64).view(1, -1, 1, 1)
+
+    def same(got, want):
+        torch.testing.assert_close(got.expand_as(x), want, rtol=1e-12, atol=1e-12)
+
+    same(S.instance_var(x), ref.s2(x, ref.INSTANCE))
+    same(S.instance_mean_square(x), ref.mu(x**2, ref.INSTANCE))
+    mean, var = S.group_moments(x, 4)
+    same(mean, ref.grouped(ref.mu, x, 4))
+    same(var, ref.grouped(ref.s2, x, 4))
+    same(S.group_var(x, 2), ref.grouped(ref.s2, x, 2))
+    same(S.group_mean_square(x, 2), ref.grouped(ref.mu, x**2, 2))
+    mean, var = S.layer_moments(x)
+    same(mean, ref.mu(x, ref.CHANNEL))
+    same(var, ref.s2(x, ref.CHANNEL))
+    same(S.pixel_mean_square(x), ref.mu(x**2, (1,)))
+    assert S.instance_var(x).shape == S.group_var(x, 4).shape == (3, 8, 1, 1)
+    assert S.layer_moments(x)[1].shape == (3, 1, 1, 1) and S.pixel_mean_square(x).shape == (3, 1, 5, 4)
+    mean, var, count = S.batch_moments(x)
+    assert count == 3 * 5 * 4 and mean.shape == var.shape == (8,)
+    same(mean.view(1, -1, 1, 1), ref.mu(x, ref.BATCH))
+    same(var.view(1, -1, 1, 1), ref.s2(x, ref.BATCH))
+    mean, var, count = S.batch_moments(x[:0])
+    assert count == 0 and mean.shape == (8,) and torch.isnan(mean).all() and torch.isnan(var).all()
+
+
+@pytest.mark.parametrize("channels,expected", [(32, 32), (33, 11), (31, 31), (100, 25), (1, 1), (512, 32)])
+def test_resolve_groups_default_is_the_largest_divisor_up_to_32(channels, expected):
+    from evonorm_core.statistics import resolve_groups
+
+    assert resolve_groups(channels, None) == expected
+    assert resolve_groups(channels, channels) == channels and resolve_groups(channels, 1) == 1
+
+
+# ---- module-level details: what a layer prints, folds, resets and hands on ----
+
+@pytest.mark.parametrize("name", ["bn_prelu", "bn_swish", "frn"])
+def test_activation_module_holds_a_copy_of_the_parameter(name):
+    layer = build(name)
+    param = "v1" if name == "bn_swish" else "v0"
+    with torch.no_grad():
+        getattr(layer, param).copy_(torch.linspace(-1, 1, 8, dtype=torch.float64))
+    act = layer.activation_module()
+    assert isinstance(act, evonorm_core.ChannelActivation) and repr(act).endswith(f"({layer.activation}, num_channels=8)")
+    with torch.no_grad():
+        getattr(layer, param).fill_(5.0)  # training goes on: the folded activation keeps its values
+    torch.testing.assert_close(act.parameter, torch.linspace(-1, 1, 8, dtype=torch.float64))
+
+
+def test_activation_modules_of_the_plain_activations():
+    assert type(build("bn_relu").activation_module()) is torch.nn.ReLU
+    assert type(build("bn_swish1").activation_module()) is torch.nn.SiLU
+    assert type(build("bn_relu", nonlinearity=False).activation_module()) is torch.nn.Identity
+    assert build("gn_swish", nonlinearity=False).activation is None
+
+
+@pytest.mark.parametrize("name", ["bn_relu", "rs_rej", "evonorm_b0", "evonorm_s0"])
+def test_folded_affine_without_affine_is_gamma_1_beta_0(name):
+    nonlinearity = name == "bn_relu"
+    layer = build(name, nonlinearity=nonlinearity, affine=False)
+    randomize(layer, torch.Generator().manual_seed(9))
+    layer.eval()
+    scale, shift = layer.folded_affine()
+    x = torch.randn(2, 8, 3, 3, dtype=torch.float64)
+    folded = layer.activation_module()(x * scale.view(1, -1, 1, 1) + shift.view(1, -1, 1, 1))
+    torch.testing.assert_close(folded, layer(x), rtol=1e-12, atol=1e-12)
+    if name.startswith("evonorm"):
+        assert torch.equal(scale, torch.ones(8)) and torch.equal(shift, torch.zeros(8))
+    else:  # in the dtype and on the device of the moving averages, the layer's only tensors
+        assert scale.dtype == shift.dtype == torch.float64
+        on_meta = evonorm_core.build_norm_act(name, 8, nonlinearity, affine=False, device="meta").eval()
+        assert all(t.is_meta for t in on_meta.folded_affine())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reset_parameters_without_nonlinearity(name):
+    """Without nonlinearity a B-series layer has no moving averages; resetting it must not need them."""
+    layer = build(name, nonlinearity=False)
+    randomize(layer, torch.Generator().manual_seed(6))
+    layer.reset_parameters()
+    assert torch.all(layer.weight == 1) and torch.all(layer.bias == 0)
+
+
+def test_extra_repr_details():
+    assert repr(build("bn_relu")) == "BatchNormAct2d(8, nonlinearity=True, eps=1e-05, activation=relu, momentum=0.1)"
+    assert repr(build("bn_prelu", nonlinearity=False, sync=True, affine=False)) == (
+        "BatchNormAct2d(8, nonlinearity=False, eps=1e-05, affine=False, momentum=0.1, sync=True)")
+    assert repr(build("evonorm_s0", impl="reference")) == (
+        "EvoNormS0(8, nonlinearity=True, eps=1e-05, groups=4, impl=reference)")
+    assert repr(build("frn")) == "FilterResponseNorm2d(8, nonlinearity=True, eps=1e-05, activation=max_v0)"
+
+
+@pytest.mark.parametrize("name", ["bn_relu", "evonorm_b0", "rs_rej"])
+def test_moving_averages_start_at_mean_0_variance_1_and_use_momentum_0_1(name):
+    """nn.BatchNorm2d's defaults (momentum 0.1; mean 0, variance 1 before any batch): the first batch moves
+    the variance to 0.9 * 1 + 0.1 * unbiased batch variance."""
+    layer = evonorm_core.build_norm_act(name, 4).double()
+    assert torch.equal(layer.running_var, torch.ones(4, dtype=torch.float64))
+    assert int(layer.num_batches_tracked) == 0
+    x = torch.randn(2, 4, 3, 3, dtype=torch.float64) * 3 + 2
+    layer(x)
+    torch.testing.assert_close(layer.running_var, 0.9 + 0.1 * x.var(dim=(0, 2, 3), unbiased=True))
+    if hasattr(layer, "running_mean"):
+        torch.testing.assert_close(layer.running_mean, 0.1 * x.mean(dim=(0, 2, 3)))

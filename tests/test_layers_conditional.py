@@ -103,3 +103,16 @@ def test_errors():
         layer(torch.randn(2, 8, 3, 3), torch.randn(3, 4))
     with pytest.raises(ValueError, match="does not take option"):
         conditional_norm_act_factory("evonorm_s0", 4, momentum=0.1)
+
+
+def test_reset_parameters_resets_the_layer_and_both_projections():
+    layer = conditional_norm_act_factory("bn_swish", 4)(8)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.fill_(3.0)
+    layer.norm(torch.randn(2, 8, 3, 3))  # moving averages moved
+    layer.reset_parameters()
+    assert torch.all(layer.norm.v1 == 1) and torch.all(layer.norm.running_var == 1)
+    for projection in (layer.gain, layer.bias):  # nn.Linear's own initialisation: |w| <= 1 / sqrt(cond_dim)
+        assert not torch.all(projection.weight == 3.0) and projection.weight.abs().max() <= 0.5
+    assert repr(layer).startswith("ConditionalNormAct2d(\n  cond_dim=4") and layer.num_channels == 8

@@ -1,4 +1,6 @@
 """The registry: lookup by any spelling, clear errors, third-party registration."""
+import functools
+
 import pytest
 import torch
 from torch import nn
@@ -74,3 +76,91 @@ def test_norm_act_factory():
         evonorm_core.norm_act_factory("nope")
     with pytest.raises(ValueError, match="does not take option"):
         evonorm_core.norm_act_factory("frn", momentum=0.1)
+
+
+# alias -> (canonical name, class, activation after the affine, extra per-channel parameters);
+# the baselines of the paper's Tables 2, 3 and 5 under the names their papers use
+ALIASES = {
+    "bn": ("bn_relu", "BatchNormAct2d", "relu", set()),
+    "batchnorm_relu": ("bn_relu", "BatchNormAct2d", "relu", set()),
+    "batchnorm-prelu": ("bn_prelu", "BatchNormAct2d", "max_v0", {"v0"}),
+    "BN-Swish1": ("bn_swish1", "BatchNormAct2d", "swish1", set()),
+    "batchnorm_swish": ("bn_swish", "BatchNormAct2d", "swish", {"v1"}),
+    "gn": ("gn_relu", "GroupNormAct2d", "relu", set()),
+    "GroupNorm-Swish": ("gn_swish", "GroupNormAct2d", "swish", {"v1"}),
+    "layernorm_relu": ("ln_relu", "LayerNormAct2d", "relu", set()),
+    "pn_relu": ("pixelnorm_relu", "PixelNormAct2d", "relu", set()),
+    "FRN-TLU": ("frn", "FilterResponseNorm2d", "max_v0", {"v0"}),
+    "filter_response_norm": ("frn", "FilterResponseNorm2d", "max_v0", {"v0"}),
+    "RS+rej": ("rs_rej", "BatchRMSNormReLU2d", None, set()),
+    "batch_rms_relu": ("rs_rej", "BatchRMSNormReLU2d", None, set()),
+}
+
+
+@pytest.mark.parametrize("alias", sorted(ALIASES))
+def test_aliases_build_the_baseline_with_its_activation(alias):
+    canonical, cls, activation, extra = ALIASES[alias]
+    assert evonorm_core.resolve_name(alias) == canonical
+    layer = evonorm_core.build_norm_act(alias, 8)
+    assert type(layer).__name__ == cls and layer.activation == activation
+    assert {n for n, _ in layer.named_parameters()} == {"weight", "bias"} | extra
+    assert evonorm_core.build_norm_act(alias, 8, nonlinearity=False).activation is None
+
+
+def test_name_normalization_and_listing():
+    assert registry.normalize_name(" EvoNorm-S0 (v2)") == "evonorms0v2"
+    assert registry.resolve_name("evonorm_s1") == "evonorm_s1" and registry.resolve_name("EVONORM-B2") == "evonorm_b2"
+    names = evonorm_core.list_norm_acts()
+    assert names == sorted(names) and "bn" not in names  # canonical names only, no aliases
+    with pytest.raises(registry.UnknownNormActError, match="^unknown norm-act layer 3; valid names: bn_prelu, "):
+        registry.resolve_name(3)
+
+
+def test_accepted_options_follow_kwargs_up_the_class_chain():
+    class Base(nn.Module):
+        def __init__(self, num_channels, nonlinearity=True, *, eps=1e-5, depth=1):
+            super().__init__()
+
+    class PassesOn(Base):
+        def __init__(self, num_channels, nonlinearity=True, *, width=2, **options):
+            super().__init__(num_channels, nonlinearity, **options)
+
+    class Stops(Base):
+        def __init__(self, num_channels, nonlinearity=True, *, width=2):
+            super().__init__(num_channels, nonlinearity)
+
+    assert registry.accepted_options(PassesOn) == ["depth", "eps", "width"]
+    assert registry.accepted_options(Stops) == ["width"]
+    assert registry.accepted_options(functools.partial(PassesOn, eps=0.1)) == ["depth", "width"]
+    assert registry.options_of("gn_relu") == ["affine", "device", "dtype", "eps", "groups"]  # activation is bound
+
+
+def test_makers_carry_their_options_name_and_batch_statistics():
+    make_b0 = evonorm_core.norm_act_factory("EvoNorm-B0", eps=1e-3, momentum=0.2)
+    assert make_b0.__name__ == "make_evonorm_b0" and make_b0.uses_batch_stats is True
+    layer = make_b0(16, False)
+    assert (layer.eps, layer.momentum, layer.nonlinearity, layer.num_channels) == (1e-3, 0.2, False, 16)
+    assert evonorm_core.norm_act_factory("evonorm_s0").uses_batch_stats is False
+    assert evonorm_core.norm_act_factory("bn").uses_batch_stats is True
+    assert evonorm_core.uses_batch_statistics(make_b0) is True
+
+
+def test_override_points_every_spelling_to_the_new_layer():
+    class First(nn.Module):
+        uses_batch_stats = True
+
+        def __init__(self, num_channels, nonlinearity=True):
+            super().__init__()
+
+    class Second(First):
+        uses_batch_stats = False
+
+    evonorm_core.register_norm_act("test_override_layer", "test-override-alias")(First)
+    try:
+        evonorm_core.register_norm_act("test_override_layer", "test-override-alias", override=True)(Second)
+        assert type(evonorm_core.build_norm_act("TEST_OVERRIDE_ALIAS", 4)) is Second
+        assert evonorm_core.uses_batch_statistics("test_override_layer") is False
+    finally:
+        for key in [k for k, v in registry._KEYS.items() if v == "test_override_layer"]:
+            del registry._KEYS[key]
+        del registry._FACTORIES["test_override_layer"], registry._BATCH_STATISTICS["test_override_layer"]

@@ -96,3 +96,62 @@ def test_batch_stat_layers_finds_every_kind():
     assert [type(m).__name__ for m in found] == ["EvoNormB0", "BatchNorm2d", "GraphLayer"]
     untracked = nn.BatchNorm2d(8, track_running_stats=False)
     assert running_stats.batch_stat_layers(untracked) == []
+
+
+@pytest.mark.parametrize("momentum,expected", [(1, 1.0), (1.0, 1.0), (0.5, 0.5), (1e-6, 1e-6), (None, None)])
+def test_check_momentum_accepts_the_half_open_interval(momentum, expected):
+    value = running_stats.check_momentum(momentum)
+    assert value == expected and (value is None or type(value) is float)
+
+
+@pytest.mark.parametrize("momentum", [0, 0.0, -0.1, 1.0000001, True, "0.1", float("nan")])
+def test_check_momentum_refuses_the_rest(momentum):
+    with pytest.raises(ValueError, match=r"momentum must be in \(0, 1\] or None"):
+        running_stats.check_momentum(momentum)
+
+
+def test_first_cumulative_batch_and_the_unbiased_correction_edges():
+    """momentum=None: the first batch replaces the initial averages (factor 1, nn.BatchNorm2d's rule);
+    a variance over one element is stored as it is (no division by n - 1 = 0)."""
+    tracked = torch.tensor(0)
+    assert running_stats.count_batch_(tracked, None) == 1.0 and int(tracked) == 1
+    assert running_stats.momentum_factor(None, None) == 1.0 and running_stats.momentum_factor(None, 0) == 1.0
+    running = torch.tensor([4.0])
+    running_stats.update_running_(running, torch.tensor([2.0]), 0.5, count=1)
+    assert running.item() == 3.0
+    running_stats.update_running_(running, torch.tensor([1.0]), 0.5, count=2)  # 1 * 2 / 1 = 2
+    assert running.item() == 2.5
+    half = torch.tensor([1.0], dtype=torch.float16)
+    running_stats.update_running_(half, torch.tensor([3.0], dtype=torch.float64), 0.25)
+    assert half.dtype == torch.float16 and half.item() == 1.5  # in place, in the buffer's dtype
+
+
+def test_recalibrate_restores_each_layers_own_momentum_and_uses_the_given_forward():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4, momentum=0.3), evonorm_core.build_norm_act("bn_relu", 4, momentum=None))
+    seen = []
+
+    def forward(m, batch):
+        seen.append(batch["image"].shape[0])
+        return m(batch["image"])
+
+    batches = [{"image": torch.randn(n, 3, 4, 4)} for n in (2, 3)]
+    assert running_stats.recalibrate(model, batches, forward=forward) == 2
+    assert seen == [2, 3]
+    assert model[1].momentum == 0.3 and model[2].momentum is None
+    assert int(model[1].num_batches_tracked) == 2 and int(model[2].num_batches_tracked) == 2
+    with torch.no_grad():
+        hidden = [model[0](b["image"]) for b in batches]
+    torch.testing.assert_close(model[1].running_mean, torch.stack([h.mean(dim=(0, 2, 3)) for h in hidden]).mean(0))
+
+
+def test_recalibrate_restores_modes_and_momenta_when_a_batch_fails():
+    model = nn.Sequential(nn.BatchNorm2d(4, momentum=0.2)).eval()
+
+    def broken():
+        yield torch.randn(2, 4, 3, 3)
+        raise RuntimeError("loader died")
+
+    with pytest.raises(RuntimeError, match="loader died"):
+        running_stats.recalibrate(model, broken())
+    assert model[0].momentum == 0.2 and not model[0].training and not model.training

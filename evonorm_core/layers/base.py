@@ -257,8 +257,9 @@ class NormAct2d(nn.Module, abc.ABC):
         return None
 
     def _gamma_beta(self) -> tuple[Tensor, Tensor]:
-        """``(gamma, beta)`` detached, ones/zeros without ``affine``."""
-        like = next(iter(self.parameters()), None)
+        """``(gamma, beta)`` detached, ones/zeros without ``affine`` (on the device and in the dtype of the
+        layer's first floating-point parameter or buffer: a BN without affine has only its moving averages)."""
+        like = next((t for t in [*self.parameters(), *self.buffers()] if t.is_floating_point()), None)
         options = {"device": like.device, "dtype": like.dtype} if like is not None else {}
         gamma = self.weight.detach().clone() if self.weight is not None else torch.ones(self.num_channels, **options)
         beta = self.bias.detach().clone() if self.bias is not None else torch.zeros(self.num_channels, **options)
