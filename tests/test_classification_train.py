@@ -192,3 +192,84 @@ def test_evaluation_reports_top1_in_percent_and_the_mean_loss():
     metrics = evaluate(model, [(logits[:3], labels[:3]), (logits[3:], labels[3:])], DistributedContext())
     assert metrics["top1"] == 75.0
     assert metrics["loss"] == pytest.approx(F.cross_entropy(logits, labels).item(), rel=1e-6)
+
+
+# The values the paper leaves to the cited original setups (recipes.py marks them "not in the paper"):
+# ResNet as Goyal et al. (weight decay 1e-4, 5 warmup epochs), MobileNetV2/MnasNet as Sandler et al.
+# (weight decay 4e-5), EfficientNet as Tan & Le's official training (RMSProp, weight decay 1e-5, label
+# smoothing 0.1); every schedule warms up linearly for 5 epochs (section 5.1: "a linear warmup phase").
+CITED_SETUP = {
+    "resnet50": dict(weight_decay=1e-4, optimizer="sgd", label_smoothing=0.0),
+    "resnet101": dict(weight_decay=1e-4, optimizer="sgd", label_smoothing=0.0),
+    "mobilenetv2": dict(weight_decay=4e-5, optimizer="sgd", label_smoothing=0.0),
+    "mnasnet_b1": dict(weight_decay=4e-5, optimizer="sgd", label_smoothing=0.0),
+    "efficientnet_b0": dict(weight_decay=1e-5, optimizer="rmsprop", label_smoothing=0.1, poly_power=2.0),
+    "efficientnet_b5": dict(weight_decay=1e-5, optimizer="rmsprop", label_smoothing=0.1, poly_power=2.0),
+}
+
+
+@pytest.mark.parametrize("model", sorted(CITED_SETUP))
+def test_recipe_values_from_the_cited_setups(model):
+    recipe = recipe_for(model)
+    for field, value in {"warmup_epochs": 5.0, "randaugment": False, **CITED_SETUP[model]}.items():
+        assert getattr(recipe, field) == value, (model, field)
+
+
+def test_only_mobilenetv2_lowers_its_lr_for_batch_free_layers():
+    """Section 5.1 lowers the base LR to 0.03 for MobileNetV2 alone; MnasNet and EfficientNet keep theirs
+    with a batch-independent layer, and a table override of another field keeps the lowered LR."""
+    assert recipe_for("mnasnet_b1", "evonorm_s0").base_lr == 0.1
+    assert recipe_for("efficientnet_b0", "gn_relu").base_lr == 0.016
+    assert recipe_for("mobilenetv2", "frn", epochs=10).base_lr == 0.03
+    assert recipe_for("mobilenetv2", "bn_swish").base_lr == 0.1
+
+
+def test_decay_schedules_stay_at_their_end_after_the_last_epoch():
+    """Past ``epochs`` the cosine and polynomial factors stay at 0 (the progress is clamped): cosine would
+    rise again and (1 - progress)^2 would turn positive; multistep stays at its last stage."""
+    cosine = recipe_for("mobilenetv2", epochs=100, warmup_epochs=0)
+    poly = recipe_for("efficientnet_b0", epochs=100, warmup_epochs=0)
+    for epoch in (100, 120, 150, 200):
+        assert lr_multiplier(cosine, epoch) == pytest.approx(0.0, abs=1e-12)
+        assert lr_multiplier(poly, epoch) == pytest.approx(0.0, abs=1e-12)
+    assert lr_multiplier(poly, 25) == pytest.approx(0.75 ** 2)
+    cubic = recipe_for("efficientnet_b0", epochs=100, warmup_epochs=0, poly_power=3.0)
+    assert lr_multiplier(cubic, 50) == pytest.approx(0.125)
+    assert lr_multiplier(recipe_for("resnet50"), 120) == pytest.approx(0.001)
+    assert lr_multiplier(recipe_for("resnet50"), 29.99) == 1.0  # the first decay is at epoch 30, not before
+    assert lr_multiplier(recipe_for("resnet50", schedule="constant"), 70) == 1.0
+
+
+def test_warmup_is_linear_from_zero_for_every_schedule():
+    for model in ("resnet50", "mobilenetv2", "efficientnet_b0"):
+        recipe = recipe_for(model, warmup_epochs=4)
+        assert [lr_multiplier(recipe, e) for e in (0, 1, 2, 3)] == pytest.approx([0, 0.25, 0.5, 0.75])
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"base_lr": 0.0}, "base_lr and epochs must be positive"),
+    ({"epochs": 0}, "base_lr and epochs must be positive"),
+    ({"warmup_epochs": -1.0}, "warmup_epochs >= 0"),
+    ({"optimizer": "adam"}, "unknown optimizer 'adam'; accepted: sgd, rmsprop"),
+    ({"lr": 0.1}, r"unknown recipe field\(s\) \['lr'\]"),
+])
+def test_bad_recipe_overrides_are_named(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        recipe_for("resnet50", **overrides)
+
+
+def test_proxy_recipe_of_the_anchors_is_the_papers_proxy_task():
+    """Appendix C, proxy task: batch 128, "SGD with learning rate 0.1, Nesterov momentum 0.9 and weight
+    decay 1e-4" (the LR at 128 images, i.e. 0.2 per 256), no warmup, one worker at 32x32."""
+    from classification.train import PROXY_RECIPE, resolve_recipe
+
+    assert PROXY_RECIPE.peak_lr(128) == pytest.approx(0.1)
+    assert (PROXY_RECIPE.batch_per_worker, PROXY_RECIPE.workers, PROXY_RECIPE.resolution) == (128, 1, 32)
+    assert (PROXY_RECIPE.optimizer, PROXY_RECIPE.weight_decay, PROXY_RECIPE.warmup_epochs) == ("sgd", 1e-4, 0.0)
+    assert PROXY_RECIPE.label_smoothing == 0.0
+    for anchor in ("resnet50_cifar", "mobilenetv2_cifar", "efficientnet_cifar"):
+        assert resolve_recipe(TrainConfig(model=anchor)) == PROXY_RECIPE
+    overridden = resolve_recipe(TrainConfig(model="resnet50_cifar", base_lr=0.4, batch_size=32, epochs=3,
+                                            schedule="constant", warmup_epochs=1, randaugment=True))
+    assert (overridden.base_lr, overridden.batch_per_worker, overridden.epochs, overridden.schedule,
+            overridden.warmup_epochs, overridden.randaugment) == (0.4, 32, 3, "constant", 1, True)
