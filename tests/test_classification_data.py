@@ -191,9 +191,11 @@ def test_load_imagenet_gives_training_the_augmenting_transform_and_validation_th
         return "train", "val"
 
     monkeypatch.setattr(classification_data.data, "imagenet", fake_imagenet)
-    assert classification_data.load_imagenet("/in", 128, randaugment=True, holdout_fraction=0.1, seed=5) == ("train", "val")
+    loaded = classification_data.load_imagenet("/in", 128, randaugment=True, holdout_fraction=0.1, seed=5)
+    assert loaded == ("train", "val")
     assert (seen["root"], seen["holdout"], seen["seed"]) == ("/in", 0.1, 5)
-    assert [type(t) for t in seen["train"].transforms][:3] == [T.RandomResizedCrop, T.RandomHorizontalFlip, T.RandAugment]
+    train_steps = [type(t) for t in seen["train"].transforms]
+    assert train_steps[:3] == [T.RandomResizedCrop, T.RandomHorizontalFlip, T.RandAugment]
     assert seen["train"].transforms[0].size == (128, 128)
     assert [type(t) for t in seen["eval"].transforms][:2] == [T.Resize, T.CenterCrop]
     assert seen["eval"].transforms[1].size == (128, 128)

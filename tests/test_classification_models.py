@@ -174,7 +174,8 @@ def test_resnet_strides_stem_and_stage_widths():
 
     model = build_model("resnet50", "bn_relu")
     stem_conv, pool = model.stem
-    assert (stem_conv.kernel_size, stem_conv.stride, stem_conv.padding, stem_conv.out_channels) == ((7, 7), (2, 2), (3, 3), 64)
+    assert (stem_conv.kernel_size, stem_conv.stride, stem_conv.padding) == ((7, 7), (2, 2), (3, 3))
+    assert stem_conv.out_channels == 64
     assert (pool.kernel_size, pool.stride, pool.padding) == (3, 2, 1)
     blocks = [b for b in model.blocks if isinstance(b, PreActBottleneck)]
     firsts = {0: 0, 3: 1, 7: 2, 13: 3}  # block index -> stage of the stages' first blocks (3, 4, 6, 3)

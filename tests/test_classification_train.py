@@ -310,7 +310,8 @@ def test_datasets_crop_and_flip_cifar10_training_images_only(tmp_path, monkeypat
     config = TrainConfig(data="cifar10", data_dir=str(tmp_path))
     recipe = recipe_for("resnet50")
     train_set, val_set, classes = build_datasets(config, recipe, 32)
-    assert classes == 10 and (train_set.crop, train_set.flip) == (24, True) and (val_set.crop, val_set.flip) == (None, False)
+    assert classes == 10 and (train_set.crop, train_set.flip) == (24, True)
+    assert (val_set.crop, val_set.flip) == (None, False)
     assert train_set[0][0].shape == (3, 24, 24) and val_set[0][0].shape == (3, 32, 32)
     train_set, _, _ = build_datasets(config, recipe, 16)
     assert train_set.crop is None
