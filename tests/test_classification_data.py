@@ -97,3 +97,107 @@ def test_imagenet_eval_transform_normalizes_rgb_with_the_imagenet_statistics():
         out = imagenet_transforms(32, train=False)(Image.fromarray(pixels))
         assert out.shape == (3, 32, 32)
         torch.testing.assert_close(out, torch.full_like(out, expected), atol=0.01, rtol=0)
+
+
+def test_cifar10_normalizes_each_rgb_channel_with_the_cifar10_statistics(tmp_path, monkeypatch):
+    """CIFAR-10's per-channel training-set statistics, RGB order: mean (0.4914, 0.4822, 0.4465), std
+    (0.2470, 0.2435, 0.2616). The pickled rows are the R plane, then G, then B; planes of constant value
+    v come out as (v / 255 - mean) / std of their own channel, in the training and the test split alike."""
+    write_fake_cifar(tmp_path / "cifar-10-batches-py", monkeypatch)
+    planes = (255, 0, 128)  # R, G, B
+    row = np.concatenate([np.full(1024, v, dtype=np.uint8) for v in planes])
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        with open(tmp_path / "cifar-10-batches-py" / name, "wb") as f:
+            pickle.dump({"data": np.stack([row] * 4), "labels": [0, 1, 2, 3]}, f)
+    train_x, _, val_x, _ = load_cifar10(tmp_path)
+    mean, std = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+    for images in (train_x, val_x):
+        for channel, value in enumerate(planes):
+            want = (value / 255 - mean[channel]) / std[channel]
+            torch.testing.assert_close(images[:, channel], torch.full_like(images[:, channel], want))
+
+
+def test_digits_validation_is_standardized_with_the_training_statistics():
+    """One affine map for both splits (the training split's mean and std): the validation images are not
+    re-centred on their own statistics, so mapping them back gives the raw digits of the fixed split."""
+    from evonorm_core.experiment import data
+
+    raw = data.digits(16, channels=3)
+    train_x, _, val_x, _ = load_digits_proxy(16)
+    mean, std = raw.train_images.mean(), raw.train_images.std()
+    torch.testing.assert_close(val_x * std + mean, raw.val_images)
+    torch.testing.assert_close(train_x * std + mean, raw.train_images)
+    assert abs(val_x.mean().item()) > 1e-3  # its own statistics would have made this 0
+
+
+def test_tensor_images_crop_every_window_and_flip_only_when_asked():
+    """Random crops are windows of the image at every offset 0..size - crop (both ends included), each
+    image keeps its label; without ``flip`` no image is mirrored, with it about half are."""
+    from classification.data import TensorImages
+
+    image = torch.arange(32 * 32, dtype=torch.float32).view(1, 1, 32, 32).expand(1, 3, 32, 32)
+    crops = TensorImages(image, torch.tensor([7]), crop=24)
+    tops, lefts = set(), set()
+    for _ in range(400):
+        out, label = crops[0]
+        assert out.shape == (3, 24, 24) and label == 7
+        top, left = divmod(int(out[0, 0, 0]), 32)
+        assert torch.equal(out, image[0, :, top:top + 24, left:left + 24])
+        tops.add(top)
+        lefts.add(left)
+    assert tops == lefts == set(range(9))
+    plain = TensorImages(image, torch.tensor([7]))
+    assert all(torch.equal(plain[0][0], image[0]) for _ in range(50))
+    flips = TensorImages(image, torch.tensor([7]), flip=True)
+    mirrored = sum(torch.equal(flips[0][0], image[0].flip(-1)) for _ in range(400))
+    assert 140 < mirrored < 260
+
+
+def test_imagenet_training_transform_is_inception_crop_flip_and_randaugment_2_9():
+    """Training: RandomResizedCrop to the resolution at torchvision's Inception scale (0.08, 1) and aspect
+    (3/4, 4/3), horizontal flip with p 0.5, RandAugment with 2 ops at magnitude 9 (Tables 10-12, as
+    Cubuk et al.'s ResNet-50 setting) only when asked, then the ImageNet RGB normalization."""
+    from torchvision import transforms as T
+
+    from classification.data import IMAGENET_MEAN, IMAGENET_STD
+
+    for randaugment in (False, True):
+        steps = imagenet_transforms(160, train=True, randaugment=randaugment).transforms
+        kinds = [type(t) for t in steps]
+        expected = [T.RandomResizedCrop, T.RandomHorizontalFlip, *([T.RandAugment] if randaugment else []),
+                    T.ToTensor, T.Normalize]
+        assert kinds == expected
+        crop, flip, normalize = steps[0], steps[1], steps[-1]
+        assert crop.size == (160, 160) and crop.scale == (0.08, 1.0)
+        assert crop.ratio == pytest.approx((3 / 4, 4 / 3))
+        assert flip.p == 0.5
+        assert tuple(normalize.mean) == IMAGENET_MEAN == (0.485, 0.456, 0.406)
+        assert tuple(normalize.std) == IMAGENET_STD == (0.229, 0.224, 0.225)
+        if randaugment:
+            assert (steps[2].num_ops, steps[2].magnitude) == (2, 9)
+
+
+def test_load_imagenet_gives_training_the_augmenting_transform_and_validation_the_plain_one(monkeypatch):
+    """The train split gets the random-crop transform (with RandAugment when asked), the validation split
+    the resize + center crop one; the hold-out fraction and seed reach the split."""
+    from torchvision import transforms as T
+
+    from classification import data as classification_data
+
+    seen = {}
+
+    def fake_imagenet(root, train_transform, eval_transform, holdout_fraction, seed):
+        seen.update(root=root, train=train_transform, eval=eval_transform, holdout=holdout_fraction, seed=seed)
+        return "train", "val"
+
+    monkeypatch.setattr(classification_data.data, "imagenet", fake_imagenet)
+    loaded = classification_data.load_imagenet("/in", 128, randaugment=True, holdout_fraction=0.1, seed=5)
+    assert loaded == ("train", "val")
+    assert (seen["root"], seen["holdout"], seen["seed"]) == ("/in", 0.1, 5)
+    train_steps = [type(t) for t in seen["train"].transforms]
+    assert train_steps[:3] == [T.RandomResizedCrop, T.RandomHorizontalFlip, T.RandAugment]
+    assert seen["train"].transforms[0].size == (128, 128)
+    assert [type(t) for t in seen["eval"].transforms][:2] == [T.Resize, T.CenterCrop]
+    assert seen["eval"].transforms[1].size == (128, 128)
+    classification_data.load_imagenet("/in", 128)
+    assert T.RandAugment not in [type(t) for t in seen["train"].transforms] and seen["holdout"] == 0.0

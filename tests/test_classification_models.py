@@ -163,3 +163,149 @@ def test_depthwise_init_keeps_the_signal_without_normalization(anchor):
     with torch.no_grad():
         features = model.head(model.blocks(model.stem(torch.randn(16, 3, 8, 8))))
     assert features.std().item() > 1e-3  # before the fix: about 5e-7 on MobileNetV2-CIFAR
+
+
+def test_resnet_strides_stem_and_stage_widths():
+    """He et al.'s ResNet-50 layout in its v2 form (TensorFlow's official ``_bottleneck_block_v2``): a 7x7/2
+    stem convolution and a 3x3/2 max-pool, then stages of 256, 512, 1024, 2048 output channels whose first
+    block downsamples in its 3x3 convolution and its projection shortcut (the 1x1s keep stride 1), so a
+    64x64 image ends at 2x2 (a 32x reduction)."""
+    from classification.resnet import PreActBottleneck
+
+    model = build_model("resnet50", "bn_relu")
+    stem_conv, pool = model.stem
+    assert (stem_conv.kernel_size, stem_conv.stride, stem_conv.padding) == ((7, 7), (2, 2), (3, 3))
+    assert stem_conv.out_channels == 64
+    assert (pool.kernel_size, pool.stride, pool.padding) == (3, 2, 1)
+    blocks = [b for b in model.blocks if isinstance(b, PreActBottleneck)]
+    firsts = {0: 0, 3: 1, 7: 2, 13: 3}  # block index -> stage of the stages' first blocks (3, 4, 6, 3)
+    for index, block in enumerate(blocks):
+        stride = 2 if index in firsts and index > 0 else 1
+        assert (block.conv1.stride, block.conv2.stride, block.conv3.stride) == ((1, 1), (stride, stride), (1, 1)), index
+        assert block.conv2.kernel_size == (3, 3) and block.conv2.padding == (1, 1)
+        if index in firsts:
+            assert block.shortcut is not None and block.shortcut.stride == (stride, stride)
+            assert block.conv3.out_channels == (256, 512, 1024, 2048)[firsts[index]]
+        else:
+            assert block.shortcut is None
+    features = {}
+    model.final_norm_act.register_forward_hook(lambda m, i, o: features.setdefault("x", o))
+    model.eval()(torch.randn(1, 3, 64, 64))
+    assert features["x"].shape == (1, 2048, 2, 2) and model.fc.in_features == 2048
+
+
+def test_resnet_norm_act_slots_precede_each_convolution():
+    """v2 ordering: each block asks for norm-act(in) before conv1, then norm-act(width) before conv2 and
+    conv3, and one final norm-act(2048) follows the last block (no slot in the stem)."""
+    recorder = SlotRecorder()
+    build_model("resnet50", recorder)
+    expected, channels = [], 64
+    for width, depth in zip((64, 128, 256, 512), (3, 4, 6, 3)):
+        for _ in range(depth):
+            expected += [(channels, True), (width, True), (width, True)]
+            channels = 4 * width
+    assert recorder.calls == expected + [(2048, True)]
+
+
+def test_convolutions_start_he_normal_fan_out_and_the_classifier_small():
+    """He et al. (2015) normal init with fan-out ``k*k*C_out`` (as torchvision's ResNets): std sqrt(2 / fan_out)
+    for every convolution, N(0, 0.01) for the classifier, zero biases."""
+    torch.manual_seed(0)
+    model = build_model("resnet50", "bn_relu", num_classes=100)
+    wide = [m for m in model.modules() if isinstance(m, nn.Conv2d) and m.weight.numel() >= 200_000]
+    assert wide
+    for conv in wide:
+        fan_out = conv.out_channels * conv.kernel_size[0] * conv.kernel_size[1]
+        assert conv.weight.std().item() == pytest.approx((2 / fan_out) ** 0.5, rel=0.02)
+        assert abs(conv.weight.mean().item()) < 0.1 * (2 / fan_out) ** 0.5
+    assert model.fc.weight.std().item() == pytest.approx(0.01, rel=0.05)
+    assert torch.equal(model.fc.bias, torch.zeros(100))
+
+
+def test_make_divisible_rounds_as_torchvision():
+    """MobileNetV2's ``_make_divisible`` (torchvision's copy of the TF code): nearest multiple of 8, at
+    least 8, bumped up one step when rounding down lost more than 10%."""
+    from torchvision.models._utils import _make_divisible
+
+    from classification.layers import make_divisible
+
+    for value in [x / 4 for x in range(1, 4000)]:
+        assert make_divisible(value) == _make_divisible(value, 8), value
+    assert make_divisible(20, 16) == _make_divisible(20, 16) == 32
+
+
+def test_stride_plan_skips_only_the_first_downsamplings():
+    from classification.layers import StridePlan
+
+    plan = StridePlan(2)
+    assert [plan.next(s) for s in (1, 2, 1, 2, 1, 2, 2)] == [1, 1, 1, 1, 1, 2, 2]
+    assert [StridePlan(0).next(s) for s in (2, 1)] == [2, 1]
+    for bad in (-1, True, 1.0):
+        with pytest.raises(ValueError, match="unstrided_downsamples must be a non-negative int"):
+            StridePlan(bad)
+
+
+def depthwise_convs(model):
+    return [(m.kernel_size, m.stride) for m in model.modules()
+            if isinstance(m, nn.Conv2d) and m.groups == m.in_channels == m.out_channels > 1]
+
+
+@pytest.mark.parametrize("name, reference", [("mobilenetv2", "mobilenet_v2"), ("efficientnet_b0", "efficientnet_b0"),
+                                             ("mnasnet_b1", "mnasnet1_0")])
+def test_mbconv_kernels_strides_and_residuals_match_torchvision(name, reference):
+    """Stage by stage as torchvision's models: each depthwise convolution's kernel and stride in order, and
+    which blocks add their input back (stride 1 and equal channels)."""
+    ours = build_model(name, "bn_relu")
+    theirs = getattr(torchvision.models, reference)()
+    assert depthwise_convs(ours) == depthwise_convs(theirs)
+    if name != "mnasnet_b1":  # torchvision's MnasNet blocks name it apply_residual
+        theirs_residual = [m.use_res_connect for m in theirs.modules() if hasattr(m, "use_res_connect")]
+    else:
+        theirs_residual = [m.apply_residual for m in theirs.modules() if hasattr(m, "apply_residual")]
+    ours_residual = [m.use_residual for m in ours.blocks]
+    if name == "mnasnet_b1":  # torchvision's first "SepConv" is not one of its _InvertedResidual blocks
+        ours_residual = ours_residual[1:]
+    assert ours_residual == theirs_residual
+
+
+def test_efficientnet_stochastic_depth_and_dropout_as_torchvision():
+    """EfficientNet-B0's drop-connect rate grows linearly to 0.2 over the blocks (block i of 16 drops
+    0.2 * i / 16; only residual blocks have it) and its classifier dropout is 0.2; MobileNetV2's is 0.2."""
+    from torchvision.ops import StochasticDepth
+
+    ours = build_model("efficientnet_b0", "bn_swish1")
+    theirs = torchvision.models.efficientnet_b0()
+    rates = [m.p for m in theirs.modules() if isinstance(m, StochasticDepth)]
+    theirs_residual = [m.use_res_connect for m in theirs.modules() if hasattr(m, "use_res_connect")]
+    expected = [rate for rate, residual in zip(rates, theirs_residual) if residual and rate > 0]
+    assert [m.p for m in ours.modules() if isinstance(m, StochasticDepth)] == pytest.approx(expected)
+    assert ours.dropout.p == theirs.classifier[0].p == 0.2
+    assert build_model("mobilenetv2").dropout.p == torchvision.models.mobilenet_v2().classifier[0].p
+
+
+def test_efficientnet_scaling_is_the_official_table():
+    """(width, depth, resolution, dropout) of B0-B7 from the official EfficientNet code (``efficientnet_params``);
+    B5 trains at 456 (paper section 5.1) with dropout 0.4."""
+    from classification.mbconv import EFFICIENTNET_SCALING, efficientnet_config
+    from classification.models import MODEL_RESOLUTIONS
+
+    assert EFFICIENTNET_SCALING == {
+        "b0": (1.0, 1.0, 224, 0.2), "b1": (1.0, 1.1, 240, 0.2), "b2": (1.1, 1.2, 260, 0.3), "b3": (1.2, 1.4, 300, 0.3),
+        "b4": (1.4, 1.8, 380, 0.4), "b5": (1.6, 2.2, 456, 0.4), "b6": (1.8, 2.6, 528, 0.5), "b7": (2.0, 3.1, 600, 0.5)}
+    config, width, depth, resolution = efficientnet_config("b5")
+    assert (config.dropout, width, depth, resolution) == (0.4, 1.6, 2.2, MODEL_RESOLUTIONS["efficientnet_b5"])
+    assert config.se_ratio == 0.25 and config.drop_path_rate == 0.2
+
+
+def test_anchor_widths_are_the_papers_multipliers():
+    """Section 4.2: ResNet50 at 0.25x, MobileNetV2 and EfficientNet-B0 at 0.5x channels. ResNet's stem is
+    64/4 = 16 and its features 2048/4 = 512; the MBConv stems are 32/2 = 16; MobileNetV2 keeps its 1280-channel
+    head below 1x, EfficientNet scales its head to 640."""
+    resnet = build_anchor("resnet50_cifar", "bn_relu")
+    assert resnet.stem[0].out_channels == 16 and resnet.num_features == 512
+    mobilenet = build_anchor("mobilenetv2_cifar", "bn_relu")
+    efficientnet = build_anchor("efficientnet_cifar", "bn_swish1")
+    assert mobilenet.stem[0].out_channels == efficientnet.stem[0].out_channels == 16
+    assert (mobilenet.num_features, efficientnet.num_features) == (1280, 640)
+    stages = [(8, 1), (16, 2), (16, 3), (32, 4), (48, 3), (80, 3), (160, 1)]  # 16..320 x 0.5, to multiples of 8
+    assert [b.body[-2].out_channels for b in mobilenet.blocks] == [c for c, n in stages for _ in range(n)]

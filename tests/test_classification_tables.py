@@ -199,3 +199,64 @@ def test_report_writes_a_json_summary_and_learning_curves(fixture_runs, tmp_path
     assert bn2["paper"] is None and bn2["curves"] == [[55.0, 60.0], [57.0, 62.0]]  # the paper stops at 4
     assert next(c for c in cells_out if c["layer"] == "bn_relu" and c["batch"] == 128)["paper"] == 76.1
     assert (fixture_runs / "table3_curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_mini_scale_cells_train_the_documented_reduced_recipe(tmp_path):
+    """MiniScale (docs/classification.md): batches 128, 16, 4, 2 per step, seeds 0-2, 10 epochs of cosine
+    without warmup at the paper's 0.1 per 256 images, 16x16 digits, one block per anchor stage; a cell of
+    Table 2 (no batch sweep) trains at 128, and every cell resumes into its own folder."""
+    from classification.tables import MiniScale, mini_config
+
+    scale = MiniScale()
+    assert (scale.batches, scale.seeds, scale.epochs, scale.base_lr) == ((128, 16, 4, 2), (0, 1, 2), 10.0, 0.1)
+    assert (scale.image_size, scale.anchor_depth, scale.data) == (16, 0.01, "digits")
+    config = mini_config(Cell("mobilenetv2", "EvoNorm-S0", 4, seed=2), scale, tmp_path)
+    assert (config.model, config.norm_act, config.batch_size, config.seed) == ("mobilenetv2_cifar", "evonorm_s0", 4, 2)
+    assert (config.epochs, config.base_lr, config.schedule, config.warmup_epochs) == (10.0, 0.1, "cosine", 0.0)
+    assert (config.image_size, config.anchor_depth, config.resume) == (16, 0.01, True)
+    assert config.output_dir == str(tmp_path / "mobilenetv2" / "evonorm_s0" / "b4" / "seed2")
+    table2 = mini_config(Cell("efficientnet_b0", "BN-Swish", None), scale, tmp_path)
+    assert table2.model == "efficientnet_cifar" and table2.batch_size == 128
+    assert table2.output_dir == str(tmp_path / "efficientnet_b0" / "bn_swish" / "recipe" / "seed0")
+
+
+def test_paper_value_reads_the_column_of_the_batch():
+    """Batches are columns 128, 64, 32, 16, 8, 4 (Table 3's R-50 BN-ReLU: 76.1 76.2 76.1 75.6 74.3 70.7); a
+    batch the paper did not run has no value; Table 2 has one value per cell."""
+    table3 = TABLES["table3"]
+    assert [table3.paper_value("resnet50", "BN-ReLU", b) for b in (128, 64, 32, 16, 8, 4)] == [
+        76.1, 76.2, 76.1, 75.6, 74.3, 70.7]
+    assert table3.paper_value("resnet50", "BN-ReLU", 2) is None
+    assert table3.paper_value("resnet101", "BN-ReLU", 128) is None
+    assert TABLES["table2"].paper_value("mobilenetv2", "EvoNorm-B0") == 75.1
+
+
+def test_summary_lists_cells_largest_batch_first_and_averages_finite_runs(fixture_runs):
+    """Per (model, layer): batches from largest to smallest; mean and std over the finished seeds, a diverged
+    seed counted apart (not averaged as 0 or NaN)."""
+    from classification.tables import summary
+
+    folder = fixture_runs / "resnet50_cifar" / "bn_relu" / "b16" / "seed0"
+    folder.mkdir(parents=True)
+    (folder / "result.json").write_text(json.dumps({"config": {"model": "resnet50_cifar", "norm_act": "bn_relu",
+                                                               "seed": 0}, "final_top1": None}))
+    write_run(fixture_runs, "resnet50_cifar", "bn_relu", "b16", 1, 70.0)
+    for result in fixture_runs.rglob("result.json"):
+        data = json.loads(result.read_text())
+        data["config"]["seed"] = int(result.parent.name[4:])
+        result.write_text(json.dumps(data))
+    cells_out = summary(TABLES["table3"], fixture_runs)["cells"]
+    assert [(c["layer"], c["batch"]) for c in cells_out] == [
+        ("bn_relu", 128), ("bn_relu", 16), ("bn_relu", 2), ("evonorm_s0", 128), ("evonorm_s0", 2)]
+    b16 = cells_out[1]
+    assert (b16["diverged"], b16["mean"], b16["final_top1"], b16["paper"]) == (1, 70.0, [None, 70.0], 75.6)
+    assert cells_out[0]["std"] == pytest.approx(2 ** 0.5)  # 90 and 92: sample std
+    assert cells_out[0]["label"] == "BN-ReLU"
+
+
+def test_list_names_every_table_with_its_grid(capsys):
+    main(["list"])
+    out = capsys.readouterr().out
+    assert "table2   6 models x 10 layers (8 runnable)" in out
+    assert "table3   2 models x 7 layers (7 runnable) x 6 batch sizes (128, 64, 32, 16, 8, 4)" in out
+    assert "table13  1 models x 6 layers (6 runnable)" in out

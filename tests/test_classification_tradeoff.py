@@ -77,4 +77,38 @@ def test_evonorm_b0_costs_more_flops_than_bn_relu_and_grows_with_width(capsys):
     assert flops[("bn_relu", 0.9)] < flops[("bn_relu", 1.0)] < flops[("bn_relu", 1.1)]
     for width in (0.9, 1.0, 1.1):
         assert flops[("bn_relu", width)] < flops[("evonorm_b0", width)]
-    assert "--width-multiplier 1.1" in out
+        # params (M) of the training model: BN-ReLU's are torchvision's MobileNetV2 at that width; B0 adds v1
+        reference = sum(p.numel() for p in torchvision.models.mobilenet_v2(width_mult=width).parameters()) / 1e6
+        params = {r[1].strip(): float(r[3]) for r in rows if float(r[2]) == width}
+        assert params["bn_relu"] == pytest.approx(reference, abs=5e-4) and params["evonorm_b0"] > params["bn_relu"]
+    # Table 2's MobileNetV2 column is Fig. 11's 1.0x point; the other widths have no number in the paper
+    assert [r[5].strip() for r in rows] == ["-", "73.1", "-", "-", "75.1", "-"]
+    # one ImageNet run per point on 32 workers (4 nodes x 8, section 5.1's worker count for MobileNetV2)
+    commands = [line for line in out.splitlines() if line.startswith("torchrun")]
+    assert len(commands) == 6 and all("--nnodes=4 --nproc_per_node=8" in c and "--model mobilenetv2" in c
+                                      for c in commands)
+    assert any("--norm-act evonorm_b0 --width-multiplier 0.9" in c and "runs/fig11/evonorm_b0/w0.9" in c
+               for c in commands)
+
+
+def test_paper_points_are_table2s_mobilenetv2_column():
+    from classification.paper_tables import TABLES
+    from classification.tradeoff import PAPER_TOP1
+
+    table2 = TABLES["table2"]
+    assert PAPER_TOP1 == {("bn_relu", 1.0): table2.paper_value("mobilenetv2", "BN-ReLU"),
+                          ("evonorm_b0", 1.0): table2.paper_value("mobilenetv2", "EvoNorm-B0")} == {
+        ("bn_relu", 1.0): 73.1, ("evonorm_b0", 1.0): 75.1}
+
+
+def test_measured_points_are_keyed_by_layer_and_width(tmp_path):
+    import json
+
+    from classification.tradeoff import measured_top1
+
+    for layer, width, top1 in (("bn_relu", 0.9, 70.5), ("evonorm_b0", 1.1, 74.0)):
+        folder = tmp_path / layer / f"w{width}"
+        folder.mkdir(parents=True)
+        (folder / "result.json").write_text(json.dumps(
+            {"config": {"norm_act": layer, "width_multiplier": width}, "final_top1": top1, "best_top1": 99.0}))
+    assert measured_top1(tmp_path) == {("bn_relu", 0.9): 70.5, ("evonorm_b0", 1.1): 74.0}

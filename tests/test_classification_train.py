@@ -192,3 +192,181 @@ def test_evaluation_reports_top1_in_percent_and_the_mean_loss():
     metrics = evaluate(model, [(logits[:3], labels[:3]), (logits[3:], labels[3:])], DistributedContext())
     assert metrics["top1"] == 75.0
     assert metrics["loss"] == pytest.approx(F.cross_entropy(logits, labels).item(), rel=1e-6)
+
+
+# The values the paper leaves to the cited original setups (recipes.py marks them "not in the paper"):
+# ResNet as Goyal et al. (weight decay 1e-4, 5 warmup epochs), MobileNetV2/MnasNet as Sandler et al.
+# (weight decay 4e-5), EfficientNet as Tan & Le's official training (RMSProp, weight decay 1e-5, label
+# smoothing 0.1); every schedule warms up linearly for 5 epochs (section 5.1: "a linear warmup phase").
+CITED_SETUP = {
+    "resnet50": dict(weight_decay=1e-4, optimizer="sgd", label_smoothing=0.0),
+    "resnet101": dict(weight_decay=1e-4, optimizer="sgd", label_smoothing=0.0),
+    "mobilenetv2": dict(weight_decay=4e-5, optimizer="sgd", label_smoothing=0.0),
+    "mnasnet_b1": dict(weight_decay=4e-5, optimizer="sgd", label_smoothing=0.0),
+    "efficientnet_b0": dict(weight_decay=1e-5, optimizer="rmsprop", label_smoothing=0.1, poly_power=2.0),
+    "efficientnet_b5": dict(weight_decay=1e-5, optimizer="rmsprop", label_smoothing=0.1, poly_power=2.0),
+}
+
+
+@pytest.mark.parametrize("model", sorted(CITED_SETUP))
+def test_recipe_values_from_the_cited_setups(model):
+    recipe = recipe_for(model)
+    for field, value in {"warmup_epochs": 5.0, "randaugment": False, **CITED_SETUP[model]}.items():
+        assert getattr(recipe, field) == value, (model, field)
+
+
+def test_only_mobilenetv2_lowers_its_lr_for_batch_free_layers():
+    """Section 5.1 lowers the base LR to 0.03 for MobileNetV2 alone; MnasNet and EfficientNet keep theirs
+    with a batch-independent layer, and a table override of another field keeps the lowered LR."""
+    assert recipe_for("mnasnet_b1", "evonorm_s0").base_lr == 0.1
+    assert recipe_for("efficientnet_b0", "gn_relu").base_lr == 0.016
+    assert recipe_for("mobilenetv2", "frn", epochs=10).base_lr == 0.03
+    assert recipe_for("mobilenetv2", "bn_swish").base_lr == 0.1
+
+
+def test_decay_schedules_stay_at_their_end_after_the_last_epoch():
+    """Past ``epochs`` the cosine and polynomial factors stay at 0 (the progress is clamped): cosine would
+    rise again and (1 - progress)^2 would turn positive; multistep stays at its last stage."""
+    cosine = recipe_for("mobilenetv2", epochs=100, warmup_epochs=0)
+    poly = recipe_for("efficientnet_b0", epochs=100, warmup_epochs=0)
+    for epoch in (100, 120, 150, 200):
+        assert lr_multiplier(cosine, epoch) == pytest.approx(0.0, abs=1e-12)
+        assert lr_multiplier(poly, epoch) == pytest.approx(0.0, abs=1e-12)
+    assert lr_multiplier(poly, 25) == pytest.approx(0.75 ** 2)
+    cubic = recipe_for("efficientnet_b0", epochs=100, warmup_epochs=0, poly_power=3.0)
+    assert lr_multiplier(cubic, 50) == pytest.approx(0.125)
+    assert lr_multiplier(recipe_for("resnet50"), 120) == pytest.approx(0.001)
+    assert lr_multiplier(recipe_for("resnet50"), 29.99) == 1.0  # the first decay is at epoch 30, not before
+    assert lr_multiplier(recipe_for("resnet50", schedule="constant"), 70) == 1.0
+
+
+def test_warmup_is_linear_from_zero_for_every_schedule():
+    for model in ("resnet50", "mobilenetv2", "efficientnet_b0"):
+        recipe = recipe_for(model, warmup_epochs=4)
+        assert [lr_multiplier(recipe, e) for e in (0, 1, 2, 3)] == pytest.approx([0, 0.25, 0.5, 0.75])
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"base_lr": 0.0}, "base_lr and epochs must be positive"),
+    ({"epochs": 0}, "base_lr and epochs must be positive"),
+    ({"warmup_epochs": -1.0}, "warmup_epochs >= 0"),
+    ({"optimizer": "adam"}, "unknown optimizer 'adam'; accepted: sgd, rmsprop"),
+    ({"lr": 0.1}, r"unknown recipe field\(s\) \['lr'\]"),
+])
+def test_bad_recipe_overrides_are_named(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        recipe_for("resnet50", **overrides)
+
+
+def test_proxy_recipe_of_the_anchors_is_the_papers_proxy_task():
+    """Appendix C, proxy task: batch 128, "SGD with learning rate 0.1, Nesterov momentum 0.9 and weight
+    decay 1e-4" (the LR at 128 images, i.e. 0.2 per 256), no warmup, one worker at 32x32."""
+    from classification.train import PROXY_RECIPE, resolve_recipe
+
+    assert PROXY_RECIPE.peak_lr(128) == pytest.approx(0.1)
+    assert (PROXY_RECIPE.batch_per_worker, PROXY_RECIPE.workers, PROXY_RECIPE.resolution) == (128, 1, 32)
+    assert (PROXY_RECIPE.optimizer, PROXY_RECIPE.weight_decay, PROXY_RECIPE.warmup_epochs) == ("sgd", 1e-4, 0.0)
+    assert PROXY_RECIPE.label_smoothing == 0.0
+    for anchor in ("resnet50_cifar", "mobilenetv2_cifar", "efficientnet_cifar"):
+        assert resolve_recipe(TrainConfig(model=anchor)) == PROXY_RECIPE
+    overridden = resolve_recipe(TrainConfig(model="resnet50_cifar", base_lr=0.4, batch_size=32, epochs=3,
+                                            schedule="constant", warmup_epochs=1, randaugment=True))
+    assert (overridden.base_lr, overridden.batch_per_worker, overridden.epochs, overridden.schedule,
+            overridden.warmup_epochs, overridden.randaugment) == (0.4, 32, 3, "constant", 1, True)
+
+
+class TwoProcessContext(DistributedContext):
+    """A process of a 2-process run whose other process saw 4 images, 1 right, summed loss 2.0."""
+
+    def all_sum(self, values):
+        return [v + other for v, other in zip(values, (1.0, 2.0, 4.0))]
+
+
+def test_evaluation_sums_correct_loss_and_count_over_processes_and_returns_to_training():
+    """Top-1 and mean loss of the whole validation set, every process's share included (correct images,
+    summed loss and image count each all-reduced); tied logits count as the first class; the model is
+    handed back in training mode."""
+    logits = torch.tensor([[2.0, 0.0], [1.0, 1.0], [1.0, 1.0], [0.0, 3.0]])
+    labels = torch.tensor([0, 0, 1, 1])  # right, right (tie -> class 0), wrong, right
+    model = torch.nn.Identity()
+    single = evaluate(model, [(logits[:3], labels[:3]), (logits[3:], labels[3:])], DistributedContext())
+    assert single["top1"] == 75.0 and model.training
+    summed_loss = F.cross_entropy(logits, labels, reduction="sum").item()
+    both = evaluate(model, [(logits, labels)], TwoProcessContext())
+    assert both["top1"] == pytest.approx(100.0 * 4 / 8)
+    assert both["loss"] == pytest.approx((summed_loss + 2.0) / 8, rel=1e-6)
+    assert model.training
+
+
+def test_datasets_crop_and_flip_cifar10_training_images_only(tmp_path, monkeypatch):
+    """The proxy task (appendix C): 24x24 random crops of the 32x32 CIFAR-10 training images, flipped; the
+    validation images whole and unflipped. Other resolutions are not cropped; digits are never flipped."""
+    from classification.recipes import recipe_for
+    from classification.train import build_datasets
+
+    from .test_classification_data import write_fake_cifar
+
+    write_fake_cifar(tmp_path / "cifar-10-batches-py", monkeypatch)
+    config = TrainConfig(data="cifar10", data_dir=str(tmp_path))
+    recipe = recipe_for("resnet50")
+    train_set, val_set, classes = build_datasets(config, recipe, 32)
+    assert classes == 10 and (train_set.crop, train_set.flip) == (24, True)
+    assert (val_set.crop, val_set.flip) == (None, False)
+    assert train_set[0][0].shape == (3, 24, 24) and val_set[0][0].shape == (3, 32, 32)
+    train_set, _, _ = build_datasets(config, recipe, 16)
+    assert train_set.crop is None
+    digits, digits_val, classes = build_datasets(TrainConfig(), recipe, 16)
+    assert classes == 10 and (digits.crop, digits.flip, digits_val.flip) == (None, False, False)
+
+
+def test_imagenet_datasets_get_the_recipes_resolution_augmentation_and_holdout(monkeypatch):
+    """ImageNet gets the run's resolution, the recipe's RandAugment, the hold-out fraction and seed, and
+    1,000 classes."""
+    from classification import train as train_module
+    from classification.recipes import recipe_for
+
+    seen = []
+    monkeypatch.setattr(train_module, "load_imagenet", lambda *args: seen.append(args) or ("train", "val"))
+    config = TrainConfig(model="resnet50", data="imagenet", data_dir="/in", holdout_fraction=0.1, seed=3)
+    assert train_module.build_datasets(config, recipe_for("resnet50", randaugment=True), 160) == ("train", "val", 1000)
+    assert seen == [("/in", 160, True, 0.1, 3)]
+
+
+def test_training_result_holds_the_history_final_and_best_top1(tmp_path, monkeypatch):
+    """One evaluation per epoch (epoch number and step count), ``final_top1`` the last and ``best_top1`` the
+    highest; the schedule runs per step over the loader's steps per epoch (64 images / 16 = 4) at the LR
+    scaled to the total batch."""
+    from classification import train as train_module
+
+    scores = iter([80.0, 60.0])
+    monkeypatch.setattr(train_module, "evaluate", lambda *args: {"top1": next(scores), "loss": 1.0})
+    result = train(quick_config(tmp_path, schedule="cosine"))
+    assert [(h["epoch"], h["step"], h["top1"]) for h in result["history"]] == [(1, 4, 80.0), (2, 8, 60.0)]
+    assert (result["steps"], result["final_top1"], result["best_top1"]) == (8, 60.0, 80.0)
+    state = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    assert state["trainer"]["optimizer"]["param_groups"][0]["initial_lr"] == pytest.approx(0.4 * 16 / 256)
+    assert state["trainer"]["scheduler"]["last_epoch"] == 8 and state["epoch"] == 2
+    scores = iter([50.0])
+    stopped = train(quick_config(tmp_path / "short", schedule="cosine", max_steps=3))
+    assert [(h["epoch"], h["step"]) for h in stopped["history"]] == [(1, 3)] and stopped["steps"] == 3
+    lr = load_checkpoint(tmp_path / "short" / "run" / "checkpoint.pt")["trainer"]["optimizer"]["param_groups"][0]["lr"]
+    assert lr == pytest.approx(0.4 * 16 / 256 * 0.5 * (1 + math.cos(math.pi * 3 / 8)))  # step 3 of 2 x 4
+
+
+class ShardOfTwo(DistributedContext):
+    """Rank ``rank`` of a 2-process run, without joining a process group (no DDP wrapper)."""
+
+    distributed = False
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_each_process_trains_on_its_shard_at_the_lr_of_the_total_batch(tmp_path, rank):
+    """With 2 processes of 16 images: the LR is scaled to the total batch of 32 (Goyal et al.'s rule, the one
+    Table 3 uses across batch sizes), each process takes half of the 64 training images (2 steps per epoch)
+    and every other validation image, starting at its rank."""
+    from classification.train import build
+
+    setup = build(quick_config(tmp_path), ShardOfTwo(rank=rank, world_size=2))
+    assert setup.trainer.lr == pytest.approx(0.4 * 32 / 256)
+    assert len(setup.train_loader) == 2 and setup.sampler.num_replicas == 2 and setup.sampler.rank == rank
+    assert list(setup.val_loader.dataset.indices) == list(range(rank, 359, 2))

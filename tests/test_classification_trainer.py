@@ -1,4 +1,5 @@
 """classification.trainer: the one training loop of classification.train and the search proxy."""
+import copy
 import math
 
 import pytest
@@ -158,3 +159,35 @@ def test_evaluate_restores_the_models_mode(training):
     model.train(training)
     evaluate(model, torch.randn(6, 1, 5, 5), torch.randint(0, 3, (6,)), batch_size=4)
     assert all(m.training == training for m in model.modules())
+
+
+def test_trainer_state_restores_schedule_momentum_and_step_count():
+    """A trainer rebuilt from ``state_dict`` continues exactly: the LR schedule's position (a 10x decay at
+    epoch 1 = step 2), SGD's momentum buffers and the step count; the next update matches the original's."""
+    torch.manual_seed(0)
+    recipe = Recipe(base_lr=0.2, schedule="multistep", milestones=(1,), warmup_epochs=0.0, epochs=3, weight_decay=0.0)
+    x, y = torch.randn(8, 1, 5, 5), torch.randint(0, 3, (8,))
+    model = nn.Sequential(nn.Flatten(), nn.Linear(25, 3))
+    trainer = Trainer(model, recipe, total_batch=256, steps_per_epoch=2)
+    for _ in range(3):
+        trainer.step(x, y)
+    twin = nn.Sequential(nn.Flatten(), nn.Linear(25, 3))
+    twin.load_state_dict(model.state_dict())
+    resumed = Trainer(twin, recipe, total_batch=256, steps_per_epoch=2)
+    resumed.load_state_dict(copy.deepcopy(trainer.state_dict()))  # as through a checkpoint file: no shared buffers
+    assert resumed.steps == 3 and resumed.lr == pytest.approx(0.02)
+    trainer.step(x, y)
+    resumed.step(x, y)
+    for a, b in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert resumed.lr == trainer.lr and resumed.steps == trainer.steps == 4
+
+
+def test_evaluate_counts_ties_as_the_first_class_and_returns_a_fraction():
+    """Accuracy is a fraction (the search's quality threshold is 0.2, not 20): with tied logits argmax takes
+    the first class, so 2 of 5 are right here whatever the batch split."""
+    logits = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 2.0, 2.0], [0.0, 2.0, 2.0], [3.0, 0.0, 0.0]])
+    labels = torch.tensor([0, 1, 1, 2, 1])
+    for batch_size in (1, 2, 5, 512):
+        result = evaluate(nn.Identity(), logits, labels, batch_size=batch_size)
+        assert result["accuracy"] == pytest.approx(0.4)

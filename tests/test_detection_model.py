@@ -251,3 +251,161 @@ def test_bottlenecks_stride_in_the_3x3_conv_as_the_tensorflow_reference():
         assert (first.conv1.stride, first.conv2.stride, first.conv3.stride) == ((1, 1), (2, 2), (1, 1)), name
         assert first.shortcut.stride == (2, 2)
     assert all(block.conv2.stride == (1, 1) for block in stages.res2)
+
+
+def test_add_evonorm_config_adds_every_key_with_its_default():
+    """``MODEL.NORM_ACT``: EvoNorm-S0, unsynchronized, 0 = the layer's own groups (32, section 5.1), eps
+    (1e-5) and implementation; ``INPUT.LSJ``: off by default, 1024x1024 crops (the paper's resolution), scales
+    0.8-1.25; nothing else of detectron2's defaults changes."""
+    from detectron2.config import get_cfg
+
+    from detection import add_evonorm_config
+
+    cfg = add_evonorm_config(get_cfg())
+    assert dict(cfg.MODEL.NORM_ACT) == {"NAME": "evonorm_s0", "SYNC": False, "GROUPS": 0, "EPS": 0.0, "IMPL": ""}
+    assert dict(cfg.INPUT.LSJ) == {"ENABLED": False, "IMAGE_SIZE": 1024, "MIN_SCALE": 0.8, "MAX_SCALE": 1.25}
+    plain = get_cfg()
+    for key in ("SOLVER", "DATALOADER", "TEST"):
+        assert cfg[key] == plain[key], key
+    assert {k: v for k, v in cfg.MODEL.items() if k != "NORM_ACT"} == dict(plain.MODEL)
+
+
+def test_norm_act_options_reach_the_layer_only_when_set():
+    """The defaults build the registered layer as it is (32 groups, eps 1e-5, unsynchronized, fused); GROUPS,
+    EPS, IMPL and SYNC each reach it when set."""
+    from detectron2.config import get_cfg
+
+    from detection import add_evonorm_config
+    from detection.norm import norm_act_maker
+
+    cfg = add_evonorm_config(get_cfg())
+    layer = norm_act_maker(cfg)(64, True)
+    assert (type(layer).__name__, layer.groups, layer.eps, layer.impl) == ("EvoNormS0", 32, 1e-5, "fused")
+    assert layer.nonlinearity is True
+    assert norm_act_maker(cfg)(64, False).nonlinearity is False
+    cfg.MODEL.NORM_ACT.GROUPS, cfg.MODEL.NORM_ACT.EPS, cfg.MODEL.NORM_ACT.IMPL = 8, 1e-3, "reference"
+    layer = norm_act_maker(cfg)(64, True)
+    assert (layer.groups, layer.eps, layer.impl) == (8, 1e-3, "reference")
+    cfg.MODEL.NORM_ACT.merge_from_list(["NAME", "bn", "GROUPS", 0, "EPS", 0.0, "IMPL", ""])
+    assert norm_act_maker(cfg)(16).sync is False and type(norm_act_maker(cfg)(16)).__name__ == "BatchNormAct2d"
+    cfg.MODEL.NORM_ACT.SYNC = True
+    assert norm_act_maker(cfg)(16).sync is True
+
+
+def test_load_config_applies_overrides_after_the_file_and_follows_bases(tmp_path):
+    """KEY VALUE overrides win over the YAML, which wins over its ``_BASE_`` (named relative to the file);
+    a cycle of bases or a missing base is an error naming the files."""
+    (tmp_path / "sub").mkdir()
+    base = tmp_path / "sub" / "base.yaml"
+    base.write_text(f'_BASE_: "{CONFIGS / "demo_shapes_gn.yaml"}"\nSOLVER:\n  BASE_LR: 0.5\n  MAX_ITER: 7\n')
+    child = tmp_path / "sub" / "child.yaml"
+    child.write_text('_BASE_: "base.yaml"\nSOLVER:\n  BASE_LR: 0.25\n')
+    cfg = load_config(str(child), ["SOLVER.MAX_ITER", "9"])
+    assert (cfg.SOLVER.BASE_LR, cfg.SOLVER.MAX_ITER, cfg.MODEL.NORM_ACT.NAME) == (0.25, 9, "gn_relu")
+    assert load_config(str(child)).SOLVER.MAX_ITER == 7
+    loop = tmp_path / "loop.yaml"
+    loop.write_text('_BASE_: "loop2.yaml"\n')
+    (tmp_path / "loop2.yaml").write_text('_BASE_: "loop.yaml"\n')
+    with pytest.raises(ValueError, match=r"_BASE_ files form a cycle: .*loop.yaml -> .*loop2.yaml -> .*loop.yaml"):
+        load_config(str(loop))
+    orphan = tmp_path / "orphan.yaml"
+    orphan.write_text('_BASE_: "gone.yaml"\n')
+    with pytest.raises(ValueError, match=r"orphan.yaml' names _BASE_ .*gone.yaml', which does not exist"):
+        load_config(str(orphan))
+
+
+# He et al. (2016), Table 1: blocks per stage of ResNet-18/34/50/101/152.
+RESNET_BLOCKS = {18: [2, 2, 2, 2], 34: [3, 4, 6, 3], 50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3]}
+
+
+def conv_layout(module: nn.Module) -> dict:
+    return {name: (tuple(m.weight.shape), m.stride, m.padding, m.groups)
+            for name, m in module.named_modules() if isinstance(m, nn.Conv2d)}
+
+
+@pytest.mark.parametrize("name, opts", [
+    ("mask_rcnn_R50_evonorm_s0", []),
+    # detectron2's basic-block ResNet needs 64 channels in res2; the demo's basic blocks at that width
+    ("demo_shapes_gn", ["MODEL.RESNETS.STEM_OUT_CHANNELS", "64", "MODEL.RESNETS.RES2_OUT_CHANNELS", "64"]),
+])
+def test_backbone_convolutions_are_detectron2s_resnet_fpn(name, opts):
+    """Every convolution of the norm-act ResNet-FPN (weight shape, stride, padding, groups) and every output
+    level (channels, stride) is that of detectron2's own ``build_resnet_fpn_backbone`` for the same
+    MODEL.RESNETS/FPN settings; only the norms differ. Also the block counts of He et al.'s Table 1."""
+    from detectron2.layers import ShapeSpec
+    from detectron2.modeling import BACKBONE_REGISTRY
+
+    from detection.backbone import BLOCKS_PER_STAGE
+
+    assert BLOCKS_PER_STAGE == RESNET_BLOCKS
+    cfg = config(name, *opts)
+    ours = BACKBONE_REGISTRY.get("build_norm_act_resnet_fpn_backbone")(cfg, ShapeSpec(channels=3))
+    cfg = cfg.clone()
+    cfg.MODEL.RESNETS.NORM, cfg.MODEL.FPN.NORM = "BN", "BN"
+    theirs = BACKBONE_REGISTRY.get("build_resnet_fpn_backbone")(cfg, ShapeSpec(channels=3))
+    assert conv_layout(ours) == conv_layout(theirs)
+    assert ours.output_shape() == theirs.output_shape()
+    with torch.no_grad():  # the stem's max-pool and each level's resolution, not only the declared strides
+        image = torch.zeros(1, 3, 128, 128)
+        shapes = [{k: v.shape for k, v in b.eval()(image).items()} for b in (ours, theirs)]
+        assert shapes[0] == shapes[1]
+    assert [len(getattr(ours.bottom_up, f"res{i}")) for i in (2, 3, 4, 5)] == RESNET_BLOCKS[cfg.MODEL.RESNETS.DEPTH]
+
+
+def test_freeze_at_freezes_the_stem_and_first_stages():
+    """``MODEL.BACKBONE.FREEZE_AT`` k freezes the stem (1) and res2..res(k) (the paper's configs: 0, nothing)."""
+    from detectron2.layers import ShapeSpec
+    from detectron2.modeling import BACKBONE_REGISTRY
+
+    build = BACKBONE_REGISTRY.get("build_norm_act_resnet_fpn_backbone")
+    frozen = build(config("demo_shapes_evonorm_s0", "MODEL.BACKBONE.FREEZE_AT", "2"), ShapeSpec(channels=3))
+    trainable = {name.split(".")[1] for name, p in frozen.named_parameters() if p.requires_grad}
+    assert {name.split(".")[1] for name, p in frozen.named_parameters() if not p.requires_grad} == {"stem", "res2"}
+    assert {"res3", "res4", "res5"} <= trainable
+    free = build(config("demo_shapes_evonorm_s0"), ShapeSpec(channels=3))
+    assert all(p.requires_grad for p in free.parameters())
+
+
+def test_optimizer_groups_follow_every_solver_setting():
+    """Norm-act parameters (gamma, beta, v1 of backbone, FPN, RPN and heads) take WEIGHT_DECAY_NORM, other
+    biases WEIGHT_DECAY_BIAS, all other weights WEIGHT_DECAY; biases (norm betas included) run at
+    BASE_LR * BIAS_LR_FACTOR; SGD takes MOMENTUM and NESTEROV from the config."""
+    from detection.optimizer import build_optimizer
+
+    cfg = config("demo_shapes_evonorm_b0", *TINY, "SOLVER.WEIGHT_DECAY", "1e-4", "SOLVER.WEIGHT_DECAY_NORM", "0.5",
+                 "SOLVER.WEIGHT_DECAY_BIAS", "0.25", "SOLVER.BIAS_LR_FACTOR", "2.0", "SOLVER.BASE_LR", "0.1",
+                 "SOLVER.MOMENTUM", "0.8", "SOLVER.NESTEROV", "True")
+    model = build_model(cfg)
+    optimizer = build_optimizer(cfg, model)
+    assert isinstance(optimizer, torch.optim.SGD)
+    settings = {p: (g["lr"], g["weight_decay"], g["momentum"], g["nesterov"])
+                for g in optimizer.param_groups for p in g["params"]}
+    norm_params = {p for m in model.modules() if isinstance(m, NormAct2d) for p in m.parameters()}
+    assert len(settings) == sum(1 for _ in model.parameters())
+    assert any(n.startswith("proposal_generator") for n, p in model.named_parameters() if p in norm_params)
+    for name, p in model.named_parameters():
+        bias = name.endswith("bias")
+        decay = 0.5 if p in norm_params else 0.25 if bias else 1e-4
+        assert settings[p] == pytest.approx((0.2 if bias else 0.1, decay, 0.8, True)), name
+
+
+def test_paper_base_config_sets_the_heads_and_inputs():
+    """The rest of the base config: 80 COCO classes with masks, a 4-conv + 1-fc box head and a 4-conv mask
+    head (detectron2's heads for normalized Mask R-CNN), FPN P2-P6 anchors, bitmask crops with scale jitter
+    0.8-1.25 to 1024, test images at 1024, weight decay 0 on norm parameters, linear warmup of 1000 steps."""
+    cfg = config("mask_rcnn_R50_evonorm_s0")
+    assert cfg.MODEL.MASK_ON and cfg.MODEL.ROI_HEADS.NUM_CLASSES == 80
+    assert cfg.MODEL.META_ARCHITECTURE == "GeneralizedRCNN"
+    box_head = cfg.MODEL.ROI_BOX_HEAD
+    assert (box_head.NAME, box_head.NUM_CONV, box_head.NUM_FC) == ("NormActConvFCHead", 4, 1)
+    assert (cfg.MODEL.ROI_MASK_HEAD.NAME, cfg.MODEL.ROI_MASK_HEAD.NUM_CONV) == ("NormActMaskHead", 4)
+    assert cfg.MODEL.BACKBONE.NAME == "build_norm_act_resnet_fpn_backbone" and cfg.MODEL.RESNETS.STRIDE_IN_1X1 is False
+    assert cfg.MODEL.ANCHOR_GENERATOR.SIZES == [[32], [64], [128], [256], [512]]
+    assert cfg.MODEL.RPN.IN_FEATURES == ["p2", "p3", "p4", "p5", "p6"]
+    assert cfg.MODEL.FPN.IN_FEATURES == ["res2", "res3", "res4", "res5"]
+    assert cfg.INPUT.MASK_FORMAT == "bitmask" and (cfg.INPUT.LSJ.MIN_SCALE, cfg.INPUT.LSJ.MAX_SCALE) == (0.8, 1.25)
+    assert cfg.INPUT.MIN_SIZE_TEST == cfg.INPUT.MAX_SIZE_TEST == 1024
+    assert cfg.SOLVER.WEIGHT_DECAY_NORM == 0.0 and (cfg.SOLVER.WARMUP_ITERS, cfg.SOLVER.WARMUP_FACTOR) == (1000, 0.001)
+    model = paper_model("mask_rcnn_R50_evonorm_s0")
+    assert len(model.roi_heads.box_head.fcs) == 1 and model.roi_heads.box_head.fcs[0].out_features == 1024
+    assert model.roi_heads.box_predictor.cls_score.out_features == 81

@@ -216,3 +216,99 @@ def test_miniature_commands_and_summary(tmp_path):
     s0 = next(c for c in summary["cells"] if c["setting"] == "batch8" and c["layer"] == "evonorm_s0")
     assert s0["box_ap_mean"] == 22.0 and s0["mask_ap_std"] == pytest.approx(2 ** 0.5 * 2) and len(s0["runs"]) == 2
     assert "| batch8 | EvoNorm-S0 | 22.0 ± 2.8 (n=2) | 20.0 ± 2.8 (n=2) |" in miniature.markdown(summary)
+
+
+# Table 4 of the full paper (002_*), typed from the text row by row: box AP/AP50/AP75, mask AP/AP50/AP75,
+# MAdds (B), params (M); the "(+1.9)" improvements dropped.
+PAPER_TABLE4 = """
+R-50-FPN BN-ReLU 42.1 62.9 46.2 37.8 60.0 40.6 332.0 46.37
+R-50-FPN EvoNorm-B0 44.0 65.2 48.1 39.5 62.7 42.4 332.3 46.38
+R-50-FPN GN-ReLU 42.7 63.8 46.6 38.4 61.2 41.2 332.3 46.37
+R-50-FPN EvoNorm-S0 43.6 64.9 47.9 39.4 62.3 42.7 331.9 46.38
+R-101-FPN BN-ReLU 43.8 64.2 48.2 39.2 61.3 42.5 409.8 65.36
+R-101-FPN EvoNorm-B0 45.1 66.2 49.0 40.1 63.3 43.1 410.1 65.38
+R-101-FPN GN-ReLU 44.0 64.7 48.3 39.4 62.1 42.7 410.3 65.36
+R-101-FPN EvoNorm-S0 44.5 65.3 48.7 39.6 62.3 42.6 409.7 65.38
+"""
+
+
+def test_table4_holds_the_papers_numbers_and_each_config_its_row():
+    from detection.paper import CONFIG_ROWS, TABLE4, paper_cells
+
+    expected = {(b, l): tuple(float(v) for v in values)
+                for b, l, *values in (line.split() for line in PAPER_TABLE4.strip().splitlines())}
+    assert dict(TABLE4.rows) == expected and list(TABLE4.rows) == list(expected)
+    assert TABLE4.columns == ("box AP", "box AP50", "box AP75", "mask AP", "mask AP50", "mask AP75", "MAdds (B)",
+                              "params (M)")
+    labels = {"bn": "BN-ReLU", "gn": "GN-ReLU", "evonorm_b0": "EvoNorm-B0", "evonorm_s0": "EvoNorm-S0"}
+    assert CONFIG_ROWS == {f"mask_rcnn_R{d}_{k}": (f"R-{d}-FPN", v) for d in (50, 101) for k, v in labels.items()}
+    assert paper_cells("configs/mask_rcnn_R101_gn.yaml", ("mask AP", "params (M)")) == (39.4, 65.36)
+    assert paper_cells("output/mask_rcnn_R50_evonorm_s0", ("box AP75",)) == (47.9,)
+    assert paper_cells("output/demo_shapes_gn", ("box AP", "mask AP")) == (None, None)
+
+
+def write_metrics(folder, entries):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.json").write_text("\n".join(json.dumps(e) for e in entries))
+
+
+def test_report_reads_final_results_or_the_last_logged_evaluation(tmp_path):
+    """``final_results.json`` as COCOEvaluator writes it ({task: ...} or {dataset: {task: ...}}); without it the
+    LAST evaluation in metrics.json (a run still training), split into bbox and segm; AP to one decimal."""
+    nested = tmp_path / "mask_rcnn_R50_gn"
+    nested.mkdir()
+    (nested / report.RESULTS_FILE).write_text(json.dumps(
+        {"coco_2017_val": {"bbox": {"AP": 40.04, "AP50": 60.0, "AP75": 44.0}, "segm": {"AP": 35.0, "AP50": 55.5}}}))
+    assert report.load_results(nested)["bbox"]["AP"] == 40.04
+    logged = tmp_path / "demo_shapes_bn"
+    write_metrics(logged, [
+        {"iteration": 9, "bbox/AP": 1.0, "bbox/AP50": 2.0, "bbox/AP75": 3.0, "segm/AP": 4.0},
+        {"iteration": 10, "total_loss": 2.5},
+        {"iteration": 19, "bbox/AP": 11.0, "bbox/AP50": 12.0, "bbox/AP75": 13.0, "segm/AP": 14.0, "segm/AP50": 15.0,
+         "lr": 0.1},
+        {"iteration": 20, "total_loss": 1.5},
+    ])
+    assert report.load_results(logged) == {"bbox": {"AP": 11.0, "AP50": 12.0, "AP75": 13.0},
+                                           "segm": {"AP": 14.0, "AP50": 15.0}}
+    assert report.training_curve(logged) == ([10, 20], [2.5, 1.5])
+    rows = report.report_rows([nested, logged])
+    assert rows[0] == ["mask_rcnn_R50_gn", "40.0 / 60.0 / 44.0", "42.7 / 63.8 / 46.6", "35.0 / 55.5 / -",
+                       "38.4 / 61.2 / 41.2"]
+    assert rows[1] == ["demo_shapes_bn", "11.0 / 12.0 / 13.0", "- / - / -", "14.0 / 15.0 / -", "- / - / -"]
+    write_metrics(tmp_path / "untested", [{"iteration": 5, "total_loss": 3.0}])
+    with pytest.raises(FileNotFoundError, match="no evaluation in .*untested"):
+        report.load_results(tmp_path / "untested")
+
+
+def test_scale_jitter_flips_resizes_and_crops_to_the_configs_square():
+    """``INPUT.LSJ``: horizontal flip, ResizeScale between MIN_SCALE and MAX_SCALE of IMAGE_SIZE, then a fixed
+    IMAGE_SIZE x IMAGE_SIZE crop (padded); disabled, detectron2's ResizeShortestEdge and flip."""
+    import detectron2.data.transforms as T
+
+    from detection.data import train_augmentations
+
+    cfg = load_config(str(CONFIGS / "demo_shapes_evonorm_s0.yaml"), [
+        "INPUT.LSJ.IMAGE_SIZE", "96", "INPUT.LSJ.MIN_SCALE", "0.5", "INPUT.LSJ.MAX_SCALE", "1.5"])
+    flip, resize, crop = train_augmentations(cfg)
+    assert isinstance(flip, T.RandomFlip) and flip.horizontal and not flip.vertical and flip.prob == 0.5
+    assert isinstance(resize, T.ResizeScale)
+    assert (resize.min_scale, resize.max_scale, resize.target_height, resize.target_width) == (0.5, 1.5, 96, 96)
+    assert isinstance(crop, T.FixedSizeCrop) and tuple(crop.crop_size) == (96, 96) and crop.pad
+    cfg.INPUT.LSJ.ENABLED = False
+    assert [type(a) for a in train_augmentations(cfg)] == [T.ResizeShortestEdge, T.RandomFlip]
+
+
+def test_demo_grid_scales_the_lr_with_the_batch_and_keeps_the_stage_fractions(tmp_path):
+    """Table 4 in miniature: batch 8 at the demo config's LR 0.02, batch 2 at 0.02 * 2 / 8 (linear scaling);
+    the 10x decays at 80% and 93% of the iterations (about the demo config's 240 and 280 of 300)."""
+    from detection import miniature
+
+    settings = [(s.name, s.images_per_step, s.lr) for s in miniature.SETTINGS]
+    assert settings == [("batch8", 8, 0.02), ("batch2", 2, 0.005)]
+    cfg = load_config(str(CONFIGS / "demo_shapes_bn.yaml"))
+    assert (cfg.SOLVER.IMS_PER_BATCH, cfg.SOLVER.BASE_LR, tuple(cfg.SOLVER.STEPS), cfg.SOLVER.MAX_ITER) == (
+        miniature.BASE_BATCH, miniature.BASE_LR, (240, 280), 300)
+    command = miniature.Run(miniature.SETTINGS[0], "gn", 0).command(tmp_path, 1000)
+    values = dict(zip(command[command.index("SEED")::2], command[command.index("SEED") + 1::2]))
+    assert values["SOLVER.STEPS"] == "(800, 930)" and values["SOLVER.MAX_ITER"] == "1000"
+    assert float(values["SOLVER.BASE_LR"]) == 0.02 and values["SOLVER.IMS_PER_BATCH"] == "8"
