@@ -357,3 +357,189 @@ def test_checkpoint_holds_and_resume_restores_the_discriminator_and_its_optimize
         for name in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(original[index][name], restored[index][name]), (index, name)
 
+
+
+# ---------------------------------------------------------------- presets, seeds, EMA timing, step plumbing
+
+
+def test_cifar10_and_digits_presets_as_documented():
+    """docs/gan.md "Presets": cifar10 keeps BigGAN-deep's recipe (lr 5e-5/2e-4, betas (0, 0.999), eps 1e-6,
+    2 D steps, dim_z/shared_dim 128, depth 2, EMA 0.9999) at 32 px, width 64, batch 256 (64), 100k steps, no
+    attention, EMA from step 1000; digits: 16 px greyscale, width 16, batch 64 (64), 2000 steps, lr 2e-4/2e-4,
+    2 D steps, dim_z 64, shared_dim 64, EMA 0.99 from step 50. Values typed from the docs table."""
+    cifar = PRESETS["cifar10"]
+    assert (cifar.dataset, cifar.resolution, cifar.image_channels, cifar.channels, cifar.attention) == (
+        "cifar10", 32, 3, 64, ())
+    assert (cifar.batch_size, cifar.micro_batch, cifar.total_steps, cifar.ema_start) == (256, 64, 100_000, 1_000)
+    assert (cifar.g_lr, cifar.d_lr, tuple(cifar.betas), cifar.adam_eps, cifar.d_steps) == (5e-5, 2e-4, (0.0, 0.999),
+                                                                                         1e-6, 2)
+    assert (cifar.dim_z, cifar.shared_dim, cifar.depth, cifar.ema_decay, cifar.norm) == (128, 128, 2, 0.9999, "bn_relu")
+    digits = PRESETS["digits"]
+    assert (digits.dataset, digits.resolution, digits.image_channels, digits.channels, digits.attention) == (
+        "digits", 16, 1, 16, ())
+    assert (digits.batch_size, digits.micro_batch, digits.total_steps) == (64, 64, 2000)
+    assert (digits.g_lr, digits.d_lr, digits.d_steps, digits.dim_z, digits.shared_dim) == (2e-4, 2e-4, 2, 64, 64)
+    assert (digits.ema_decay, digits.ema_start, tuple(digits.betas), digits.depth) == (0.99, 50, (0.0, 0.999), 2)
+    assert PRESETS["imagenet128"].norm == "bn_relu" and PRESETS["imagenet128"].micro_batch == 256  # 8 GPUs x 256
+
+
+def test_preset_of_each_dataset_and_unknown_presets():
+    from gan.config import PRESET_OF_DATASET, preset
+
+    assert PRESET_OF_DATASET == {"digits": "digits", "cifar10": "cifar10", "imagenet": "imagenet128",
+                                 "array": "imagenet128"}  # array: BigGAN-PyTorch's prepared ImageNet file
+    assert preset("cifar10") is PRESETS["cifar10"]
+    with pytest.raises(ConfigError, match="unknown preset 'mnist'"):
+        preset("mnist")
+
+
+def test_norm_options_honour_explicit_groups_and_sync_only_when_asked():
+    digits = PRESETS["digits"]
+    assert replace(digits, norm="bn_relu").norm_options == {}  # no --sync-batch-stats: no sync
+    assert replace(digits, norm="gn_relu", groups=8).norm_options == {"groups": 8}  # the GN sweep's 8 groups
+    assert replace(digits, norm="evonorm_s0", groups=4).norm_options == {"groups": 4}
+    assert replace(digits, norm="evonorm_b0", sync_batch_stats=True, groups=2).norm_options == {"groups": 2, "sync": True}
+
+
+def test_trainer_ema_copies_until_its_start_step_then_averages(tmp_path, digits):
+    """Steps count from 1 (the first train_step is step 1): with ema_start 2 and decay 0.5, after step 1 G_ema is
+    G's copy and after step 2 it is 0.5 * G(step 1) + 0.5 * G(step 2)."""
+    trainer = tiny_trainer(tmp_path, digits, "evonorm_s0", ema_start=2, ema_decay=0.5)
+    assert (trainer.ema.decay, trainer.ema.start) == (0.5, 2)
+    trainer.train_step()
+    first = parameters(trainer.generator)
+    for average, current in zip(trainer.ema.model.parameters(), first):
+        assert torch.equal(average, current)
+    trainer.train_step()
+    for average, before, now in zip(trainer.ema.model.parameters(), first, trainer.generator.parameters()):
+        torch.testing.assert_close(average, 0.5 * before + 0.5 * now)
+    assert trainer.ema.model is not trainer.generator
+
+
+def test_ema_decay_range_and_default():
+    assert EMA(nn.Linear(2, 2)).decay == 0.9999 and EMA(nn.Linear(2, 2)).start == 0  # BigGAN's ema_decay
+    EMA(nn.Linear(2, 2), decay=0.0)  # 0: the average is the model itself
+    with pytest.raises(ValueError, match="decay"):
+        EMA(nn.Linear(2, 2), decay=-0.1)
+
+
+def test_train_step_trains_g_and_d_in_training_mode(tmp_path, digits):
+    """Sampling leaves models in eval mode; every train step puts both back in training mode (batch
+    statistics while learning), whatever mode they were left in."""
+    trainer = tiny_trainer(tmp_path, digits, "bn_relu")
+    trainer.generator.eval()
+    trainer.discriminator.eval()
+    modes = []
+    hook = trainer.generator.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    trainer.train_step()
+    hook.remove()
+    assert modes and all(modes) and trainer.generator.training and trainer.discriminator.training
+
+
+def test_non_finite_losses_stop_training(tmp_path, digits):
+    trainer = tiny_trainer(tmp_path, digits)
+    trainer.discriminator_step = lambda: {"loss_d": float("nan"), "d_real": 0.0, "d_fake": 0.0}
+    with pytest.raises(FloatingPointError, match="non-finite loss at step 1"):
+        trainer.train_step()
+
+
+def test_seed_sets_initialization_and_latents_distinct_per_process(tmp_path, digits):
+    from evonorm_core.experiment.distributed import DistributedContext
+
+    a, b, c = (tiny_trainer(tmp_path / name, digits, seed=seed) for name, seed in (("a", 3), ("b", 3), ("c", 4)))
+    assert all(torch.equal(p, q) for p, q in zip(a.generator.parameters(), b.generator.parameters()))
+    assert not all(torch.equal(p, q) for p, q in zip(a.generator.parameters(), c.generator.parameters()))
+    assert torch.equal(a._latents()[0], b._latents()[0]) and not torch.equal(a._latents()[0], c._latents()[0])
+    a._seed_latents()
+    rank0 = a._latents()[0]
+    a.ctx = DistributedContext(rank=1, world_size=2)
+    a._seed_latents()
+    assert not torch.equal(a._latents()[0], rank0)  # each process draws its own latents
+
+
+def _dataset_of_indices(count):
+    return torch.utils.data.TensorDataset(torch.arange(count).float().view(count, 1), torch.zeros(count, dtype=torch.long))
+
+
+def test_infinite_batches_are_full_shuffled_micro_batches_reshuffled_every_epoch():
+    from evonorm_core.experiment.distributed import DistributedContext
+    from gan.trainer import infinite_batches
+
+    config = tiny_config(micro_batch=4, num_workers=0)
+    stream = infinite_batches(_dataset_of_indices(10), config, DistributedContext())
+    batches = [next(stream)[0].view(-1).long().tolist() for _ in range(4)]
+    assert all(len(b) == 4 for b in batches)  # drop_last: 10 images give two full micro-batches per epoch
+    for epoch in (batches[:2], batches[2:]):
+        assert len(set(epoch[0] + epoch[1])) == 8
+    assert batches[0] + batches[1] != list(range(8))  # shuffled
+    # two processes: disjoint shards of one seeded permutation, a new permutation each epoch
+    shards = []
+    for rank in (0, 1):
+        stream = infinite_batches(_dataset_of_indices(10), config, DistributedContext(rank=rank, world_size=2))
+        shards.append([next(stream)[0].view(-1).long().tolist() for _ in range(3)])
+    assert not set(shards[0][0]) & set(shards[1][0])
+    assert shards[0][0] != shards[0][1] or shards[0][1] != shards[0][2]  # set_epoch reshuffles
+    with pytest.raises(ValueError, match="smaller than micro_batch=4"):
+        next(infinite_batches(_dataset_of_indices(3), config, DistributedContext()))
+
+
+def test_gradients_are_all_reduced_on_the_last_micro_batch_only():
+    from contextlib import nullcontext
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    from gan.trainer import sync_on_last
+
+    class FakeDDP(DistributedDataParallel):
+        def __init__(self):
+            nn.Module.__init__(self)
+
+        def no_sync(self):
+            return "no_sync"
+
+    model = FakeDDP()
+    assert [sync_on_last(model, i, 3) for i in range(2)] == ["no_sync", "no_sync"]
+    assert isinstance(sync_on_last(model, 2, 3), nullcontext) and isinstance(sync_on_last(model, 0, 1), nullcontext)
+    assert isinstance(sync_on_last(nn.Linear(1, 1), 0, 3), nullcontext)
+
+
+def test_accumulated_steps_average_the_micro_batch_gradients_and_losses(tmp_path, digits):
+    """With 2 micro-batches per step, D's and G's gradients are the mean of the micro-batch hinge-loss gradients
+    (replayed on copies of the models from the inputs they saw), freshly zeroed each step; the logged losses are
+    the means of the micro-batch losses; a D step leaves no gradient on G."""
+    import copy
+
+    trainer = tiny_trainer(tmp_path, digits, "bn_relu", batch_size=16, micro_batch=8)
+    trainer.discriminator_step()  # a first step: its gradients must not leak into the next one
+    reference = copy.deepcopy(trainer.discriminator)  # before the hook: a copy would carry it
+    seen = []
+    hook = trainer.discriminator.register_forward_pre_hook(lambda module, args: seen.append(args))
+    scalars = trainer.discriminator_step()
+    hook.remove()
+    assert len(seen) == 2 and all(len(images) == 16 for images, _ in seen)  # 8 real + 8 fake per micro-batch
+    losses = []
+    for images, labels in seen:
+        real, fake = reference(images, labels).split(8)
+        loss = discriminator_hinge_loss(real, fake)
+        (loss / 2).backward()
+        losses.append(loss.item())
+    for got, want in zip(trainer.discriminator.parameters(), reference.parameters()):
+        torch.testing.assert_close(got.grad, want.grad)
+    assert scalars["loss_d"] == pytest.approx(sum(losses) / 2, rel=1e-5)
+    assert all(p.grad is None for p in trainer.generator.parameters())
+    # the G step, replayed the same way after a first one
+    trainer.generator_step()
+    g_reference, d_reference = copy.deepcopy(trainer.generator), copy.deepcopy(trainer.discriminator)
+    inputs = []
+    hook = trainer.generator.register_forward_pre_hook(lambda module, args: inputs.append(args))
+    scalars = trainer.generator_step()
+    hook.remove()
+    assert len(inputs) == 2
+    losses = []
+    for z, y in inputs:
+        loss = generator_hinge_loss(d_reference(g_reference(z, y), y))
+        (loss / 2).backward()
+        losses.append(loss.item())
+    for got, want in zip(trainer.generator.parameters(), g_reference.parameters()):
+        torch.testing.assert_close(got.grad, want.grad)
+    assert scalars["loss_g"] == pytest.approx(sum(losses) / 2, rel=1e-5)
