@@ -106,7 +106,8 @@ def test_image_folder_resizes_the_shorter_side_then_crops_the_center(tmp_path):
 def test_prepared_arrays_must_be_n_3_h_w_with_a_label_each(tmp_path):
     good = np.zeros((4, 3, 8, 8), np.uint8)
     for name, images, labels in (("hwc", np.zeros((4, 8, 8, 3), np.uint8), np.zeros(4)),
-                                 ("few_labels", good, np.zeros(3)), ("flat", np.zeros((4, 3, 64), np.uint8), np.zeros(4))):
+                                 ("few_labels", good, np.zeros(3)),
+                                 ("flat", np.zeros((4, 3, 64), np.uint8), np.zeros(4))):
         np.savez(tmp_path / f"{name}.npz", imgs=images, labels=labels)
         with pytest.raises(ValueError, match=r"uint8 \(N, 3, H, W\) with N labels"):
             build_dataset("array", str(tmp_path / f"{name}.npz"), 8)

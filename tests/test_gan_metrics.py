@@ -248,7 +248,8 @@ def test_digits_fidelity_compares_samples_with_the_training_digits(monkeypatch):
     from gan import metrics
 
     seen = {}
-    monkeypatch.setattr(metrics.digits_classifier, "weights_file", lambda resolution: Path(f"/nowhere/w{resolution}.pt"))
+    monkeypatch.setattr(metrics.digits_classifier, "weights_file",
+                        lambda resolution: Path(f"/nowhere/w{resolution}.pt"))
     monkeypatch.setattr(metrics.digits_classifier, "load_classifier", lambda path: "classifier")
     monkeypatch.setattr(metrics, "class_accuracy", lambda generator, classifier, num, seed: seen.update(
         accuracy=(classifier, num, seed)) or 0.5)
@@ -291,7 +292,8 @@ def test_evaluation_records_the_training_seed_and_the_sampling_mode(trained_run,
     result = evaluate.evaluate_checkpoint(str(trained_run), None, options)
     assert (result["num_samples"], result["fid"], result["seed"], result["metric"]) == (
         50_000, 50_000.0, 0, "Inception IS/FID")
-    assert (result["norm"], result["norm_options"], result["dataset"], result["resolution"]) == ("bn_relu", {}, "digits", 16)
+    assert (result["norm"], result["norm_options"], result["dataset"], result["resolution"]) == (
+        "bn_relu", {}, "digits", 16)
     assert "class_accuracy" not in result
     spec = GeneratorSpec(resolution=16, channels=8, num_classes=10, dim_z=8, shared_dim=8, depth=1, attention=())
     assert evaluate.prepare_sampling(Generator(spec, "evonorm_s0"), 4, 8, 0) == "eval mode, no batch statistics"
@@ -324,7 +326,8 @@ def test_evaluate_command_line_reaches_the_evaluation(trained_run, monkeypatch, 
                    "3", "--standing-batch", "5", "--reference-samples", "9", "--batch-size", "11", "--seed", "13",
                    "--cache-root", "c", "--data-root", "d"])
     options = seen["options"]
-    assert (options.num_samples, options.standing_stats, options.standing_batch, options.reference_samples) == (7, 3, 5, 9)
+    assert (options.num_samples, options.standing_stats, options.standing_batch,
+            options.reference_samples) == (7, 3, 5, 9)
     assert (options.batch_size, options.seed, options.cache_root, options.data_root) == (11, 13, "c", "d")
     assert seen["peak_by"] == "is" and len(seen["checkpoints"]) == 3  # two kept snapshots and last.pt
     evaluate.main([str(trained_run)])

@@ -54,7 +54,8 @@ def test_paper_table5_and_layer_names_as_the_paper_prints_them():
     }
     assert report.TABLE5.columns == ("IS median", "IS best", "FID median", "FID best")
     assert report.LABELS == {"bn_relu": "BN-ReLU", "evonorm_b0": "EvoNorm-B0", "gn_relu": "GN-ReLU",
-                             "ln_relu": "LayerNorm-ReLU", "pixelnorm_relu": "PixelNorm-ReLU", "evonorm_s0": "EvoNorm-S0"}
+                             "ln_relu": "LayerNorm-ReLU", "pixelnorm_relu": "PixelNorm-ReLU",
+                             "evonorm_s0": "EvoNorm-S0"}
 
 
 def test_aggregate_orders_seeds_numerically_takes_the_median_of_even_counts_and_sorts_layers(tmp_path):
@@ -102,7 +103,8 @@ def test_table5_trains_each_missing_run_with_four_snapshots_then_evaluates_its_p
     train, evaluate = commands
     flags = dict(zip(train[3::2], train[4::2]))
     assert train[1:3] == ["-m", "gan.train_biggan"] and "--resume" not in train
-    assert {k: flags[k] for k in ("--norm", "--seed", "--run-dir", "--total-steps", "--keep-every", "--eval-every")} == {
+    named = ("--norm", "--seed", "--run-dir", "--total-steps", "--keep-every", "--eval-every")
+    assert {k: flags[k] for k in named} == {
         "--norm": "evonorm_s0", "--seed": "2", "--run-dir": str(tmp_path / "evonorm_s0"), "--total-steps": "1500",
         "--keep-every": "375", "--eval-every": "0"}
     assert evaluate[1:] == ["-m", "gan.evaluate", str(tmp_path / "evonorm_s0" / "seed2"), "--all-snapshots"]

@@ -401,7 +401,8 @@ def test_norm_options_honour_explicit_groups_and_sync_only_when_asked():
     assert replace(digits, norm="bn_relu").norm_options == {}  # no --sync-batch-stats: no sync
     assert replace(digits, norm="gn_relu", groups=8).norm_options == {"groups": 8}  # the GN sweep's 8 groups
     assert replace(digits, norm="evonorm_s0", groups=4).norm_options == {"groups": 4}
-    assert replace(digits, norm="evonorm_b0", sync_batch_stats=True, groups=2).norm_options == {"groups": 2, "sync": True}
+    synced = replace(digits, norm="evonorm_b0", sync_batch_stats=True, groups=2)
+    assert synced.norm_options == {"groups": 2, "sync": True}
 
 
 def test_trainer_ema_copies_until_its_start_step_then_averages(tmp_path, digits):
@@ -461,7 +462,8 @@ def test_seed_sets_initialization_and_latents_distinct_per_process(tmp_path, dig
 
 
 def _dataset_of_indices(count):
-    return torch.utils.data.TensorDataset(torch.arange(count).float().view(count, 1), torch.zeros(count, dtype=torch.long))
+    images = torch.arange(count).float().view(count, 1)
+    return torch.utils.data.TensorDataset(images, torch.zeros(count, dtype=torch.long))
 
 
 def test_infinite_batches_are_full_shuffled_micro_batches_reshuffled_every_epoch():
@@ -667,7 +669,8 @@ def test_sample_grid_classes_spread_over_many_classes():
 
 
 class ClassShade(nn.Module):
-    """A 'generator' whose 4x4 image of class k is flat at -1 + 2k/9 (class 0 black, class 9 white); records its mode."""
+    """A 'generator' whose 4x4 image of class k is flat at -1 + 2k/9 (class 0 black, class 9 white);
+    records its mode."""
 
     def __init__(self):
         super().__init__()
@@ -761,7 +764,8 @@ def test_resume_may_change_only_how_long_and_how_it_reports(tmp_path):
     fresh = train_biggan.seed_config(PRESETS["digits"], {"g_lr": 1e-3}, 2, tmp_path / "new", resume=True)
     assert fresh == replace(PRESETS["digits"], g_lr=1e-3, seed=2)
     # without --resume the saved settings are not read: the preset and the flags
-    assert train_biggan.seed_config(PRESETS["digits"], {}, 4, tmp_path, resume=False) == replace(PRESETS["digits"], seed=4)
+    not_resumed = train_biggan.seed_config(PRESETS["digits"], {}, 4, tmp_path, resume=False)
+    assert not_resumed == replace(PRESETS["digits"], seed=4)
 
 
 def test_cli_trains_consecutive_seeds_from_the_dataset_preset(tmp_path, monkeypatch):
