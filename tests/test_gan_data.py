@@ -81,3 +81,41 @@ def test_torchrun_two_processes_with_synchronized_batch_statistics(tmp_path):
     assert "1/1 steps" in result.stdout
     state = load_checkpoint(tmp_path / "seed0" / "checkpoints" / "last.pt")
     assert state["step"] == 1 and state["config"]["sync_batch_stats"] is True
+
+
+def test_unit_range_and_uint8_conversions_by_hand():
+    """uint8 [0, 255] <-> [-1, 1] (G's tanh range; torch-fidelity takes uint8): 0 -> -1, 255 -> 1, 51 -> -0.6;
+    back: clamped to [-1, 1], rounded (0 -> 127.5 -> 128), uint8."""
+    torch.testing.assert_close(to_unit_range(torch.tensor([0, 255, 51], dtype=torch.uint8)),
+                               torch.tensor([-1.0, 1.0, -0.6]))
+    out = to_uint8(torch.tensor([-1.0, 1.0, 0.0, -2.0, 2.0, 0.999, -0.999, 0.5]))
+    assert out.dtype == torch.uint8 and out.tolist() == [0, 255, 128, 0, 255, 255, 0, 191]  # 0.5: 191.25
+
+
+def test_image_folder_resizes_the_shorter_side_then_crops_the_center(tmp_path):
+    """BigGAN's preprocessing: 40x60 -> 32x48 -> the central 32x32; the outer 8 of 60 columns (black) are cut
+    away, so nothing of them is left (squashing to 32x32 instead would keep them)."""
+    image = np.full((40, 60, 3), 255, np.uint8)
+    image[:, :8] = image[:, -8:] = 0
+    os.makedirs(tmp_path / "n01")
+    Image.fromarray(image).save(tmp_path / "n01" / "a.png")
+    x, _ = build_dataset("imagenet", str(tmp_path), 32)[0]
+    assert x.shape == (3, 32, 32) and x.min() > 0.9
+
+
+def test_prepared_arrays_must_be_n_3_h_w_with_a_label_each(tmp_path):
+    good = np.zeros((4, 3, 8, 8), np.uint8)
+    for name, images, labels in (("hwc", np.zeros((4, 8, 8, 3), np.uint8), np.zeros(4)),
+                                 ("few_labels", good, np.zeros(3)),
+                                 ("flat", np.zeros((4, 3, 64), np.uint8), np.zeros(4))):
+        np.savez(tmp_path / f"{name}.npz", imgs=images, labels=labels)
+        with pytest.raises(ValueError, match=r"uint8 \(N, 3, H, W\) with N labels"):
+            build_dataset("array", str(tmp_path / f"{name}.npz"), 8)
+
+
+def test_uint8_reference_images_and_limits(tmp_path):
+    images = np.arange(2 * 3 * 2 * 2, dtype=np.uint8).reshape(2, 3, 2, 2)
+    np.savez(tmp_path / "a.npz", imgs=images, labels=np.array([1, 0]))
+    dataset = build_dataset("array", str(tmp_path / "a.npz"), 2)
+    assert len(UInt8Images(dataset)) == 2 and len(UInt8Images(dataset, limit=5)) == 2
+    assert torch.equal(UInt8Images(dataset)[1], torch.from_numpy(images[1]))

@@ -189,6 +189,7 @@ def test_digits_classifier_scale_real_digits_far_below_noise():
     assert digits_classifier.load_checkpoint(weights)["held_out_accuracy"] > 0.95
     calibration = digits_calibration(16)
     assert calibration["fid_floor"] < 0.05 * calibration["fid_noise"]
+    assert (calibration["samples"], calibration["reference_images"]) == (359, 1438)  # held-out vs training digits
     # 10 classes: IS at most 10. Noise's IS depends on the machine's classifier (retrained per machine,
     # 1.19 and 2.05 measured so far, docs/gan.md): far below the real digits', not below a fixed 2.0.
     assert calibration["is_real"] > 8.0 and calibration["is_noise"] < calibration["is_real"] / 3
@@ -237,3 +238,101 @@ def test_generator_sampler_samples_with_moving_statistics():
     y = torch.randint(10, (6,), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         assert torch.equal(images, to_uint8(reference(z, y)))
+
+
+def test_digits_fidelity_compares_samples_with_the_training_digits(monkeypatch):
+    """In-training IS/FID: the generator's uint8 samples against the 1,438 training digits (not the held-out
+    359), through the digits classifier, torch-fidelity seeded with seed + 2020; IS mean, FID and class accuracy."""
+    from pathlib import Path
+
+    from gan import metrics
+
+    seen = {}
+    monkeypatch.setattr(metrics.digits_classifier, "weights_file",
+                        lambda resolution: Path(f"/nowhere/w{resolution}.pt"))
+    monkeypatch.setattr(metrics.digits_classifier, "load_classifier", lambda path: "classifier")
+    monkeypatch.setattr(metrics, "class_accuracy", lambda generator, classifier, num, seed: seen.update(
+        accuracy=(classifier, num, seed)) or 0.5)
+
+    def fake_fidelity(generated, reference, num_samples, **options):
+        seen.update(generated=generated, reference=reference, num_samples=num_samples, **options)
+        return {"is_mean": 7.0, "is_std": 0.3, "fid": 2.5}
+
+    monkeypatch.setattr(metrics, "fidelity_metrics", fake_fidelity)
+    generator = _Replay(ignore_labels=False)
+    assert metrics.digits_fidelity(generator, 16, 123, seed=4) == {"is_mean": 7.0, "fid": 2.5, "class_accuracy": 0.5}
+    assert isinstance(seen["generated"], GeneratorSampler) and seen["generated"].generator is generator
+    assert len(seen["reference"]) == 1438 and seen["reference"][0].dtype == torch.uint8
+    assert (seen["num_samples"], seen["feature_extractor"], seen["weights_path"], seen["seed"]) == (
+        123, "digits-classifier", "/nowhere/w16.pt", 2024)
+    assert seen["accuracy"] == ("classifier", 123, 4)
+
+
+def test_generator_sampler_draws_normal_latents_and_every_class():
+    """torch-fidelity draws z for GeneratorSampler as BigGAN does (standard normal); labels cover the
+    generator's classes."""
+    generator = _Replay(ignore_labels=False)
+    sampler = GeneratorSampler(generator, seed=0)
+    assert sampler.z_type == "normal" and sampler.z_size == 4
+    labels = []
+    generator.forward = lambda z, y: labels.append(y) or torch.zeros(len(y), 1, 2, 2)
+    sampler(torch.randn(500, 4))
+    assert sorted(torch.cat(labels).unique().tolist()) == list(range(10))
+
+
+def test_evaluation_records_the_training_seed_and_the_sampling_mode(trained_run, monkeypatch):
+    """Without --num-samples Inception uses 50,000 samples; metrics.json names the run's training seed (not
+    the sampling seed), the layer and its options; a batch-independent layer samples with no batch statistics."""
+    from gan.biggan_deep import Generator, GeneratorSpec
+
+    monkeypatch.setattr(evaluate, "feature_extractor_for", lambda config, options: (evaluate.INCEPTION, "w.pth"))
+    monkeypatch.setattr(evaluate, "fidelity_metrics", lambda generated, reference, num, **kw: {
+        "is_mean": 1.0, "is_std": 0.0, "fid": float(num)})
+    options = evaluate.EvalOptions(reference_samples=8, seed=7, standing_stats=0)
+    result = evaluate.evaluate_checkpoint(str(trained_run), None, options)
+    assert (result["num_samples"], result["fid"], result["seed"], result["metric"]) == (
+        50_000, 50_000.0, 0, "Inception IS/FID")
+    assert (result["norm"], result["norm_options"], result["dataset"], result["resolution"]) == (
+        "bn_relu", {}, "digits", 16)
+    assert "class_accuracy" not in result
+    spec = GeneratorSpec(resolution=16, channels=8, num_classes=10, dim_z=8, shared_dim=8, depth=1, attention=())
+    assert evaluate.prepare_sampling(Generator(spec, "evonorm_s0"), 4, 8, 0) == "eval mode, no batch statistics"
+
+
+def test_non_digits_data_need_inception_weights(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path))
+    with pytest.raises(evaluate.InceptionWeightsMissing, match="Inception weights not found"):
+        evaluate.feature_extractor_for(PRESETS["cifar10"], evaluate.EvalOptions())
+    extractor, weights = evaluate.feature_extractor_for(PRESETS["digits"], evaluate.EvalOptions())
+    assert extractor == "digits-classifier" and weights.endswith(".pt")
+
+
+def test_reference_cache_names_tell_data_folders_apart(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    name = evaluate.reference_cache_name("imagenet", "data/train", 128, 1000)
+    assert name == evaluate.reference_cache_name("imagenet", str(tmp_path / "data" / "train"), 128, 1000)
+    assert name != evaluate.reference_cache_name("imagenet", "data/val", 128, 1000)
+    assert name.startswith("gan-imagenet-") and name.endswith("-128px-1000")
+    assert evaluate.reference_cache_name("digits", None, 16, 128) == "gan-digits-builtin-16px-128"
+
+
+def test_evaluate_command_line_reaches_the_evaluation(trained_run, monkeypatch, capsys):
+    seen = {}
+    result = {"metric": "m", "is_mean": 1.0, "is_std": 0.0, "fid": 2.0, "num_samples": 3, "sampling": "s",
+              "checkpoint": "last.pt", "step": 2, "peak_by": "is", "checkpoints_evaluated": 3}
+    monkeypatch.setattr(evaluate, "evaluate_run", lambda run, checkpoints, peak_by, options: seen.update(
+        run=run, checkpoints=checkpoints, peak_by=peak_by, options=options) or result)
+    evaluate.main([str(trained_run), "--all-snapshots", "--peak-by", "is", "--num-samples", "7", "--standing-stats",
+                   "3", "--standing-batch", "5", "--reference-samples", "9", "--batch-size", "11", "--seed", "13",
+                   "--cache-root", "c", "--data-root", "d"])
+    options = seen["options"]
+    assert (options.num_samples, options.standing_stats, options.standing_batch,
+            options.reference_samples) == (7, 3, 5, 9)
+    assert (options.batch_size, options.seed, options.cache_root, options.data_root) == (11, 13, "c", "d")
+    assert seen["peak_by"] == "is" and len(seen["checkpoints"]) == 3  # two kept snapshots and last.pt
+    evaluate.main([str(trained_run)])
+    options = seen["options"]
+    assert (options.standing_stats, options.standing_batch, options.batch_size, options.seed) == (16, 64, 64, 0)
+    assert seen["peak_by"] == "fid" and seen["checkpoints"] is None  # BigGAN-PyTorch: 16 standing-stat batches
+    with pytest.raises(SystemExit):
+        evaluate.main([str(trained_run), "--standing-stats", "-1"])

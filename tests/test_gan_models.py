@@ -1,11 +1,12 @@
 """BigGAN-deep shapes, norm swapping and the class-conditional norm-act against float64 formulas."""
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from evonorm_core import build_norm_act, list_norm_acts
 from evonorm_core.layers import BatchNormAct2d
-from gan.biggan_deep import Discriminator, GBlock, Generator, GeneratorSpec
+from gan.biggan_deep import DBlock, Discriminator, GBlock, Generator, GeneratorSpec
 from evonorm_core import ConditionalNormAct2d
 from gan.layers import SelfAttention
 
@@ -164,3 +165,64 @@ def test_discriminator_sum_pools_its_last_features():
         discriminator(torch.randn(2, 1, 16, 16), torch.tensor([0, 3]))
     assert last[0].shape[-2:].numel() > 1  # more than one position, so a sum and a mean differ
     assert torch.allclose(pooled[0], torch.relu(last[0]).sum((2, 3)), rtol=1e-5)
+
+
+def test_generator_block_follows_biggan_deeps_order():
+    """BigGANdeep.py's GBlock: h = conv1(bn1(x)); h = bn2(h); drop x's extra channels; upsample h and x;
+    h = conv3(bn3(conv2(h))); out = conv4(bn4(h)) + x (each bn a conditional norm-act)."""
+    generator = tiny_generator("evonorm_s0", resolution=64, channels=4, depth=2).eval()
+    block = [b for b in generator.blocks if isinstance(b, GBlock)][3]  # the second stage's last: 64 -> 32, upsamples
+    cond = generator.condition(torch.randn(2, 8), torch.tensor([1, 6]))
+    x = torch.randn(2, 64, 8, 8)
+    with torch.no_grad():
+        h = block.norm2(block.conv1(block.norm1(x, cond)), cond)
+        h, skip = F.interpolate(h, scale_factor=2), F.interpolate(x[:, : block.out_channels], scale_factor=2)
+        h = block.conv3(block.norm3(block.conv2(h), cond))
+        expected = block.conv4(block.norm4(h, cond)) + skip
+        torch.testing.assert_close(block(x, cond), expected)
+    assert block.upsample and block.out_channels == 32 and block.conv1.out_channels == 64 // 4  # hidden: in / 4
+
+
+def test_discriminator_block_follows_biggan_deeps_order():
+    """BigGANdeep.py's DBlock (preactivation): h = conv1(relu(x)); h = conv2(relu(h)); h = conv3(relu(h));
+    h = avgpool(relu(h)); out = conv4(h) + shortcut, shortcut = [avgpool(x), conv_sc(avgpool(x))]."""
+    torch.manual_seed(0)
+    block = DBlock(8, 16, downsample=True).eval()
+    x = torch.randn(2, 8, 8, 8)
+    with torch.no_grad():
+        h = block.conv3(F.relu(block.conv2(F.relu(block.conv1(F.relu(x))))))
+        h = block.conv4(F.avg_pool2d(F.relu(h), 2))
+        pooled = F.avg_pool2d(x, 2)
+        torch.testing.assert_close(block(x), h + torch.cat([pooled, block.conv_sc(pooled)], 1))
+    assert block.conv1.out_channels == 16 // 4 and block.conv_sc.out_channels == 16 - 8
+
+
+def test_self_attention_against_the_sagan_formula():
+    """x + gamma * o(sum_j softmax_j(theta_i . phi_j) g_j), keys and values 2x2 max-pooled (SAGAN / BigGAN)."""
+    torch.manual_seed(0)
+    attention = SelfAttention(16).eval()
+    with torch.no_grad():
+        attention.gamma.fill_(0.7)
+        x = torch.randn(2, 16, 4, 6)
+        theta = attention.theta(x).flatten(2)  # (N, 2, 24)
+        phi = F.max_pool2d(attention.phi(x), 2).flatten(2)  # (N, 2, 6)
+        g = F.max_pool2d(attention.g(x), 2).flatten(2)  # (N, 8, 6)
+        weights = torch.softmax(torch.einsum("nci,ncj->nij", theta, phi), dim=2)  # each query's weights sum to 1
+        out = torch.einsum("nij,ncj->nci", weights, g).view(2, 8, 4, 6)
+        torch.testing.assert_close(attention(x), x + 0.7 * attention.o(out))
+    assert (attention.theta.out_channels, attention.phi.out_channels, attention.g.out_channels) == (2, 2, 8)
+    assert SelfAttention(16).gamma.item() == 0  # starts as the identity
+
+
+def test_spectral_norm_eps_power_iterations_and_orthogonal_init():
+    """BigGAN-deep's launch script: SN_eps 1e-6, one power iteration per forward, orthogonal init (G_init=ortho)."""
+    from gan.layers import sn_conv, sn_embedding, sn_linear
+
+    torch.manual_seed(0)
+    for module in (sn_conv(4, 6, 3), sn_linear(4, 6), sn_embedding(6, 4)):
+        (norm,) = module.parametrizations.weight
+        assert norm.eps == 1e-6 and norm.n_power_iterations == 1
+        weight = module.parametrizations.weight.original.detach().flatten(1)
+        small = weight @ weight.T if weight.shape[0] <= weight.shape[1] else weight.T @ weight
+        torch.testing.assert_close(small, torch.eye(len(small)), atol=1e-5, rtol=0)
+    assert sn_conv(4, 6, 3).padding == (1, 1) and sn_conv(4, 6, 1).padding == (0, 0)

@@ -39,3 +39,106 @@ def test_report_aggregates_three_seeds_into_median_and_best(tmp_path, capsys):
 def test_report_without_metrics_says_so(tmp_path):
     with pytest.raises(SystemExit, match="run gan/evaluate.py"):
         report.main([str(tmp_path)])
+
+
+def test_paper_table5_and_layer_names_as_the_paper_prints_them():
+    """Table 5 of Liu et al. 2020 (IS median/best, FID median/best; GN, LN, PixelNorm: one number), typed
+    from the paper's text."""
+    assert report.TABLE5.rows == {
+        ("bn_relu",): (118.77, 124.01, 7.85, 7.29),
+        ("evonorm_b0",): (101.13, 113.63, 6.91, 5.87),
+        ("gn_relu",): (99.09, None, 8.14, None),
+        ("ln_relu",): (91.56, None, 8.35, None),
+        ("pixelnorm_relu",): (88.58, None, 10.41, None),
+        ("evonorm_s0",): (104.64, 113.96, 6.86, 6.26),
+    }
+    assert report.TABLE5.columns == ("IS median", "IS best", "FID median", "FID best")
+    assert report.LABELS == {"bn_relu": "BN-ReLU", "evonorm_b0": "EvoNorm-B0", "gn_relu": "GN-ReLU",
+                             "ln_relu": "LayerNorm-ReLU", "pixelnorm_relu": "PixelNorm-ReLU",
+                             "evonorm_s0": "EvoNorm-S0"}
+
+
+def test_aggregate_orders_seeds_numerically_takes_the_median_of_even_counts_and_sorts_layers(tmp_path):
+    """Seeds 10 and 2 (found as seed10 before seed2) are listed 2, 10; with two seeds the median is their mean;
+    best is the highest IS and the lowest FID; layers come in name order; options are named sorted."""
+    for seed, (score, fid) in ((10, (50.0, 4.0)), (2, (40.0, 6.0))):
+        write_run(tmp_path, "evonorm_s0", seed, score, fid)
+    write_run(tmp_path, "bn_relu", 0, 60.0, 3.0, sync=True, groups=4)
+    runs = [json.loads(path.read_text()) for path in report.find_metrics([tmp_path])]
+    results = report.aggregate(runs[::-1])
+    assert list(results) == ["bn_relu(groups=4,sync=True)", "evonorm_s0"]
+    s0 = results["evonorm_s0"]
+    assert (s0["seeds"], s0["is"], s0["fid"], s0["steps"]) == ([2, 10], [40.0, 50.0], [6.0, 4.0], [1000, 1000])
+    assert (s0["is_median"], s0["is_best"], s0["fid_median"], s0["fid_best"]) == (45.0, 50.0, 5.0, 4.0)
+    assert s0["measured_as"] == "imagenet 128px, 50000 samples, inception-v3-compat, eval mode, moving statistics"
+    assert report.layer_name("bn_relu(groups=4,sync=True)") == "bn_relu"
+    one_run = report.find_metrics([tmp_path / "bn_relu" / "seed0"])  # a run folder itself
+    assert one_run == [tmp_path / "bn_relu" / "seed0" / "metrics.json"]
+
+
+def test_table_shows_dash_for_layers_the_paper_lacks_and_plot_puts_fid_on_x(tmp_path, monkeypatch):
+    write_run(tmp_path, "evonorm_b1", 0, 9.5, 3.25)
+    runs = [json.loads(path.read_text()) for path in report.find_metrics([tmp_path])]
+    assert "| evonorm_b1 | 1 | 9.50 / 9.50 | 3.25 / 3.25 | - | - |" in report.markdown(report.aggregate(runs))
+    drawn = {}
+    monkeypatch.setattr(report, "plot_series", lambda path, panels, **kw: drawn.update(panels=panels, **kw))
+    write_run(tmp_path, "evonorm_b1", 1, 8.0, 2.0)
+    report.plot([json.loads(path.read_text()) for path in report.find_metrics([tmp_path])], tmp_path / "p.png")
+    (curve,) = next(iter(drawn["panels"].values()))
+    assert (list(curve.x), list(curve.y), drawn["xlabel"], drawn["ylabel"]) == ([2.0, 3.25], [8.0, 9.5], "FID", "IS")
+
+
+# ---------------------------------------------------------------- gan.table5: the miniature's runs
+
+
+def test_table5_trains_each_missing_run_with_four_snapshots_then_evaluates_its_peak(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from gan import table5
+
+    commands = []
+    monkeypatch.setattr(table5.subprocess, "run", lambda command, **kw: commands.append(command)
+                        or SimpleNamespace(returncode=0))
+    table5.run_one("evonorm_s0", 2, tmp_path, 1500)
+    train, evaluate = commands
+    flags = dict(zip(train[3::2], train[4::2]))
+    assert train[1:3] == ["-m", "gan.train_biggan"] and "--resume" not in train
+    named = ("--norm", "--seed", "--run-dir", "--total-steps", "--keep-every", "--eval-every")
+    assert {k: flags[k] for k in named} == {
+        "--norm": "evonorm_s0", "--seed": "2", "--run-dir": str(tmp_path / "evonorm_s0"), "--total-steps": "1500",
+        "--keep-every": "375", "--eval-every": "0"}
+    assert evaluate[1:] == ["-m", "gan.evaluate", str(tmp_path / "evonorm_s0" / "seed2"), "--all-snapshots"]
+    commands.clear()
+    table5.run_one("evonorm_s0", 2, tmp_path, 1500)  # its log exists, its run folder does not: nothing to resume
+    assert "--resume" not in commands[0]
+    (tmp_path / "evonorm_s0" / "seed2").mkdir()
+    commands.clear()
+    table5.run_one("evonorm_s0", 2, tmp_path, 1500)
+    assert commands[0][-1] == "--resume"  # a started run continues
+    monkeypatch.setattr(table5.subprocess, "run", lambda command, **kw: SimpleNamespace(returncode=1))
+    with pytest.raises(RuntimeError, match="failed; see"):
+        table5.run_one("bn_relu", 0, tmp_path, 1500)
+
+
+def test_table5_defaults_are_the_six_layers_times_three_seeds_and_finished_runs_are_kept(tmp_path, monkeypatch):
+    from gan import table5
+
+    jobs = []
+
+    def fake_run(layer, seed, runs_dir, steps):
+        jobs.append((layer, seed, steps))
+        write_run(runs_dir, layer, seed, 10.0 + seed, 5.0 - seed)
+        return f"{layer} seed {seed}", 2.0
+
+    monkeypatch.setattr(table5, "run_one", fake_run)
+    monkeypatch.setattr(table5, "digits_calibration", lambda resolution: {"fid_floor": 1.0, "fid_noise": 100.0})
+    write_run(tmp_path / "runs", "bn_relu", 1, 12.0, 3.0)  # finished before: not rerun
+    out = tmp_path / "out"
+    (out).mkdir()
+    (out / "table5.json").write_text(json.dumps({"cpu_seconds": 10.0}))
+    assert table5.main(["--runs-dir", str(tmp_path / "runs"), "--out", str(out), "--jobs", "1"]) == 0
+    assert len(jobs) == 6 * 3 - 1 and ("bn_relu", 1, 2000) not in jobs and {s for _, s, _ in jobs} == {0, 1, 2}
+    assert {layer for layer, _, _ in jobs} == set(report.LABELS) and {s for _, _, s in jobs} == {2000}
+    summary = json.loads((out / "table5.json").read_text())
+    assert summary["cpu_seconds"] == 10.0 + 2.0 * 17 and summary["steps"] == 2000
+    assert summary["layers"]["evonorm_s0"]["fid_best"] == 3.0 and summary["fid_floor"] == 1.0

@@ -1,5 +1,6 @@
 """BigGAN-deep training on the built-in digits: losses by hand, D/G steps, EMA, standing statistics,
 paper settings, owned run folders, resume (also after kill -9), the command line."""
+import json
 import os
 import signal
 import subprocess
@@ -8,6 +9,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -23,6 +25,7 @@ from gan.data import digits_dataset
 from gan.ema import EMA
 from gan.losses import discriminator_hinge_loss, generator_hinge_loss
 from gan.sampling import grid_latents, sample_latents, standing_statistics
+from gan.layers import SelfAttention
 from gan.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -357,3 +360,441 @@ def test_checkpoint_holds_and_resume_restores_the_discriminator_and_its_optimize
         for name in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(original[index][name], restored[index][name]), (index, name)
 
+
+
+# ---------------------------------------------------------------- presets, seeds, EMA timing, step plumbing
+
+
+def test_cifar10_and_digits_presets_as_documented():
+    """docs/gan.md "Presets": cifar10 keeps BigGAN-deep's recipe (lr 5e-5/2e-4, betas (0, 0.999), eps 1e-6,
+    2 D steps, dim_z/shared_dim 128, depth 2, EMA 0.9999) at 32 px, width 64, batch 256 (64), 100k steps, no
+    attention, EMA from step 1000; digits: 16 px greyscale, width 16, batch 64 (64), 2000 steps, lr 2e-4/2e-4,
+    2 D steps, dim_z 64, shared_dim 64, EMA 0.99 from step 50. Values typed from the docs table."""
+    cifar = PRESETS["cifar10"]
+    assert (cifar.dataset, cifar.resolution, cifar.image_channels, cifar.channels, cifar.attention) == (
+        "cifar10", 32, 3, 64, ())
+    assert (cifar.batch_size, cifar.micro_batch, cifar.total_steps, cifar.ema_start) == (256, 64, 100_000, 1_000)
+    assert (cifar.g_lr, cifar.d_lr, tuple(cifar.betas), cifar.adam_eps, cifar.d_steps) == (5e-5, 2e-4, (0.0, 0.999),
+                                                                                         1e-6, 2)
+    assert (cifar.dim_z, cifar.shared_dim, cifar.depth, cifar.ema_decay, cifar.norm) == (128, 128, 2, 0.9999, "bn_relu")
+    digits = PRESETS["digits"]
+    assert (digits.dataset, digits.resolution, digits.image_channels, digits.channels, digits.attention) == (
+        "digits", 16, 1, 16, ())
+    assert (digits.batch_size, digits.micro_batch, digits.total_steps) == (64, 64, 2000)
+    assert (digits.g_lr, digits.d_lr, digits.d_steps, digits.dim_z, digits.shared_dim) == (2e-4, 2e-4, 2, 64, 64)
+    assert (digits.ema_decay, digits.ema_start, tuple(digits.betas), digits.depth) == (0.99, 50, (0.0, 0.999), 2)
+    assert PRESETS["imagenet128"].norm == "bn_relu" and PRESETS["imagenet128"].micro_batch == 256  # 8 GPUs x 256
+
+
+def test_preset_of_each_dataset_and_unknown_presets():
+    from gan.config import PRESET_OF_DATASET, preset
+
+    assert PRESET_OF_DATASET == {"digits": "digits", "cifar10": "cifar10", "imagenet": "imagenet128",
+                                 "array": "imagenet128"}  # array: BigGAN-PyTorch's prepared ImageNet file
+    assert preset("cifar10") is PRESETS["cifar10"]
+    with pytest.raises(ConfigError, match="unknown preset 'mnist'"):
+        preset("mnist")
+
+
+def test_norm_options_honour_explicit_groups_and_sync_only_when_asked():
+    digits = PRESETS["digits"]
+    assert replace(digits, norm="bn_relu").norm_options == {}  # no --sync-batch-stats: no sync
+    assert replace(digits, norm="gn_relu", groups=8).norm_options == {"groups": 8}  # the GN sweep's 8 groups
+    assert replace(digits, norm="evonorm_s0", groups=4).norm_options == {"groups": 4}
+    synced = replace(digits, norm="evonorm_b0", sync_batch_stats=True, groups=2)
+    assert synced.norm_options == {"groups": 2, "sync": True}
+
+
+def test_trainer_ema_copies_until_its_start_step_then_averages(tmp_path, digits):
+    """Steps count from 1 (the first train_step is step 1): with ema_start 2 and decay 0.5, after step 1 G_ema is
+    G's copy and after step 2 it is 0.5 * G(step 1) + 0.5 * G(step 2)."""
+    trainer = tiny_trainer(tmp_path, digits, "evonorm_s0", ema_start=2, ema_decay=0.5)
+    assert (trainer.ema.decay, trainer.ema.start) == (0.5, 2)
+    trainer.train_step()
+    first = parameters(trainer.generator)
+    for average, current in zip(trainer.ema.model.parameters(), first):
+        assert torch.equal(average, current)
+    trainer.train_step()
+    for average, before, now in zip(trainer.ema.model.parameters(), first, trainer.generator.parameters()):
+        torch.testing.assert_close(average, 0.5 * before + 0.5 * now)
+    assert trainer.ema.model is not trainer.generator
+
+
+def test_ema_decay_range_and_default():
+    assert EMA(nn.Linear(2, 2)).decay == 0.9999 and EMA(nn.Linear(2, 2)).start == 0  # BigGAN's ema_decay
+    EMA(nn.Linear(2, 2), decay=0.0)  # 0: the average is the model itself
+    with pytest.raises(ValueError, match="decay"):
+        EMA(nn.Linear(2, 2), decay=-0.1)
+
+
+def test_train_step_trains_g_and_d_in_training_mode(tmp_path, digits):
+    """Sampling leaves models in eval mode; every train step puts both back in training mode (batch
+    statistics while learning), whatever mode they were left in."""
+    trainer = tiny_trainer(tmp_path, digits, "bn_relu")
+    trainer.generator.eval()
+    trainer.discriminator.eval()
+    modes = []
+    hook = trainer.generator.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    trainer.train_step()
+    hook.remove()
+    assert modes and all(modes) and trainer.generator.training and trainer.discriminator.training
+
+
+def test_non_finite_losses_stop_training(tmp_path, digits):
+    trainer = tiny_trainer(tmp_path, digits)
+    trainer.discriminator_step = lambda: {"loss_d": float("nan"), "d_real": 0.0, "d_fake": 0.0}
+    with pytest.raises(FloatingPointError, match="non-finite loss at step 1"):
+        trainer.train_step()
+
+
+def test_seed_sets_initialization_and_latents_distinct_per_process(tmp_path, digits):
+    from evonorm_core.experiment.distributed import DistributedContext
+
+    a, b, c = (tiny_trainer(tmp_path / name, digits, seed=seed) for name, seed in (("a", 3), ("b", 3), ("c", 4)))
+    assert all(torch.equal(p, q) for p, q in zip(a.generator.parameters(), b.generator.parameters()))
+    assert not all(torch.equal(p, q) for p, q in zip(a.generator.parameters(), c.generator.parameters()))
+    assert torch.equal(a._latents()[0], b._latents()[0]) and not torch.equal(a._latents()[0], c._latents()[0])
+    a._seed_latents()
+    rank0 = a._latents()[0]
+    a.ctx = DistributedContext(rank=1, world_size=2)
+    a._seed_latents()
+    assert not torch.equal(a._latents()[0], rank0)  # each process draws its own latents
+
+
+def _dataset_of_indices(count):
+    images = torch.arange(count).float().view(count, 1)
+    return torch.utils.data.TensorDataset(images, torch.zeros(count, dtype=torch.long))
+
+
+def test_infinite_batches_are_full_shuffled_micro_batches_reshuffled_every_epoch():
+    from evonorm_core.experiment.distributed import DistributedContext
+    from gan.trainer import infinite_batches
+
+    config = tiny_config(micro_batch=4, num_workers=0)
+    stream = infinite_batches(_dataset_of_indices(10), config, DistributedContext())
+    batches = [next(stream)[0].view(-1).long().tolist() for _ in range(4)]
+    assert all(len(b) == 4 for b in batches)  # drop_last: 10 images give two full micro-batches per epoch
+    for epoch in (batches[:2], batches[2:]):
+        assert len(set(epoch[0] + epoch[1])) == 8
+    assert batches[0] + batches[1] != list(range(8))  # shuffled
+    # two processes: disjoint shards of one seeded permutation, a new permutation each epoch
+    shards = []
+    for rank in (0, 1):
+        stream = infinite_batches(_dataset_of_indices(10), config, DistributedContext(rank=rank, world_size=2))
+        shards.append([next(stream)[0].view(-1).long().tolist() for _ in range(3)])
+    assert not set(shards[0][0]) & set(shards[1][0])
+    assert shards[0][0] != shards[0][1] or shards[0][1] != shards[0][2]  # set_epoch reshuffles
+    with pytest.raises(ValueError, match="smaller than micro_batch=4"):
+        next(infinite_batches(_dataset_of_indices(3), config, DistributedContext()))
+
+
+def test_gradients_are_all_reduced_on_the_last_micro_batch_only():
+    from contextlib import nullcontext
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    from gan.trainer import sync_on_last
+
+    class FakeDDP(DistributedDataParallel):
+        def __init__(self):
+            nn.Module.__init__(self)
+
+        def no_sync(self):
+            return "no_sync"
+
+    model = FakeDDP()
+    assert [sync_on_last(model, i, 3) for i in range(2)] == ["no_sync", "no_sync"]
+    assert isinstance(sync_on_last(model, 2, 3), nullcontext) and isinstance(sync_on_last(model, 0, 1), nullcontext)
+    assert isinstance(sync_on_last(nn.Linear(1, 1), 0, 3), nullcontext)
+
+
+def test_accumulated_steps_average_the_micro_batch_gradients_and_losses(tmp_path, digits):
+    """With 2 micro-batches per step, D's and G's gradients are the mean of the micro-batch hinge-loss gradients
+    (replayed on copies of the models from the inputs they saw), freshly zeroed each step; the logged losses are
+    the means of the micro-batch losses; a D step leaves no gradient on G."""
+    import copy
+
+    trainer = tiny_trainer(tmp_path, digits, "bn_relu", batch_size=16, micro_batch=8)
+    trainer.discriminator_step()  # a first step: its gradients must not leak into the next one
+    reference = copy.deepcopy(trainer.discriminator)  # before the hook: a copy would carry it
+    seen = []
+    hook = trainer.discriminator.register_forward_pre_hook(lambda module, args: seen.append(args))
+    scalars = trainer.discriminator_step()
+    hook.remove()
+    assert len(seen) == 2 and all(len(images) == 16 for images, _ in seen)  # 8 real + 8 fake per micro-batch
+    losses = []
+    for images, labels in seen:
+        real, fake = reference(images, labels).split(8)
+        loss = discriminator_hinge_loss(real, fake)
+        (loss / 2).backward()
+        losses.append(loss.item())
+    for got, want in zip(trainer.discriminator.parameters(), reference.parameters()):
+        torch.testing.assert_close(got.grad, want.grad)
+    assert scalars["loss_d"] == pytest.approx(sum(losses) / 2, rel=1e-5)
+    assert all(p.grad is None for p in trainer.generator.parameters())
+    # the G step, replayed the same way after a first one
+    trainer.generator_step()
+    g_reference, d_reference = copy.deepcopy(trainer.generator), copy.deepcopy(trainer.discriminator)
+    inputs = []
+    hook = trainer.generator.register_forward_pre_hook(lambda module, args: inputs.append(args))
+    scalars = trainer.generator_step()
+    hook.remove()
+    assert len(inputs) == 2
+    losses = []
+    for z, y in inputs:
+        loss = generator_hinge_loss(d_reference(g_reference(z, y), y))
+        (loss / 2).backward()
+        losses.append(loss.item())
+    for got, want in zip(trainer.generator.parameters(), g_reference.parameters()):
+        torch.testing.assert_close(got.grad, want.grad)
+    assert scalars["loss_g"] == pytest.approx(sum(losses) / 2, rel=1e-5)
+
+
+# ---------------------------------------------------------------- the training loop's schedule, resume, sampling
+
+
+class RecordingWriter:
+    """A TensorBoard writer that records what it is given."""
+
+    def __init__(self):
+        self.scalars, self.images, self.closed = [], [], False
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.append((tag, step))
+
+    def add_image(self, tag, image, step):
+        self.images.append((tag, step, tuple(image.shape)))
+
+    def close(self):
+        self.closed = True
+
+
+def quiet_trainer(monkeypatch, run_dir, dataset, **overrides):
+    """A tiny trainer writing to a :class:`RecordingWriter` and drawing no curves (fast)."""
+    from gan import trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "plot_curves", lambda run_dir: None)
+    trainer = tiny_trainer(run_dir, dataset, **overrides)
+    trainer.writer = RecordingWriter()
+    trainer._writer = lambda: trainer.writer
+    return trainer
+
+
+def test_train_logs_samples_evaluates_and_saves_on_their_steps_and_at_the_end(tmp_path, digits, monkeypatch):
+    """total 5 steps, log every 2, sample every 3, evaluate every 4, save every 2, keep every 2: logs at 2, 4, 5
+    (the last step always), grids at 3, 5, evaluations at 4, 5 (with eval_samples), last.pt at step 5, kept
+    snapshots at 2 and 4 only."""
+    trainer = quiet_trainer(monkeypatch, tmp_path, digits, total_steps=5, log_every=2, sample_every=3, eval_every=4,
+                            eval_samples=17, save_every=2, keep_every=2)
+    evaluated = []
+    trainer.evaluate = lambda num: evaluated.append((trainer.step, num)) or {"fid": float(trainer.step)}
+    scalars = trainer.train()
+    assert trainer.step == 5 and scalars["fid"] == 5.0
+    assert evaluated == [(4, 17), (5, 17)]
+    records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [2, 4, 5]
+    assert "fid" not in records[0] and records[1]["fid"] == 4.0 and records[2]["fid"] == 5.0
+    assert {"loss_d", "loss_g", "d_real", "d_fake"} <= set(records[0])
+    assert sorted(p.name for p in (tmp_path / "samples").iterdir()) == ["step_0000003.png", "step_0000005.png"]
+    assert [(tag, step) for tag, step, _ in trainer.writer.images] == [("samples/G_ema", 3), ("samples/G_ema", 5)]
+    assert ("train/loss_d", 2) in trainer.writer.scalars and ("eval/fid", 4) in trainer.writer.scalars
+    assert ("train/loss_g", 3) not in trainer.writer.scalars and trainer.writer.closed
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["last.pt", "step_0000002.pt",
+                                                                           "step_0000004.pt"]
+    assert load_checkpoint(tmp_path / "checkpoints" / "last.pt")["step"] == 5
+    assert load_checkpoint(tmp_path / "checkpoints" / "step_0000002.pt")["step"] == 2
+
+
+def test_resume_drops_the_log_lines_written_after_its_checkpoint(tmp_path, digits, monkeypatch):
+    """A run killed after logging steps 3 and 4 but saving only step 2 continues from step 2: its log keeps
+    lines 1 and 2 and gets a new line 3."""
+    quiet_trainer(monkeypatch, tmp_path, digits, total_steps=2, log_every=1, save_every=2).train()
+    with open(tmp_path / "log.jsonl", "a") as log:
+        log.write('{"step": 3, "stale": 1}\n{"step": 4, "stale": 1}\n')
+    quiet_trainer(monkeypatch, tmp_path, digits, total_steps=3, log_every=1, save_every=2, resume=True).train()
+    records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3] and "stale" not in records[2] and "loss_d" in records[2]
+
+
+def test_sampling_generator_is_an_eval_copy_of_g_ema_with_standing_statistics(tmp_path, digits):
+    """Grids and in-training IS/FID sample G_ema (not G), from a copy whose standing statistics are recomputed in
+    this process alone (no synchronization), leaving G_ema's own statistics and sync flags as they were."""
+    trainer = tiny_trainer(tmp_path, digits, "bn_relu", sync_batch_stats=True, ema_start=0, ema_decay=0.5)
+    for _ in range(2):
+        trainer.train_step()
+    ema_state = {k: v.clone() for k, v in trainer.ema.model.state_dict().items()}
+    sampler = trainer.sampling_generator()
+    assert sampler is not trainer.ema.model and not sampler.training
+    named = dict(trainer.generator.named_parameters())
+    assert any(not torch.equal(p, named[n]) for n, p in sampler.named_parameters())  # not G ...
+    for name, value in trainer.ema.model.named_parameters():  # ... but G_ema
+        assert torch.equal(dict(sampler.named_parameters())[name], value), name
+    for key, value in trainer.ema.model.state_dict().items():
+        assert torch.equal(value, ema_state[key]), key  # G_ema untouched
+    moving = [k for k in ema_state if k.endswith("running_mean")]
+    assert moving and any(not torch.equal(sampler.state_dict()[k], ema_state[k]) for k in moving)  # recomputed
+    synced = [m for m in trainer.ema.model.modules() if getattr(m, "sync", False)]
+    assert synced and not any(getattr(m, "sync", False) for m in sampler.modules())
+
+
+def test_in_training_evaluation_measures_the_sampling_generator_of_the_digits_only(tmp_path, digits, monkeypatch):
+    from gan import metrics
+
+    calls = []
+    monkeypatch.setattr(metrics, "digits_fidelity", lambda generator, resolution, num, seed: calls.append(
+        (generator.training, resolution, num, seed)) or {"fid": 1.0})
+    trainer = tiny_trainer(tmp_path / "d", digits)
+    trainer.train_step()
+    assert trainer.evaluate(23) == {"fid": 1.0} and calls == [(False, 16, 23, 1)]
+    other = Trainer(tiny_config(dataset="cifar10"), digits, tmp_path / "c")  # not the digits: no digits classifier
+    assert other.evaluate(23) == {} and len(calls) == 1
+
+
+def test_latents_are_standard_normal_and_reproducible():
+    """BigGAN samples z ~ N(0, I) (not uniform), labels uniform; both from the given generator only."""
+    z, y = sample_latents(20_000, 4, 7, generator=torch.Generator().manual_seed(2))
+    assert abs(z.mean().item()) < 0.02 and z.std().item() == pytest.approx(1.0, abs=0.02) and (z < -1).any()
+    z2, y2 = sample_latents(20_000, 4, 7, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(z, z2) and torch.equal(y, y2) and int(y.max()) == 6
+
+
+def test_sample_grid_classes_spread_over_many_classes():
+    """Up to 10 rows, evenly spread over the classes (ImageNet: 0, 111, ..., 999); fewer classes: one row each;
+    fixed standard-normal latents per seed."""
+    _, y = grid_latents(dim_z=2, num_classes=1000, per_class=2)
+    assert y.tolist() == [c for c in range(0, 1000, 111) for _ in range(2)]
+    z, y = grid_latents(dim_z=3, num_classes=3, per_class=4, seed=1)
+    assert y.tolist() == [0] * 4 + [1] * 4 + [2] * 4 and z.shape == (12, 3)
+    assert torch.equal(z, grid_latents(3, 3, 4, seed=1)[0]) and not torch.equal(z, grid_latents(3, 3, 4, seed=2)[0])
+
+
+class ClassShade(nn.Module):
+    """A 'generator' whose 4x4 image of class k is flat at -1 + 2k/9 (class 0 black, class 9 white);
+    records its mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(()))
+        self.modes = []
+
+    def forward(self, z, y):
+        self.modes.append(self.training)
+        return (-1 + 2 * y.float() / 9).view(-1, 1, 1, 1).expand(-1, 1, 4, 4) + 0 * self.weight
+
+
+def test_sample_grid_has_a_row_per_class_mapped_from_minus_one_one_to_black_white(tmp_path):
+    """One row per class, per_row samples per row; [-1, 1] shown as [0, 1] (make_grid's padding 2); generated in
+    eval mode and the mode restored; the PNG holds the grid."""
+    from PIL import Image
+
+    from gan.sampling import save_sample_grid
+
+    generator = ClassShade().train()
+    z, y = grid_latents(dim_z=2, num_classes=10, per_class=3)
+    grid = save_sample_grid(generator, str(tmp_path / "g" / "grid.png"), z, y, per_row=3)
+    assert generator.modes == [False] and generator.training
+    assert grid.shape == (3, 10 * 6 + 2, 3 * 6 + 2)
+    for row in range(10):
+        for column in range(3):
+            tile = grid[:, 2 + 6 * row: 6 + 6 * row, 2 + 6 * column: 6 + 6 * column]
+            torch.testing.assert_close(tile, torch.full_like(tile, row / 9))
+    png = torch.from_numpy(np.array(Image.open(tmp_path / "g" / "grid.png"))).permute(2, 0, 1)
+    torch.testing.assert_close(png, (grid * 255 + 0.5).clamp(0, 255).to(torch.uint8))
+
+
+def test_standing_statistics_use_the_requested_batches_and_none_skips(tmp_path, digits):
+    generator = tiny_trainer(tmp_path, digits, norm="bn_relu").generator.eval()
+    layer = generator.blocks[0].norm1.norm
+    before = layer.running_mean.clone()
+    assert standing_statistics(generator, num_batches=0, batch_size=4) == 0
+    assert torch.equal(layer.running_mean, before)
+    sizes = []
+    handle = generator.register_forward_pre_hook(lambda module, args: sizes.append(len(args[0])))
+    standing_statistics(generator, num_batches=2, batch_size=5)
+    handle.remove()
+    assert sizes == [5, 5]
+
+
+# ---------------------------------------------------------------- models from configs, checkpoints, command line
+
+
+def test_models_are_built_from_every_size_in_the_config():
+    from gan.checkpoint import build_discriminator, build_generator
+
+    config = tiny_config("evonorm_s0", dim_z=6, shared_dim=10, depth=3, channels=16, attention=(16,), image_channels=1)
+    generator = build_generator(config, 7)
+    assert (generator.spec.dim_z, generator.spec.shared_dim, generator.spec.num_classes) == (6, 10, 7)
+    assert generator.shared.embedding_dim == 10 and generator.linear.in_features == 16
+    assert (generator.spec.depth, generator.spec.attention, generator.spec.image_channels) == (3, (16,), 1)
+    assert generator.spec.resolution == 16 and generator.spec.channels == 16
+    assert sum(isinstance(block, SelfAttention) for block in generator.blocks) == 1
+    discriminator = build_discriminator(config, 7)
+    assert discriminator.input_conv.in_channels == 1 and discriminator.embed.num_embeddings == 7
+    assert len(discriminator.blocks) == 2 * 3  # depth 3 in each of its two stages (16 -> 8 -> 8 px: no 16 px map)
+    assert discriminator.input_conv.out_channels == 4 * 16
+
+
+def test_evaluation_loads_g_ema_not_g(tmp_path, digits):
+    from gan.checkpoint import load_ema_generator
+
+    trainer = tiny_trainer(tmp_path, digits, "evonorm_s0", ema_start=0, ema_decay=0.5)
+    trainer.train_step()
+    trainer.train_step()
+    trainer.save()
+    generator, config, meta = load_ema_generator(tmp_path)
+    assert not generator.training and meta == {"step": 2, "num_classes": 10} and config == trainer.config
+    for name, value in generator.state_dict().items():
+        assert torch.equal(value, trainer.ema.model.state_dict()[name]), name
+    assert any(not torch.equal(a, b) for a, b in zip(generator.parameters(), trainer.generator.parameters()))
+
+
+def test_resume_may_change_only_how_long_and_how_it_reports(tmp_path):
+    from evonorm_core.experiment.config import save_config
+
+    saved = tiny_config("evonorm_s0", seed=4)
+    save_config(tmp_path / "config.json", saved)
+    reporting = dict(total_steps=9, num_workers=1, log_every=3, sample_every=4, eval_every=5, eval_samples=20,
+                     save_every=6, keep_every=7, data_root="elsewhere")
+    resumed = train_biggan.seed_config(PRESETS["digits"], reporting, 4, tmp_path, resume=True)
+    assert resumed == replace(saved, **reporting)  # the saved run's settings, not the preset's
+    for name, value in (("g_lr", 1e-3), ("ema_decay", 0.9), ("d_steps", 1), ("batch_size", 16), ("channels", 16),
+                        ("ema_start", 7), ("betas", (0.5, 0.9))):
+        with pytest.raises(ConfigError, match="cannot change when resuming"):
+            train_biggan.seed_config(PRESETS["digits"], {name: value}, 4, tmp_path, resume=True)
+    fresh = train_biggan.seed_config(PRESETS["digits"], {"g_lr": 1e-3}, 2, tmp_path / "new", resume=True)
+    assert fresh == replace(PRESETS["digits"], g_lr=1e-3, seed=2)
+    # without --resume the saved settings are not read: the preset and the flags
+    not_resumed = train_biggan.seed_config(PRESETS["digits"], {}, 4, tmp_path, resume=False)
+    assert not_resumed == replace(PRESETS["digits"], seed=4)
+
+
+def test_cli_trains_consecutive_seeds_from_the_dataset_preset(tmp_path, monkeypatch):
+    """--seeds 2 --seed 5: runs seed5 and seed6 with seeds 5 and 6; the preset follows --dataset (cifar10 ->
+    cifar10, array -> imagenet128), --preset overrides it; default run folder runs/gan/<preset>_<norm>."""
+    runs = []
+
+    class Recorder:
+        def __init__(self, config, dataset, run_dir, ctx, resume=False):
+            runs.append((config, Path(run_dir), resume))
+
+        def train(self):
+            return {}
+
+    monkeypatch.setattr(train_biggan, "Trainer", Recorder)
+    monkeypatch.setattr(train_biggan, "build_dataset", lambda name, root, resolution: None)
+    assert train_biggan.main(["--seeds", "2", "--seed", "5", "--run-dir", str(tmp_path), "--norm", "evonorm_s0"]) == 0
+    assert [(c.seed, d, r) for c, d, r in runs] == [(5, tmp_path / "seed5", False), (6, tmp_path / "seed6", False)]
+    assert runs[0][0] == replace(PRESETS["digits"], norm="evonorm_s0", seed=5)
+    runs.clear()
+    train_biggan.main(["--dataset", "cifar10", "--data-root", "x", "--run-dir", str(tmp_path / "c")])
+    assert runs[0][0] == replace(PRESETS["cifar10"], data_root="x")
+    runs.clear()
+    train_biggan.main(["--dataset", "array", "--data-root", "x", "--run-dir", str(tmp_path / "a")])
+    assert runs[0][0] == replace(PRESETS["imagenet128"], dataset="array", data_root="x")
+    runs.clear()
+    train_biggan.main(["--preset", "cifar10", "--dataset", "imagenet", "--data-root", "x", "--run-dir", str(tmp_path)])
+    assert runs[0][0] == replace(PRESETS["cifar10"], dataset="imagenet", data_root="x")
+    runs.clear()
+    monkeypatch.chdir(tmp_path)
+    train_biggan.main(["--resume"])
+    assert runs == [(PRESETS["digits"], Path("runs/gan/digits_bn_relu/seed0"), True)]
