@@ -111,7 +111,8 @@ def convert_norm_act(model: nn.Module, norm_act: str | NormActMaker, **options) 
     """Replace every ``BatchNorm2d`` of ``model`` (not modified) by the ``norm_act`` layer.
 
     ``norm_act`` is a registered name (with ``options``, e.g. ``groups=16``; each layer is
-    built on its BatchNorm's device and in its dtype) or a callable
+    built on its BatchNorm's device and in its dtype unless ``options`` name a ``device`` or
+    ``dtype``) or a callable
     ``(num_channels, nonlinearity) -> nn.Module`` (its layers are moved there). Returns a
     ``GraphModule`` in the same train/eval mode, with the report as ``.norm_act_report``
     (a :class:`ConversionReport`). Raises ``ValueError`` if the model cannot be traced,

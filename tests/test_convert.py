@@ -263,3 +263,42 @@ def test_report_of_a_maker_and_of_a_model_without_activations():
                                        "folded in (none), 2 with nonlinearity=False")
     assert all(gm.get_submodule(n).activation is None and gm.get_submodule(n).groups == 2 for n in ("1", "3"))
     assert isinstance(model[1], nn.BatchNorm2d)  # the original model is not modified
+
+
+def test_an_explicit_dtype_or_device_overrides_the_batchnorms():
+    """``dtype=``/``device=`` given to the conversion win over each BatchNorm's own (a float32 model
+    converted with dtype=float64 gets float64 layers; the BatchNorm's are only the default)."""
+    model = nn.Sequential(nn.Conv2d(3, 8, 1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1), nn.BatchNorm2d(4))
+    gm = evonorm_core.convert_norm_act(model, "evonorm_b0", dtype=torch.float64, device="meta")
+    layers = [m for m in gm.modules() if isinstance(m, NormAct2d)]
+    assert len(layers) == 2
+    for layer in layers:
+        tensors = [*layer.parameters(), *(b for b in layer.buffers() if b.is_floating_point())]
+        assert tensors and all(t.dtype == torch.float64 and t.is_meta for t in tensors)
+    assert all(p.dtype == torch.float32 and not p.is_meta for p in gm.get_submodule("0").parameters())
+
+
+def test_the_suites_own_layers_already_in_a_model_stay_whole():
+    """A model that already holds one of the suite's norm-act layers (here an EvoNorm-S0) keeps it as one
+    opaque call in the traced graph, with its parameters, computing what it computed before; only
+    the BatchNorm is converted."""
+    class Mixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 1)
+            self.s0 = evonorm_core.build_norm_act("evonorm_s0", 8, groups=4)
+            self.bn = nn.BatchNorm2d(8)
+
+        def forward(self, x):
+            return self.bn(self.s0(self.conv(x)))
+
+    torch.manual_seed(0)
+    model = Mixed().eval()
+    randomize_layers(model)
+    gm = evonorm_core.convert_norm_act(model, "bn_relu")
+    calls = [n.target for n in gm.graph.nodes if n.op == "call_module"]
+    assert calls == ["conv", "s0", "bn"]
+    assert isinstance(gm.get_submodule("s0"), type(model.s0))
+    assert not any(n.op == "call_function" for n in gm.graph.nodes)  # nothing of S0 inlined
+    x = torch.randn(2, 3, 4, 4)
+    torch.testing.assert_close(gm.get_submodule("s0")(gm.conv(x)), model.s0(model.conv(x)))
