@@ -19,7 +19,7 @@ from evonorm_core.search.evolution import Proposer
 from evonorm_core.search.rejection import conv_weights, worst_case_gradient_norm
 from search.config import DEFAULT_REFERENCES, REFERENCE_LAYERS, SearchConfig
 from search.presets import preset
-from search.proxy import _AnchorTraining
+from search.proxy import ProxyConfig, ProxyEvaluator, _AnchorTraining
 
 ANCHORS = ("resnet50_cifar", "mobilenetv2_cifar", "efficientnet_cifar")
 
@@ -298,3 +298,19 @@ def test_mode_s_starts_from_the_s_preset():
     assert config.references == DEFAULT_REFERENCES["S"] and config.proxy.lr == 0.05
     paper = evolve.resolve_config(evolve.build_parser().parse_args(["--preset", "paper"]))
     assert (paper.proxy.train_steps, paper.evolution.window, paper.preset) == (2000, 2500, "paper")
+
+
+def test_proxy_models_start_from_the_seed_not_the_global_random_state():
+    """Every candidate is trained from the evaluator's seed (module docstring of search.proxy): two builds
+    of the same layer with the global generator moved in between start from identical weights, and a
+    different seed gives different ones."""
+    genome = parse(REFERENCE_LAYERS["evonorm_b0"])
+    evaluator = ProxyEvaluator(ProxyConfig(anchor_depth=0.01), seed=3)
+    first = evaluator.build("resnet50_cifar", genome).state_dict()
+    torch.manual_seed(12345)
+    torch.rand(7)
+    second = evaluator.build("resnet50_cifar", genome).state_dict()
+    other = ProxyEvaluator(ProxyConfig(anchor_depth=0.01), seed=4).build("resnet50_cifar", genome).state_dict()
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    assert not all(torch.equal(first[k], other[k]) for k in first)
