@@ -1349,7 +1349,7 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             sys.exit(3)
     counts = tally({v.id: v.result for v in verdicts})
-    print(f"\n{counts['caught']}/{counts['total']} caught ({100 * counts['caught_fraction']:.0f}%), "
+    print(f"\n{counts['caught']}/{counts['total']} caught ({100 * counts['caught_fraction']:.1f}%), "
           f"{counts['missed']} missed, {counts['timeout']} timed out, {counts['error']} errors")
     if args.json:
         command = command_line("python3 tools/plant_bugs.py", argv)
