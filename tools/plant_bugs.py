@@ -9,14 +9,16 @@
     nice -n 19 python3 tools/plant_bugs.py --set fresh3 --json docs/results/planted_bugs_fresh3.json
     nice -n 19 python3 tools/plant_bugs.py --set fresh4 --json docs/results/planted_bugs_fresh4.json
     nice -n 19 python3 tools/plant_bugs.py --set fresh5 --json docs/results/planted_bugs_fresh5.json
+    nice -n 19 python3 tools/plant_bugs.py --set fresh6 --json docs/results/planted_bugs_fresh6.json
 
-Five sets (``--set``, :data:`PLANT_SETS`), one line each:
+Six sets (``--set``, :data:`PLANT_SETS`), one line each:
 
 * ``original`` (:data:`PLANTS`, the default): tests written against its misses; it measures nothing fresh;
 * ``fresh2`` (:data:`FRESH2`): new bugs of the same kinds, fixed before its first run; tests since written for its misses;
 * ``fresh3`` (:data:`FRESH3`): a third such set, fixed before its first run; tests since written against its misses;
 * ``fresh4`` (:data:`FRESH4`): a fourth such set, fixed before its first run; tests since written against its misses;
-* ``fresh5`` (:data:`FRESH5`): a fifth such set, fixed before its first run.
+* ``fresh5`` (:data:`FRESH5`): a fifth such set, fixed before its first run;
+* ``fresh6`` (:data:`FRESH6`): a sixth such set, fixed before its first run.
 
 Each plant names a file, an exact snippet of it (found exactly once), its
 replacement, the tests that should notice (pytest node ids, a few per plant) and what the
@@ -1112,8 +1114,170 @@ FRESH5: list[Plant] = [
           (EXPERIMENT, SEARCH_CONFIG), "resuming refuses a fixed setting given again with its own value"),
 ]
 
+# ---- the sixth set ("fresh6"): new bugs of the same kinds, fixed before its first run -----
+#
+# Made as FRESH2-FRESH5 were (from the source and the paper, not from the tests; whole test
+# files per plant; no line or mistake of PLANTS or FRESH2-FRESH5 repeated), after FRESH5's
+# misses got their tests; more of its plants sit in modules no earlier set touched (search
+# progress and genome, conditional layers, GAN layers/EMA/checkpoints, ResNet/MBConv/model
+# building, the synthetic shapes and detection cost, the digits data and seeding).
+
+SEARCH_GENOME = "tests/test_search_genome.py"
+SEARCH_LAYER = "tests/test_search_layer.py"
+CONDITIONAL = "tests/test_layers_conditional.py"
+REGISTRY = "tests/test_registry.py"
+MODELS = "tests/test_classification_models.py"
+
+FRESH6: list[Plant] = [
+    # ---- CPU kernels --------------------------------------------------------------------------
+    plant("K18", "cpu-kernels", CPP, "var[nc] = std::max(sums[NC + nc] / s.HW - offset * offset, 0.0);",
+          "var[nc] = std::max(sums[NC + nc] / (s.HW - 1) - offset * offset, 0.0);", FAST,
+          "per-(n, c) instance moments: the mean square divided by HW - 1 instead of HW"),
+    plant("K19", "cpu-kernels", CPP, "yp[j] = static_cast<scalar_t>(xj * sigmoid(vp[c] * xj) * ap[nc] + bp[nc]);",
+          "yp[j] = static_cast<scalar_t>(xj * sigmoid(xj) * ap[nc] + bp[nc]);", FAST,
+          "S forward kernel: the gate is sigmoid(x), v1 ignored"),
+    # ---- fused operators: generic implementation, autograd ---------------------------------
+    plant("G15", "fused-ops", LIBRARY, "rstd = torch.rsqrt((var if centered else var + mean.square()) + eps)",
+          "rstd = torch.rsqrt((var + mean.square() if centered else var) + eps)", FAST,
+          "generic S forward: centered flag inverted (S0/S1 by the mean square, S2 by the variance)"),
+    # ---- the functional and statistics --------------------------------------------------------
+    plant("F17", "functional", FUNCTIONAL, "return x * torch.sigmoid(gate) * torch.rsqrt(m2 + eps)",
+          "return x * torch.sigmoid(gate) / (torch.sqrt(m2) + eps)", ("tests/test_functional.py", LAYERS),
+          "composed S series: eps added to the standard deviation instead of under the square root"),
+    # ---- layers -------------------------------------------------------------------------------
+    plant("L25", "layers", "evonorm_core/layers/conditional.py", "return self.norm.forward_affine(x, gamma, beta)",
+          "return self.norm.forward_affine(x, beta, gamma)", (CONDITIONAL, GAN_MODELS),
+          "conditional norm-act passes the conditional beta as gamma and gamma as beta"),
+    plant("L26", "layers", "evonorm_core/layers/conditional.py", "options = {\"affine\": False, **options}",
+          "options = {\"affine\": True, **options}", (CONDITIONAL, GAN_MODELS),
+          "conditional factory builds the inner layer with its own affine gamma/beta besides the conditional ones"),
+    plant("L27", "layers", "evonorm_core/layers/conditional.py",
+          "return ConditionalNormAct2d(make_layer(num_channels, True), cond_dim, make_linear)",
+          "return ConditionalNormAct2d(make_layer(num_channels, False), cond_dim, make_linear)",
+          (CONDITIONAL, GAN_MODELS), "conditional factory builds the inner layer without its nonlinearity"),
+    plant("L28", "layers", "evonorm_core/layers/evonorm.py", "eps=eps, groups=groups, affine=affine",
+          "eps=eps, groups=None, affine=affine", (LAYERS, FAST),
+          "EvoNorm-S layers ignore their groups option (always the default grouping)"),
+    # ---- registry and running statistics -------------------------------------------------------
+    plant("R13", "registry", "evonorm_core/registry.py", "if batch_statistics is not None:",
+          "if batch_statistics:", (REGISTRY, RUNNING),
+          "register(batch_statistics=False) ignored: the class's own declaration (or none) is kept"),
+    # ---- search: engine and front end ---------------------------------------------------------
+    plant("Q46", "search", "search/progress.py",
+          "self.top = dict(sorted(self.top.items(), key=lambda kv: -kv[1])[:self.k])",
+          "self.top = dict(sorted(self.top.items(), key=lambda kv: kv[1])[:self.k])", (DRIVER, SEARCH_RUNS),
+          "progress line keeps the k worst accepted layers as its 'top k'"),
+    plant("Q47", "search", "search/progress.py", "rate = self.trained / max(elapsed, 1e-9) * 60",
+          "rate = self.trained / max(elapsed, 1e-9)", (DRIVER, SEARCH_RUNS),
+          "progress rate of trained candidates per second reported as per minute"),
+    plant("Q48", "search", "search/progress.py", "self.counted = len(records)", "self.counted = 0",
+          (DRIVER, SEARCH_RUNS), "progress never remembers which records it counted: every update counts them all again"),
+    plant("Q49", "search", "evonorm_core/search/genome.py", "if any(not 0 <= i < index for i in node.inputs):",
+          "if any(not 0 <= i <= index for i in node.inputs):", (SEARCH_GENOME, PRIMS),
+          "genome validation accepts a node that reads its own output"),
+    plant("Q50", "search", "evonorm_core/search/genome.py",
+          "return tuple(rng.randrange(index) for _ in range(PRIMITIVES[op].arity))",
+          "return tuple(rng.randrange(index - 1) for _ in range(PRIMITIVES[op].arity))", (SEARCH_GENOME, DRIVER),
+          "random inputs never pick the node just before (off by one in randrange)"),
+    plant("Q51", "search", "search/progress.py", "self.rejected[str(record.stage)] += 1",
+          "self.rejected[str(record.reason)] += 1", (DRIVER, SEARCH_RUNS),
+          "progress counts rejections by their reason text instead of by stage"),
+    plant("Q52", "search", "evonorm_core/search/genome.py", "            if index >= len(INITIAL_NODES):\n",
+          "            if index > len(INITIAL_NODES):\n", (SEARCH_GENOME, SEARCH_LAYER),
+          "live-node walk does not follow the inputs of the first op node"),
+    plant("Q53", "search", "evonorm_core/search/genome.py",
+          "bad = sorted({node.op for node in genome.nodes} - allowed)",
+          "bad = sorted({node.op for node in genome.nodes[1:]} - allowed)", (SEARCH_GENOME, DRIVER),
+          "the mode check of a genome's ops skips its first node"),
+    plant("Q54", "search", "search/calibrate.py",
+          "means = [r[\"mean_accuracy\"] for r in runs if r[\"status\"] == \"accepted\"]",
+          "means = [r[\"mean_accuracy\"] for r in runs]", (SEARCH_RUNS, DRIVER),
+          "calibration summary averages rejected runs' accuracies into a reference layer's mean"),
+    plant("Q55", "search", "search/calibrate.py", "random_runs = [r for r in rows if r[\"layer\"] not in references]",
+          "random_runs = [r for r in rows if r[\"layer\"] in references]", (SEARCH_RUNS, DRIVER),
+          "calibration summary takes the reference layers' runs as the random layers'"),
+    # ---- classification ---------------------------------------------------------------------------
+    plant("P34", "classification", "classification/resnet.py",
+          "needs_projection = stride != 1 or in_channels != out_channels",
+          "needs_projection = stride != 1 and in_channels != out_channels", MODELS,
+          "ResNet block: a projection shortcut only when both stride and channels change"),
+    plant("P35", "classification", "classification/resnet.py",
+          "stride = strides.next(2 if stage > 0 and index == 0 else 1)",
+          "stride = strides.next(2 if stage >= 0 and index == 0 else 1)", MODELS,
+          "ResNet's first stage downsamples too (stride 2 in its first block)"),
+    plant("P36", "classification", "classification/resnet.py", "for index in range(math.ceil(depth * depth_multiplier)):",
+          "for index in range(int(depth * depth_multiplier)):", MODELS,
+          "ResNet depth multiplier truncates the blocks per stage instead of rounding up"),
+    plant("P37", "classification", "classification/mbconv.py",
+          "head = make_divisible(config.head_channels * max(config.head_min_width, width_multiplier))",
+          "head = make_divisible(config.head_channels * width_multiplier)", MODELS,
+          "MBConv nets: the head's channels shrink below the minimum width with a width multiplier < 1"),
+    plant("P38", "classification", "classification/mbconv.py",
+          "repeats = [math.ceil(stage.repeats * depth_multiplier) for stage in config.stages]",
+          "repeats = [int(stage.repeats * depth_multiplier) for stage in config.stages]", MODELS,
+          "MBConv depth multiplier truncates each stage's repeats instead of rounding up"),
+    plant("P39", "classification", "classification/models.py",
+          "config, width, depth, _ = efficientnet_config(key.split(\"_\")[1])",
+          "config, depth, width, _ = efficientnet_config(key.split(\"_\")[1])", MODELS,
+          "EfficientNet variants built with the width and depth coefficients swapped"),
+    # ---- detection --------------------------------------------------------------------------------
+    plant("D23", "detection", "detection/shapes.py",
+          "return float(abs(np.dot(x, np.roll(y, 1)) - np.dot(y, np.roll(x, 1))) / 2)",
+          "return float(abs(np.dot(x, np.roll(y, 1)) - np.dot(y, np.roll(x, 1))))", (DETECTION_TRAIN, DETECTION),
+          "synthetic shapes: polygon area (shoelace) not halved, every COCO area doubled"),
+    plant("D24", "detection", "detection/shapes.py", "return [min(x), min(y), max(x) - min(x), max(y) - min(y)]",
+          "return [min(x), min(y), max(x), max(y)]", (DETECTION_TRAIN, DETECTION),
+          "synthetic shapes: boxes written XYXY where COCO wants XYWH"),
+    plant("D25", "detection", "detection/shapes.py", "angles = start + np.arange(vertices) * 2 * math.pi / vertices",
+          "angles = start + np.arange(vertices) * 2 * math.pi / (vertices - 1)", (DETECTION_TRAIN, DETECTION),
+          "synthetic shapes: polygon vertices spread over 2 pi / (n - 1), the last one repeats the first"),
+    plant("D26", "detection", "detection/shapes.py",
+          "if not json_path.exists() or json.loads(json_path.read_text())[\"info\"].get(\"image_size\") != size:",
+          "if not json_path.exists():", (DETECTION_TRAIN, DETECTION),
+          "an existing shapes split of another image size is reused instead of regenerated"),
+    plant("D27", "detection", "detection/cost.py",
+          "return ModelCost(total / 1e9, count_parameters(model) / 1e6, dict(uncounted))",
+          "return ModelCost(total / 1e6, count_parameters(model) / 1e6, dict(uncounted))", (DETECTION, DETECTION_TRAIN),
+          "detection cost: MAdds reported in millions under the billions column"),
+    # ---- GAN ---------------------------------------------------------------------------------------
+    plant("N30", "gan", "gan/layers.py", "padding=kernel_size // 2", "padding=1", (GAN_MODELS, GAN),
+          "'same' convolutions always padded by 1: a 1x1 convolution grows the feature map"),
+    plant("N31", "gan", "gan/layers.py", "return orthogonal_spectral(nn.Embedding(num_embeddings, dim))",
+          "return nn.Embedding(num_embeddings, dim)", (GAN_MODELS, GAN),
+          "the class embedding is neither orthogonally initialised nor spectrally normalized"),
+    plant("N32", "gan", "gan/layers.py", "self.gamma = nn.Parameter(torch.zeros(()))",
+          "self.gamma = nn.Parameter(torch.ones(()))", (GAN_MODELS, GAN),
+          "self-attention's gamma starts at 1 instead of BigGAN's 0 (attention active at init)"),
+    plant("N33", "gan", "gan/layers.py", "return sn_linear(in_features, out_features, bias=False)",
+          "return sn_linear(in_features, out_features, bias=True)", (GAN_MODELS, GAN),
+          "the conditional norm-act projections W_g, W_b get a bias"),
+    plant("N34", "gan", "gan/checkpoint.py", "return generator.eval(), config, meta",
+          "return generator, config, meta", (GAN_METRICS, GAN_REPORT, GAN),
+          "load_ema_generator returns the generator in training mode (batch statistics at evaluation)"),
+    plant("N35", "gan", "gan/checkpoint.py", "path = Path(checkpoint) if checkpoint else checkpoint_dir(run_dir) / LAST",
+          "path = checkpoint_dir(run_dir) / LAST", (GAN_METRICS, GAN_REPORT, GAN),
+          "an explicit checkpoint (a snapshot) is ignored: last.pt is always loaded"),
+    plant("N36", "gan", "gan/checkpoint.py", "return Generator(spec, config.norm, **config.norm_options)",
+          "return Generator(spec, config.norm)", (GAN, GAN_MODELS),
+          "the generator is built without the configuration's norm options"),
+    # ---- experiment plumbing ---------------------------------------------------------------------
+    plant("E16", "experiment", "evonorm_core/experiment/seeding.py", "    random.seed(seed)\n", "", EXPERIMENT,
+          "seed_everything leaves Python's random generator unseeded"),
+    plant("E17", "experiment", "evonorm_core/experiment/data.py",
+          "val, train = order[:num_val], order[num_val:]", "val, train = order[:num_val], order[num_val - 1:]",
+          (TRAIN_DATA, EXPERIMENT), "digits split: the last validation image is also in the training set"),
+    plant("E18", "experiment", "evonorm_core/experiment/data.py",
+          "images = torch.from_numpy(raw.images).float().div(16.0).unsqueeze(1)",
+          "images = torch.from_numpy(raw.images).float().div(15.0).unsqueeze(1)", (TRAIN_DATA, EXPERIMENT),
+          "digits scaled by 1/15 instead of 1/16: the 16 grey level exceeds 1"),
+    plant("E19", "experiment", "evonorm_core/experiment/data.py",
+          "return int(torch.cat([self.train_labels, self.val_labels]).max()) + 1",
+          "return int(torch.cat([self.train_labels, self.val_labels]).max())", (TRAIN_DATA, EXPERIMENT),
+          "ImageSplit.num_classes is the largest label, one short"),
+]
+
 PLANT_SETS: dict[str, list[Plant]] = {"original": PLANTS, "fresh2": FRESH2, "fresh3": FRESH3,
-                                      "fresh4": FRESH4, "fresh5": FRESH5}
+                                      "fresh4": FRESH4, "fresh5": FRESH5, "fresh6": FRESH6}
 DEFAULT_SET = "original"
 
 
@@ -1307,8 +1471,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="which set of plants: 'original' (the first 57, tests since written against them), "
                              "'fresh2' (a second set, fixed before its first run, tests since written against its "
                              "misses), 'fresh3' (a third set, likewise, tests since written against its misses), "
-                             "'fresh4' (a fourth set, likewise, tests since written against its misses) or 'fresh5' "
-                             "(a fifth set, fixed before its first run; default %(default)s)")
+                             "'fresh4' (a fourth set, likewise, tests since written against its misses), 'fresh5' "
+                             "(a fifth set, fixed before its first run) or 'fresh6' (a sixth set, fixed before its "
+                             "first run; default %(default)s)")
     parser.add_argument("--only", nargs="+", metavar="ID", help="run only these plants (ids from --list)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write (or update, with --only) the results here")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
