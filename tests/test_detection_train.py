@@ -298,6 +298,40 @@ def test_scale_jitter_flips_resizes_and_crops_to_the_configs_square():
     assert [type(a) for a in train_augmentations(cfg)] == [T.ResizeShortestEdge, T.RandomFlip]
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_train_mapper_recomputes_boxes_from_the_cropped_masks(tmp_path, monkeypatch, seed):
+    """MASK_ON with INPUT.LSJ: after the crop the gt boxes are the tight boxes of the cropped masks
+    (detectron2's DatasetMapper ``recompute_boxes``), not the annotation's box clipped to the crop.
+
+    A 32x32 image is scaled 2x to 64x64 and cropped to 32x32 at a random offset; the instance is a
+    horizontal bar 56 px wide and 8 px tall after scaling (wider than every crop, so always cut) with a
+    loose annotation box (the whole image), so a clipped box would be the whole crop."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from detection import data
+
+    monkeypatch.setattr(data, "build_detection_train_loader", lambda cfg, mapper: mapper)
+    cfg = load_config(str(CONFIGS / "demo_shapes_evonorm_s0.yaml"), [
+        "INPUT.LSJ.IMAGE_SIZE", "32", "INPUT.LSJ.MIN_SCALE", "2.0", "INPUT.LSJ.MAX_SCALE", "2.0"])
+    assert cfg.MODEL.MASK_ON and cfg.INPUT.LSJ.ENABLED
+    mapper = data.build_train_loader(cfg)
+    image = tmp_path / "image.png"
+    Image.fromarray(np.full((32, 32, 3), 100, np.uint8)).save(image)
+    bar = [2.0, 14.0, 30.0, 14.0, 30.0, 18.0, 2.0, 18.0]  # x in [2, 30], y in [14, 18]
+    record = {"file_name": str(image), "height": 32, "width": 32, "image_id": 0, "annotations": [{
+        "bbox": [0.0, 0.0, 32.0, 32.0], "bbox_mode": 1, "category_id": 0, "segmentation": [bar], "iscrowd": 0}]}
+    np.random.seed(seed)
+    instances = mapper(record)["instances"]
+    assert len(instances) == 1 and instances.image_size == (32, 32)
+    mask = instances.gt_masks.tensor[0]
+    rows, cols = torch.nonzero(mask.any(dim=1))[:, 0], torch.nonzero(mask.any(dim=0))[:, 0]
+    x0, y0, x1, y1 = cols.min().item(), rows.min().item(), cols.max().item() + 1, rows.max().item() + 1
+    assert 0 < y1 - y0 <= 9 < 32  # the bar's 4 rows scaled 2x (or fewer where the crop cuts them)
+    assert instances.gt_boxes.tensor[0].tolist() == [x0, y0, x1, y1]
+
+
 def test_demo_grid_scales_the_lr_with_the_batch_and_keeps_the_stage_fractions(tmp_path):
     """Table 4 in miniature: batch 8 at the demo config's LR 0.02, batch 2 at 0.02 * 2 / 8 (linear scaling);
     the 10x decays at 80% and 93% of the iterations (about the demo config's 240 and 280 of 300)."""
