@@ -118,6 +118,28 @@ def test_inception_score_of_confident_uniform_predictions_is_the_class_count():
     ] == pytest.approx(1.0, abs=1e-6)
 
 
+def test_is_mean_is_std_and_fid_are_the_split_scores_mean_std_and_the_frechet_distance():
+    """IS = exp(E_x KL(p(y|x) || p(y))) on each of 10 splits (Salimans et al. 2016; torch-fidelity shuffles
+    with np.random.RandomState(rng_seed) first): ``is_mean`` / ``is_std`` are the mean / std over the splits,
+    computed here by hand from the same logits; ``fid`` the Frechet distance of the two sample Gaussians."""
+    rng = np.random.default_rng(1)
+    n, k, seed = 200, IdentityFeatures.NUM_LOGITS, 7
+    x1 = rng.normal(size=(n, k + 1)) * np.linspace(0.5, 4.0, n)[:, None]  # confidence varies: splits differ
+    x2 = rng.normal(size=(n, k + 1)) + 1.0
+    result = fidelity_metrics(Vectors(x1), Vectors(x2), n, feature_extractor="gan-test-identity", seed=seed)
+    logits = x1[np.random.RandomState(seed).permutation(n), :k]
+    log_p = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    scores = []
+    for chunk in np.split(log_p, 10):
+        p = np.exp(chunk)
+        scores.append(np.exp((p * (chunk - np.log(p.mean(0)))).sum(1).mean()))
+    assert np.std(scores) > 0.05 and abs(np.mean(scores) - np.std(scores)) > 1.0
+    assert result["is_mean"] == pytest.approx(np.mean(scores), rel=1e-9)
+    assert result["is_std"] == pytest.approx(np.std(scores), rel=1e-9)
+    sample = frechet_distance(x1.mean(0), np.cov(x1, rowvar=False), x2.mean(0), np.cov(x2, rowvar=False))
+    assert result["fid"] == pytest.approx(sample, rel=1e-6)
+
+
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run")
