@@ -5,7 +5,10 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
+from PIL import Image
 
 pytest.importorskip("detectron2", reason="detectron2 is not installed (tools/install.sh installs it)")
 pytestmark = pytest.mark.detectron2
@@ -13,7 +16,7 @@ pytestmark = pytest.mark.detectron2
 from pycocotools.coco import COCO  # noqa: E402
 from tests.test_detection_model import TINY as TINY_MODEL  # noqa: E402
 
-from detection import load_config, report, train_net  # noqa: E402
+from detection import data, load_config, report, train_net  # noqa: E402
 from detection.cost import count_parameters, model_cost  # noqa: E402
 from detection.shapes import CLASSES, SPLITS, ensure_shapes_dataset, register_shapes_dataset  # noqa: E402
 
@@ -306,12 +309,6 @@ def test_train_mapper_recomputes_boxes_from_the_cropped_masks(tmp_path, monkeypa
     A 32x32 image is scaled 2x to 64x64 and cropped to 32x32 at a random offset; the instance is a
     horizontal bar 56 px wide and 8 px tall after scaling (wider than every crop, so always cut) with a
     loose annotation box (the whole image), so a clipped box would be the whole crop."""
-    import numpy as np
-    import torch
-    from PIL import Image
-
-    from detection import data
-
     monkeypatch.setattr(data, "build_detection_train_loader", lambda cfg, mapper: mapper)
     cfg = load_config(str(CONFIGS / "demo_shapes_evonorm_s0.yaml"), [
         "INPUT.LSJ.IMAGE_SIZE", "32", "INPUT.LSJ.MIN_SCALE", "2.0", "INPUT.LSJ.MAX_SCALE", "2.0"])
