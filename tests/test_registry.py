@@ -9,6 +9,14 @@ import evonorm_core
 from evonorm_core import registry
 
 
+def unregister(name):
+    """Remove a test layer registered as ``name`` (every spelling) from the registry."""
+    for key in [k for k, v in registry._KEYS.items() if v == name]:
+        del registry._KEYS[key]
+    registry._FACTORIES.pop(name)
+    registry._BATCH_STATISTICS.pop(name, None)
+
+
 @pytest.mark.parametrize("spelling", ["evonorm_s0", "EvoNormS0", "evonorm-s0", "EVONORM S0", "EvoNorm_S0"])
 def test_names_are_case_and_separator_insensitive(spelling):
     layer = evonorm_core.build_norm_act(spelling, 64)
@@ -59,9 +67,7 @@ def test_third_party_registration():
         with pytest.raises(ValueError, match="already taken"):
             evonorm_core.register_norm_act("test-scaled-tanh-x", "TEST_SCALED_TANH")(ScaledTanh)
     finally:
-        for key in [k for k, v in registry._KEYS.items() if v == "test_scaled_tanh"]:
-            del registry._KEYS[key]
-        del registry._FACTORIES["test_scaled_tanh"]
+        unregister("test_scaled_tanh")
 
 
 def test_norm_act_factory():
@@ -161,6 +167,30 @@ def test_override_points_every_spelling_to_the_new_layer():
         assert type(evonorm_core.build_norm_act("TEST_OVERRIDE_ALIAS", 4)) is Second
         assert evonorm_core.uses_batch_statistics("test_override_layer") is False
     finally:
-        for key in [k for k, v in registry._KEYS.items() if v == "test_override_layer"]:
-            del registry._KEYS[key]
-        del registry._FACTORIES["test_override_layer"], registry._BATCH_STATISTICS["test_override_layer"]
+        unregister("test_override_layer")
+
+
+def test_an_explicit_batch_statistics_declaration_wins_over_the_class():
+    """``register_norm_act(..., batch_statistics=False)`` is what ``uses_batch_statistics`` answers, also
+    for a class that declares the opposite (``uses_batch_stats = True``) or nothing at all."""
+    class DeclaresBatchStatistics(nn.Module):
+        uses_batch_stats = True
+
+        def __init__(self, num_channels, nonlinearity=True):
+            super().__init__()
+
+    class DeclaresNothing(nn.Module):
+        def __init__(self, num_channels, nonlinearity=True):
+            super().__init__()
+
+    evonorm_core.register_norm_act("test_declared_false", batch_statistics=False)(DeclaresBatchStatistics)
+    evonorm_core.register_norm_act("test_undeclared_false", batch_statistics=False)(DeclaresNothing)
+    evonorm_core.register_norm_act("test_undeclared_true", batch_statistics=True)(DeclaresNothing)
+    try:
+        for nonlinearity in (True, False):
+            assert evonorm_core.uses_batch_statistics("test_declared_false", nonlinearity) is False
+            assert evonorm_core.uses_batch_statistics("test_undeclared_false", nonlinearity) is False
+            assert evonorm_core.uses_batch_statistics("test_undeclared_true", nonlinearity) is True
+    finally:
+        for name in ("test_declared_false", "test_undeclared_false", "test_undeclared_true"):
+            unregister(name)
