@@ -18,7 +18,7 @@ from tests.test_detection_model import TINY as TINY_MODEL  # noqa: E402
 
 from detection import data, load_config, report, train_net  # noqa: E402
 from detection.cost import count_parameters, model_cost  # noqa: E402
-from detection.shapes import CLASSES, SPLITS, ensure_shapes_dataset, register_shapes_dataset  # noqa: E402
+from detection.shapes import CLASSES, SPLITS, ensure_shapes_dataset, register_shapes_dataset, shape_polygon  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "detection" / "configs"
@@ -84,6 +84,31 @@ def test_shapes_dataset_is_valid_coco(datasets_root):
             assert 0 <= x and 0 <= y and x + w <= 64 and y + h <= 64
     assert ensure_shapes_dataset(datasets_root / "shapes", size=64) == paths  # reused, not rewritten
 
+
+
+@pytest.mark.parametrize("kind, vertices", [("triangle", 3), ("square", 4), ("circle", 32)])
+def test_shapes_are_regular_polygons_around_their_centre(kind, vertices):
+    """n distinct vertices at the radius, equal sides 2 r sin(pi / n), centroid at the centre."""
+    polygon = np.asarray(shape_polygon(np.random.default_rng(0), kind, 20.0, 30.0, 10.0)).reshape(-1, 2)
+    assert polygon.shape == (vertices, 2)
+    np.testing.assert_allclose(np.hypot(polygon[:, 0] - 20, polygon[:, 1] - 30), 10.0)
+    sides = np.linalg.norm(polygon - np.roll(polygon, 1, axis=0), axis=1)
+    np.testing.assert_allclose(sides, 2 * 10.0 * np.sin(np.pi / vertices))
+    np.testing.assert_allclose(polygon.mean(axis=0), [20.0, 30.0], atol=1e-9)
+
+
+def test_shapes_dataset_of_another_size_is_rewritten_and_one_of_the_same_size_kept(tmp_path, monkeypatch):
+    monkeypatch.setitem(SPLITS, "train", 3)
+    monkeypatch.setitem(SPLITS, "val", 2)
+    paths = ensure_shapes_dataset(tmp_path, size=32)
+    written = {split: path.stat().st_mtime_ns for split, path in paths.items()}
+    assert ensure_shapes_dataset(tmp_path, size=32) == paths
+    assert {split: path.stat().st_mtime_ns for split, path in paths.items()} == written  # reused
+    ensure_shapes_dataset(tmp_path, size=40)
+    for split, path in paths.items():
+        coco = json.loads(path.read_text())
+        assert coco["info"]["image_size"] == 40 and {(i["width"], i["height"]) for i in coco["images"]} == {(40, 40)}
+        assert Image.open(tmp_path / split / coco["images"][0]["file_name"]).size == (40, 40)
 
 @pytest.mark.slow
 def test_demo_trains_evaluates_and_resumes(demo_run):
