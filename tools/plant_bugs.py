@@ -17,8 +17,8 @@ Six sets (``--set``, :data:`PLANT_SETS`), one line each:
 * ``fresh2`` (:data:`FRESH2`): new bugs of the same kinds, fixed before its first run; tests since written for its misses;
 * ``fresh3`` (:data:`FRESH3`): a third such set, fixed before its first run; tests since written against its misses;
 * ``fresh4`` (:data:`FRESH4`): a fourth such set, fixed before its first run; tests since written against its misses;
-* ``fresh5`` (:data:`FRESH5`): a fifth such set, fixed before its first run;
-* ``fresh6`` (:data:`FRESH6`): a sixth such set, fixed before its first run.
+* ``fresh5`` (:data:`FRESH5`): a fifth such set, fixed before its first run; tests since written against its misses;
+* ``fresh6`` (:data:`FRESH6`): a sixth such set, fixed before its first run; tests since written against its misses.
 
 Each plant names a file, an exact snippet of it (found exactly once), its
 replacement, the tests that should notice (pytest node ids, a few per plant) and what the
@@ -1471,9 +1471,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="which set of plants: 'original' (the first 57, tests since written against them), "
                              "'fresh2' (a second set, fixed before its first run, tests since written against its "
                              "misses), 'fresh3' (a third set, likewise, tests since written against its misses), "
-                             "'fresh4' (a fourth set, likewise, tests since written against its misses), 'fresh5' "
-                             "(a fifth set, fixed before its first run) or 'fresh6' (a sixth set, fixed before its "
-                             "first run; default %(default)s)")
+                             "'fresh4', 'fresh5' and 'fresh6' (a fourth, fifth and sixth set, likewise, tests since "
+                             "written against their misses; default %(default)s)")
     parser.add_argument("--only", nargs="+", metavar="ID", help="run only these plants (ids from --list)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write (or update, with --only) the results here")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
