@@ -1,5 +1,6 @@
 """BigGAN-deep training on the built-in digits: losses by hand, D/G steps, EMA, standing statistics,
 paper settings, owned run folders, resume (also after kill -9), the command line."""
+import copy
 import json
 import os
 import signal
@@ -508,19 +509,24 @@ def test_gradients_are_all_reduced_on_the_last_micro_batch_only():
     assert isinstance(sync_on_last(nn.Linear(1, 1), 0, 3), nullcontext)
 
 
+def inputs_during(module, step):
+    """``(the positional inputs of each call of module, step's result)`` for one ``step()``."""
+    inputs = []
+    hook = module.register_forward_pre_hook(lambda module, args: inputs.append(args))
+    try:
+        return inputs, step()
+    finally:
+        hook.remove()
+
+
 def test_accumulated_steps_average_the_micro_batch_gradients_and_losses(tmp_path, digits):
     """With 2 micro-batches per step, D's and G's gradients are the mean of the micro-batch hinge-loss gradients
     (replayed on copies of the models from the inputs they saw), freshly zeroed each step; the logged losses are
     the means of the micro-batch losses; a D step leaves no gradient on G."""
-    import copy
-
     trainer = tiny_trainer(tmp_path, digits, "bn_relu", batch_size=16, micro_batch=8)
     trainer.discriminator_step()  # a first step: its gradients must not leak into the next one
-    reference = copy.deepcopy(trainer.discriminator)  # before the hook: a copy would carry it
-    seen = []
-    hook = trainer.discriminator.register_forward_pre_hook(lambda module, args: seen.append(args))
-    scalars = trainer.discriminator_step()
-    hook.remove()
+    reference = copy.deepcopy(trainer.discriminator)
+    seen, scalars = inputs_during(trainer.discriminator, trainer.discriminator_step)
     assert len(seen) == 2 and all(len(images) == 16 for images, _ in seen)  # 8 real + 8 fake per micro-batch
     losses = []
     for images, labels in seen:
@@ -535,10 +541,7 @@ def test_accumulated_steps_average_the_micro_batch_gradients_and_losses(tmp_path
     # the G step, replayed the same way after a first one
     trainer.generator_step()
     g_reference, d_reference = copy.deepcopy(trainer.generator), copy.deepcopy(trainer.discriminator)
-    inputs = []
-    hook = trainer.generator.register_forward_pre_hook(lambda module, args: inputs.append(args))
-    scalars = trainer.generator_step()
-    hook.remove()
+    inputs, scalars = inputs_during(trainer.generator, trainer.generator_step)
     assert len(inputs) == 2
     losses = []
     for z, y in inputs:
