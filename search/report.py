@@ -13,6 +13,7 @@ import argparse
 import statistics
 import sys
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 
 from evonorm_core.experiment.config import ConfigError, command_line
@@ -38,9 +39,11 @@ def distinct_accepted(records: list[CandidateRecord]) -> list[CandidateRecord]:
     return list(first.values())
 
 
-def top_k(records: list[CandidateRecord], k: int = 10) -> list[CandidateRecord]:
-    """The ``k`` distinct accepted layers with the best mean accuracy (ties: the earlier first)."""
-    return sorted(distinct_accepted(records), key=lambda r: (-r.mean_accuracy, r.candidate_id))[:k]
+def top_k(records: list[CandidateRecord], k: int = 10, exclude: Collection[str] = ()) -> list[CandidateRecord]:
+    """The ``k`` distinct accepted layers with the best mean accuracy (ties: the earlier first),
+    leaving out the functions whose fingerprints are in ``exclude``."""
+    found = [r for r in distinct_accepted(records) if r.fingerprint not in exclude]
+    return sorted(found, key=lambda r: (-r.mean_accuracy, r.candidate_id))[:k]
 
 
 def frontier(records: list[CandidateRecord]) -> list[CandidateRecord]:
@@ -102,11 +105,18 @@ def counts(state: dict, config: SearchConfig | None = None) -> dict:
     }
 
 
-def _row(name: str, record: CandidateRecord, anchors: list[str]) -> str:
+def reference_names(state: dict) -> dict[str, str]:
+    """fingerprint -> name of each reference layer the run measured: a candidate with one of
+    these fingerprints is that reference layer found again, not a new layer."""
+    return {record.fingerprint: name for name, record in state["baselines"].items()}
+
+
+def _row(name: str, record: CandidateRecord, anchors: list[str], references: dict[str, str] | None = None) -> str:
     accs = "  ".join(f"{record.accuracies[a]:.3f}" if a in record.accuracies else "  -  " for a in anchors)
     mean = f"{record.mean_accuracy:.3f}" if record.accuracies else "  -  "
     status = "" if record.accepted else f"  [rejected: {record.stage}: {record.reason}]"
-    return f"  {name:<12} {accs}  {mean}  {record.expression}{status}"
+    same = (references or {}).get(record.fingerprint)
+    return f"  {name:<12} {accs}  {mean}  {record.expression}{status}" + (f"  (= {same})" if same else "")
 
 
 def _config_or_none(output_dir: str) -> SearchConfig | None:
@@ -139,9 +149,10 @@ def format_report(output_dir: str, k: int = 10) -> str:
     ]
     lines += [_row(name, record, anchors) for name, record in state["baselines"].items()] or ["  (none)"]
     lines.append("Pareto frontier:")
-    lines += [_row(f"#{r.candidate_id}", r, anchors) for r in frontier(records)] or ["  (no accepted candidate)"]
+    known = reference_names(state)
+    lines += [_row(f"#{r.candidate_id}", r, anchors, known) for r in frontier(records)] or ["  (no accepted candidate)"]
     lines.append(f"top {k} by mean accuracy:")
-    lines += [_row(f"#{r.candidate_id}", r, anchors) for r in top_k(records, k)] or ["  (no accepted candidate)"]
+    lines += [_row(f"#{r.candidate_id}", r, anchors, known) for r in top_k(records, k)] or ["  (no accepted candidate)"]
     return "\n".join(lines)
 
 
@@ -157,13 +168,18 @@ def _layer(record: CandidateRecord) -> dict:
             "mean_accuracy": round(record.mean_accuracy, 4) if record.accuracies else None}
 
 
+def _found(record: CandidateRecord, references: dict[str, str]) -> dict:
+    """A found layer as plain data; ``same_as``: the reference layer it is, if any."""
+    return {**_layer(record), "same_as": references.get(record.fingerprint)}
+
+
 def summarize(output_dir: str, k: int = 10) -> dict:
     """A run as plain data: its configuration, counts and rates, the reference layers, the top
     ``k``, the frontier and the top-``k`` curve ``[[candidates, mean], ...]``."""
     state, config = read_checkpoint(output_dir), _config_or_none(output_dir)
     records = state["records"]
     xs, means, _ = top_k_curve(records, k)
-    top = top_k(records, k)
+    top, known = top_k(records, k), reference_names(state)
     argv = state["metadata"].get("argv")
     rerank = Path(output_dir) / "rerank.json"
     return {
@@ -172,7 +188,7 @@ def summarize(output_dir: str, k: int = 10) -> dict:
         "preset": config.preset if config else None, "seed": state["seed"], "seeds": [state["seed"]],
         "cores": cores(config), **counts(state, config),
         "references": {name: _layer(r) for name, r in state["baselines"].items()},
-        "top": [_layer(r) for r in top], "frontier": [_layer(r) for r in frontier(records)],
+        "top": [_found(r, known) for r in top], "frontier": [_found(r, known) for r in frontier(records)],
         f"top{k}_mean": round(statistics.fmean(r.mean_accuracy for r in top), 4) if top else None,
         "curve": [[x, round(m, 4)] for x, m in zip(xs, means)],
         "rerank": read_json(rerank, what="rerank result") if rerank.is_file() else None,

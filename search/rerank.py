@@ -29,7 +29,7 @@ from evonorm_core.search.results import CandidateResult
 from search.backends import die_with_parent, evaluate_safely
 from search.config import read_run_config
 from search.proxy import ProxyConfig, ProxyEvaluator
-from search.report import top_k
+from search.report import reference_names, top_k
 
 RESULTS, RANKING = "rerank.jsonl", "rerank.json"
 
@@ -41,8 +41,10 @@ def rerank_proxy(proxy: ProxyConfig, train_steps: int | None) -> ProxyConfig:
 
 
 def candidates(state: dict, k: int, with_references: bool) -> dict[str, dict]:
-    """name -> {"expression", "genome"}: the top-``k`` layers, then the measured reference layers."""
-    chosen = {f"#{r.candidate_id}": r for r in top_k(state["records"], k)}
+    """name -> {"expression", "genome"}: the top-``k`` layers, then the measured reference layers
+    (with them, a top layer that is a reference found again is reranked once, as the reference)."""
+    known = reference_names(state) if with_references else {}
+    chosen = {f"#{r.candidate_id}": r for r in top_k(state["records"], k, exclude=known)}
     if with_references:
         chosen.update(state["baselines"])
     return {name: {"expression": r.expression, "genome": r.genome} for name, r in chosen.items()}

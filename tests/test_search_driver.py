@@ -294,6 +294,31 @@ def test_reference_layers_are_evaluated_first_apart_from_the_candidates(tmp_path
     assert set(resumed.baselines) == set(baselines)
 
 
+def test_population_from_references_starts_the_population_with_the_accepted_references(tmp_path):
+    """With ``population_from_references`` the accepted reference layers join the population before any
+    candidate (a rejected one does not), tournaments can pick them as parents, and a resumed run keeps them."""
+    baselines = {"evonorm_s0": parse("x * sigmoid(v1 * x) / group_std(x)"), "boom": parse("exp(x)"),
+                 "s2": parse("x * sigmoid(x) / group_rms(x)")}
+
+    class CrashOnExp(TinyEvaluator):
+        def __call__(self, genome_dict):
+            return Crashing()(genome_dict) if "exp" in json.dumps(genome_dict) else super().__call__(genome_dict)
+
+    config = small_config(population_from_references=True, random_offspring_probability=0.0, window=50)
+    search = LayerSearch(config, SequentialExecutor(CrashOnExp()), str(tmp_path), seed=0, baselines=baselines)
+    search.run(StopCondition(max_candidates=0))
+    assert search.baselines["boom"].stage is Stage.CRASH
+    references = {search.baselines[n].candidate_id for n in ("evonorm_s0", "s2")}
+    assert [m.candidate_id for m in search.proposer.population] == sorted(references, reverse=True)
+    resumed = LayerSearch.resume(SequentialExecutor(CrashOnExp()), str(tmp_path))
+    assert [m.candidate_id for m in resumed.proposer.population] == sorted(references, reverse=True)
+    records = resumed.run(StopCondition(max_candidates=6))
+    assert {r.parent for r in records if r.origin == "mutation"} & references
+    plain = LayerSearch(small_config(), SequentialExecutor(CrashOnExp()), str(tmp_path / "plain"), baselines=baselines)
+    plain.run(StopCondition(max_candidates=0))
+    assert not plain.proposer.population
+
+
 class Counting(TinyEvaluator):
     def __init__(self):
         self.calls = 0

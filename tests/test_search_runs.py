@@ -365,6 +365,23 @@ def test_rerank_takes_the_top_layers_then_the_references_with_longer_training(tm
     assert candidates(state, 1, False)["#4"] == {"expression": "layer4(x)", "genome": {"nodes": [["tanh", 0]]}}
 
 
+def test_a_reference_layer_found_again_is_labelled_and_reranked_once_as_the_reference(tmp_path):
+    """A candidate with a reference's fingerprint is that reference found again: the report says so, the summary
+    names it, and the rerank takes the next new layer instead of training the reference twice."""
+    from search import report
+    from search.rerank import candidates
+
+    found_again = record(7, "bn", {"r": 0.99, "m": 0.99})
+    bn = record(-1, "bn", {"r": 0.7, "m": 0.7})
+    folder = write_run(tmp_path / "run", [*example_records(), found_again], 9.0, {"bn_relu": bn})
+    state = read_checkpoint(folder)
+    assert list(candidates(state, 2, True)) == ["#4", "#0", "bn_relu"]
+    assert list(candidates(state, 2, False)) == ["#7", "#4"]
+    top = report.format_report(str(folder), k=2).split("top 2 by mean accuracy:")[1].splitlines()[1:]
+    assert top[0].split()[0] == "#7" and top[0].endswith("(= bn_relu)") and "(=" not in top[1]
+    assert [t["same_as"] for t in report.summarize(str(folder), k=2)["top"]] == ["bn_relu", None]
+
+
 def test_rerank_ranking_leaves_failed_seeds_out_and_layers_without_a_result_last():
     anchors = ("a", "b")
 

@@ -133,7 +133,7 @@ class LayerSearch:
     :class:`evonorm_core.experiment.rundir.RunDir`).
 
     ``baselines`` (name -> genome) are evaluated first, through the same executor, and
-    kept apart from the population; ``on_record(search, record)`` is called after each
+    kept apart from the population unless ``config.population_from_references``; ``on_record(search, record)`` is called after each
     finished candidate (progress display).
     """
 
@@ -187,7 +187,7 @@ class LayerSearch:
         self.next_id, self.elapsed_before = state["next_id"], state["elapsed"]
         self.records, self.baselines = list(state["records"]), dict(state["baselines"])
         self.todo_baselines = {name: Genome.from_dict(g) for name, g in state["todo_baselines"].items()}
-        by_id = {r.candidate_id: r for r in self.records}
+        by_id = {r.candidate_id: r for r in (*self.records, *self.baselines.values())}
         for candidate_id in state["population"]:
             self.proposer.add(member_from_record(by_id[candidate_id]))
         self.cache.load_state_dict(state["cache"])
@@ -261,14 +261,19 @@ class LayerSearch:
         if result.stage is None or not result.stage.transient:  # a crash may be transient: do not cache it
             self.cache.store(pending.fingerprint, result.with_timings({}).to_dict())
         if pending.origin.startswith("baseline:"):
-            name = pending.origin.split(":", 1)[1]
-            self.baselines[name] = self._make_record(pending, result, cache_hit=False)
-            self.todo_baselines.pop(name, None)
-            self.checkpoint()
-            if self.on_record is not None:
-                self.on_record(self, self.baselines[name])
-            return
-        self._record(pending, result, cache_hit=False)
+            self._record_baseline(pending, result)
+        else:
+            self._record(pending, result, cache_hit=False)
+
+    def _record_baseline(self, pending: _Pending, result: CandidateResult) -> None:
+        name = pending.origin.split(":", 1)[1]
+        record = self.baselines[name] = self._make_record(pending, result, cache_hit=False)
+        self.todo_baselines.pop(name, None)
+        if self.config.population_from_references and self._joins_population(record):
+            self.proposer.add(member_from_record(record))
+        self.checkpoint()
+        if self.on_record is not None:
+            self.on_record(self, record)
 
     def _joins_population(self, record: CandidateRecord) -> bool:
         if record.accepted:

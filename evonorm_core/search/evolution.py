@@ -11,7 +11,9 @@ rest. Each step draws a tournament of a random fraction of the window (paper: 5%
 winner is drawn uniformly from the tournament's Pareto frontier over the K anchors'
 accuracies (``selection="pareto"``) or is the best mean accuracy (``"average"``); it is
 mutated twice, and the offspring is replaced by a fresh random graph with probability 0.5.
-Until the population holds ``initial_population`` members, every proposal is random.
+Until the population holds ``initial_population`` members, every proposal is random. With
+``population_from_references`` (not in the paper) the search driver also lets the reference
+layers it measures first join the population: a search that starts from known layers.
 """
 from __future__ import annotations
 
@@ -50,6 +52,10 @@ class EvolutionConfig:
     admit_quality_rejected: bool = option(
         False, "let candidates rejected by the quality test join the population with the accuracies they reached "
         "(paper: no, section 4.4 discards them)")
+    population_from_references: bool = option(
+        False, "the reference layers the run measures first join the population (when they pass the rejection "
+        "stages), so the search starts from them and explores around them (paper: no, its population starts "
+        "from random graphs)")
 
     def __post_init__(self) -> None:
         validate(self)
