@@ -4,6 +4,8 @@ import os
 import pytest
 import torch
 
+from evonorm_core import registry
+
 
 def pytest_configure(config):
     torch.set_num_threads(int(os.environ.get("EVONORM_TEST_THREADS", "2")))
@@ -29,3 +31,14 @@ def one_thread():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def scratch_registry():
+    """Let the test register or override norm-act layers; every registration is undone afterwards."""
+    tables = (registry._FACTORIES, registry._BATCH_STATISTICS, registry._KEYS)
+    saved = [dict(table) for table in tables]
+    yield
+    for table, before in zip(tables, saved):
+        table.clear()
+        table.update(before)

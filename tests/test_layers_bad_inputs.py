@@ -4,7 +4,6 @@ import torch
 from torch import nn
 
 import evonorm_core
-from evonorm_core import registry
 
 from . import paper_reference as ref
 
@@ -97,30 +96,24 @@ def test_empty_batch_keeps_the_cumulative_average():
     torch.testing.assert_close(layer.running_var, (x.var(dim=(0, 2, 3)) + (2 * x).var(dim=(0, 2, 3))) / 2)
 
 
-def test_register_refuses_a_taken_name_unless_override():
+def test_register_refuses_a_taken_name_unless_override(scratch_registry):
     class Mine(nn.Module):
         uses_batch_stats = False
 
         def __init__(self, num_channels, nonlinearity=True):
             super().__init__()
 
-    builtin = registry._FACTORIES["evonorm_s0"]
     with pytest.raises(ValueError, match=r"cannot register norm-act 'evonorm_s0'.*already taken.*override=True"):
         evonorm_core.register_norm_act("evonorm_s0")(Mine)
     with pytest.raises(ValueError, match=r"'gn' by 'gn_relu'"):
         evonorm_core.register_norm_act("my_layer_x", "GN")(Mine)
     assert "my_layer_x" not in evonorm_core.list_norm_acts()  # nothing half-registered
-    try:
-        evonorm_core.register_norm_act("evonorm_s0", override=True)(Mine)
-        assert type(evonorm_core.build_norm_act("EvoNorm-S0", 8)) is Mine
-        assert evonorm_core.uses_batch_statistics("evonorm_s0") is False
-    finally:
-        registry._FACTORIES["evonorm_s0"] = builtin
-        registry._BATCH_STATISTICS["evonorm_s0"] = evonorm_core.EvoNormS0.batch_stats_for
-    assert type(evonorm_core.build_norm_act("evonorm_s0", 8)) is evonorm_core.EvoNormS0
+    evonorm_core.register_norm_act("evonorm_s0", override=True)(Mine)
+    assert type(evonorm_core.build_norm_act("EvoNorm-S0", 8)) is Mine
+    assert evonorm_core.uses_batch_statistics("evonorm_s0") is False
 
 
-def test_uses_batch_statistics_of_what_cannot_tell():
+def test_uses_batch_statistics_of_what_cannot_tell(scratch_registry):
     with pytest.raises(TypeError, match="cannot tell whether .* uses batch statistics without building"):
         evonorm_core.uses_batch_statistics(lambda c, nl: nn.Identity())
     with pytest.raises(KeyError, match="unknown norm-act layer 'nope'"):
@@ -131,10 +124,6 @@ def test_uses_batch_statistics_of_what_cannot_tell():
 
     evonorm_core.register_norm_act("test_undeclared_layer")(factory)
     evonorm_core.register_norm_act("test_declared_layer", batch_statistics=True)(factory)
-    try:
-        with pytest.raises(ValueError, match="does not declare whether it uses batch statistics"):
-            evonorm_core.uses_batch_statistics("test_undeclared_layer")
-        assert evonorm_core.uses_batch_statistics("test_declared_layer") is True
-    finally:
-        for name in ("test_undeclared_layer", "test_declared_layer"):
-            del registry._FACTORIES[name], registry._BATCH_STATISTICS[name], registry._KEYS[registry.normalize_name(name)]
+    with pytest.raises(ValueError, match="does not declare whether it uses batch statistics"):
+        evonorm_core.uses_batch_statistics("test_undeclared_layer")
+    assert evonorm_core.uses_batch_statistics("test_declared_layer") is True

@@ -9,14 +9,6 @@ import evonorm_core
 from evonorm_core import registry
 
 
-def unregister(name):
-    """Remove a test layer registered as ``name`` (every spelling) from the registry."""
-    for key in [k for k, v in registry._KEYS.items() if v == name]:
-        del registry._KEYS[key]
-    registry._FACTORIES.pop(name)
-    registry._BATCH_STATISTICS.pop(name, None)
-
-
 @pytest.mark.parametrize("spelling", ["evonorm_s0", "EvoNormS0", "evonorm-s0", "EVONORM S0", "EvoNorm_S0"])
 def test_names_are_case_and_separator_insensitive(spelling):
     layer = evonorm_core.build_norm_act(spelling, 64)
@@ -50,7 +42,7 @@ def test_bound_defaults_are_not_options():
     assert evonorm_core.build_norm_act("bn_swish", 8).activation == "swish"
 
 
-def test_third_party_registration():
+def test_third_party_registration(scratch_registry):
     @evonorm_core.register_norm_act("test_scaled_tanh", "scaled-tanh-test")
     class ScaledTanh(nn.Module):
         def __init__(self, num_channels, nonlinearity=True, scale=2.0):
@@ -60,14 +52,11 @@ def test_third_party_registration():
         def forward(self, x):
             return torch.tanh(x) * self.scale if self.nonlinearity else x
 
-    try:
-        assert "test_scaled_tanh" in evonorm_core.list_norm_acts()
-        layer = evonorm_core.build_norm_act("Scaled_Tanh_Test", 4, scale=3.0)
-        torch.testing.assert_close(layer(torch.ones(1, 4, 1, 1)), torch.full((1, 4, 1, 1), 3 * torch.tanh(torch.tensor(1.0)).item()))
-        with pytest.raises(ValueError, match="already taken"):
-            evonorm_core.register_norm_act("test-scaled-tanh-x", "TEST_SCALED_TANH")(ScaledTanh)
-    finally:
-        unregister("test_scaled_tanh")
+    assert "test_scaled_tanh" in evonorm_core.list_norm_acts()
+    layer = evonorm_core.build_norm_act("Scaled_Tanh_Test", 4, scale=3.0)
+    torch.testing.assert_close(layer(torch.ones(1, 4, 1, 1)), torch.full((1, 4, 1, 1), 3 * torch.tanh(torch.tensor(1.0)).item()))
+    with pytest.raises(ValueError, match="already taken"):
+        evonorm_core.register_norm_act("test-scaled-tanh-x", "TEST_SCALED_TANH")(ScaledTanh)
 
 
 def test_norm_act_factory():
@@ -151,7 +140,7 @@ def test_makers_carry_their_options_name_and_batch_statistics():
     assert evonorm_core.uses_batch_statistics(make_b0) is True
 
 
-def test_override_points_every_spelling_to_the_new_layer():
+def test_override_points_every_spelling_to_the_new_layer(scratch_registry):
     class First(nn.Module):
         uses_batch_stats = True
 
@@ -162,15 +151,12 @@ def test_override_points_every_spelling_to_the_new_layer():
         uses_batch_stats = False
 
     evonorm_core.register_norm_act("test_override_layer", "test-override-alias")(First)
-    try:
-        evonorm_core.register_norm_act("test_override_layer", "test-override-alias", override=True)(Second)
-        assert type(evonorm_core.build_norm_act("TEST_OVERRIDE_ALIAS", 4)) is Second
-        assert evonorm_core.uses_batch_statistics("test_override_layer") is False
-    finally:
-        unregister("test_override_layer")
+    evonorm_core.register_norm_act("test_override_layer", "test-override-alias", override=True)(Second)
+    assert type(evonorm_core.build_norm_act("TEST_OVERRIDE_ALIAS", 4)) is Second
+    assert evonorm_core.uses_batch_statistics("test_override_layer") is False
 
 
-def test_an_explicit_batch_statistics_declaration_wins_over_the_class():
+def test_an_explicit_batch_statistics_declaration_wins_over_the_class(scratch_registry):
     """``register_norm_act(..., batch_statistics=False)`` is what ``uses_batch_statistics`` answers, also
     for a class that declares the opposite (``uses_batch_stats = True``) or nothing at all."""
     class DeclaresBatchStatistics(nn.Module):
@@ -186,11 +172,7 @@ def test_an_explicit_batch_statistics_declaration_wins_over_the_class():
     evonorm_core.register_norm_act("test_declared_false", batch_statistics=False)(DeclaresBatchStatistics)
     evonorm_core.register_norm_act("test_undeclared_false", batch_statistics=False)(DeclaresNothing)
     evonorm_core.register_norm_act("test_undeclared_true", batch_statistics=True)(DeclaresNothing)
-    try:
-        for nonlinearity in (True, False):
-            assert evonorm_core.uses_batch_statistics("test_declared_false", nonlinearity) is False
-            assert evonorm_core.uses_batch_statistics("test_undeclared_false", nonlinearity) is False
-            assert evonorm_core.uses_batch_statistics("test_undeclared_true", nonlinearity) is True
-    finally:
-        for name in ("test_declared_false", "test_undeclared_false", "test_undeclared_true"):
-            unregister(name)
+    for nonlinearity in (True, False):
+        assert evonorm_core.uses_batch_statistics("test_declared_false", nonlinearity) is False
+        assert evonorm_core.uses_batch_statistics("test_undeclared_false", nonlinearity) is False
+        assert evonorm_core.uses_batch_statistics("test_undeclared_true", nonlinearity) is True
