@@ -570,7 +570,7 @@ def test_mnist_is_mlxtends_5000_digits_in_a_fixed_stratified_split():
     assert torch.equal(torch.bincount(split.val_labels), torch.full((10,), 100))
     assert torch.equal(torch.bincount(split.train_labels), torch.full((10,), 400))
     images = torch.cat([split.train_images, split.val_images]).flatten(1).double()
-    expected = torch.from_numpy(pixels).double() / 255
+    expected = (torch.from_numpy(pixels).float() / 255).double()
     assert torch.equal(torch.sort(images.sum(1)).values, torch.sort(expected.sum(1)).values)
     # each image keeps its own label: look the first validation image up among the raw ones
     match = (expected == images[4000]).all(1).nonzero().flatten()
