@@ -25,7 +25,7 @@ LAYERS = {
     "GN-ReLU": "gn_relu", "GN-Swish": "gn_swish", "FRN": "frn",
     "EvoNorm-S0": "evonorm_s0", "EvoNorm-S1": "evonorm_s1", "EvoNorm-S2": "evonorm_s2",
 }
-# paper column label -> model name in classification.models
+# paper column label -> model name in evonorm_core.classifiers.models
 MODELS = {
     "R-50": "resnet50", "R-101": "resnet101", "MobileNetV2": "mobilenetv2", "MnasNet-B1": "mnasnet_b1",
     "EfficientNet-B0": "efficientnet_b0", "EfficientNet-B5": "efficientnet_b5",

@@ -1,21 +1,24 @@
-"""The paper's ImageNet training recipes (section 5.1, Appendix C) and their LR schedules.
+"""The paper's ImageNet training recipes (section 5.1, Appendix C), in the paper's units.
 
 What the paper states is quoted in :data:`PAPER_FACTS`; the values it does not state
 (epochs, warmup length, stage boundaries, weight decay, optimizer) come from the cited
 original training setups and are marked ``not in the paper`` in :class:`Recipe`'s fields
-so a reader can tell them apart. LR is linear in the total batch: ``base_lr * total / 256``
-(Goyal et al., 2017), the rule Table 3 uses across batch sizes.
+so a reader can tell them apart. A recipe is written in epochs and LR per 256 images; LR is
+linear in the total batch: ``base_lr * total / 256`` (Goyal et al., 2017), the rule Table 3
+uses across batch sizes. The launcher converts a recipe once into the classifiers' trainer
+settings, an absolute learning rate (:meth:`Recipe.optimizer_settings`) and a schedule in
+steps (:meth:`Recipe.schedule_in_steps`). :data:`PROXY_RECIPE` trains a CIFAR anchor as the
+proxy task does (:data:`evonorm_core.classifiers.proxy_task.PROXY_TRAINING`).
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
-import torch
-from torch import nn
-
 from evonorm_core import uses_batch_statistics
+from evonorm_core.classifiers.optimizer import OPTIMIZERS, OptimizerSettings
+from evonorm_core.classifiers.proxy_task import PROXY_TRAINING
+from evonorm_core.classifiers.schedule import SCHEDULES, ScheduleSettings
 
 PAPER_FACTS = {
     "base_lr_per_256": "0.1 for ResNets, MobileNetV2 and MnasNet; 0.016 for EfficientNets",
@@ -26,8 +29,6 @@ PAPER_FACTS = {
     "workers": "8 for ResNets, 32 for the others",
     "groups": "32",
 }
-SCHEDULES = ("multistep", "cosine", "polynomial", "constant")
-OPTIMIZERS = ("sgd", "rmsprop")
 LR_REFERENCE_BATCH = 256
 
 
@@ -53,6 +54,19 @@ class Recipe:
         """The LR after warmup for ``total_batch`` images per step."""
         return scaled_lr(self.base_lr, total_batch)
 
+    def optimizer_settings(self, total_batch: int) -> OptimizerSettings:
+        """The optimizer at the peak LR for ``total_batch`` images per step."""
+        return OptimizerSettings(self.optimizer, lr=self.peak_lr(total_batch), weight_decay=self.weight_decay)
+
+    def schedule_in_steps(self, steps_per_epoch: float) -> ScheduleSettings:
+        """The LR schedule with its epochs (length, warmup, milestones) converted to optimizer steps."""
+        if not steps_per_epoch > 0:
+            raise ValueError(f"steps_per_epoch must be positive, got {steps_per_epoch!r}")
+        return ScheduleSettings(
+            self.schedule, total_steps=self.epochs * steps_per_epoch, warmup_steps=self.warmup_epochs * steps_per_epoch,
+            milestones=tuple(m * steps_per_epoch for m in self.milestones), poly_power=self.poly_power,
+        )
+
 
 RESNET = Recipe(base_lr=0.1, schedule="multistep", workers=8, milestones=(30, 60, 80))
 MOBILE = Recipe(base_lr=0.1, schedule="cosine", epochs=350, weight_decay=4e-5)
@@ -68,6 +82,13 @@ RECIPES = {
     "efficientnet_b5": dataclasses.replace(EFFICIENTNET, batch_per_worker=64, resolution=456),
 }
 MOBILENETV2_BATCH_FREE_LR = 0.03
+# A CIFAR anchor trained on its own: the proxy task's optimizer at its batch (0.1 at 128 images is
+# 0.2 per 256), one worker, no warmup; the 30 cosine epochs are this launcher's, not the paper's.
+PROXY_RECIPE = Recipe(
+    base_lr=PROXY_TRAINING.optimizer.lr * LR_REFERENCE_BATCH / PROXY_TRAINING.batch_size, schedule="cosine",
+    batch_per_worker=PROXY_TRAINING.batch_size, workers=1, resolution=PROXY_TRAINING.image_size, epochs=30,
+    warmup_epochs=0.0, optimizer=PROXY_TRAINING.optimizer.name, weight_decay=PROXY_TRAINING.optimizer.weight_decay,
+)
 
 
 def recipe_for(model: str, norm_act: str | None = None, **overrides) -> Recipe:
@@ -107,46 +128,3 @@ def check_recipe(recipe: Recipe) -> None:
 def scaled_lr(base_lr: float, total_batch: int) -> float:
     """Linear scaling: ``base_lr`` is per 256 images."""
     return base_lr * total_batch / LR_REFERENCE_BATCH
-
-
-def lr_multiplier(recipe: Recipe, epoch: float) -> float:
-    """The schedule's factor on the peak LR at (fractional) ``epoch``, warmup included.
-
-    Warmup rises linearly from 0 to 1 over ``warmup_epochs``; the decay schedules run over
-    the whole of ``epochs`` (as in Goyal et al., the warmup is part of the schedule).
-    """
-    if recipe.warmup_epochs > 0 and epoch < recipe.warmup_epochs:
-        return epoch / recipe.warmup_epochs
-    progress = min(epoch / recipe.epochs, 1.0)
-    if recipe.schedule == "multistep":
-        return 0.1 ** sum(epoch >= m for m in recipe.milestones)
-    if recipe.schedule == "cosine":
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-    if recipe.schedule == "polynomial":
-        return (1.0 - progress) ** recipe.poly_power
-    return 1.0
-
-
-class RecipeLR(torch.optim.lr_scheduler.LambdaLR):
-    """A per-step scheduler following :func:`lr_multiplier`; ``steps_per_epoch`` converts steps.
-
-    Its ``state_dict`` holds plain data only (the step count and LRs), so checkpoints load
-    with ``weights_only=True``; the recipe itself is rebuilt from the run's configuration.
-    """
-
-    def __init__(self, optimizer: torch.optim.Optimizer, recipe: Recipe, steps_per_epoch: float) -> None:
-        super().__init__(optimizer, lambda step: lr_multiplier(recipe, step / steps_per_epoch))
-
-
-def build_optimizer(model: nn.Module, recipe: Recipe, lr: float) -> torch.optim.Optimizer:
-    """SGD (Nesterov, momentum 0.9) or RMSProp (decay 0.9, momentum 0.9, eps 1e-3, EfficientNet's).
-
-    Weight decay applies to convolution and linear weights only, not to the norm-act
-    layers' per-channel vectors or biases.
-    """
-    decay = [p for p in model.parameters() if p.ndim > 1]
-    no_decay = [p for p in model.parameters() if p.ndim <= 1]
-    groups = [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    if recipe.optimizer == "rmsprop":
-        return torch.optim.RMSprop(groups, lr=lr, alpha=0.9, momentum=0.9, eps=1e-3)
-    return torch.optim.SGD(groups, lr=lr, momentum=0.9, nesterov=True)

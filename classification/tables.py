@@ -70,7 +70,7 @@ class MiniScale:
 class Cell:
     """One training run of a grid."""
 
-    model: str  # paper model name (classification.models)
+    model: str  # paper model name (evonorm_core.classifiers.models)
     label: str  # paper row label
     batch: int | None  # images per worker; None: the recipe's
     seed: int = 0

@@ -29,9 +29,8 @@ import torch
 from torch import Tensor, nn
 
 from evonorm_core import EvoNormB0, NormAct2d
+from evonorm_core.classifiers.models import build_model
 from evonorm_core.experiment.files import CorruptFileError, read_json
-
-from .models import build_model
 
 WIDTHS = (0.9, 1.0, 1.1)
 LAYERS = ("bn_relu", "evonorm_b0")

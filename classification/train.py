@@ -47,17 +47,18 @@ from evonorm_core.experiment.progress import Progress
 from evonorm_core.experiment.rundir import RunDir, RunDirError
 from evonorm_core.experiment.seeding import seed_everything
 
-from .anchors import ANCHOR_NAMES, ANCHORS, build_anchor
-from .data import TensorImages, load_cifar10, load_digits_proxy, load_imagenet
-from .models import MODEL_NAMES, MODEL_RESOLUTIONS, build_model
+from evonorm_core.classifiers.anchors import ANCHOR_NAMES, ANCHORS, build_anchor
+from evonorm_core.classifiers.data import TensorImages, load_cifar10, load_digits_proxy
+from evonorm_core.classifiers.models import MODEL_NAMES, MODEL_RESOLUTIONS, build_model
+from evonorm_core.classifiers.proxy_task import PROXY_TRAINING
+from evonorm_core.classifiers.schedule import SCHEDULES
+from evonorm_core.classifiers.trainer import Trainer
+
+from .imagenet import load_imagenet
 from .paper_tables import TABLES, table_recipe
-from .recipes import SCHEDULES, Recipe, recipe_for
-from .trainer import Trainer
+from .recipes import PROXY_RECIPE, Recipe, recipe_for
 
 DATASETS = ("digits", "cifar10", "imagenet")
-# The proxy task (paper section 5.1): SGD with LR 0.1 at batch 128, i.e. 0.2 per 256 images.
-PROXY_RECIPE = Recipe(base_lr=0.2, schedule="cosine", batch_per_worker=128, workers=1, resolution=32,
-                      epochs=30, warmup_epochs=0.0)
 CONFIG_FILE, CHECKPOINT_FILE, RESULT_FILE = "config.json", "checkpoint.pt", "result.json"
 # What a resumed run may change: how long it trains, where its data and its folder lie now and how it reports.
 RESUMABLE = ("max_steps", "data_dir", "output_dir", "num_workers", "log_every", "progress", "resume")
@@ -161,7 +162,7 @@ def build_datasets(config: TrainConfig, recipe: Recipe, resolution: int) -> tupl
         return train, val, 1000
     if config.data == "cifar10":
         train_x, train_y, val_x, val_y = load_cifar10(config.data_dir)
-        crop = 24 if resolution == 32 else None  # the proxy task's 24x24 random crops
+        crop = PROXY_TRAINING.crop_size if resolution == PROXY_TRAINING.image_size else None  # the proxy task's crops
         return TensorImages(train_x, train_y, crop=crop, flip=True), TensorImages(val_x, val_y), 10
     train_x, train_y, val_x, val_y = load_digits_proxy(resolution)
     return TensorImages(train_x, train_y), TensorImages(val_x, val_y), 10
@@ -202,8 +203,8 @@ def build(config: TrainConfig, env: DistributedContext) -> TrainingSetup:
         options["sync"] = True
     make = norm_act_factory(config.norm_act, **options)
     recipe = resolve_recipe(config)
-    resolution = config.image_size or (32 if config.model in ANCHORS or config.data != "imagenet"
-                                       else MODEL_RESOLUTIONS[config.model])
+    at_proxy_size = config.model in ANCHORS or config.data != "imagenet"
+    resolution = config.image_size or (PROXY_TRAINING.image_size if at_proxy_size else MODEL_RESOLUTIONS[config.model])
     train_set, val_set, num_classes = build_datasets(config, recipe, resolution)
     if config.train_subset is not None:
         if config.train_subset > len(train_set):
@@ -229,7 +230,8 @@ def build(config: TrainConfig, env: DistributedContext) -> TrainingSetup:
     val_shard = Subset(val_set, range(env.rank, len(val_set), env.world_size))
     val_loader = DataLoader(val_shard, max(recipe.batch_per_worker, 256), num_workers=workers)
     module = nn.parallel.DistributedDataParallel(model) if env.distributed else model
-    trainer = Trainer(model, recipe, total_batch, len(train_loader), module=module)
+    trainer = Trainer(model, recipe.optimizer_settings(total_batch), recipe.schedule_in_steps(len(train_loader)),
+                      recipe.label_smoothing, module=module)
     return TrainingSetup(model, recipe, sampler, train_loader, val_loader, trainer)
 
 

@@ -6,6 +6,10 @@
     ['bn_prelu', 'bn_relu', 'bn_swish']
     >>> evonorm_core.uses_batch_statistics("evonorm_b0"), evonorm_core.uses_batch_statistics("evonorm_s0")
     (True, False)
+
+``import evonorm_core`` needs only torch. The classifier room :mod:`evonorm_core.classifiers`
+(the paper's classifiers and anchors, their trainer and in-memory datasets), which also needs
+torchvision, is not imported here: import its modules by name.
 """
 from . import running_stats
 from .layers import *  # noqa: F401,F403  (registers every layer)

@@ -12,14 +12,17 @@ before, in the driver; every stage is declared in :mod:`evonorm_core.search.resu
 3. fitness: continue the same training to ``train_steps`` (paper: 2000 constant-LR steps for
    the B search, 5000 cosine for the S search); the K accuracies are the candidate's fitness.
 
-Training is the classifiers' trainer (:mod:`classification.trainer`, the recipe of
-:meth:`ProxyConfig.recipe`): SGD with Nesterov momentum 0.9, weight decay on convolution and
-linear weights only, the schedule over the whole ``train_steps`` from the first step (so
-stopping after the quality steps and continuing is the same run), ``crop_size`` random
-crops of in-memory training images, and validation on the full images with the batch aggregations reading their moving averages
-(recomputed first over ``recalibration_batches`` batches of full-size training images, if
-> 0: statistics of crops would not be those of the images validated). Every candidate
-is trained from the same ``seed``, so equal layers get equal scores.
+Training is the classifiers' trainer (:class:`evonorm_core.classifiers.trainer.Trainer`), given
+``lr`` and ``train_steps`` as they are (:meth:`ProxyConfig.optimizer_settings`,
+:meth:`ProxyConfig.schedule_settings`): SGD with Nesterov momentum 0.9, weight decay on
+convolution and linear weights only, the schedule over the whole ``train_steps`` from the
+first step (so stopping after the quality steps and continuing is the same run),
+``crop_size`` random crops of in-memory training images, and validation on the full images
+with the batch aggregations reading their moving averages (recomputed first over
+``recalibration_batches`` batches of full-size training images, if > 0: statistics of crops
+would not be those of the images validated). The defaults are the paper's proxy task
+(:data:`evonorm_core.classifiers.proxy_task.PROXY_TRAINING`). Every candidate is trained
+from the same ``seed``, so equal layers get equal scores.
 """
 from __future__ import annotations
 
@@ -32,10 +35,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from classification.anchors import ANCHOR_NAMES, build_anchor
-from classification.data import load_cifar10, load_digits_proxy, load_mnist_proxy
-from classification.recipes import Recipe
-from classification.trainer import TensorBatches, Trainer, evaluate, random_crops
+from evonorm_core.classifiers.anchors import ANCHOR_NAMES, build_anchor
+from evonorm_core.classifiers.data import load_cifar10, load_digits_proxy, load_mnist_proxy
+from evonorm_core.classifiers.optimizer import OptimizerSettings
+from evonorm_core.classifiers.proxy_task import PROXY_TRAINING
+from evonorm_core.classifiers.schedule import ScheduleSettings
+from evonorm_core.classifiers.trainer import TensorBatches, Trainer, evaluate, random_crops
 from evonorm_core.experiment.config import ConfigError, option, validate
 from evonorm_core.search.genome import Genome
 from evonorm_core.search.layer import genome_norm_act
@@ -58,13 +63,14 @@ class ProxyConfig:
                                  min=0, max=1, min_open=True)
     data: str = option("digits", "digits: embedded sklearn digits; cifar10: needs --data-dir", choices=DATASETS)
     data_dir: str | None = option(None, "folder holding cifar-10-batches-py (torchvision layout), for --data cifar10")
-    image_size: int = option(32, "validation image size; training crops are taken from images of this size "
-                             "(paper: 32)", min=4)
-    crop_size: int = option(24, "random training crop (paper: 24 of 32)", min=4)
-    batch_size: int = option(128, "training batch (paper: 128)", min=1)
+    image_size: int = option(PROXY_TRAINING.image_size, "validation image size; training crops are taken from "
+                             "images of this size (paper: 32)", min=4)
+    crop_size: int = option(PROXY_TRAINING.crop_size, "random training crop (paper: 24 of 32)", min=4)
+    batch_size: int = option(PROXY_TRAINING.batch_size, "training batch (paper: 128)", min=1)
     eval_batch_size: int = option(512, "validation batch (paper: 512)", min=1)
-    lr: float = option(0.1, "SGD learning rate (paper: 0.1)", min=0, min_open=True)
-    weight_decay: float = option(1e-4, "weight decay of conv and linear weights (paper: 1e-4)", min=0)
+    lr: float = option(PROXY_TRAINING.optimizer.lr, "SGD learning rate (paper: 0.1)", min=0, min_open=True)
+    weight_decay: float = option(PROXY_TRAINING.optimizer.weight_decay,
+                                 "weight decay of conv and linear weights (paper: 1e-4)", min=0)
     train_steps: int = option(2000, "training steps per anchor, the fitness (paper: 2000 B / 5000 S)", min=1)
     schedule: str = option("constant", "learning-rate schedule over the train steps (paper: constant B / cosine S)",
                            choices=SCHEDULES)
@@ -92,12 +98,13 @@ class ProxyConfig:
         if self.data == "cifar10" and not self.data_dir:
             raise ConfigError("--data cifar10 needs --data-dir (the folder holding cifar-10-batches-py)")
 
-    def recipe(self) -> Recipe:
-        """The classifiers' :class:`~classification.recipes.Recipe` of this proxy: one step per
-        "epoch", no warmup, ``lr`` at ``batch_size`` images."""
-        return Recipe(base_lr=self.lr * 256 / self.batch_size, schedule=self.schedule, batch_per_worker=self.batch_size,
-                      workers=1, resolution=self.crop_size, epochs=self.train_steps, warmup_epochs=0.0,
-                      weight_decay=self.weight_decay)
+    def optimizer_settings(self) -> OptimizerSettings:
+        """The proxy task's optimizer at ``lr`` with ``weight_decay``."""
+        return OptimizerSettings(PROXY_TRAINING.optimizer.name, lr=self.lr, weight_decay=self.weight_decay)
+
+    def schedule_settings(self) -> ScheduleSettings:
+        """``schedule`` over ``train_steps``, no warmup."""
+        return ScheduleSettings(self.schedule, total_steps=self.train_steps)
 
 
 @lru_cache(maxsize=2)
@@ -124,12 +131,12 @@ def load_data(data: str, data_dir: str | None, image_size: int, holdout: bool = 
 
 class _AnchorTraining:
     """One anchor being trained on the proxy task, resumable step by step: the classifiers'
-    :class:`~classification.trainer.Trainer` under :meth:`ProxyConfig.recipe` (its schedule
-    spans the whole ``train_steps`` from the first step) fed by in-memory random crops."""
+    :class:`~evonorm_core.classifiers.trainer.Trainer` (its schedule spans the whole
+    ``train_steps`` from the first step) fed by in-memory random crops."""
 
     def __init__(self, model: nn.Module, config: ProxyConfig, data: tuple[Tensor, ...], seed: int) -> None:
         self.model, self.config, self.data = model, config, data
-        self.trainer = Trainer(model, config.recipe(), total_batch=config.batch_size, steps_per_epoch=1)
+        self.trainer = Trainer(model, config.optimizer_settings(), config.schedule_settings())
         self.generator = torch.Generator().manual_seed(seed)
         self.batches = TensorBatches(data[0], data[1], config.batch_size, crop=config.crop_size,
                                      generator=self.generator)

@@ -195,7 +195,7 @@ def test_converted_mobile_models_capture(model_name, layer):
 @pytest.mark.parametrize("anchor,layer", [("resnet50_cifar", "evonorm_b2"), ("mobilenetv2_cifar", "evonorm_s1"),
                                           ("efficientnet_cifar", "evonorm_b0")])
 def test_suite_anchors_capture(anchor, layer):
-    from classification.anchors import build_anchor
+    from evonorm_core.classifiers.anchors import build_anchor
 
     torch.manual_seed(0)
     model = build_anchor(anchor, layer, depth_multiplier=0.01).double().train()

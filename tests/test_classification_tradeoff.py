@@ -3,8 +3,8 @@ import pytest
 import torch
 import torchvision
 
-from classification.models import build_model
 from classification.tradeoff import SplitAffine, count_flops, fold_for_inference, main
+from evonorm_core.classifiers.models import build_model
 
 
 # These models see tiny batches: a second intra-op thread only adds contention.

@@ -7,17 +7,30 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from classification.data import load_digits_proxy
-from classification.recipes import RecipeLR, lr_multiplier, recipe_for, scaled_lr
-from classification.train import TrainConfig, config_from_argv, evaluate, main, train
+from classification import train as train_module
+from classification.recipes import PROXY_RECIPE, recipe_for, scaled_lr
+from classification.train import TrainConfig, build, build_datasets, config_from_argv, evaluate, main, \
+    resolve_recipe, train
+from evonorm_core.classifiers.anchors import build_anchor
+from evonorm_core.classifiers.data import load_digits_proxy
+from evonorm_core.classifiers.optimizer import OptimizerSettings
+from evonorm_core.classifiers.proxy_task import PROXY_TRAINING
+from evonorm_core.classifiers.schedule import ScheduleLR, ScheduleSettings
 from evonorm_core.experiment.distributed import DistributedContext
 from evonorm_core.experiment.config import ConfigError
 from evonorm_core.experiment.files import load_checkpoint
 from evonorm_core import build_norm_act
 
+from .test_classifiers_data import write_fake_cifar
+
 
 # These models see tiny batches: a second intra-op thread only adds contention.
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def lr_multiplier(recipe, epoch):
+    """The recipe's LR factor at ``epoch``: its schedule at one step per epoch."""
+    return recipe.schedule_in_steps(1).multiplier(epoch)
 
 
 def test_paper_base_learning_rates_and_batches():
@@ -69,13 +82,28 @@ def test_schedules_warmup_and_decay():
 def test_scheduler_is_per_step():
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    sched = RecipeLR(opt, recipe_for("resnet50"), steps_per_epoch=10)
+    sched = ScheduleLR(opt, recipe_for("resnet50").schedule_in_steps(steps_per_epoch=10))
     lrs = []
     for _ in range(30):
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
     assert lrs[0] == 0.0 and lrs[10] == pytest.approx(0.2) and lrs[25] == pytest.approx(0.5)
+
+
+def test_a_recipe_converts_once_to_an_absolute_lr_and_a_schedule_in_steps():
+    """The launcher's one conversion: LR per 256 images becomes the LR at the total batch (0.1 per 256 at
+    1,024 images: 0.4); epochs, warmup and milestones become steps at the loader's steps per epoch."""
+    recipe = recipe_for("resnet50")
+    assert recipe.optimizer_settings(1024) == OptimizerSettings("sgd", lr=0.4, weight_decay=1e-4)
+    assert recipe.schedule_in_steps(10) == ScheduleSettings("multistep", total_steps=900, warmup_steps=50,
+                                                            milestones=(300, 600, 800))
+    efficientnet = recipe_for("efficientnet_b0", epochs=10, warmup_epochs=0.5, poly_power=3.0)
+    assert efficientnet.optimizer_settings(256) == OptimizerSettings("rmsprop", lr=0.016, weight_decay=1e-5)
+    assert efficientnet.schedule_in_steps(4) == ScheduleSettings("polynomial", total_steps=40, warmup_steps=2,
+                                                                 poly_power=3.0)
+    with pytest.raises(ValueError, match="steps_per_epoch must be positive, got 0"):
+        recipe.schedule_in_steps(0)
 
 
 def quick_config(tmp_path, **overrides):
@@ -95,8 +123,6 @@ def loss_on(model, images, labels):
 def test_few_steps_reduce_the_training_loss(tmp_path):
     """Ten SGD steps on 32 digits lower the loss on those digits (a batch-independent layer, so
     eval mode computes what training saw)."""
-    from classification.anchors import build_anchor
-
     config = quick_config(tmp_path, model="resnet50_cifar", train_subset=32, batch_size=32, epochs=10,
                           base_lr=0.1, schedule="constant")
     train_x, train_y, _, _ = load_digits_proxy(8)
@@ -260,10 +286,10 @@ def test_bad_recipe_overrides_are_named(overrides, message):
 
 def test_proxy_recipe_of_the_anchors_is_the_papers_proxy_task():
     """Appendix C, proxy task: batch 128, "SGD with learning rate 0.1, Nesterov momentum 0.9 and weight
-    decay 1e-4" (the LR at 128 images, i.e. 0.2 per 256), no warmup, one worker at 32x32."""
-    from classification.train import PROXY_RECIPE, resolve_recipe
-
-    assert PROXY_RECIPE.peak_lr(128) == pytest.approx(0.1)
+    decay 1e-4" (the LR at 128 images, i.e. 0.2 per 256), no warmup, one worker at 32x32: the core's one
+    definition of the proxy task's training, converted exactly."""
+    assert PROXY_RECIPE.optimizer_settings(128) == PROXY_TRAINING.optimizer
+    assert PROXY_RECIPE.peak_lr(128) == 0.1 and PROXY_RECIPE.base_lr == 0.2
     assert (PROXY_RECIPE.batch_per_worker, PROXY_RECIPE.workers, PROXY_RECIPE.resolution) == (128, 1, 32)
     assert (PROXY_RECIPE.optimizer, PROXY_RECIPE.weight_decay, PROXY_RECIPE.warmup_epochs) == ("sgd", 1e-4, 0.0)
     assert PROXY_RECIPE.label_smoothing == 0.0
@@ -301,11 +327,6 @@ def test_evaluation_sums_correct_loss_and_count_over_processes_and_returns_to_tr
 def test_datasets_crop_and_flip_cifar10_training_images_only(tmp_path, monkeypatch):
     """The proxy task (appendix C): 24x24 random crops of the 32x32 CIFAR-10 training images, flipped; the
     validation images whole and unflipped. Other resolutions are not cropped; digits are never flipped."""
-    from classification.recipes import recipe_for
-    from classification.train import build_datasets
-
-    from .test_classification_data import write_fake_cifar
-
     write_fake_cifar(tmp_path / "cifar-10-batches-py", monkeypatch)
     config = TrainConfig(data="cifar10", data_dir=str(tmp_path))
     recipe = recipe_for("resnet50")
@@ -322,9 +343,6 @@ def test_datasets_crop_and_flip_cifar10_training_images_only(tmp_path, monkeypat
 def test_imagenet_datasets_get_the_recipes_resolution_augmentation_and_holdout(monkeypatch):
     """ImageNet gets the run's resolution, the recipe's RandAugment, the hold-out fraction and seed, and
     1,000 classes."""
-    from classification import train as train_module
-    from classification.recipes import recipe_for
-
     seen = []
     monkeypatch.setattr(train_module, "load_imagenet", lambda *args: seen.append(args) or ("train", "val"))
     config = TrainConfig(model="resnet50", data="imagenet", data_dir="/in", holdout_fraction=0.1, seed=3)
@@ -336,8 +354,6 @@ def test_training_result_holds_the_history_final_and_best_top1(tmp_path, monkeyp
     """One evaluation per epoch (epoch number and step count), ``final_top1`` the last and ``best_top1`` the
     highest; the schedule runs per step over the loader's steps per epoch (64 images / 16 = 4) at the LR
     scaled to the total batch."""
-    from classification import train as train_module
-
     scores = iter([80.0, 60.0])
     monkeypatch.setattr(train_module, "evaluate", lambda *args: {"top1": next(scores), "loss": 1.0})
     result = train(quick_config(tmp_path, schedule="cosine"))
@@ -364,8 +380,6 @@ def test_each_process_trains_on_its_shard_at_the_lr_of_the_total_batch(tmp_path,
     """With 2 processes of 16 images: the LR is scaled to the total batch of 32 (Goyal et al.'s rule, the one
     Table 3 uses across batch sizes), each process takes half of the 64 training images (2 steps per epoch)
     and every other validation image, starting at its rank."""
-    from classification.train import build
-
     setup = build(quick_config(tmp_path), ShardOfTwo(rank=rank, world_size=2))
     assert setup.trainer.lr == pytest.approx(0.4 * 32 / 256)
     assert len(setup.train_loader) == 2 and setup.sampler.num_replicas == 2 and setup.sampler.rank == rank

@@ -3,11 +3,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from classification.anchors import build_anchor
+from evonorm_core.classifiers.anchors import build_anchor
+from evonorm_core.classifiers.data import load_cifar10, load_digits_proxy
 from evonorm_core.search import genome_norm_act, parse, static_rejection, worst_case_gradient_norm
 from search.config import REFERENCE_LAYERS as BASELINES
 from evonorm_core.search import Stage
 from search.proxy import ProxyConfig, ProxyEvaluator, load_data
+
+from .test_classifiers_data import write_fake_cifar
 
 
 @pytest.mark.parametrize("expression, reason", [
@@ -221,9 +224,6 @@ def test_stability_runs_on_the_first_anchors_on_crops_and_its_threshold(scripted
 def test_cifar10_is_resized_to_the_image_size_by_bilinear_halving(tmp_path, monkeypatch):
     """The paper's proxy is CIFAR-10 at 32 px; a smaller ``image_size`` resizes the images (both splits).
     Halving bilinearly (no corner alignment) averages each 2x2 block: the closed form checked here."""
-    from classification.data import load_cifar10
-    from tests.test_classification_data import write_fake_cifar
-
     write_fake_cifar(tmp_path / "cifar-10-batches-py", monkeypatch)
     full = load_cifar10(tmp_path)
     half = load_data("cifar10", str(tmp_path), 16)
@@ -233,6 +233,16 @@ def test_cifar10_is_resized_to_the_image_size_by_bilinear_halving(tmp_path, monk
     assert torch.equal(half[1], full[1]) and torch.equal(half[3], full[3])
     same = load_data("cifar10", str(tmp_path), 32)
     assert torch.equal(same[0], full[0])
+
+
+def test_rerank_holdout_is_a_tenth_of_the_training_set_kept_out_of_training():
+    """Appendix C, reranking: "trained using 90% of the ImageNet training set and evaluated over the rest of
+    the 10%": the two parts split the training images (the validation set is not used)."""
+    train_x = load_digits_proxy(8)[0]
+    fit_x, _, held_x, _ = load_data("digits", None, 8, holdout=True)
+    assert len(held_x) == round(0.1 * len(train_x)) and len(fit_x) + len(held_x) == len(train_x)
+    rows = lambda t: sorted(tuple(r) for r in t.flatten(1).tolist())  # noqa: E731
+    assert rows(torch.cat([fit_x, held_x])) == rows(train_x)  # each training image in exactly one part
 
 
 def test_anchor_training_crops_for_training_and_validates_on_full_images():

@@ -101,7 +101,7 @@ PRIMS = "tests/test_search_primitives.py"
 DRIVER = "tests/test_search_driver.py"
 SEARCH_CONFIG = "tests/test_search_config.py"
 TRAIN = "tests/test_classification_train.py"
-TRAINER = "tests/test_classification_trainer.py"
+TRAINER = "tests/test_classifiers_trainer.py"
 TABLES = "tests/test_classification_tables.py"
 DETECTION = "tests/test_detection_model.py"
 GAN = "tests/test_gan_training.py"
@@ -277,21 +277,23 @@ PLANTS: list[Plant] = [
           ("tests/test_search_rejection.py::test_stability_rejects_an_exploding_layer_and_passes_bn_relu",
            f"{SEARCH_CONFIG}::test_stability_test_ascends_the_gradient_norm"),
           "stability test: a NaN gradient norm is ignored by max() instead of counting as infinite"),
-    plant("Q9", "search", "search/proxy.py", "weight_decay: float = option(1e-4,", "weight_decay: float = option(5e-4,",
+    plant("Q9", "search", "evonorm_core/classifiers/proxy_task.py", "lr=0.1, weight_decay=1e-4)",
+          "lr=0.1, weight_decay=5e-4)",
           f"{SEARCH_CONFIG}::test_paper_preset_is_the_papers_proxy_and_evolution",
           "proxy weight decay 5e-4 instead of the paper's 1e-4"),
-    plant("Q10", "search", "search/proxy.py", "return Recipe(base_lr=self.lr * 256 / self.batch_size,",
-          "return Recipe(base_lr=self.lr,",
+    plant("Q10", "search", "search/proxy.py",
+          "return OptimizerSettings(PROXY_TRAINING.optimizer.name, lr=self.lr, weight_decay",
+          "return OptimizerSettings(PROXY_TRAINING.optimizer.name, lr=self.lr * self.batch_size / 256, weight_decay",
           (f"{SEARCH_CONFIG}::test_paper_preset_is_the_papers_proxy_and_evolution",
            "tests/test_search_rejection.py::test_quality_rejects_a_constant_zero_layer",
            f"{SEARCH_CONFIG}::test_proxy_trains_with_the_papers_optimizer"),
-          "proxy passes --lr as the per-256 base LR: it trains at lr * batch / 256 (0.05, not 0.1, at batch 128)",
+          "proxy reads --lr as the per-256 base LR: it trains at lr * batch / 256 (0.05, not 0.1, at batch 128)",
           "new test_proxy_trains_with_the_papers_optimizer (Appendix C: an anchor run's optimizer holds lr 0.1, "
           "Nesterov momentum 0.9, decay 1e-4 on conv/linear weights); the preset's fields were right, the wiring not"),
     plant("Q11", "search", "search/proxy.py",
           "return train_x[order[cut:]], train_y[order[cut:]], train_x[order[:cut]], train_y[order[:cut]]",
           "return train_x[order[cut:]], train_y[order[cut:]], train_x[order[cut:2 * cut]], train_y[order[cut:2 * cut]]",
-          ("tests/test_search_runs.py", "tests/test_classification_data.py"),
+          ("tests/test_search_runs.py", "tests/test_search_rejection.py"),
           "rerank holdout validates on images that are also in the training split",
           "new test_classification_data.py::test_rerank_holdout_is_a_tenth_of_the_training_set_kept_out_of_training "
           "(Appendix C: 90% / 10% of the training set, each image in exactly one part); holdout was untested"),
@@ -311,57 +313,58 @@ PLANTS: list[Plant] = [
           'if model == "mobilenetv2" and norm_act is not None and uses_batch_statistics(norm_act):',
           f"{TRAIN}::test_paper_base_learning_rates_and_batches",
           "MobileNetV2's lowered LR 0.03 given to layers with batch statistics instead of those without"),
-    plant("P4", "classification", "classification/recipes.py", "progress = min(epoch / recipe.epochs, 1.0)",
-          "progress = min((epoch - recipe.warmup_epochs) / recipe.epochs, 1.0)",
+    plant("P4", "classification", "evonorm_core/classifiers/schedule.py",
+          "progress = min(step / self.total_steps, 1.0)",
+          "progress = min((step - self.warmup_steps) / self.total_steps, 1.0)",
           (f"{TRAIN}::test_schedules_warmup_and_decay", f"{TRAIN}::test_scheduler_is_per_step"),
           "cosine/polynomial decay starts its clock after warmup but still spans all epochs (never reaches 0)",
           "test_schedules_warmup_and_decay extended: after a 5-epoch warmup, cosine and polynomial still end at 0; the "
           "decays were tested without warmup only"),
-    plant("P5", "classification", "classification/recipes.py",
+    plant("P5", "classification", "evonorm_core/classifiers/optimizer.py",
           "momentum=0.9, nesterov=True)", "momentum=0.9, nesterov=False)",
-          (f"{TRAINER}::test_every_recipe_field_reaches_the_optimizer_and_schedule",
+          (f"{TRAINER}::test_every_setting_reaches_the_optimizer_and_schedule",
            f"{TRAINER}::test_optimizers_are_those_of_the_cited_recipes"),
           "SGD without the paper's Nesterov momentum",
           "new test_optimizers_are_those_of_the_cited_recipes (Appendix C: Nesterov momentum 0.9); also caught through "
           "the proxy by test_proxy_trains_with_the_papers_optimizer"),
-    plant("P6", "classification", "classification/recipes.py", "alpha=0.9, momentum=0.9, eps=1e-3)",
+    plant("P6", "classification", "evonorm_core/classifiers/optimizer.py", "alpha=0.9, momentum=0.9, eps=1e-3)",
           "alpha=0.99, momentum=0.9, eps=1e-3)",
-          (f"{TRAINER}::test_every_recipe_field_reaches_the_optimizer_and_schedule",
+          (f"{TRAINER}::test_every_setting_reaches_the_optimizer_and_schedule",
            f"{TRAINER}::test_optimizers_are_those_of_the_cited_recipes"),
           "EfficientNet's RMSProp with PyTorch's default decay 0.99 instead of 0.9",
           "new test_optimizers_are_those_of_the_cited_recipes (official EfficientNet training: RMSProp decay 0.9, "
           "momentum 0.9, epsilon 1e-3)"),
-    plant("P7", "classification", "classification/trainer.py",
+    plant("P7", "classification", "evonorm_core/classifiers/trainer.py",
           "        self.optimizer.step()\n        self.scheduler.step()",
           "        self.scheduler.step()\n        self.optimizer.step()",
-          (f"{TRAINER}::test_every_recipe_field_reaches_the_optimizer_and_schedule",
+          (f"{TRAINER}::test_every_setting_reaches_the_optimizer_and_schedule",
            f"{TRAIN}::test_scheduler_is_per_step"),
           "each step updates with the next step's learning rate (scheduler stepped first)",
           "test_every_recipe_field_reaches_the_optimizer_and_schedule extended: the LR each update runs with (an "
           "optimizer pre-hook) against the milestones by hand; the LR read after a step cannot tell"),
-    plant("P8", "classification", "classification/trainer.py",
+    plant("P8", "classification", "evonorm_core/classifiers/trainer.py",
           "cols = (left[:, None] + steps)", "cols = (top[:, None] + steps)",
           f"{TRAINER}::test_random_crops_are_the_slices_they_claim",
           "random crops take their column offset from the row offset"),
-    plant("P9", "classification", "classification/mbconv.py",
+    plant("P9", "classification", "evonorm_core/classifiers/mbconv.py",
           "SqueezeExcitation(hidden, max(1, int(in_channels * se_ratio))",
           "SqueezeExcitation(hidden, max(1, int(hidden * se_ratio))",
-          "tests/test_classification_models.py::test_mbconv_param_counts_match_torchvision",
+          "tests/test_classifiers_models.py::test_mbconv_param_counts_match_torchvision",
           "EfficientNet's squeeze width from the expanded instead of the block's input channels"),
-    plant("P10", "classification", "classification/resnet.py",
+    plant("P10", "classification", "evonorm_core/classifiers/resnet.py",
           "shortcut = x if self.shortcut is None else self.shortcut(out)",
           "shortcut = x if self.shortcut is None else self.shortcut(x)",
-          ("tests/test_classification_models.py::test_preact_resnet_matches_torchvision_up_to_norm_placement",
-           "tests/test_classification_models.py::test_projection_shortcut_reads_the_pre_activated_input"),
+          ("tests/test_classifiers_models.py::test_preact_resnet_matches_torchvision_up_to_norm_placement",
+           "tests/test_classifiers_models.py::test_projection_shortcut_reads_the_pre_activated_input"),
           "pre-activation ResNet's projection shortcut reads the raw input instead of the pre-activated one",
           "new test_projection_shortcut_reads_the_pre_activated_input (TensorFlow's official _bottleneck_block_v2, "
           "timm's PreActBottleneck); parameter counts cannot tell"),
-    plant("P11", "classification", "classification/recipes.py",
+    plant("P11", "classification", "evonorm_core/classifiers/optimizer.py",
           "    decay = [p for p in model.parameters() if p.ndim > 1]\n"
           "    no_decay = [p for p in model.parameters() if p.ndim <= 1]",
           '    decay = [p for n, p in model.named_parameters() if not n.endswith("bias")]\n'
           '    no_decay = [p for n, p in model.named_parameters() if n.endswith("bias")]',
-          f"{TRAINER}::test_every_recipe_field_reaches_the_optimizer_and_schedule",
+          f"{TRAINER}::test_every_setting_reaches_the_optimizer_and_schedule",
           "weight decay exempts biases only (norm-act gamma and v decayed)"),
     # ---- detection ---------------------------------------------------------------------------
     plant("D1", "detection", "detection/backbone.py",
@@ -526,25 +529,26 @@ FRESH2: list[Plant] = [
           "proxy = ProxyConfig(train_steps=2000,", SEARCH_CONFIG,
           "paper preset trains S candidates 2000 steps instead of Appendix C's 5000"),
     # ---- classification ---------------------------------------------------------------------------------
-    plant("P12", "classification", "classification/recipes.py",
-          "return 0.1 ** sum(epoch >= m for m in recipe.milestones)",
-          "return 0.1 ** sum(epoch > m for m in recipe.milestones)", (TRAIN, TRAINER),
-          "multistep decay starts one step after each milestone epoch"),
-    plant("P13", "classification", "classification/recipes.py", "return epoch / recipe.warmup_epochs",
-          "return (epoch + 1) / recipe.warmup_epochs", (TRAIN, TRAINER),
+    plant("P12", "classification", "evonorm_core/classifiers/schedule.py",
+          "return 0.1 ** sum(step >= m for m in self.milestones)",
+          "return 0.1 ** sum(step > m for m in self.milestones)", (TRAIN, TRAINER),
+          "multistep decay starts one step after each milestone"),
+    plant("P13", "classification", "evonorm_core/classifiers/schedule.py", "return step / self.warmup_steps",
+          "return (step + 1) / self.warmup_steps", (TRAIN, TRAINER),
           "linear warmup starts at 1/warmup instead of 0 (and overshoots the peak)"),
-    plant("P14", "classification", "classification/trainer.py",
-          "loss = F.cross_entropy(self.module(images), labels, label_smoothing=self.recipe.label_smoothing)",
+    plant("P14", "classification", "evonorm_core/classifiers/trainer.py",
+          "loss = F.cross_entropy(self.module(images), labels, label_smoothing=self.label_smoothing)",
           "loss = F.cross_entropy(self.module(images), labels)", (TRAINER, TRAIN),
           "the recipe's label smoothing (EfficientNet 0.1) never reaches the loss",
           "new test_step_trains_on_the_recipes_label_smoothing (the smoothed cross-entropy by hand, float64); the recipe "
           "test set label_smoothing=0.1 but looked at learning rates only"),
-    plant("P15", "classification", "classification/trainer.py", 'reduction="sum"', 'reduction="mean"', TRAINER,
+    plant("P15", "classification", "evonorm_core/classifiers/trainer.py", 'reduction="sum"', 'reduction="mean"',
+          TRAINER,
           "evaluate's mean loss sums batch means and divides by the image count",
           "new test_evaluate_reports_accuracy_and_mean_loss_over_every_image (by hand, 10 images in batches of 4); "
           "evaluate's loss was never compared with a value"),
-    plant("P16", "classification", "classification/trainer.py", "images.flip(-1)", "images.flip(-2)",
-          (TRAINER, "tests/test_classification_data.py"), "random flips mirror vertically instead of horizontally"),
+    plant("P16", "classification", "evonorm_core/classifiers/trainer.py", "images.flip(-1)", "images.flip(-2)",
+          (TRAINER, "tests/test_classifiers_data.py"), "random flips mirror vertically instead of horizontally"),
     plant("P17", "classification", "classification/paper_tables.py", 'WORKERS = {"resnet50": 8, "resnet101": 8}',
           'WORKERS = {"resnet50": 8}', TABLES, "ResNet-101 table cells trained on 32 workers instead of 8"),
     # ---- detection --------------------------------------------------------------------------------------
@@ -716,14 +720,14 @@ FRESH3: list[Plant] = [
     plant("P19", "classification", "classification/paper_tables.py",
           '_180_EPOCHS = {"randaugment": True, "epochs": 180,', '_180_EPOCHS = {"epochs": 180,', TABLES,
           "Table 11's 180-epoch cells trained without RandAugment"),
-    plant("P20", "classification", "classification/trainer.py", "    model.train(was_training)\n    count =",
+    plant("P20", "classification", "evonorm_core/classifiers/trainer.py", "    model.train(was_training)\n    count =",
           "    count =", TRAINER, "evaluate leaves a training model in eval mode",
           "new test_classification_trainer.py::test_evaluate_restores_the_models_mode (train and eval)"),
-    plant("P21", "classification", "classification/trainer.py", "top = torch.randint(0, h - size + 1, (n,)",
-          "top = torch.randint(0, h - size, (n,)", (TRAINER, "tests/test_classification_data.py"),
+    plant("P21", "classification", "evonorm_core/classifiers/trainer.py", "top = torch.randint(0, h - size + 1, (n,)",
+          "top = torch.randint(0, h - size, (n,)", (TRAINER, "tests/test_classifiers_data.py"),
           "random crops never start at the last row offset"),
-    plant("P22", "classification", "classification/data.py", "T.Resize(int(round(resolution / 0.875)))",
-          "T.Resize(resolution)", "tests/test_classification_data.py",
+    plant("P22", "classification", "classification/imagenet.py", "T.Resize(int(round(resolution / 0.875)))",
+          "T.Resize(resolution)", "tests/test_classification_imagenet.py",
           "ImageNet evaluation resizes to the crop size instead of resolution / 0.875 before the center crop",
           "new test_classification_data.py::test_imagenet_evaluation_resizes_to_resolution_over_0875_then_center_crops "
           "(224: resize 256 then crop 224, done by hand with torchvision's functional ops)"),
@@ -779,7 +783,7 @@ FRESH3: list[Plant] = [
 # files per plant; no line or mistake of PLANTS, FRESH2 or FRESH3 repeated), after FRESH3's
 # misses got their tests.
 
-TRAIN_DATA = "tests/test_classification_data.py"
+TRAIN_DATA = "tests/test_classifiers_data.py"
 
 FRESH4: list[Plant] = [
     # ---- CPU kernels --------------------------------------------------------------------------
@@ -872,20 +876,22 @@ FRESH4: list[Plant] = [
     plant("Q33", "search", "evonorm_core/search/driver.py",
           '        self.resubmit = [_Pending.from_dict(p) for p in state["in_flight"]]\n', "", DRIVER,
           "resume drops the candidates in flight at the checkpoint (never evaluated, their ids skipped)"),
-    plant("Q34", "search", "search/proxy.py", 'crop_size: int = option(24, "random training crop (paper: 24 of 32)"',
-          'crop_size: int = option(32, "random training crop (paper: 24 of 32)"', SEARCH_CONFIG,
+    plant("Q34", "search", "evonorm_core/classifiers/proxy_task.py", 'crop_size: int = 24',
+          'crop_size: int = 32', SEARCH_CONFIG,
           "proxy trains on full 32 px images instead of Appendix B's 24 px random crops"),
     plant("Q35", "search", "search/rerank.py",
           'return sorted(rows, key=lambda r: -r["mean"] if r["mean"] is not None else 1.0)',
           'return sorted(rows, key=lambda r: r["mean"] if r["mean"] is not None else 1.0)', "tests/test_search_runs.py",
           "rerank ranks the worst mean held-out accuracy first"),
     # ---- classification ---------------------------------------------------------------------------------
-    plant("P23", "classification", "classification/recipes.py", "return (1.0 - progress) ** recipe.poly_power",
-          "return 1.0 - progress ** recipe.poly_power", (TRAIN, TRAINER),
+    plant("P23", "classification", "evonorm_core/classifiers/schedule.py", "return (1.0 - progress) ** self.poly_power",
+          "return 1.0 - progress ** self.poly_power", (TRAIN, TRAINER),
           "polynomial decay 1 - p^2 instead of (1 - p)^2 (precedence)"),
-    plant("P24", "classification", "classification/recipes.py",
-          'groups = [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]',
-          'groups = [{"params": decay, "weight_decay": 0.0}, {"params": no_decay, "weight_decay": recipe.weight_decay}]',
+    plant("P24", "classification", "evonorm_core/classifiers/optimizer.py",
+          'groups = [{"params": decay, "weight_decay": settings.weight_decay}, '
+          '{"params": no_decay, "weight_decay": 0.0}]',
+          'groups = [{"params": decay, "weight_decay": 0.0}, '
+          '{"params": no_decay, "weight_decay": settings.weight_decay}]',
           (TRAINER, TRAIN),
           "weight decay on the norm-act vectors and biases, none on conv/linear weights (groups swapped)"),
     plant("P25", "classification", "classification/paper_tables.py",
@@ -895,8 +901,8 @@ FRESH4: list[Plant] = [
     plant("P26", "classification", "classification/train.py", '"top1": 100.0 * correct / max(count, 1)',
           '"top1": correct / max(count, 1)', TRAIN,
           "training's evaluation reports top-1 as a fraction, not a percentage"),
-    plant("P27", "classification", "classification/data.py", "IMAGENET_MEAN = (0.485, 0.456, 0.406)",
-          "IMAGENET_MEAN = (0.406, 0.456, 0.485)", TRAIN_DATA,
+    plant("P27", "classification", "classification/imagenet.py", "IMAGENET_MEAN = (0.485, 0.456, 0.406)",
+          "IMAGENET_MEAN = (0.406, 0.456, 0.485)", "tests/test_classification_imagenet.py",
           "ImageNet transforms subtract the channel means in BGR order from RGB images"),
     # ---- detection --------------------------------------------------------------------------------------
     plant("D14", "detection", DETECTION_BASE, "MAX_ITER: 135000", "MAX_ITER: 125000", DETECTION,
@@ -1045,7 +1051,8 @@ FRESH5: list[Plant] = [
           "return replace_config(saved, explicit)", (SEARCH_CONFIG, SEARCH_RUNS),
           "--resume lets any setting change (proxy, evolution, seed), not only the stop conditions and workers"),
     # ---- classification ---------------------------------------------------------------------------------
-    plant("P28", "classification", "classification/trainer.py", "        self.optimizer.zero_grad(set_to_none=True)\n",
+    plant("P28", "classification", "evonorm_core/classifiers/trainer.py",
+          "        self.optimizer.zero_grad(set_to_none=True)\n",
           "", (TRAINER, TRAIN), "gradients are never cleared: each step adds to every earlier step's gradients"),
     plant("P29", "classification", "classification/recipes.py", "milestones=(30, 60, 80))",
           "milestones=(30, 60, 90))", (TRAIN, TRAINER),
@@ -1059,7 +1066,7 @@ FRESH5: list[Plant] = [
           'f"--nnodes={nodes}", f"--nproc_per_node={per_node}"',
           'f"--nnodes={per_node}", f"--nproc_per_node={nodes}"', TABLES,
           "paper-scale torchrun commands swap nodes and processes per node (ResNet: 8 nodes of 1 GPU)"),
-    plant("P33", "classification", "classification/data.py",
+    plant("P33", "classification", "evonorm_core/classifiers/data.py",
           "    return (split.train_images - mean) / std, split.train_labels, (split.val_images - mean) / std, "
           "split.val_labels\n\n\ndef load_cifar10",
           "    val_mean, val_std = split.val_images.mean(), split.val_images.std()\n"
@@ -1126,7 +1133,7 @@ SEARCH_GENOME = "tests/test_search_genome.py"
 SEARCH_LAYER = "tests/test_search_layer.py"
 CONDITIONAL = "tests/test_layers_conditional.py"
 REGISTRY = "tests/test_registry.py"
-MODELS = "tests/test_classification_models.py"
+MODELS = "tests/test_classifiers_models.py"
 
 FRESH6: list[Plant] = [
     # ---- CPU kernels --------------------------------------------------------------------------
@@ -1197,26 +1204,27 @@ FRESH6: list[Plant] = [
           "random_runs = [r for r in rows if r[\"layer\"] in references]", (SEARCH_RUNS, DRIVER),
           "calibration summary takes the reference layers' runs as the random layers'"),
     # ---- classification ---------------------------------------------------------------------------
-    plant("P34", "classification", "classification/resnet.py",
+    plant("P34", "classification", "evonorm_core/classifiers/resnet.py",
           "needs_projection = stride != 1 or in_channels != out_channels",
           "needs_projection = stride != 1 and in_channels != out_channels", MODELS,
           "ResNet block: a projection shortcut only when both stride and channels change"),
-    plant("P35", "classification", "classification/resnet.py",
+    plant("P35", "classification", "evonorm_core/classifiers/resnet.py",
           "stride = strides.next(2 if stage > 0 and index == 0 else 1)",
           "stride = strides.next(2 if stage >= 0 and index == 0 else 1)", MODELS,
           "ResNet's first stage downsamples too (stride 2 in its first block)"),
-    plant("P36", "classification", "classification/resnet.py", "for index in range(math.ceil(depth * depth_multiplier)):",
+    plant("P36", "classification", "evonorm_core/classifiers/resnet.py",
+          "for index in range(math.ceil(depth * depth_multiplier)):",
           "for index in range(int(depth * depth_multiplier)):", MODELS,
           "ResNet depth multiplier truncates the blocks per stage instead of rounding up"),
-    plant("P37", "classification", "classification/mbconv.py",
+    plant("P37", "classification", "evonorm_core/classifiers/mbconv.py",
           "head = make_divisible(config.head_channels * max(config.head_min_width, width_multiplier))",
           "head = make_divisible(config.head_channels * width_multiplier)", MODELS,
           "MBConv nets: the head's channels shrink below the minimum width with a width multiplier < 1"),
-    plant("P38", "classification", "classification/mbconv.py",
+    plant("P38", "classification", "evonorm_core/classifiers/mbconv.py",
           "repeats = [math.ceil(stage.repeats * depth_multiplier) for stage in config.stages]",
           "repeats = [int(stage.repeats * depth_multiplier) for stage in config.stages]", MODELS,
           "MBConv depth multiplier truncates each stage's repeats instead of rounding up"),
-    plant("P39", "classification", "classification/models.py",
+    plant("P39", "classification", "evonorm_core/classifiers/models.py",
           "config, width, depth, _ = efficientnet_config(key.split(\"_\")[1])",
           "config, depth, width, _ = efficientnet_config(key.split(\"_\")[1])", MODELS,
           "EfficientNet variants built with the width and depth coefficients swapped"),

@@ -1,4 +1,5 @@
-"""classification.trainer: the one training loop of classification.train and the search proxy."""
+"""evonorm_core.classifiers.trainer: the one training loop of the classification launcher and the search proxy,
+in optimizer steps at an absolute learning rate."""
 import copy
 import math
 
@@ -6,10 +7,13 @@ import pytest
 import torch
 from torch import nn
 
-from classification.recipes import Recipe
-from classification.trainer import TensorBatches, Trainer, evaluate, random_crops
 from evonorm_core import build_norm_act
+from evonorm_core.classifiers.optimizer import OptimizerSettings
+from evonorm_core.classifiers.schedule import ScheduleSettings
+from evonorm_core.classifiers.trainer import TensorBatches, Trainer, evaluate, random_crops
 from evonorm_core.search import GraphLayer, parse
+
+CONSTANT = ScheduleSettings("constant", total_steps=1)
 
 
 def test_random_crops_are_the_slices_they_claim():
@@ -39,12 +43,11 @@ def tiny_model():
     return nn.Sequential(nn.Conv2d(1, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(36, 3))
 
 
-def test_every_recipe_field_reaches_the_optimizer_and_schedule():
-    recipe = Recipe(base_lr=0.2, schedule="multistep", milestones=(1, 2), warmup_epochs=0.0, epochs=3,
-                    weight_decay=0.05, label_smoothing=0.1)
+def test_every_setting_reaches_the_optimizer_and_schedule():
     model = tiny_model()
-    trainer = Trainer(model, recipe, total_batch=128, steps_per_epoch=2)
-    assert trainer.lr == pytest.approx(0.1)  # 0.2 per 256 images at 128
+    trainer = Trainer(model, OptimizerSettings("sgd", lr=0.1, weight_decay=0.05),
+                      ScheduleSettings("multistep", total_steps=6, milestones=(2, 4)), label_smoothing=0.1)
+    assert trainer.lr == 0.1 and trainer.label_smoothing == 0.1
     decayed = {id(p) for g in trainer.optimizer.param_groups if g["weight_decay"] == 0.05 for p in g["params"]}
     assert decayed == {id(model[0].weight), id(model[4].weight)}  # conv and linear weights only
     x, y = torch.randn(8, 1, 5, 5), torch.randint(0, 3, (8,))
@@ -53,8 +56,8 @@ def test_every_recipe_field_reaches_the_optimizer_and_schedule():
     for _ in range(5):
         trainer.step(x, y)
         lrs.append(trainer.lr)
-    assert lrs == pytest.approx([0.1, 0.01, 0.01, 0.001, 0.001])  # 10x at epochs 1 and 2
-    assert used == pytest.approx([0.1, 0.1, 0.01, 0.01, 0.001])  # update k runs at epoch k / 2's LR
+    assert lrs == pytest.approx([0.1, 0.01, 0.01, 0.001, 0.001])  # 10x at steps 2 and 4
+    assert used == pytest.approx([0.1, 0.1, 0.01, 0.01, 0.001])  # update k runs at step k's LR
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "rmsprop"])
@@ -67,7 +70,7 @@ def test_weight_decay_spares_every_norm_act_vector_and_every_bias(optimizer):
         nn.Conv2d(4, 4, 1, bias=False), GraphLayer(parse("max(x * v1, v0)"), 4),
         nn.Flatten(), nn.Linear(36, 3),
     )
-    trainer = Trainer(model, Recipe(base_lr=0.1, schedule="constant", optimizer=optimizer, weight_decay=0.05), 8, 1)
+    trainer = Trainer(model, OptimizerSettings(optimizer, lr=0.1, weight_decay=0.05), CONSTANT)
     decay_of = {id(p): g["weight_decay"] for g in trainer.optimizer.param_groups for p in g["params"]}
     names = {name: decay_of[id(p)] for name, p in model.named_parameters()}
     assert {n for n, d in names.items() if d == 0.05} == {"0.weight", "2.weight", "4.weight", "7.weight"}
@@ -79,17 +82,17 @@ def test_weight_decay_spares_every_norm_act_vector_and_every_bias(optimizer):
 def test_optimizers_are_those_of_the_cited_recipes():
     """SGD with Nesterov momentum 0.9 (the paper's proxy task, Appendix C); RMSProp with decay 0.9,
     momentum 0.9 and epsilon 1e-3, the official EfficientNet training whose LR 0.016 the paper uses."""
-    sgd = Trainer(tiny_model(), Recipe(base_lr=0.1, schedule="constant"), 8, 1).optimizer
+    sgd = Trainer(tiny_model(), OptimizerSettings("sgd", lr=0.1), CONSTANT).optimizer
     assert isinstance(sgd, torch.optim.SGD)
     assert {(g["momentum"], g["nesterov"], g["dampening"]) for g in sgd.param_groups} == {(0.9, True, 0)}
-    rms = Trainer(tiny_model(), Recipe(base_lr=0.016, schedule="constant", optimizer="rmsprop"), 8, 1).optimizer
+    rms = Trainer(tiny_model(), OptimizerSettings("rmsprop", lr=0.016), CONSTANT).optimizer
     assert isinstance(rms, torch.optim.RMSprop)
     assert {(g["alpha"], g["momentum"], g["eps"]) for g in rms.param_groups} == {(0.9, 0.9, 1e-3)}
 
 
 def test_non_finite_loss_is_reported_and_changes_nothing():
     model = tiny_model()
-    trainer = Trainer(model, Recipe(base_lr=0.1, schedule="constant", warmup_epochs=0.0), 8, 1)
+    trainer = Trainer(model, OptimizerSettings(lr=0.1), CONSTANT)
     before = [p.detach().clone() for p in model.parameters()]
     x = torch.full((8, 1, 5, 5), float("nan"))
     assert math.isnan(trainer.step(x, torch.zeros(8, dtype=torch.long)))
@@ -102,7 +105,7 @@ def test_training_learns_and_evaluation_recalibrates():
     labels = torch.arange(90) % 3
     images += labels.view(-1, 1, 1, 1).float()  # separable classes
     model = tiny_model()
-    trainer = Trainer(model, Recipe(base_lr=0.4, schedule="cosine", warmup_epochs=0.0, epochs=2), 32, 30)
+    trainer = Trainer(model, OptimizerSettings(lr=0.05), ScheduleSettings("cosine", total_steps=60))
     start = evaluate(model, images, labels)
     for (x, y), _ in zip(TensorBatches(images, labels, 32), range(60)):
         trainer.step(x, y)
@@ -122,14 +125,14 @@ def _smoothed_cross_entropy(logits, labels, smoothing):
     return -(target * log_p).sum(1).mean().item()
 
 
-def test_step_trains_on_the_recipes_label_smoothing():
+def test_step_trains_on_the_given_label_smoothing():
     """EfficientNet's recipe smooths labels by 0.1; the loss a step reports (and differentiates) is the
     smoothed cross-entropy of the model's logits before the update."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(25, 4))  # no batch statistics: the logits are reproducible
     x, y = torch.randn(8, 1, 5, 5), torch.randint(0, 4, (8,))
     for smoothing in (0.0, 0.1, 0.4):
-        trainer = Trainer(model, Recipe(base_lr=0.1, schedule="constant", label_smoothing=smoothing), 8, 1)
+        trainer = Trainer(model, OptimizerSettings(lr=0.1), CONSTANT, label_smoothing=smoothing)
         with torch.no_grad():
             expected = _smoothed_cross_entropy(model(x), y, smoothing)
         assert trainer.step(x, y) == pytest.approx(expected, rel=1e-5)
@@ -163,17 +166,18 @@ def test_evaluate_restores_the_models_mode(training):
 
 def test_trainer_state_restores_schedule_momentum_and_step_count():
     """A trainer rebuilt from ``state_dict`` continues exactly: the LR schedule's position (a 10x decay at
-    epoch 1 = step 2), SGD's momentum buffers and the step count; the next update matches the original's."""
+    step 2), SGD's momentum buffers and the step count; the next update matches the original's."""
     torch.manual_seed(0)
-    recipe = Recipe(base_lr=0.2, schedule="multistep", milestones=(1,), warmup_epochs=0.0, epochs=3, weight_decay=0.0)
+    optimizer = OptimizerSettings(lr=0.2, weight_decay=0.0)
+    schedule = ScheduleSettings("multistep", total_steps=6, milestones=(2,))
     x, y = torch.randn(8, 1, 5, 5), torch.randint(0, 3, (8,))
     model = nn.Sequential(nn.Flatten(), nn.Linear(25, 3))
-    trainer = Trainer(model, recipe, total_batch=256, steps_per_epoch=2)
+    trainer = Trainer(model, optimizer, schedule)
     for _ in range(3):
         trainer.step(x, y)
     twin = nn.Sequential(nn.Flatten(), nn.Linear(25, 3))
     twin.load_state_dict(model.state_dict())
-    resumed = Trainer(twin, recipe, total_batch=256, steps_per_epoch=2)
+    resumed = Trainer(twin, optimizer, schedule)
     resumed.load_state_dict(copy.deepcopy(trainer.state_dict()))  # as through a checkpoint file: no shared buffers
     assert resumed.steps == 3 and resumed.lr == pytest.approx(0.02)
     trainer.step(x, y)
@@ -191,3 +195,33 @@ def test_evaluate_counts_ties_as_the_first_class_and_returns_a_fraction():
     for batch_size in (1, 2, 5, 512):
         result = evaluate(nn.Identity(), logits, labels, batch_size=batch_size)
         assert result["accuracy"] == pytest.approx(0.4)
+
+
+def test_the_schedule_is_in_steps_warmup_included():
+    """Linear warmup from 0 over ``warmup_steps``, then the decay over the whole ``total_steps`` (warmup
+    included, as Goyal et al.), clamped at its end; multi-step decays 10x at each milestone step."""
+    cosine = ScheduleSettings("cosine", total_steps=20, warmup_steps=4)
+    assert [cosine.multiplier(s) for s in (0, 1, 2)] == pytest.approx([0.0, 0.25, 0.5])
+    assert cosine.multiplier(4) == pytest.approx(0.5 * (1 + math.cos(math.pi * 4 / 20)))
+    assert cosine.multiplier(20) == cosine.multiplier(30) == pytest.approx(0.0, abs=1e-12)
+    polynomial = ScheduleSettings("polynomial", total_steps=8, poly_power=3.0)
+    assert polynomial.multiplier(4) == pytest.approx(0.125) and polynomial.multiplier(9) == 0.0
+    multistep = ScheduleSettings("multistep", total_steps=10, milestones=(3, 6))
+    assert [multistep.multiplier(s) for s in (2, 3, 5, 6, 10)] == pytest.approx([1, 0.1, 0.1, 0.01, 0.01])
+    assert ScheduleSettings("constant", total_steps=5).multiplier(100) == 1.0
+
+
+@pytest.mark.parametrize("build,message", [
+    (lambda: OptimizerSettings("adam"), "unknown optimizer 'adam'; accepted: sgd, rmsprop"),
+    (lambda: OptimizerSettings(lr=0.0), "lr must be positive, got 0.0"),
+    (lambda: OptimizerSettings(weight_decay=-1e-4), "weight_decay must be >= 0, got -0.0001"),
+    (lambda: ScheduleSettings("step", 10), "unknown schedule 'step'; accepted: multistep, cosine, polynomial, constant"),
+    (lambda: ScheduleSettings("cosine", 0), "total_steps must be positive and warmup_steps >= 0, got 0 and 0.0"),
+    (lambda: ScheduleSettings("cosine", 10, warmup_steps=-1), "warmup_steps >= 0, got 10 and -1"),
+    (lambda: Trainer(tiny_model(), OptimizerSettings(), CONSTANT, label_smoothing=1.5),
+     r"label_smoothing must be in \[0, 1\], got 1.5"),
+])
+def test_bad_settings_name_the_value_and_what_is_accepted(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 from torchvision.ops import SqueezeExcitation, StochasticDepth
 
-from .layers import NormActMaker, StridePlan, conv, init_weights, make_divisible
+from ..registry import NormActMaker
+from .blocks import StridePlan, conv, init_weights, make_divisible
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ class MBConvNet(nn.Module):
         width_multiplier: channel multiplier (rounded to multiples of 8).
         depth_multiplier: block-count multiplier (rounded up), EfficientNet's compound depth.
         unstrided_downsamples: how many of the first downsampling convolutions run at stride
-            1 (the CIFAR anchors use 2, see :class:`~classification.layers.StridePlan`).
+            1 (the CIFAR anchors use 2, see :class:`~evonorm_core.classifiers.blocks.StridePlan`).
     """
 
     def __init__(

@@ -1,12 +1,9 @@
-"""Building pieces shared by the model families: convolutions, initialization, stride plans."""
+"""Building blocks shared by the classifier families: convolutions, initialization, stride plans."""
 from __future__ import annotations
 
 import math
 
 from torch import nn
-
-from evonorm_core import NormActMaker  # noqa: F401  (the layer contract the model families take)
-
 
 
 def conv(in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, groups: int = 1) -> nn.Conv2d:

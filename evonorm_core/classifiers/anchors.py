@@ -2,7 +2,7 @@
 
 ResNet50-CIFAR (pre-activation ResNet-50, 0.25x channels), MobileNetV2-CIFAR (0.5x) and
 EfficientNet-CIFAR (EfficientNet-B0, 0.5x): the ImageNet models of
-:mod:`classification.models`, built by the same code with only the channel multiplier
+:mod:`evonorm_core.classifiers.models`, built by the same code with only the channel multiplier
 changed and "the first two convolutions with spatial reduction ... modified to use stride
 one". Depth and everything else are unchanged.
 

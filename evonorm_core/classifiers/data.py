@@ -1,27 +1,26 @@
-"""The classifiers' view of the datasets: normalization, augmentation and ImageNet transforms.
+"""The classifiers' in-memory datasets: the embedded digits and MNIST, and CIFAR-10, normalized.
 
 Loading is :mod:`evonorm_core.experiment.data`'s (one loader per dataset, nothing is ever
 downloaded); here the images are normalized as the classifiers expect them: the embedded
 digits standardized with the training split's statistics and repeated over 3 channels,
-CIFAR-10 and ImageNet with their per-channel means and standard deviations.
+CIFAR-10 with its per-channel means and standard deviations. :class:`TensorImages` serves
+them to a DataLoader with the proxy task's augmentation. ImageNet's transforms belong to the
+classification experiments, the only ones that train on it.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from evonorm_core.experiment import data
+from ..experiment import data
 
 Split = tuple[Tensor, Tensor, Tensor, Tensor]  # train_x, train_y, val_x, val_y
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def load_digits_proxy(image_size: int = 32) -> Split:
@@ -74,24 +73,3 @@ class TensorImages(Dataset):
         if self.flip and torch.rand(()) < 0.5:
             image = image.flip(-1)
         return image, self.labels[index]
-
-
-def imagenet_transforms(resolution: int, train: bool, randaugment: bool = False) -> Callable:
-    """Inception-style crop and flip (+ RandAugment) for training; resize/0.875 + center crop for eval."""
-    from torchvision import transforms as T
-
-    normalize = [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-    if not train:
-        return T.Compose([T.Resize(int(round(resolution / 0.875))), T.CenterCrop(resolution), *normalize])
-    augment = [T.RandAugment(num_ops=2, magnitude=9)] if randaugment else []
-    return T.Compose([T.RandomResizedCrop(resolution), T.RandomHorizontalFlip(), *augment, *normalize])
-
-
-def load_imagenet(
-    data_dir: str | Path, resolution: int, randaugment: bool = False, holdout_fraction: float = 0.0, seed: int = 0
-) -> tuple[Dataset, Dataset]:
-    """ImageNet train/val folders with the classification transforms (see
-    :func:`evonorm_core.experiment.data.imagenet`; ``holdout_fraction=0.1`` is the paper's
-    reranking split of ImageNet-train)."""
-    return data.imagenet(data_dir, imagenet_transforms(resolution, True, randaugment),
-                         imagenet_transforms(resolution, False), holdout_fraction, seed)

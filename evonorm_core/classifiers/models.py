@@ -13,8 +13,7 @@ from typing import Callable, Union
 
 from torch import nn
 
-from evonorm_core import norm_act_factory
-
+from ..registry import norm_act_factory
 from .mbconv import MNASNET_B1, MOBILENET_V2, MBConvNet, efficientnet_config
 from .resnet import STAGE_DEPTHS, PreActResNet
 

@@ -1,14 +1,15 @@
-"""The one training loop of the suite's classifiers: a recipe, an optimizer, a schedule, a step.
+"""The one training loop of the suite's classifiers: an optimizer, a per-step schedule, a step.
 
-:class:`Trainer` owns the optimizer and per-step LR schedule built from a whole
-:class:`~classification.recipes.Recipe` (every field reaches training: base LR scaled to the
-total batch, schedule with warmup and milestones, optimizer, weight decay on convolution and
-linear weights only, label smoothing). Callers feed it batches:
+:class:`Trainer` takes its optimizer as :class:`~evonorm_core.classifiers.optimizer.OptimizerSettings`
+(absolute peak learning rate, weight decay on convolution and linear weights only) and its
+schedule as :class:`~evonorm_core.classifiers.schedule.ScheduleSettings` (in optimizer steps,
+warmup and milestones included), plus the loss's label smoothing. Callers convert their own
+units once and feed it batches:
 
-* ``classification.train`` from DataLoaders (ImageNet, CIFAR-10, digits), under DDP;
-* the layer search's proxy task (``search/proxy.py``) from :class:`TensorBatches`, in-memory
-  images with vectorised random crops, stopping after the quality steps and continuing to
-  the fitness steps.
+* the classification launcher from DataLoaders (ImageNet, CIFAR-10, digits), under DDP, with
+  its paper recipe converted to these settings;
+* the layer search's proxy task from :class:`TensorBatches`, in-memory images with vectorised
+  random crops, stopping after the quality steps and continuing to the fitness steps.
 
 A non-finite loss is reported by :meth:`Trainer.step` (it returns it and skips the update)
 instead of being raised from deep inside autograd; :func:`evaluate` gives accuracy and mean
@@ -23,26 +24,31 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from evonorm_core.running_stats import recalibrate
-
-from .recipes import Recipe, RecipeLR, build_optimizer
+from ..running_stats import recalibrate
+from .optimizer import OptimizerSettings, build_optimizer
+from .schedule import ScheduleLR, ScheduleSettings
 
 
 class Trainer:
-    """SGD/RMSProp training of ``model`` under ``recipe`` for ``total_batch`` images per step.
+    """Training of ``model`` with ``optimizer`` under the per-step ``schedule``.
 
-    ``steps_per_epoch`` converts steps to the (fractional) epochs the recipe's schedule is
-    written in. ``module`` is what runs forward (e.g. the DDP wrapper of ``model``).
+    ``label_smoothing`` is the cross-entropy's; ``module`` is what runs forward (e.g. the DDP
+    wrapper of ``model``).
     """
 
     def __init__(
-        self, model: nn.Module, recipe: Recipe, total_batch: int, steps_per_epoch: float, module: nn.Module | None = None
+        self,
+        model: nn.Module,
+        optimizer: OptimizerSettings,
+        schedule: ScheduleSettings,
+        label_smoothing: float = 0.0,
+        module: nn.Module | None = None,
     ) -> None:
-        if total_batch <= 0 or steps_per_epoch <= 0:
-            raise ValueError(f"total_batch and steps_per_epoch must be positive, got {total_batch}, {steps_per_epoch}")
-        self.model, self.module, self.recipe = model, module or model, recipe
-        self.optimizer = build_optimizer(model, recipe, recipe.peak_lr(total_batch))
-        self.scheduler = RecipeLR(self.optimizer, recipe, steps_per_epoch)
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing!r}")
+        self.model, self.module, self.label_smoothing = model, module or model, label_smoothing
+        self.optimizer = build_optimizer(model, optimizer)
+        self.scheduler = ScheduleLR(self.optimizer, schedule)
         self.steps = 0
 
     @property
@@ -53,7 +59,7 @@ class Trainer:
         """One optimizer step on a batch; returns the loss. A non-finite loss is returned
         without updating anything (the caller decides: a diverged run, a rejected layer)."""
         self.model.train()
-        loss = F.cross_entropy(self.module(images), labels, label_smoothing=self.recipe.label_smoothing)
+        loss = F.cross_entropy(self.module(images), labels, label_smoothing=self.label_smoothing)
         value = loss.item()
         if not math.isfinite(value):
             return value

@@ -15,7 +15,8 @@ from typing import Sequence
 
 from torch import Tensor, nn
 
-from .layers import NormActMaker, StridePlan, conv, init_weights
+from ..registry import NormActMaker
+from .blocks import StridePlan, conv, init_weights
 
 STAGE_DEPTHS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}
 STAGE_WIDTHS = (64, 128, 256, 512)  # bottleneck widths at 1x; block outputs are 4x these
@@ -62,7 +63,7 @@ class PreActResNet(nn.Module):
         width_multiplier: scales every channel count (the CIFAR anchor uses 0.25).
         depth_multiplier: scales every stage's block count, rounded up.
         unstrided_downsamples: how many of the first downsampling convolutions run at
-            stride 1 (the CIFAR anchor uses 2, see :class:`~classification.layers.StridePlan`).
+            stride 1 (the CIFAR anchor uses 2, see :class:`~evonorm_core.classifiers.blocks.StridePlan`).
     """
 
     def __init__(

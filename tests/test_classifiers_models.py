@@ -1,12 +1,15 @@
-"""Classifier and anchor architectures: shapes, parameter counts, norm-act slots."""
+"""evonorm_core.classifiers: classifier and anchor architectures: shapes, parameter counts, norm-act slots."""
 import pytest
 import torch
 import torchvision
 from torch import nn
 
-from classification.anchors import ANCHOR_NAMES, build_anchor
-from classification.models import MODEL_NAMES, build_model
 from evonorm_core import list_norm_acts
+from evonorm_core.classifiers.anchors import ANCHOR_NAMES, build_anchor
+from evonorm_core.classifiers.blocks import StridePlan, make_divisible
+from evonorm_core.classifiers.mbconv import EFFICIENTNET_SCALING, efficientnet_config
+from evonorm_core.classifiers.models import MODEL_NAMES, MODEL_RESOLUTIONS, build_model
+from evonorm_core.classifiers.resnet import PreActBottleneck
 
 
 # These models see tiny batches: a second intra-op thread only adds contention.
@@ -134,8 +137,6 @@ def test_bad_names_raise_clear_errors():
 
 
 def test_anchor_depth_multiplier_keeps_one_block_per_stage():
-    from classification.resnet import PreActBottleneck
-
     def blocks(model):
         return sum(isinstance(m, PreActBottleneck) for m in model.modules())
 
@@ -170,8 +171,6 @@ def test_resnet_strides_stem_and_stage_widths():
     stem convolution and a 3x3/2 max-pool, then stages of 256, 512, 1024, 2048 output channels whose first
     block downsamples in its 3x3 convolution and its projection shortcut (the 1x1s keep stride 1), so a
     64x64 image ends at 2x2 (a 32x reduction)."""
-    from classification.resnet import PreActBottleneck
-
     model = build_model("resnet50", "bn_relu")
     stem_conv, pool = model.stem
     assert (stem_conv.kernel_size, stem_conv.stride, stem_conv.padding) == ((7, 7), (2, 2), (3, 3))
@@ -227,16 +226,12 @@ def test_make_divisible_rounds_as_torchvision():
     least 8, bumped up one step when rounding down lost more than 10%."""
     from torchvision.models._utils import _make_divisible
 
-    from classification.layers import make_divisible
-
     for value in [x / 4 for x in range(1, 4000)]:
         assert make_divisible(value) == _make_divisible(value, 8), value
     assert make_divisible(20, 16) == _make_divisible(20, 16) == 32
 
 
 def test_stride_plan_skips_only_the_first_downsamplings():
-    from classification.layers import StridePlan
-
     plan = StridePlan(2)
     assert [plan.next(s) for s in (1, 2, 1, 2, 1, 2, 2)] == [1, 1, 1, 1, 1, 2, 2]
     assert [StridePlan(0).next(s) for s in (2, 1)] == [2, 1]
@@ -286,9 +281,6 @@ def test_efficientnet_stochastic_depth_and_dropout_as_torchvision():
 def test_efficientnet_scaling_is_the_official_table():
     """(width, depth, resolution, dropout) of B0-B7 from the official EfficientNet code (``efficientnet_params``);
     B5 trains at 456 (paper section 5.1) with dropout 0.4."""
-    from classification.mbconv import EFFICIENTNET_SCALING, efficientnet_config
-    from classification.models import MODEL_RESOLUTIONS
-
     assert EFFICIENTNET_SCALING == {
         "b0": (1.0, 1.0, 224, 0.2), "b1": (1.0, 1.1, 240, 0.2), "b2": (1.1, 1.2, 260, 0.3), "b3": (1.2, 1.4, 300, 0.3),
         "b4": (1.4, 1.8, 380, 0.4), "b5": (1.6, 2.2, 456, 0.4), "b6": (1.8, 2.6, 528, 0.5), "b7": (2.0, 3.1, 600, 0.5)}
