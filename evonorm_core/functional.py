@@ -18,10 +18,10 @@ Layers", Tables 2 and 3); ``gamma`` is ``weight`` and ``beta`` is ``bias``:
 (class-conditional layers). Statistics are computed in float32 (float64 stays float64) and
 the result has the input's dtype.
 
-``impl="reference"`` evaluates the formula as composed PyTorch ops: the one home of the
-composed formulas, twice differentiable, and what ONNX export and the fused path's double
-backward use. ``impl="fused"`` runs the fused kernels of :mod:`evonorm_core.ops` (a
-hand-derived backward that keeps only the input and small statistics).
+``impl="reference"`` evaluates the formula as composed PyTorch ops (:mod:`evonorm_core.formulas`,
+twice differentiable; what ONNX export and the fused path's double backward use too).
+``impl="fused"`` runs the fused kernels of :mod:`evonorm_core.ops` (a hand-derived backward
+that keeps only the input and small statistics).
 
 B series: in training (or when ``running_var`` is None) the batch variance is used and,
 with ``running_var`` given, ``num_batches_tracked`` is incremented and ``running_var``
@@ -40,11 +40,11 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from . import running_stats
+from . import ops, running_stats
 from . import statistics as stats
+from .formulas import B_VARIANTS, apply_affine, b_transform, s_transform, upcast
 
 IMPLS = ("fused", "reference")
-B_VARIANTS = ("b0", "b1", "b2")
 
 __all__ = ["B_VARIANTS", "IMPLS", "affine", "evonorm_b", "evonorm_s"]
 
@@ -53,10 +53,6 @@ __all__ = ["B_VARIANTS", "IMPLS", "affine", "evonorm_b", "evonorm_s"]
 # argument checks and dispatch inside never see a traced value.
 for _name in ("affine", "evonorm_s", "evonorm_b"):
     torch.fx.wrap(_name)
-
-
-def _compute_dtype(x: Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def _check_input(fn: str, x: Tensor, eps: float, impl: str) -> None:
@@ -80,20 +76,6 @@ def _check_channel_tensor(fn: str, name: str, t: Tensor | None, x: Tensor) -> No
                          f"got shape {tuple(t.shape)}")
 
 
-def _nchw(t: Tensor, dtype: torch.dtype) -> Tensor:
-    """A (C,) or (N, C) tensor as (1 or N, C, 1, 1) in ``dtype``, to broadcast over NCHW."""
-    t = t.to(dtype)
-    return t.view(1, -1, 1, 1) if t.dim() == 1 else t[:, :, None, None]
-
-
-def _apply_affine(z: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
-    if weight is not None:
-        z = z * _nchw(weight, z.dtype)
-    if bias is not None:
-        z = z + _nchw(bias, z.dtype)
-    return z
-
-
 def affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
     """``x * weight + bias`` per channel (an EvoNorm with ``nonlinearity=False``), in ``x``'s dtype.
 
@@ -111,34 +93,7 @@ def affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
         zeros = torch.zeros(c, dtype=like.dtype, device=like.device)
         ones = torch.ones(c, dtype=like.dtype, device=like.device)
         return torch.nn.functional.batch_norm(x, zeros, ones, weight, bias, training=False, momentum=0.0, eps=0.0)
-    return _apply_affine(x.to(_compute_dtype(x)), weight, bias).to(x.dtype)
-
-
-# ---- the composed formulas (impl="reference") ---------------------------------------------
-
-def s_transform(x: Tensor, v1: Tensor | None, groups: int, eps: float, centered: bool = True) -> Tensor:
-    """The S series in front of the affine, composed ops: ``x sigmoid(v1 x) / sqrt(m2 + eps)``,
-    ``m2`` the group variance (``centered``, S0/S1) or group mean square (S2); ``v1=None``
-    gates with ``sigmoid(x)``. ``x`` in its compute dtype."""
-    m2 = stats.group_var(x, groups) if centered else stats.group_mean_square(x, groups)
-    gate = x if v1 is None else x * _nchw(v1, x.dtype)
-    return x * torch.sigmoid(gate) * torch.rsqrt(m2 + eps)
-
-
-def b_instance_term(x: Tensor, v1: Tensor | None, variant: str, eps: float) -> Tensor:
-    """The B series' second operand of the ``max``: ``v1 x + sqrt(s2_wh + eps)`` (B0),
-    ``(x + 1) sqrt(mu_wh(x^2) + eps)`` (B1), ``sqrt(mu_wh(x^2) + eps) - x`` (B2)."""
-    if variant == "b0":
-        return _nchw(v1, x.dtype) * x + torch.sqrt(stats.instance_var(x) + eps)
-    rms = torch.sqrt(stats.instance_mean_square(x) + eps)
-    return (x + 1) * rms if variant == "b1" else rms - x
-
-
-def b_transform(x: Tensor, v1: Tensor | None, batch_var: Tensor, variant: str, eps: float) -> Tensor:
-    """The B series in front of the affine, composed ops: ``x / max(sqrt(batch_var + eps), u)``
-    with ``batch_var`` per channel (C,)."""
-    batch_std = torch.sqrt(batch_var.to(x.dtype).view(1, -1, 1, 1) + eps)
-    return x / torch.maximum(batch_std, b_instance_term(x, v1, variant, eps))
+    return apply_affine(upcast(x), weight, bias).to(x.dtype)
 
 
 # ---- public API ---------------------------------------------------------------------------
@@ -171,15 +126,15 @@ def evonorm_s(
     op = _fused_forward(x, "s_forward") if impl == "fused" else None
     if op is not None:
         return op(x, weight, bias, v1, groups, float(eps), bool(centered))[0]
-    z = s_transform(x.to(_compute_dtype(x)), v1, groups, eps, centered)
-    return _apply_affine(z, weight, bias).to(x.dtype)
+    z = s_transform(upcast(x), v1, groups, eps, centered)
+    return apply_affine(z, weight, bias).to(x.dtype)
 
 
 def _empty_result(x: Tensor, weight: Tensor | None, bias: Tensor | None, *tied: Tensor | None) -> Tensor:
     """The (empty) output for an empty input, tied to every parameter (zero gradients, as DDP
     expects every parameter to get one) and to ``tied`` (e.g. an all-reduced statistic)."""
     tie = sum((t.sum() * 0 for t in (weight, bias, *tied) if t is not None), x.new_zeros((), dtype=torch.float32))
-    return _apply_affine(x.to(_compute_dtype(x)), weight, bias).to(x.dtype) + tie.to(x.dtype)
+    return apply_affine(upcast(x), weight, bias).to(x.dtype) + tie.to(x.dtype)
 
 
 def _update_running(
@@ -236,7 +191,7 @@ def evonorm_b(
         # part in the all-reduce (forward and backward) and the other processes' batch counts
         if not synced:
             return _empty_result(x, weight, bias, v1)
-        _, batch_var, count = stats.batch_moments(x.to(_compute_dtype(x)), sync, process_group)
+        _, batch_var, count = stats.batch_moments(upcast(x), sync, process_group)
         if update and count > 0:
             _update_running(running_var, num_batches_tracked, batch_var, count, momentum)
         return _empty_result(x, weight, bias, v1, batch_var)
@@ -248,19 +203,19 @@ def evonorm_b(
         if not synced:
             y, _, _, _, batch_var = op(x, weight, bias, v1, None, index, float(eps))
         else:  # the operator takes the all-reduced variance; its gradient flows back through the all-reduce
-            _, batch_var, count = stats.batch_moments(x.to(_compute_dtype(x)), sync, process_group)
+            _, batch_var, count = stats.batch_moments(upcast(x), sync, process_group)
             y = op(x, weight, bias, v1, batch_var, index, float(eps))[0]
         if update:
             _update_running(running_var, num_batches_tracked, batch_var, count, momentum)
         return y
-    xc = x.to(_compute_dtype(x))
+    xc = upcast(x)
     if use_batch:
         _, batch_var, count = stats.batch_moments(xc, sync, process_group)
         if update:
             _update_running(running_var, num_batches_tracked, batch_var, count, momentum)
     else:
         batch_var = running_var
-    return _apply_affine(b_transform(xc, v1, batch_var, variant, eps), weight, bias).to(x.dtype)
+    return apply_affine(b_transform(xc, v1, batch_var, variant, eps), weight, bias).to(x.dtype)
 
 
 # ---- choosing the fused path ------------------------------------------------------------
@@ -285,8 +240,6 @@ def _fused_forward(x: Tensor, name: str) -> Callable[..., tuple[Tensor, ...]] | 
     node per layer), ``torch.compile`` per :data:`COMPILED_OPERATOR_MIN_NUMEL`; ONNX export
     takes the formula (plain ONNX ops).
     """
-    from . import ops
-
     if not ops.is_loaded():
         ops.load()
     compiling, exporting = torch.compiler.is_compiling(), torch.compiler.is_exporting()

@@ -31,7 +31,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from .. import running_stats
+from .. import formulas, running_stats
 from .. import statistics as stats
 
 
@@ -40,11 +40,6 @@ def check_positive(name: str, value: float, *, integer: bool = False) -> None:
     kind = int if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a {'positive int' if integer else 'finite positive number'}, got {value!r}")
-
-
-def compute_dtype(x: Tensor) -> torch.dtype:
-    """The dtype statistics are computed in: float64 stays, everything else is float32."""
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def _shape_of(t: Tensor | None) -> tuple[int, ...] | None:
@@ -74,21 +69,6 @@ def checked_input(x: Tensor, layer: str, num_channels: int, weight: Tensor | Non
                 f"for input of shape {tuple(x.shape)}, got shape {_shape_of(t)}"
             )
     return x
-
-
-@torch.fx.wrap
-def upcast(x: Tensor) -> Tensor:
-    """``x`` in the dtype statistics are computed in (:func:`compute_dtype`)."""
-    return x.to(compute_dtype(x))
-
-
-def apply_affine(z: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
-    """``z * weight + bias`` with ``weight``/``bias`` None, (C,) or per sample (N, C), in ``z``'s dtype."""
-    if weight is not None:
-        z = z * weight.to(z.dtype)[..., None, None]  # (C, 1, 1) or (N, C, 1, 1): broadcasts over NCHW
-    if bias is not None:
-        z = z + bias.to(z.dtype)[..., None, None]
-    return z
 
 
 def _relu(z: Tensor, param: Tensor | None) -> Tensor:
@@ -247,7 +227,7 @@ class NormAct2d(nn.Module, abc.ABC):
     def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
         """The layer with ``gamma = weight``, ``beta = bias``: None, (C,) or per sample (N, C)."""
         x = self.check_input(x, weight, bias)
-        z = apply_affine(self.transform(upcast(x)), weight, bias)
+        z = formulas.apply_affine(self.transform(formulas.upcast(x)), weight, bias)
         return self.activate(z).to(x.dtype)
 
     def folded_affine(self) -> tuple[Tensor, Tensor] | None:

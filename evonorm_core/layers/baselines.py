@@ -15,10 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .. import running_stats
+from .. import formulas, running_stats
 from .. import statistics as stats
-from . import base
-from .base import BatchStatsNormAct2d, GroupedNormAct2d, NormAct2d, apply_affine, tracked_batch_moments
+from ..formulas import apply_affine
+from .base import BatchStatsNormAct2d, GroupedNormAct2d, NormAct2d, tracked_batch_moments
 
 
 def _per_sample(weight: Tensor | None, bias: Tensor | None) -> bool:
@@ -125,8 +125,8 @@ class BatchNormAct2d(BatchStatsNormAct2d):
     def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
         x = self.check_input(x, weight, bias)
         z = batch_norm(
-            base.upcast(x), weight, bias, self.running_mean, self.running_var, self.num_batches_tracked, self.training,
-            self.momentum, self.eps, self.sync, self.process_group,
+            formulas.upcast(x), weight, bias, self.running_mean, self.running_var, self.num_batches_tracked,
+            self.training, self.momentum, self.eps, self.sync, self.process_group,
         )
         return self.activate(z).to(x.dtype)
 
@@ -169,7 +169,7 @@ class GroupNormAct2d(GroupedNormAct2d):
 
     def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
         x = self.check_input(x, weight, bias)
-        return self.activate(group_norm(base.upcast(x), self.groups, weight, bias, self.eps)).to(x.dtype)
+        return self.activate(group_norm(formulas.upcast(x), self.groups, weight, bias, self.eps)).to(x.dtype)
 
 
 class LayerNormAct2d(NormAct2d):
@@ -202,7 +202,7 @@ class LayerNormAct2d(NormAct2d):
 
     def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
         x = self.check_input(x, weight, bias)
-        return self.activate(group_norm(base.upcast(x), 1, weight, bias, self.eps)).to(x.dtype)
+        return self.activate(group_norm(formulas.upcast(x), 1, weight, bias, self.eps)).to(x.dtype)
 
 
 class PixelNormAct2d(NormAct2d):

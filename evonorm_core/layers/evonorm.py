@@ -18,8 +18,7 @@ import abc
 import torch
 from torch import Tensor
 
-from .. import functional
-from . import base
+from .. import formulas, functional
 from .base import BatchStatsNormAct2d, GroupedNormAct2d
 
 IMPLS = functional.IMPLS
@@ -56,7 +55,7 @@ class _EvoNorm(abc.ABC):
     def transform(self, x: Tensor) -> Tensor:
         if not self.nonlinearity:
             return x
-        return self._call(base.upcast(x), None, None, "reference")
+        return self._call(formulas.upcast(x), None, None, "reference")
 
     def folded_affine(self) -> tuple[Tensor, Tensor] | None:
         return None if self.nonlinearity else self._gamma_beta()

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 
+from . import extension, library
 from .extension import KernelStatus, status
-from .library import VARIANTS
 
-__all__ = ["KernelStatus", "VARIANTS", "is_loaded", "load", "status"]
+__all__ = ["KernelStatus", "extension", "is_loaded", "library", "load", "status"]
 
 _loaded = False
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from . import build
+from . import build, library
 
 log = logging.getLogger("evonorm_core.ops")
 
@@ -111,8 +111,6 @@ def _jit() -> KernelStatus:
 @functools.lru_cache(maxsize=None)
 def status() -> KernelStatus:
     """Load the CPU kernels (once per process) and say where they came from."""
-    from . import library
-
     library.define()  # the schemas come first; the C++ library only adds CPU kernels
     if os.environ.get("EVONORM_CPP", "1") == "0":
         warnings.warn("EvoNorm CPU kernels disabled by EVONORM_CPP=0; the evonorm operators use their PyTorch "

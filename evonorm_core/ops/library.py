@@ -49,7 +49,7 @@ operators under the same autograd functions, without the per-call cost of
 Kernels: C++ for the CPU (``csrc/evonorm_ops.cpp``, loaded by :mod:`.extension`); this
 module's PyTorch implementation for every other device (CUDA) and for the CPU when the C++
 kernels could not be built. Double backward (``create_graph=True``) differentiates the
-composed formula of :mod:`evonorm_core.functional` from the saved input.
+composed formula of :mod:`evonorm_core.formulas` from the saved input.
 """
 from __future__ import annotations
 
@@ -58,8 +58,10 @@ import functools
 import torch
 from torch import Tensor
 
+from ..formulas import B_VARIANTS, apply_affine, b_transform, compute_dtype, s_transform, to_nchw, upcast
+
 NAMESPACE = "evonorm"
-VARIANTS = ("b0", "b1", "b2")  # b_forward's `variant` is the index
+# b_forward's and b_backward's `int variant` is the index of the variant's name in B_VARIANTS
 SCHEMAS = [
     "s_forward(Tensor x, Tensor? weight, Tensor? bias, Tensor? v1, int groups, float eps, bool centered)"
     " -> (Tensor, Tensor, Tensor)",
@@ -74,10 +76,6 @@ SCHEMAS = [
 
 
 # ---- shapes, dtypes and layouts shared by the fake and the real implementations -----------
-
-def acc_dtype(x: Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
 
 def memory_format(x: Tensor) -> torch.memory_format:
     """The layout of ``y`` and ``dx``: channels_last for a channels_last-only input, else NCHW."""
@@ -99,7 +97,7 @@ def _grad_like(t: Tensor | None, wanted: bool, x: Tensor) -> Tensor:
 
 
 def fake_s_forward(x, weight, bias, v1, groups, eps, centered):
-    stat = x.new_empty((x.shape[0], groups), dtype=acc_dtype(x))
+    stat = x.new_empty((x.shape[0], groups), dtype=compute_dtype(x))
     return _like_x(x), stat, torch.empty_like(stat)
 
 
@@ -109,7 +107,7 @@ def fake_s_backward(grad, x, weight, bias, v1, mean, rstd, groups, centered, out
 
 
 def fake_b_forward(x, weight, bias, v1, batch_var, variant, eps):
-    acc = acc_dtype(x)
+    acc = compute_dtype(x)
     n, c = x.shape[:2]
     batch = (0,) if batch_var is not None else (c,)
     return (_like_x(x), x.new_empty((n, c), dtype=acc), x.new_empty((n, c), dtype=acc),
@@ -123,14 +121,6 @@ def fake_b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var, v
 
 
 # ---- the device-generic implementation (PyTorch ops; CUDA, and CPU without the C++ build) ---
-
-def _nc(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:
-    """A (C,) or (N, C) tensor as (1 or N, C, 1, 1)."""
-    if t is None:
-        return None
-    t = t.to(dtype)
-    return (t.view(1, -1) if t.dim() == 1 else t)[:, :, None, None]
-
 
 def _mul(a: Tensor, b: Tensor | None) -> Tensor:
     return a if b is None else a * b
@@ -152,27 +142,27 @@ def _out(t: Tensor, x: Tensor) -> Tensor:
 
 
 def generic_s_forward(x, weight, bias, v1, groups, eps, centered):
-    acc = acc_dtype(x)
+    acc = compute_dtype(x)
     xa = x.to(acc)
     n, c = x.shape[:2]
     var, mean = torch.var_mean(xa.reshape(n, groups, -1), dim=2, unbiased=False)
     rstd = torch.rsqrt((var if centered else var + mean.square()) + eps)
     r = rstd.repeat_interleave(c // groups, dim=1)[:, :, None, None]
-    gate = torch.sigmoid(_mul(xa, _nc(v1, acc)))
-    y = _add(xa * gate * _mul(r, _nc(weight, acc)), _nc(bias, acc))
+    gate = torch.sigmoid(_mul(xa, to_nchw(v1, acc)))
+    y = _add(xa * gate * _mul(r, to_nchw(weight, acc)), to_nchw(bias, acc))
     return _out(y, x), mean, rstd
 
 
 def generic_s_backward(grad, x, weight, bias, v1, mean, rstd, groups, centered, output_mask):
-    acc = acc_dtype(x)
+    acc = compute_dtype(x)
     xa, g = x.to(acc), grad.to(acc)
     n, c, h, w = x.shape
     cg = c // groups
-    vx = _mul(xa, _nc(v1, acc))
+    vx = _mul(xa, to_nchw(v1, acc))
     s = torch.sigmoid(vx)
     gxs = g * xa * s
     p_sum = gxs.sum((2, 3))
-    w_nc = torch.ones(1, c, dtype=acc, device=x.device) if weight is None else _nc(weight, acc)[:, :, 0, 0]
+    w_nc = torch.ones(1, c, dtype=acc, device=x.device) if weight is None else weight.to(acc)
     dr = (p_sum * w_nc).view(n, groups, cg).sum(2)
     k = -dr * rstd.pow(3) / (cg * h * w)
     k0 = -k * mean if centered else torch.zeros_like(k)
@@ -198,7 +188,7 @@ def _b_coefficients(xa, v1, mean, var_or_q, variant, eps, from_moments: bool):
 
 
 def generic_b_forward(x, weight, bias, v1, batch_var, variant, eps):
-    acc = acc_dtype(x)
+    acc = compute_dtype(x)
     xa = x.to(acc)
     var, mean = torch.var_mean(xa, dim=(2, 3), unbiased=False)
     if batch_var is None:
@@ -210,12 +200,12 @@ def generic_b_forward(x, weight, bias, v1, batch_var, variant, eps):
     p, q = _b_coefficients(xa, v1, mean, var, variant, eps, True)
     sb = torch.sqrt(used + eps).view(1, -1, 1, 1)
     d = torch.maximum(sb, p * xa + q[:, :, None, None])
-    y = _add(xa / d * (1 if weight is None else _nc(weight, acc)), _nc(bias, acc))
+    y = _add(xa / d * (1 if weight is None else to_nchw(weight, acc)), to_nchw(bias, acc))
     return _out(y, x), mean, q, out_mean, out_var
 
 
 def generic_b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var, variant, eps, batch_from_x, output_mask):
-    acc = acc_dtype(x)
+    acc = compute_dtype(x)
     xa, g = x.to(acc), grad.to(acc)
     n, c, h, w = x.shape
     p, q = _b_coefficients(xa, v1, mean, q.to(acc), variant, eps, False)
@@ -224,7 +214,7 @@ def generic_b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var
     u = p * xa + q[:, :, None, None]
     take_u = u > sb
     d = torch.where(take_u, u, sb)
-    gamma = 1 if weight is None else _nc(weight, acc)
+    gamma = 1 if weight is None else to_nchw(weight, acc)
     gd = g * gamma / d
     dd = -gd * xa / d
     dd_u = torch.where(take_u, dd, 0)
@@ -276,11 +266,8 @@ def _s_backward(ctx, grad, _grad_mean, _grad_rstd):
     x, weight, bias, v1, mean, rstd = ctx.saved_tensors
     need = ctx.needs_input_grad
     if torch.is_grad_enabled():  # create_graph=True: differentiate the composed formula
-        from ..functional import s_transform
-
         def formula(x, weight, v1):
-            z = s_transform(x.to(acc_dtype(x)), v1, ctx.groups, ctx.eps, ctx.centered)
-            return _mul(z, _nc(weight, z.dtype))
+            return apply_affine(s_transform(upcast(x), v1, ctx.groups, ctx.eps, ctx.centered), weight, None)
 
         (dx, dw, dv), db = _double_backward(formula, grad, (x, weight, v1), bias, need[2])
         return dx, dw, db, dv, None, None, None
@@ -305,12 +292,10 @@ def _b_backward(ctx, grad, *_unused):
     x, weight, bias, v1, mean, q, batch_mean, batch_var = ctx.saved_tensors
     need = ctx.needs_input_grad
     if torch.is_grad_enabled():  # create_graph=True: differentiate the composed formula
-        from ..functional import b_transform
-
         def formula(x, weight, v1, given_var):
-            xa = x.to(acc_dtype(x))
+            xa = upcast(x)
             var = torch.var(xa, dim=(0, 2, 3), unbiased=False) if given_var is None else given_var
-            return _mul(b_transform(xa, v1, var, VARIANTS[ctx.variant], ctx.eps), _nc(weight, xa.dtype))
+            return apply_affine(b_transform(xa, v1, var, B_VARIANTS[ctx.variant], ctx.eps), weight, None)
 
         given = None if ctx.from_x else batch_var
         (dx, dw, dv, dvar), db = _double_backward(formula, grad, (x, weight, v1, given), bias, need[2])
