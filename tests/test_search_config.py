@@ -17,9 +17,10 @@ from torch import nn
 from evonorm_core.search import EvolutionConfig, Member, parse, to_infix
 from evonorm_core.search.evolution import Proposer
 from evonorm_core.search.rejection import conv_weights, worst_case_gradient_norm
-from search.config import DEFAULT_REFERENCES, REFERENCE_LAYERS, SearchConfig
-from search.presets import preset
-from search.proxy import ProxyConfig, ProxyEvaluator, _AnchorTraining
+from evonorm_suite.search.config import DEFAULT_REFERENCES, REFERENCE_LAYERS, SearchConfig
+from evonorm_suite.search.presets import preset
+from evonorm_suite.search.proxy import ProxyConfig, ProxyEvaluator, _AnchorTraining
+from tests.search_helpers import distinct_response
 
 ANCHORS = ("resnet50_cifar", "mobilenetv2_cifar", "efficientnet_cifar")
 
@@ -113,7 +114,7 @@ def test_tournament_samples_the_stated_fraction_uniformly():
     rng.sizes = []
     proposer = Proposer(EvolutionConfig(window=2500, tournament_fraction=0.05, initial_population=1), rng)
     for i in range(400):
-        proposer.add(Member(i, parse("tanh(x)"), (random.Random(i).random(),), f"f{i}"))
+        proposer.add(Member(i, parse("tanh(x)"), (random.Random(i).random(),), response=distinct_response(i)))
     for _ in range(300):
         proposer.select()
     assert set(rng.sizes) == {(400, 20)}  # 5% of 400
@@ -121,7 +122,7 @@ def test_tournament_samples_the_stated_fraction_uniformly():
     assert len(chosen) > 380 and max(chosen.values()) < 40
     small = Proposer(EvolutionConfig(tournament_fraction=0.05), random.Random(0))
     for i in range(10):
-        small.add(Member(i, parse("tanh(x)"), (0.5,), f"g{i}"))
+        small.add(Member(i, parse("tanh(x)"), (0.5,), response=distinct_response(i)))
     assert small.config.tournament_size(10) == 2 and small.config.tournament_size(1) == 1  # at least 2 (if possible)
 
 
@@ -132,7 +133,7 @@ def test_offspring_is_replaced_by_a_random_graph_with_the_stated_probability(pro
     proposer = Proposer(EvolutionConfig(random_offspring_probability=probability, initial_population=2),
                         random.Random(0))
     for i in range(20):
-        proposer.add(Member(i, parse("tanh(x)"), (0.5,), f"f{i}"))
+        proposer.add(Member(i, parse("tanh(x)"), (0.5,), response=distinct_response(i)))
     origins = Counter(proposer.propose()[1] for _ in range(1000))
     assert origins["random"] / 1000 == pytest.approx(probability, abs=0.05)
 
@@ -147,7 +148,7 @@ def test_tournaments_start_once_the_population_holds_initial_population(initial)
     origins = []
     for i in range(initial + 2):
         origins.append(proposer.propose()[1])
-        proposer.add(Member(i, parse("tanh(x)"), (0.5,), f"f{i}"))
+        proposer.add(Member(i, parse("tanh(x)"), (0.5,), response=distinct_response(i)))
     assert origins == ["random"] * initial + ["mutation"] * 2
 
 
@@ -193,7 +194,7 @@ def test_config_round_trips_and_fixed_settings_are_named():
     from evonorm_core.experiment.config import config_from_dict, config_to_dict
 
     assert config_from_dict(SearchConfig, config_to_dict(config)) == config
-    from search.config import RESUMABLE, fixed_on_resume
+    from evonorm_suite.search.config import RESUMABLE, fixed_on_resume
 
     fixed = fixed_on_resume()
     assert "proxy.lr" in fixed and "evolution.mode" in fixed and "seed" in fixed
@@ -249,7 +250,7 @@ def test_mutation_is_applied_the_configured_number_of_times_in_a_chain(monkeypat
     for mutations in (1, 2, 3):
         proposer = Proposer(EvolutionConfig(mode="S", mutations=mutations, initial_population=1,
                                             random_offspring_probability=0.0), random.Random(0))
-        proposer.add(Member(7, parse("x * v1"), (0.5,), "f"))
+        proposer.add(Member(7, parse("x * v1"), (0.5,)))
         calls.clear()
         child, origin, parent = proposer.propose()
         assert (origin, parent, len(calls)) == ("mutation", 7, mutations)
@@ -267,7 +268,7 @@ def test_proposals_stay_in_the_mode_and_the_node_limit(strategy):
     proposer = Proposer(EvolutionConfig(mode="S", strategy=strategy, max_nodes=4, initial_population=2),
                         random.Random(1))
     for i in range(3):
-        proposer.add(Member(i, parse("x * sigmoid(v1 * x) / group_std(x)"), (0.5 + i / 10,), f"f{i}"))
+        proposer.add(Member(i, parse("x * sigmoid(v1 * x) / group_std(x)"), (0.5 + i / 10,), response=distinct_response(i)))
     origins = Counter()
     for _ in range(200):
         genome, origin, _ = proposer.propose()
@@ -278,7 +279,7 @@ def test_proposals_stay_in_the_mode_and_the_node_limit(strategy):
 
 
 def test_durations_and_threads_of_the_run_settings():
-    from search.config import parse_duration
+    from evonorm_suite.search.config import parse_duration
 
     assert [parse_duration(t) for t in ("900", "900s", "15m", "1.5h", " 2M ")] == [900.0, 900.0, 900.0, 5400.0, 120.0]
     # docs/search.md: "--threads torch threads each (default 2 // workers)", at least 1
@@ -291,7 +292,7 @@ def test_durations_and_threads_of_the_run_settings():
 def test_mode_s_starts_from_the_s_preset():
     """``--mode S`` picks the preset's S configuration: cosine fitness schedule, GN-ReLU and the S series
     as references (Table 3), S-mode evolution; flags given still win."""
-    from search import evolve
+    from evonorm_suite.search import evolve
 
     config = evolve.resolve_config(evolve.build_parser().parse_args(["--mode", "S", "--lr", "0.05"]))
     assert config.evolution.mode == "S" and config.proxy.schedule == "cosine"
@@ -301,7 +302,7 @@ def test_mode_s_starts_from_the_s_preset():
 
 
 def test_proxy_models_start_from_the_seed_not_the_global_random_state():
-    """Every candidate is trained from the evaluator's seed (module docstring of search.proxy): two builds
+    """Every candidate is trained from the evaluator's seed (module docstring of evonorm_suite.search.proxy): two builds
     of the same layer with the global generator moved in between start from identical weights, and a
     different seed gives different ones."""
     genome = parse(REFERENCE_LAYERS["evonorm_b0"])

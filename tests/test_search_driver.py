@@ -13,7 +13,8 @@ from evonorm_core.search import (
     genome_norm_act, parse, pareto_frontier, read_checkpoint,
 )
 from evonorm_core.search.evolution import Proposer
-from search.backends import ProcessPoolExecutor, SequentialExecutor
+from evonorm_suite.search.backends import ProcessPoolExecutor, SequentialExecutor
+from tests.search_helpers import distinct_response
 
 
 class TinyEvaluator:
@@ -160,16 +161,20 @@ def test_pareto_tournament_and_average_selection():
 def test_sliding_window_keeps_the_most_recent():
     proposer = Proposer(EvolutionConfig(window=3), random.Random(0))
     for i in range(5):
-        proposer.add(Member(i, parse("tanh(x)"), (0.5,)))
+        proposer.add(Member(i, parse("tanh(x)"), (0.5,), response=distinct_response(i)))
     assert [m.candidate_id for m in proposer.population] == [2, 3, 4]
 
 
-def test_a_function_already_in_the_window_is_not_added_again():
-    proposer = Proposer(EvolutionConfig(window=5), random.Random(0))
-    added = [proposer.add(Member(i, parse(e), (0.5,), fingerprint(parse(e))))
-             for i, e in enumerate(["tanh(x)", "tanh(max(x, x))", "tanh(x * v1)"])]
-    assert added == [True, False, True]
-    assert [m.candidate_id for m in proposer.population] == [0, 2]
+def test_a_layer_already_in_the_window_is_not_added_again():
+    """The same layer (the same function at initialization, within the stated tolerance) joins once:
+    ``tanh(x * v1)`` starts as ``tanh(x)`` (v1 = 1), ``channel_rms(group_rms(0))`` is a constant of
+    about 0.004; a batch mean or an instance statistic makes another layer."""
+    proposer = Proposer(EvolutionConfig(window=10), random.Random(0))
+    layers = ["tanh(x)", "tanh(max(x, x))", "tanh(x * v1)", "tanh(x + channel_rms(group_rms(0)))",
+              "tanh(x + log(abs(v0)))", "tanh(x + batch_mean(-x))", "x / instance_std(x)", "tanh(x + v1)"]
+    added = [proposer.add(Member(i, parse(e), (0.5,))) for i, e in enumerate(layers)]
+    assert added == [True, False, False, False, False, True, True, True]
+    assert [m.candidate_id for m in proposer.population] == [0, 5, 6, 7]
 
 
 def test_missing_anchor_accuracies_count_as_zero():
@@ -235,7 +240,7 @@ def test_tournament_is_the_configured_fraction_of_the_window_only():
     proposer = Proposer(EvolutionConfig(selection="average", window=100, tournament_fraction=0.05),
                         random.Random(0))
     for i in range(150):
-        proposer.add(Member(i, parse("tanh(x)"), (float(150 - i),)))
+        proposer.add(Member(i, parse("tanh(x)"), (float(150 - i),), response=distinct_response(i)))
     winners = [proposer.select().candidate_id for _ in range(3000)]
     assert min(winners) >= 50 and max(winners) <= 145
     assert sum(winners) / len(winners) == pytest.approx(50 + 101 / 6 - 1, abs=1.0)
@@ -419,7 +424,7 @@ def test_average_selection_counts_missing_anchors_as_zero_and_the_winner_is_the_
 def test_executors_by_backend_and_workers_and_their_order():
     """``--workers 1`` trains in process, first submitted first; more workers use a process pool of that size;
     an evaluator's exception comes back as a crash naming it."""
-    from search.backends import evaluate_safely, make_executor
+    from evonorm_suite.search.backends import evaluate_safely, make_executor
 
     sequential = make_executor("local", lambda g: CandidateResult.accept({"a": g["v"]}), 1, None)
     assert isinstance(sequential, SequentialExecutor) and sequential.capacity == 1

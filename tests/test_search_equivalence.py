@@ -108,3 +108,21 @@ def test_float_noise_of_large_values_does_not_split_equal_functions():
     assert max(p.abs().max().item() for p, _ in outputs) > 1e20
     assert max((p - q).abs().max().item() for p, q in outputs) > 1.0
     assert fingerprint(a) == fingerprint(b)
+
+
+def test_same_layer_is_the_same_function_at_initialization_within_the_tolerance():
+    """Constants built from nothing fold to their value (``channel_rms(group_rms(0))`` is about 0.004),
+    parameter-only subgraphs start at their initial value (v0 = 0, v1 = 1); what the tolerance (1e-2)
+    separates: a batch statistic, an instance statistic, a shift by 1."""
+    from evonorm_core.search.equivalence import DistinctLayers, initial_response, same_layer
+
+    tanh = initial_response(parse("tanh(x)"))
+    for same in ("tanh(x + channel_rms(group_rms(0)))", "tanh(x + log(v0 + v0))", "tanh(x + log(abs(v0)))",
+                 "tanh(x + tanh(v0 * max(0, v1)))", "tanh(x + log(square(v1)))", "tanh(v1 * x)"):
+        assert same_layer(initial_response(parse(same)), tanh), same
+    for other in ("tanh(x + batch_mean(-x))", "tanh(x / instance_std(x))", "tanh(x + v1)", "max(x, x)"):
+        assert not same_layer(initial_response(parse(other)), tanh), other
+    groups = DistinctLayers()
+    added = [groups.add(e, initial_response(parse(e))) for e in ("tanh(x)", "tanh(x * v1)", "max(x, x)", "x + v0", "x / batch_std(x)")]
+    assert added == [True, False, True, False, True] and len(groups) == 3
+    assert groups.match(initial_response(parse("x * v1"))) == "max(x, x)"

@@ -124,8 +124,7 @@ class _Pending:
 
 def member_from_record(record: CandidateRecord) -> Member:
     """The population :class:`Member` of a logged candidate record."""
-    return Member(record.candidate_id, Genome.from_dict(record.genome), tuple(record.accuracies.values()),
-                  record.fingerprint)
+    return Member(record.candidate_id, Genome.from_dict(record.genome), tuple(record.accuracies.values()))
 
 
 class LayerSearch:

@@ -5,9 +5,9 @@ Evolution keeps a sliding window of the most recent trained candidates (paper: 2
 Following section 4.4, candidates rejected by the quality test are discarded: only the
 accepted ones join the population. With ``admit_quality_rejected`` (a choice of the small
 CPU preset, see ``search/presets.py``) the quality-rejected ones join too, with the
-accuracies they reached (anchors not trained count as 0). A function already in the window
-(same equivalence-cache fingerprint) is not added again, so repeats cannot crowd out the
-rest. Each step draws a tournament of a random fraction of the window (paper: 5%); the
+accuracies they reached (anchors not trained count as 0). A layer already in the window
+(:func:`~.equivalence.same_layer`: the same function at initialization, within a stated
+tolerance) is not added again, so repeats cannot crowd out the rest. Each step draws a tournament of a random fraction of the window (paper: 5%); the
 winner is drawn uniformly from the tournament's Pareto frontier over the K anchors'
 accuracies (``selection="pareto"``) or is the best mean accuracy (``"average"``); it is
 mutated twice, and the offspring is replaced by a fresh random graph with probability 0.5.
@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Sequence
 
+import torch
+
 from ..experiment.config import option, validate
+from .equivalence import initial_response, same_layer
 from .genome import DEFAULT_MAX_NODES, Genome, mutate, random_genome
 from .primitives import MODES
 
@@ -68,12 +71,17 @@ class EvolutionConfig:
 @dataclass
 class Member:
     """A candidate in the population: its accuracies in anchor order (a prefix when the
-    quality test stopped early; missing anchors count as 0) and its function's fingerprint."""
+    quality test stopped early; missing anchors count as 0) and its layer's
+    :func:`~.equivalence.initial_response` (computed from the genome when not given)."""
 
     candidate_id: int
     genome: Genome
     accuracies: tuple[float, ...]
-    fingerprint: str | None = None
+    response: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.response is None:
+            self.response = initial_response(self.genome)
 
 
 def pareto_frontier(members: Sequence[Member]) -> list[Member]:
@@ -94,9 +102,9 @@ class Proposer:
         self.population: deque[Member] = deque(maxlen=config.window)
 
     def add(self, member: Member) -> bool:
-        """Append a trained candidate unless its function is already in the window; the
+        """Append a trained candidate unless its layer is already in the window; the
         oldest leaves once the window is full. True if it was added."""
-        if member.fingerprint is not None and any(m.fingerprint == member.fingerprint for m in self.population):
+        if any(same_layer(member.response, m.response) for m in self.population):
             return False
         self.population.append(member)
         return True
