@@ -1,7 +1,9 @@
-r"""The EvoNorm layers as functions: the paper's formulas, composed and fused.
+r"""The suite's normalization layers as functions: what :mod:`evonorm_core.layers` calls
+(as ``torch.nn.functional`` is to ``torch.nn``); the layers hold the state.
 
-Every EvoNorm layer of the suite calls these (Liu et al., "Evolving Normalization-Activation
-Layers", Tables 2 and 3); ``gamma`` is ``weight`` and ``beta`` is ``bias``:
+Every EvoNorm layer calls :func:`evonorm_s` or :func:`evonorm_b` (Liu et al., "Evolving
+Normalization-Activation Layers", Tables 2 and 3; :func:`affine` without the nonlinearity);
+``gamma`` is ``weight`` and ``beta`` is ``bias``:
 
 .. math::
     \text{S0: } \frac{x\,\sigma(v_1 x)}{\sqrt{s^2_{w,h,c/g}(x) + \epsilon}}\gamma + \beta \qquad
@@ -31,6 +33,11 @@ updated in place by :func:`evonorm_core.running_stats.update_running_` (unbiased
 Empty inputs (N = 0 or H W = 0) give an empty output tied to every parameter (zero
 gradients) and leave the moving averages untouched, except in synchronized training,
 where the process still takes part in the all-reduce and the others' batch is counted.
+
+The baselines' normalizations (before their activation) run on PyTorch's kernels with
+per-sample ``gamma``/``beta`` too: :func:`batch_norm` (BN; its moments, and the moving
+averages of the "RS + rej" layer, from :func:`tracked_batch_moments`) and :func:`group_norm`
+(GN; LayerNorm is one group). They take and return ``x`` in its compute dtype.
 """
 from __future__ import annotations
 
@@ -38,6 +45,7 @@ import math
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from . import ops, running_stats
@@ -46,12 +54,13 @@ from .formulas import B_VARIANTS, apply_affine, b_transform, s_transform, upcast
 
 IMPLS = ("fused", "reference")
 
-__all__ = ["B_VARIANTS", "IMPLS", "affine", "evonorm_b", "evonorm_s"]
+__all__ = ["B_VARIANTS", "IMPLS", "affine", "batch_norm", "evonorm_b", "evonorm_s", "group_norm",
+           "tracked_batch_moments"]
 
 # torch.fx.symbolic_trace (and create_feature_extractor) records calls of these as single
 # nodes when made through this module's namespace (``functional.evonorm_s(...)``), so the
 # argument checks and dispatch inside never see a traced value.
-for _name in ("affine", "evonorm_s", "evonorm_b"):
+for _name in ("affine", "evonorm_s", "evonorm_b", "tracked_batch_moments", "batch_norm", "group_norm"):
     torch.fx.wrap(_name)
 
 
@@ -76,6 +85,10 @@ def _check_channel_tensor(fn: str, name: str, t: Tensor | None, x: Tensor) -> No
                          f"got shape {tuple(t.shape)}")
 
 
+def _per_sample(weight: Tensor | None, bias: Tensor | None) -> bool:
+    return any(t is not None and t.dim() == 2 for t in (weight, bias))
+
+
 def affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
     """``x * weight + bias`` per channel (an EvoNorm with ``nonlinearity=False``), in ``x``'s dtype.
 
@@ -87,12 +100,12 @@ def affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
     _check_channel_tensor("affine", "bias", bias, x)
     if weight is None and bias is None:
         return x
-    if (weight is None or weight.dim() == 1) and (bias is None or bias.dim() == 1):
+    if not _per_sample(weight, bias):
         c = x.shape[1]
         like = weight if weight is not None else bias
         zeros = torch.zeros(c, dtype=like.dtype, device=like.device)
         ones = torch.ones(c, dtype=like.dtype, device=like.device)
-        return torch.nn.functional.batch_norm(x, zeros, ones, weight, bias, training=False, momentum=0.0, eps=0.0)
+        return F.batch_norm(x, zeros, ones, weight, bias, training=False, momentum=0.0, eps=0.0)
     return apply_affine(upcast(x), weight, bias).to(x.dtype)
 
 
@@ -138,11 +151,20 @@ def _empty_result(x: Tensor, weight: Tensor | None, bias: Tensor | None, *tied: 
 
 
 def _update_running(
-    running_var: Tensor, num_batches_tracked: Tensor | None, batch_var: Tensor, count: int, momentum: float | None
+    running_var: Tensor,
+    num_batches_tracked: Tensor | None,
+    batch_var: Tensor,
+    count: int,
+    momentum: float | None,
+    running_mean: Tensor | None = None,
+    batch_mean: Tensor | None = None,
 ) -> None:
-    """Count the batch and fold its (biased) variance into ``running_var`` (stored unbiased)."""
+    """Count the batch and fold its (biased) variance into ``running_var`` (stored unbiased)
+    and, with ``running_mean``, its mean into ``running_mean``."""
     factor = running_stats.count_batch_(num_batches_tracked, momentum)
     running_stats.update_running_(running_var, batch_var, factor, count)
+    if running_mean is not None:
+        running_stats.update_running_(running_mean, batch_mean, factor)
 
 
 def evonorm_b(
@@ -216,6 +238,92 @@ def evonorm_b(
     else:
         batch_var = running_var
     return apply_affine(b_transform(xc, v1, batch_var, variant, eps), weight, bias).to(x.dtype)
+
+
+# ---- the baselines' normalizations (BatchNorm, GroupNorm, LayerNorm) ----------------------
+
+def tracked_batch_moments(
+    x: Tensor,
+    running_mean: Tensor | None,
+    running_var: Tensor,
+    num_batches_tracked: Tensor,
+    training: bool,
+    momentum: float | None,
+    sync: bool = False,
+    process_group: object | None = None,
+) -> tuple[Tensor | None, Tensor]:
+    """Per-channel ``(mean, var)`` of shape (C,) in ``x``'s dtype, ``mean`` None without ``running_mean``.
+
+    Training: the (biased) moments of the batch (across processes with ``sync``), folded into
+    the moving averages by :mod:`evonorm_core.running_stats` unless the batch is empty.
+    Eval: the moving averages.
+    """
+    if not training:
+        mean = None if running_mean is None else running_mean.to(x.dtype)
+        return mean, running_var.to(x.dtype)
+    mean, var, count = stats.batch_moments(x, sync, process_group)
+    if count > 0:
+        _update_running(running_var, num_batches_tracked, var, count, momentum, running_mean, mean)
+    return (mean if running_mean is not None else None), var
+
+
+def batch_norm(
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    running_mean: Tensor,
+    running_var: Tensor,
+    num_batches_tracked: Tensor,
+    training: bool,
+    momentum: float | None,
+    eps: float,
+    sync: bool = False,
+    process_group: object | None = None,
+) -> Tensor:
+    """``(x - mu_{b,w,h}) / sqrt(s^2_{b,w,h} + eps) * weight + bias``, ``x`` in its compute dtype.
+
+    In training the batch's moments are used and folded into ``running_mean``/``running_var``
+    with the weight :func:`evonorm_core.running_stats.count_batch_` gives; an empty batch
+    changes nothing. Runs on ``F.batch_norm`` (whose update is then ``nn.BatchNorm2d``'s
+    rule with that weight), except for statistics synchronised across processes, buffers in
+    another dtype than ``x`` or one value per channel: composed ops with
+    :func:`tracked_batch_moments`.
+    ``weight``/``bias``: None, (C,) or per sample (N, C).
+    """
+    synced = training and stats.syncs_across_processes(sync, process_group)
+    if x.numel() == 0 and not synced:
+        return apply_affine(x, weight, bias)
+    if synced or running_var.dtype != x.dtype or (training and x.numel() <= x.shape[1]):
+        # (one value per channel: F.batch_norm refuses it and its unbiased variance would be 0/0)
+        mean, var = tracked_batch_moments(
+            x, running_mean, running_var, num_batches_tracked, training, momentum, sync, process_group
+        )
+        z = (x - mean.view(1, -1, 1, 1)) / torch.sqrt(var.view(1, -1, 1, 1) + eps)
+        return apply_affine(z, weight, bias)
+    per_sample = _per_sample(weight, bias)
+    factor = running_stats.count_batch_(num_batches_tracked, momentum) if training else 0.0
+    y = F.batch_norm(
+        x, running_mean, running_var,
+        None if per_sample or weight is None else weight.to(x.dtype),
+        None if per_sample or bias is None else bias.to(x.dtype),
+        training=training, momentum=factor, eps=eps,
+    )
+    return apply_affine(y, weight, bias) if per_sample else y
+
+
+def group_norm(x: Tensor, groups: int, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
+    """``(x - mu_{w,h,c/g}) / sqrt(s^2_{w,h,c/g} + eps) * weight + bias`` on ``F.group_norm``
+    (LayerNorm over channels and pixels: ``groups=1``), ``x`` in its compute dtype.
+
+    ``weight``/``bias``: None, (C,) or per sample (N, C); an empty input gives an empty output.
+    """
+    if x.numel() == 0:
+        return apply_affine(x, weight, bias)
+    if _per_sample(weight, bias):
+        return apply_affine(F.group_norm(x, groups, None, None, eps), weight, bias)
+    weight = None if weight is None else weight.to(x.dtype)
+    bias = None if bias is None else bias.to(x.dtype)
+    return F.group_norm(x, groups, weight, bias, eps)
 
 
 # ---- choosing the fused path ------------------------------------------------------------

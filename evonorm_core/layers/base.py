@@ -31,7 +31,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from .. import formulas, running_stats
+from .. import formulas, functional, running_stats
 from .. import statistics as stats
 
 
@@ -279,35 +279,6 @@ class GroupedNormAct2d(NormAct2d):
         return f"{super().extra_repr()}, groups={self.groups}"
 
 
-@torch.fx.wrap
-def tracked_batch_moments(
-    x: Tensor,
-    running_mean: Tensor | None,
-    running_var: Tensor,
-    num_batches_tracked: Tensor,
-    training: bool,
-    momentum: float | None,
-    sync: bool = False,
-    process_group: object | None = None,
-) -> tuple[Tensor | None, Tensor]:
-    """Per-channel ``(mean, var)`` of shape (C,) in ``x``'s dtype, ``mean`` None without ``running_mean``.
-
-    Training: the (biased) moments of the batch (across processes with ``sync``), folded into
-    the moving averages by :mod:`evonorm_core.running_stats` unless the batch is empty.
-    Eval: the moving averages.
-    """
-    if not training:
-        mean = None if running_mean is None else running_mean.to(x.dtype)
-        return mean, running_var.to(x.dtype)
-    mean, var, count = stats.batch_moments(x, sync, process_group)
-    if count > 0:
-        factor = running_stats.count_batch_(num_batches_tracked, momentum)
-        running_stats.update_running_(running_var, var, factor, count)
-        if running_mean is not None:
-            running_stats.update_running_(running_mean, mean, factor)
-    return (mean if running_mean is not None else None), var
-
-
 class BatchStatsNormAct2d(NormAct2d):
     """A layer using batch statistics ``mu_{b,w,h}``/``s^2_{b,w,h}`` (the B series and BN).
 
@@ -368,7 +339,7 @@ class BatchStatsNormAct2d(NormAct2d):
     def batch_moments(self, x: Tensor) -> tuple[Tensor | None, Tensor]:
         """Per-channel ``(mean, var)`` of shape (1, C, 1, 1): of the batch in training
         (updating the moving averages), the moving averages in eval; ``mean`` None unless tracked."""
-        mean, var = tracked_batch_moments(
+        mean, var = functional.tracked_batch_moments(
             x, getattr(self, "running_mean", None), self.running_var, self.num_batches_tracked, self.training,
             self.momentum, self.sync, self.process_group,
         )

@@ -6,83 +6,18 @@ is its normalization and affine without activation. Activations: ``relu`` = max(
 ``max_v0`` = max(z, v0) with learnable ``v0`` (init 0), ``swish1`` = z sigmoid(z),
 ``swish`` = z sigmoid(v1 z) with learnable ``v1`` (init 1).
 
-BatchNorm and GroupNorm/LayerNorm run on PyTorch's own kernels (``F.batch_norm``,
-``F.group_norm``); PixelNorm, FRN and "RS + rej" have none and are composed ops.
+BatchNorm and GroupNorm/LayerNorm call :func:`evonorm_core.functional.batch_norm` and
+:func:`~evonorm_core.functional.group_norm` (PyTorch's own kernels); PixelNorm, FRN and
+"RS + rej" have none and are composed ops.
 """
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from .. import formulas, running_stats
+from .. import formulas, functional
 from .. import statistics as stats
-from ..formulas import apply_affine
-from .base import BatchStatsNormAct2d, GroupedNormAct2d, NormAct2d, tracked_batch_moments
-
-
-def _per_sample(weight: Tensor | None, bias: Tensor | None) -> bool:
-    return any(t is not None and t.dim() == 2 for t in (weight, bias))
-
-
-@torch.fx.wrap
-def batch_norm(
-    x: Tensor,
-    weight: Tensor | None,
-    bias: Tensor | None,
-    running_mean: Tensor,
-    running_var: Tensor,
-    num_batches_tracked: Tensor,
-    training: bool,
-    momentum: float | None,
-    eps: float,
-    sync: bool = False,
-    process_group: object | None = None,
-) -> Tensor:
-    """``(x - mu_{b,w,h}) / sqrt(s^2_{b,w,h} + eps) * weight + bias``, ``x`` in its compute dtype.
-
-    In training the batch's moments are used and folded into ``running_mean``/``running_var``
-    with the weight :func:`evonorm_core.running_stats.count_batch_` gives; an empty batch
-    changes nothing. Runs on ``F.batch_norm`` (whose update is then ``nn.BatchNorm2d``'s
-    rule with that weight), except for statistics synchronised across processes, buffers in
-    another dtype than ``x`` or one value per channel: composed ops with
-    :func:`~.base.tracked_batch_moments`.
-    ``weight``/``bias``: None, (C,) or per sample (N, C).
-    """
-    synced = training and stats.syncs_across_processes(sync, process_group)
-    if x.numel() == 0 and not synced:
-        return apply_affine(x, weight, bias)
-    if synced or running_var.dtype != x.dtype or (training and x.numel() <= x.shape[1]):
-        # (one value per channel: F.batch_norm refuses it and its unbiased variance would be 0/0)
-        mean, var = tracked_batch_moments(
-            x, running_mean, running_var, num_batches_tracked, training, momentum, sync, process_group
-        )
-        z = (x - mean.view(1, -1, 1, 1)) / torch.sqrt(var.view(1, -1, 1, 1) + eps)
-        return apply_affine(z, weight, bias)
-    per_sample = _per_sample(weight, bias)
-    factor = running_stats.count_batch_(num_batches_tracked, momentum) if training else 0.0
-    y = F.batch_norm(
-        x, running_mean, running_var,
-        None if per_sample or weight is None else weight.to(x.dtype),
-        None if per_sample or bias is None else bias.to(x.dtype),
-        training=training, momentum=factor, eps=eps,
-    )
-    return apply_affine(y, weight, bias) if per_sample else y
-
-
-@torch.fx.wrap
-def group_norm(x: Tensor, groups: int, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
-    """``(x - mu_{w,h,c/g}) / sqrt(s^2_{w,h,c/g} + eps) * weight + bias`` on ``F.group_norm``.
-
-    ``weight``/``bias``: None, (C,) or per sample (N, C); an empty input gives an empty output.
-    """
-    if x.numel() == 0:
-        return apply_affine(x, weight, bias)
-    if _per_sample(weight, bias):
-        return apply_affine(F.group_norm(x, groups, None, None, eps), weight, bias)
-    weight = None if weight is None else weight.to(x.dtype)
-    bias = None if bias is None else bias.to(x.dtype)
-    return F.group_norm(x, groups, weight, bias, eps)
+from .base import BatchStatsNormAct2d, GroupedNormAct2d, NormAct2d
 
 
 class BatchNormAct2d(BatchStatsNormAct2d):
@@ -124,7 +59,7 @@ class BatchNormAct2d(BatchStatsNormAct2d):
 
     def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
         x = self.check_input(x, weight, bias)
-        z = batch_norm(
+        z = functional.batch_norm(
             formulas.upcast(x), weight, bias, self.running_mean, self.running_var, self.num_batches_tracked,
             self.training, self.momentum, self.eps, self.sync, self.process_group,
         )
@@ -165,11 +100,12 @@ class GroupNormAct2d(GroupedNormAct2d):
         )
 
     def transform(self, x: Tensor) -> Tensor:
-        return group_norm(x, self.groups, None, None, self.eps)
+        return functional.group_norm(x, self.groups, None, None, self.eps)
 
     def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
         x = self.check_input(x, weight, bias)
-        return self.activate(group_norm(formulas.upcast(x), self.groups, weight, bias, self.eps)).to(x.dtype)
+        z = functional.group_norm(formulas.upcast(x), self.groups, weight, bias, self.eps)
+        return self.activate(z).to(x.dtype)
 
 
 class LayerNormAct2d(NormAct2d):
@@ -198,11 +134,12 @@ class LayerNormAct2d(NormAct2d):
         )
 
     def transform(self, x: Tensor) -> Tensor:
-        return group_norm(x, 1, None, None, self.eps)
+        return functional.group_norm(x, 1, None, None, self.eps)
 
     def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
         x = self.check_input(x, weight, bias)
-        return self.activate(group_norm(formulas.upcast(x), 1, weight, bias, self.eps)).to(x.dtype)
+        z = functional.group_norm(formulas.upcast(x), 1, weight, bias, self.eps)
+        return self.activate(z).to(x.dtype)
 
 
 class PixelNormAct2d(NormAct2d):
