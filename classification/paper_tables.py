@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .recipes import Recipe, recipe_for
+from evonorm_suite.classification.recipes import Recipe, recipe_for
 
 BATCHES = (128, 64, 32, 16, 8, 4)  # images per worker, Tables 3 and 9-13
 # paper row label -> registry name; None: not a registered layer (random search samples)

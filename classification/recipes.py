@@ -99,7 +99,7 @@ def recipe_for(model: str, norm_act: str | None = None, **overrides) -> Recipe:
     for MobileNetV2 is lowered to 0.03"); whether a layer has batch statistics is the
     registry's metadata (:func:`evonorm_core.uses_batch_statistics`). ``overrides``
     replace any field (``epochs=180``, ``schedule="cosine"``, ``randaugment=True`` ...),
-    e.g. a paper table's setup (:func:`classification.paper_tables.table_recipe`).
+    e.g. a paper table's setup (:func:`evonorm_suite.classification.paper_tables.table_recipe`).
     """
     if model not in RECIPES:
         raise ValueError(f"no recipe for model {model!r}; accepted: {', '.join(RECIPES)}")

@@ -1,9 +1,9 @@
 """The paper's classification tables as runnable grids, with the paper's numbers beside them.
 
-    python -m classification.tables list
-    python -m classification.tables run table3 --dry-run                 # paper-scale commands
-    python -m classification.tables run table3 --scale mini --runs-dir runs/t3   # runs here, on digits
-    python -m classification.tables report table3 runs/t3               # markdown + PNG
+    python classification/tables.py list
+    python classification/tables.py run table3 --dry-run                 # paper-scale commands
+    python classification/tables.py run table3 --scale mini --runs-dir runs/t3   # runs here, on digits
+    python classification/tables.py report table3 runs/t3               # markdown + PNG
 
 ``--scale paper`` is the paper's grid: one ``torchrun`` command per cell (ImageNet, the
 paper's workers and images per worker, LR scaled linearly); it executes them one after
@@ -36,9 +36,8 @@ from evonorm_core.experiment.config import config_to_dict
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
 from evonorm_core.experiment.progress import Progress
 from evonorm_core.experiment.tables import Series, format_mean_std, markdown_table, mean_std_fields, plot_series
-
-from .paper_tables import LAYERS, TABLES, WORKERS, PaperTable
-from .train import TrainConfig, train
+from evonorm_suite.classification.paper_tables import LAYERS, TABLES, WORKERS, PaperTable
+from evonorm_suite.classification.train import TrainConfig, train
 
 MINI_MODELS = {"resnet50": "resnet50_cifar", "mobilenetv2": "mobilenetv2_cifar", "efficientnet_b0": "efficientnet_cifar"}
 SCALES = ("paper", "mini")
@@ -96,10 +95,10 @@ def paper_command(table: PaperTable, cell: Cell, runs_dir: Path, data_dir: str) 
     """The ``torchrun`` command of one paper-scale cell (8 GPUs per node)."""
     workers = WORKERS.get(cell.model, 32)
     nodes, per_node = max(1, workers // 8), min(workers, 8)
-    cmd = ["torchrun", f"--nnodes={nodes}", f"--nproc_per_node={per_node}", "-m", "classification.train",
+    cmd = ["torchrun", f"--nnodes={nodes}", f"--nproc_per_node={per_node}", "-m", "evonorm_suite.classification.train",
            "--model", cell.model, "--norm-act", LAYERS[cell.label], "--data", "imagenet", "--data-dir", data_dir,
            "--seed", str(cell.seed), "--output-dir", str(cell.run_dir(runs_dir)), "--resume", "--no-progress"]
-    cmd += ["--table", table.key]  # the table's whole recipe, resolved by classification.train
+    cmd += ["--table", table.key]  # the table's whole recipe, resolved by classification/train.py
     if cell.batch is not None:
         cmd += ["--batch-size", str(cell.batch)]
     return cmd
@@ -182,7 +181,7 @@ def load_runs(runs_dir: Path) -> dict[tuple[str, str, int | None], list[dict]]:
     for path in sorted(runs_dir.rglob("result.json")):
         result = read_json(path, what="run result")
         if not isinstance(result, dict) or not isinstance(result.get("config"), dict) or "final_top1" not in result:
-            raise CorruptFileError(f"run result {str(path)!r} is not a result.json of classification.train "
+            raise CorruptFileError(f"run result {str(path)!r} is not a result.json of classification/train.py "
                                    "(no config or final_top1); delete it and run the cell again")
         config = result["config"]
         batch_dir = path.parent.parent.name
@@ -325,7 +324,7 @@ def positive_int(text: str) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m classification.tables", description=__doc__,
+    p = argparse.ArgumentParser(prog="python classification/tables.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the tables and their grids").set_defaults(func=list_tables)

@@ -1,7 +1,7 @@
 """Fig. 11: MobileNetV2 x {0.9, 1.0, 1.1} with BN-ReLU vs EvoNorm-B0, params and inference FLOPs.
 
-    python -m classification.tradeoff count                  # params + fvcore FLOPs, markdown
-    python -m classification.tradeoff plot RUNS_DIR          # accuracy vs params / FLOPs PNG
+    python classification/tradeoff.py count                  # params + fvcore FLOPs, markdown
+    python classification/tradeoff.py plot RUNS_DIR          # accuracy vs params / FLOPs PNG
 
 FLOPs are counted by fvcore on the inference model with everything foldable folded:
 
@@ -160,7 +160,7 @@ def measured_top1(runs_dir: Path) -> dict[tuple[str, float], float]:
     for path in sorted(runs_dir.glob("*/w*/result.json")):
         result = read_json(path, what="run result")
         if not isinstance(result, dict) or not isinstance(result.get("config"), dict) or "final_top1" not in result:
-            raise CorruptFileError(f"run result {str(path)!r} is not a result.json of classification.train "
+            raise CorruptFileError(f"run result {str(path)!r} is not a result.json of classification/train.py "
                                    "(no config or final_top1); delete it and train that point again")
         found[(result["config"]["norm_act"], result["config"]["width_multiplier"])] = result["final_top1"]
     return found
@@ -192,7 +192,7 @@ def plot(rows: list[dict], top1: dict[tuple[str, float], float], path: Path) -> 
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m classification.tradeoff", description=__doc__,
+    p = argparse.ArgumentParser(prog="python classification/tradeoff.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     count = sub.add_parser("count", help="params and folded inference FLOPs as markdown, plus the training commands")
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
         print("\nImageNet training, one run per point (32 workers as the paper):")
         for layer in LAYERS:
             for width in WIDTHS:
-                print(f"torchrun --nnodes=4 --nproc_per_node=8 -m classification.train --model mobilenetv2 "
+                print(f"torchrun --nnodes=4 --nproc_per_node=8 classification/train.py --model mobilenetv2 "
                       f"--norm-act {layer} --width-multiplier {width} --data imagenet --data-dir $IMAGENET "
                       f"--output-dir runs/fig11/{layer}/w{width} --resume")
         return

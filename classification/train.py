@@ -1,9 +1,9 @@
 """Train a classifier with any norm-act layer: ImageNet, CIFAR-10, or the embedded digits.
 
-    python -m classification.train                                  # digits demo, CPU
-    python -m classification.train --model resnet50 --norm-act evonorm_b0 \\
+    python classification/train.py                                  # digits demo, CPU
+    python classification/train.py --model resnet50 --norm-act evonorm_b0 \\
         --data imagenet --data-dir /data/imagenet --output-dir runs/r50_b0
-    torchrun --nproc_per_node 8 -m classification.train --model resnet50 --table table11 ...   # DDP
+    torchrun --nproc_per_node 8 classification/train.py --model resnet50 --table table11 ...   # DDP
 
 Without ``--data`` the model trains on scikit-learn's digits (real, embedded, tiny) and
 says so. ``--table`` takes a paper table's whole training setup (e.g. Table 11's 180
@@ -30,6 +30,12 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 from evonorm_core import list_norm_acts, norm_act_factory, resolve_name
+from evonorm_core.classifiers.anchors import ANCHOR_NAMES, ANCHORS, build_anchor
+from evonorm_core.classifiers.data import TensorImages, load_cifar10, load_digits_proxy
+from evonorm_core.classifiers.models import MODEL_NAMES, MODEL_RESOLUTIONS, build_model
+from evonorm_core.classifiers.proxy_task import PROXY_TRAINING
+from evonorm_core.classifiers.schedule import SCHEDULES
+from evonorm_core.classifiers.trainer import Trainer
 from evonorm_core.experiment.config import (
     ConfigError,
     add_config_arguments,
@@ -46,17 +52,9 @@ from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, l
 from evonorm_core.experiment.progress import Progress
 from evonorm_core.experiment.rundir import RunDir, RunDirError
 from evonorm_core.experiment.seeding import seed_everything
-
-from evonorm_core.classifiers.anchors import ANCHOR_NAMES, ANCHORS, build_anchor
-from evonorm_core.classifiers.data import TensorImages, load_cifar10, load_digits_proxy
-from evonorm_core.classifiers.models import MODEL_NAMES, MODEL_RESOLUTIONS, build_model
-from evonorm_core.classifiers.proxy_task import PROXY_TRAINING
-from evonorm_core.classifiers.schedule import SCHEDULES
-from evonorm_core.classifiers.trainer import Trainer
-
-from .imagenet import load_imagenet
-from .paper_tables import TABLES, table_recipe
-from .recipes import PROXY_RECIPE, Recipe, recipe_for
+from evonorm_suite.classification.imagenet import load_imagenet
+from evonorm_suite.classification.paper_tables import TABLES, table_recipe
+from evonorm_suite.classification.recipes import PROXY_RECIPE, Recipe, recipe_for
 
 DATASETS = ("digits", "cifar10", "imagenet")
 CONFIG_FILE, CHECKPOINT_FILE, RESULT_FILE = "config.json", "checkpoint.pt", "result.json"
@@ -116,7 +114,7 @@ class TrainConfig:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m classification.train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python classification/train.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_config_arguments(parser, TrainConfig, TrainConfig())
     return parser

@@ -25,8 +25,7 @@ from fvcore.nn import weight_init
 from torch import Tensor
 
 from evonorm_core import NormActMaker
-
-from .norm import norm_act_maker
+from evonorm_suite.detection.norm import norm_act_maker
 
 BLOCKS_PER_STAGE = {18: [2, 2, 2, 2], 34: [3, 4, 6, 3], 50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3]}
 

@@ -90,8 +90,8 @@ def model_cost(cfg, image_size: int = 1024) -> ModelCost:
 
 def main(argv: list[str] | None = None) -> int:
     """Print MAdds (fvcore, one square image) and parameters of configs next to paper Table 4."""
-    from .config import load_config
-    from .paper import paper_cells
+    from evonorm_suite.detection.config import load_config
+    from evonorm_suite.detection.paper import paper_cells
 
     parser = argparse.ArgumentParser(
         prog="python tools/model_cost.py", description=main.__doc__,

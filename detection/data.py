@@ -11,7 +11,7 @@ import detectron2.data.transforms as T
 from detectron2.data import DatasetCatalog, DatasetMapper, MetadataCatalog, build_detection_train_loader
 from detectron2.data import detection_utils
 
-from .shapes import DATASET_PREFIX, register_shapes_dataset
+from evonorm_suite.detection.shapes import DATASET_PREFIX, register_shapes_dataset
 
 DEMO_COMMAND = "python tools/train_net.py --config detection/configs/demo_shapes_evonorm_s0.yaml"
 

@@ -12,7 +12,7 @@ conv -> norm -> ReLU turned into conv -> ``make(C, True)``: the activation is pa
 norm-act layer, so the head's own ReLU after it is removed. The fc layers and the
 deconvolution have no norm before them and keep their ReLU.
 
-Each norm-act layer is wrapped in :class:`~detection.norm.EmptyBatchSafe`: heads can
+Each norm-act layer is wrapped in :class:`~evonorm_suite.detection.norm.EmptyBatchSafe`: heads can
 receive zero RoIs.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from detectron2.modeling.proposal_generator.rpn import StandardRPNHead
 from detectron2.modeling.roi_heads import FastRCNNConvFCHead, MaskRCNNConvUpsampleHead
 from torch import nn
 
-from .norm import empty_batch_safe, norm_act_maker
+from evonorm_suite.detection.norm import empty_batch_safe, norm_act_maker
 
 
 def head_conv_norm(cfg):

@@ -1,9 +1,9 @@
 """Table 4 in miniature: the shapes demo with BN (synchronized), GN, EvoNorm-B0 and EvoNorm-S0.
 
-    python -m detection.miniature                       # the whole grid, resumable
-    python -m detection.miniature --report-only         # tables and JSON from finished runs
+    python detection/miniature.py                       # the whole grid, resumable
+    python detection/miniature.py --report-only         # tables and JSON from finished runs
 
-Every layer is trained on the generated shapes (``detection.shapes``) in two settings, with
+Every layer is trained on the generated shapes (``detection/shapes.py``) in two settings, with
 three seeds each: ``batch8``, the demo configs as they are (8 images per step), and
 ``batch2``, 2 images per step with the learning rate scaled linearly and the same number of
 iterations (a quarter of the images), where batch statistics come from two images only, the
@@ -26,8 +26,7 @@ from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_json, read_json
 from evonorm_core.experiment.progress import Progress
 from evonorm_core.experiment.tables import format_mean_std, markdown_table, mean_and_std
-
-from .report import RESULTS_FILE
+from evonorm_suite.detection.report import RESULTS_FILE
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 LAYERS = {"bn": "BN-ReLU (sync)", "gn": "GN-ReLU", "evonorm_b0": "EvoNorm-B0", "evonorm_s0": "EvoNorm-S0"}
@@ -58,7 +57,7 @@ class Run:
 
     def command(self, runs: Path, iterations: int) -> list[str]:
         return [
-            sys.executable, "-m", "detection.train_net", "--threads", "1", "--resume",
+            sys.executable, "-m", "evonorm_suite.detection.train_net", "--threads", "1", "--resume",
             "--config", str(CONFIGS / f"demo_shapes_{self.layer}.yaml"),
             "SEED", str(self.seed), "SOLVER.IMS_PER_BATCH", str(self.setting.images_per_step),
             "SOLVER.BASE_LR", str(self.setting.lr), "SOLVER.MAX_ITER", str(iterations),
@@ -106,7 +105,7 @@ def markdown(summary: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m detection.miniature", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python detection/miniature.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/detection_miniature"), help="one folder per run")
     parser.add_argument("--out", type=Path, default=Path("docs/results/detection"), help="where miniature.json goes")
@@ -133,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in pool.map(lambda run: train_one(run, args.runs_dir, args.iterations), todo):
                 progress.update(run=line)
     summary = {**summarize(args.runs_dir, tuple(args.seeds)), "iterations": args.iterations,
-               "command": command_line("python -m detection.miniature", argv)}
+               "command": command_line("python detection/miniature.py", argv)}
     atomic_write_json(args.out / "miniature.json", summary)
     print(markdown(summary))
     print(f"summary: {args.out / 'miniature.json'}")

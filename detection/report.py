@@ -1,6 +1,6 @@
 """Box and mask AP of finished runs next to the paper's Table 4.
 
-    python -m detection.report output/mask_rcnn_R50_bn output/mask_rcnn_R50_evonorm_b0 ...
+    python detection/report.py output/mask_rcnn_R50_bn output/mask_rcnn_R50_evonorm_b0 ...
 
 Reads ``final_results.json`` that ``tools/train_net.py`` writes into each output folder
 (COCOEvaluator's results after training or ``--eval-only``), or else the last evaluation
@@ -17,8 +17,7 @@ import sys
 from pathlib import Path
 
 from evonorm_core.experiment.tables import markdown_table
-
-from .paper import BOX, MASK, paper_cells
+from evonorm_suite.detection.paper import BOX, MASK, paper_cells
 
 RESULTS_FILE = "final_results.json"
 METRICS = ("AP", "AP50", "AP75")

@@ -2,7 +2,7 @@
 
 Each image holds 0-4 non-overlapping circles, squares and triangles (random size, colour
 and rotation) on a background of smooth colour noise plus stripes, so a detector has to
-learn shape, not colour. Masks are exact polygons. ``python -m detection.shapes --help``
+learn shape, not colour. Masks are exact polygons. ``python detection/shapes.py --help``
 writes the dataset; :func:`ensure_shapes_dataset` writes it once and reuses it.
 """
 from __future__ import annotations
@@ -138,14 +138,14 @@ def register_shapes_dataset(root: Path | None = None, size: int = 128) -> list[s
     return names
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python detection/shapes.py", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--root", type=Path, default=None, help="output folder (default: $DETECTRON2_DATASETS/evonorm_shapes)"
     )
     parser.add_argument("--size", type=int, default=128, help="image side in pixels (default: 128)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     root = args.root or default_root()
     for split, num_images in SPLITS.items():
         print(f"wrote {num_images} images: {write_split(root, split, num_images, args.size, args.seed)}")

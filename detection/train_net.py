@@ -26,12 +26,11 @@ from detectron2.utils import comm
 
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json
 from evonorm_core.experiment.rundir import RunDir, RunDirError
-
-from detection import load_config
-from detection.checkpoint import SafeCheckpointer, check_weights_file
-from detection.data import DatasetNotFoundError, prepare_datasets
-from detection.report import RESULTS_FILE
-from detection.trainer import NormActTrainer
+from evonorm_suite.detection import load_config
+from evonorm_suite.detection.checkpoint import SafeCheckpointer, check_weights_file
+from evonorm_suite.detection.data import DatasetNotFoundError, prepare_datasets
+from evonorm_suite.detection.report import RESULTS_FILE
+from evonorm_suite.detection.trainer import NormActTrainer
 
 logger = logging.getLogger("detection")
 
@@ -63,7 +62,7 @@ def setup(args: argparse.Namespace):
 
 
 def save_results(cfg, results: dict) -> None:
-    """Write COCOEvaluator's final results to ``OUTPUT_DIR/final_results.json`` (read by ``detection.report``)."""
+    """Write COCOEvaluator's final results to ``OUTPUT_DIR/final_results.json`` (read by ``detection/report.py``)."""
     if comm.is_main_process() and results:
         atomic_write_json(os.path.join(cfg.OUTPUT_DIR, RESULTS_FILE), results)
 

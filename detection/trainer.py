@@ -11,8 +11,8 @@ import os
 from detectron2.engine import DefaultTrainer
 from detectron2.evaluation import COCOEvaluator
 
-from . import data, optimizer
-from .checkpoint import SafeCheckpointer
+from evonorm_suite.detection import data, optimizer
+from evonorm_suite.detection.checkpoint import SafeCheckpointer
 
 
 class NormActTrainer(DefaultTrainer):

@@ -1,6 +1,6 @@
 """BigGAN-deep with a swappable generator normalization-activation (paper Table 5).
 
-    from gan.biggan_deep import Generator, GeneratorSpec, Discriminator
+    from evonorm_suite.gan.biggan_deep import Generator, GeneratorSpec, Discriminator
     G = Generator(GeneratorSpec(resolution=128), "evonorm_s0")   # any registered norm-act
 
 Scripts: ``gan/train_biggan.py`` (training), ``gan/evaluate.py`` (IS/FID),

@@ -13,7 +13,7 @@ Architecture facts follow the authors' BigGAN-PyTorch ``BigGANdeep.py``:
   average-pool downsampling in each stage's first block, a skip connection that grows
   channels by concatenating a learned 1x1 conv, global sum pooling and a class
   projection.
-* Spectral norm in G and D, orthogonal init (:mod:`gan.layers`).
+* Spectral norm in G and D, orthogonal init (:mod:`evonorm_suite.gan.layers`).
 
 Every conditional BN-ReLU of G is the chosen ``norm_act`` in conditional form
 (:class:`evonorm_core.ConditionalNormAct2d`: the layer's own forward with gamma = 1 + W_g c, beta = W_b c); the unconditional BN-ReLU before the output conv is the plain
@@ -29,8 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from evonorm_core import conditional_norm_act_factory, norm_act_factory
-
-from .layers import SelfAttention, sn_conv, sn_embedding, sn_linear, sn_linear_no_bias
+from evonorm_suite.gan.layers import SelfAttention, sn_conv, sn_embedding, sn_linear, sn_linear_no_bias
 
 # Per output resolution: channel multipliers (in, out) of each stage, as in BigGANdeep.py.
 G_CHANNELS = {

@@ -1,6 +1,6 @@
 """Run folders, model construction from a configuration, and reading checkpoints back.
 
-A run folder holds ``config.json`` (the resolved :class:`~gan.config.GanConfig`),
+A run folder holds ``config.json`` (the resolved :class:`~evonorm_suite.gan.config.GanConfig`),
 ``checkpoints/last.pt`` (everything needed to resume; plain data, read with
 ``weights_only=True``), snapshots named by step (``checkpoints/step_0005000.pt``),
 ``samples/*.png``, ``log.jsonl`` and ``curves.png``, ``tb/`` (TensorBoard) and, after
@@ -12,9 +12,8 @@ from pathlib import Path
 
 from evonorm_core.experiment.config import config_from_dict
 from evonorm_core.experiment.files import CorruptFileError, load_checkpoint, require_keys
-
-from .biggan_deep import Discriminator, Generator, GeneratorSpec
-from .config import GanConfig
+from evonorm_suite.gan.biggan_deep import Discriminator, Generator, GeneratorSpec
+from evonorm_suite.gan.config import GanConfig
 
 LAST = "last.pt"
 

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 from evonorm_core import resolve_name, uses_batch_statistics
 from evonorm_core.experiment.config import ConfigError, option, validate
-
-from .biggan_deep import RESOLUTIONS
-from .data import DATASETS
+from evonorm_suite.gan.biggan_deep import RESOLUTIONS
+from evonorm_suite.gan.data import DATASETS
 
 
 @dataclass(frozen=True)

@@ -123,14 +123,14 @@ class DigitsFeatureExtractor(FeatureExtractorBase):
     """torch-fidelity's view of :class:`DigitsClassifier`: ``features`` (64-d, FID) and ``logits`` (IS).
 
     ``feature_extractor_weights_path`` is the classifier file of :func:`weights_file`
-    (:func:`gan.metrics.fidelity_metrics` passes it).
+    (:func:`evonorm_suite.gan.metrics.fidelity_metrics` passes it).
     """
 
     def __init__(self, name: str, features_list, feature_extractor_weights_path: str | None = None, **kwargs) -> None:
         super().__init__(name, features_list)
         if feature_extractor_weights_path is None:
             raise ValueError("the digits-classifier feature extractor needs feature_extractor_weights_path "
-                             "(gan.digits_classifier.weights_file(resolution))")
+                             "(evonorm_suite.gan.digits_classifier.weights_file(resolution))")
         self.model = load_classifier(feature_extractor_weights_path)
 
     @staticmethod

@@ -12,7 +12,7 @@ class EMA:
 
     Before step ``start`` the average is a plain copy (BigGAN's ``ema_start``). Buffers
     (running statistics, spectral-norm power-iteration vectors) are copied, not averaged:
-    the averaged model's own statistics come from :func:`gan.sampling.standing_statistics`.
+    the averaged model's own statistics come from :func:`evonorm_suite.gan.sampling.standing_statistics`.
     """
 
     def __init__(self, model: nn.Module, decay: float = 0.9999, start: int = 0) -> None:

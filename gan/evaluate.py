@@ -4,7 +4,7 @@
     python gan/evaluate.py runs/gan/imagenet128_evonorm_s0/seed0 --inception-weights weights-inception-2015-12-05-6726825d.pth
 
 Runs on the embedded digits are measured with the digits classifier of
-:mod:`gan.digits_classifier` unless Inception weights are given ("digits-classifier IS/FID",
+:mod:`evonorm_suite.gan.digits_classifier` unless Inception weights are given ("digits-classifier IS/FID",
 labelled so in every output; not comparable with ImageNet numbers); other data need the
 Inception weight file (checked against its SHA-256 before use).
 
@@ -31,12 +31,12 @@ from pathlib import Path
 
 import torch
 
-from gan.checkpoint import checkpoint_dir, load_ema_generator, resolve_checkpoint
-from gan import digits_classifier
-from gan.data import UInt8Images, build_dataset, digits_dataset
 from evonorm_core.experiment.files import atomic_write_json
 from evonorm_core.running_stats import batch_stat_layers
-from gan.metrics import (
+from evonorm_suite.gan import digits_classifier
+from evonorm_suite.gan.checkpoint import checkpoint_dir, load_ema_generator, resolve_checkpoint
+from evonorm_suite.gan.data import UInt8Images, build_dataset, digits_dataset
+from evonorm_suite.gan.metrics import (
     DIGITS,
     INCEPTION,
     INCEPTION_FILE,
@@ -46,7 +46,7 @@ from gan.metrics import (
     fidelity_metrics,
     find_inception_weights,
 )
-from gan.sampling import standing_statistics
+from evonorm_suite.gan.sampling import standing_statistics
 
 PEAK_KEYS = {"fid": ("fid", -1), "is": ("is_mean", 1)}  # metric and the sign that makes larger better
 

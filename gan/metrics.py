@@ -6,7 +6,7 @@ Two feature extractors:
   weights on first use; here they must be a local file (``--inception-weights``, or
   torch-fidelity's file name in ``$TORCH_HOME/hub/checkpoints/``), and the file is checked
   against the SHA-256 prefix in its name before torch-fidelity unpickles it;
-* ``digits-classifier`` (:mod:`gan.digits_classifier`), for the embedded digits: "digits-
+* ``digits-classifier`` (:mod:`evonorm_suite.gan.digits_classifier`), for the embedded digits: "digits-
   classifier IS/FID", comparable between runs here, never with Inception numbers.
 
 Class labels are sampled here (:class:`GeneratorSampler` reports ``num_classes = 0`` to
@@ -27,9 +27,8 @@ from torch.utils.data import Dataset
 from torch_fidelity.generative_model_base import GenerativeModelBase
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY, register_feature_extractor
 
-from . import digits_classifier
-
-from .data import UInt8Images, to_uint8
+from evonorm_suite.gan import digits_classifier
+from evonorm_suite.gan.data import UInt8Images, to_uint8
 
 INCEPTION = "inception-v3-compat"
 DIGITS = digits_classifier.NAME
@@ -147,8 +146,8 @@ def fidelity_metrics(
 def digits_fidelity(generator: nn.Module, resolution: int, num_samples: int, seed: int = 0,
                     cache_root: str | None = None) -> dict[str, float]:
     """Digits-classifier IS/FID of ``generator`` against the digits' training split (see
-    :mod:`gan.digits_classifier`; FID floor and noise ceiling in docs/gan.md)."""
-    from .data import digits_dataset
+    :mod:`evonorm_suite.gan.digits_classifier`; FID floor and noise ceiling in docs/gan.md)."""
+    from evonorm_suite.gan.data import digits_dataset
 
     weights = digits_classifier.weights_file(resolution)
     reference = UInt8Images(digits_dataset(resolution, "train"))
@@ -191,7 +190,7 @@ def digits_calibration(resolution: int, cache_root: str | None = None) -> dict[s
     """The scale of digits-classifier IS/FID: the held-out real digits against the training
     digits (the floor a perfect generator reaches with as many samples) and uniform noise
     (the ceiling), each with as many images as the held-out split has."""
-    from .data import digits_dataset
+    from evonorm_suite.gan.data import digits_dataset
 
     weights = str(digits_classifier.weights_file(resolution))
     reference = UInt8Images(digits_dataset(resolution, "train"))

@@ -1,7 +1,7 @@
 """Table 5 in miniature: six generator layers x three seeds on the digits, digits-classifier IS/FID.
 
-    python -m gan.table5                        # the whole grid (about 2 h on 2 cores), resumable
-    python -m gan.table5 --report-only          # re-aggregate finished runs
+    python gan/table5.py                        # the whole grid (about 2 h on 2 cores), resumable
+    python gan/table5.py --report-only          # re-aggregate finished runs
 
 Every (layer, seed) trains the digits preset of ``gan/train_biggan.py`` for ``--steps`` in its
 own process (one thread, ``--jobs`` at once), keeping four snapshots, and is then evaluated by
@@ -26,10 +26,9 @@ from pathlib import Path
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json
 from evonorm_core.experiment.progress import Progress
-
-from .config import PRESETS
-from .metrics import digits_calibration
-from .report import LABELS, aggregate, find_metrics, layer_name, markdown
+from evonorm_suite.gan.config import PRESETS
+from evonorm_suite.gan.metrics import digits_calibration
+from evonorm_suite.gan.report import LABELS, aggregate, find_metrics, layer_name, markdown
 
 DEFAULT_STEPS = PRESETS["digits"].total_steps
 
@@ -40,10 +39,10 @@ def run_one(layer: str, seed: int, runs_dir: Path, steps: int) -> tuple[str, flo
     run_dir = runs_dir / layer / f"seed{seed}"
     log = runs_dir / layer / f"seed{seed}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    train = [sys.executable, "-m", "gan.train_biggan", "--norm", layer, "--seed", str(seed), "--run-dir",
+    train = [sys.executable, "-m", "evonorm_suite.gan.train_biggan", "--norm", layer, "--seed", str(seed), "--run-dir",
              str(runs_dir / layer), "--total-steps", str(steps), "--keep-every", str(max(1, steps // 4)),
              "--eval-every", "0", "--threads", "1", *(["--resume"] if run_dir.exists() else [])]
-    evaluate = [sys.executable, "-m", "gan.evaluate", str(run_dir), "--all-snapshots"]
+    evaluate = [sys.executable, "-m", "evonorm_suite.gan.evaluate", str(run_dir), "--all-snapshots"]
     with open(log, "a") as out:
         for command in (train, evaluate):
             if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode:
@@ -52,7 +51,7 @@ def run_one(layer: str, seed: int, runs_dir: Path, steps: int) -> tuple[str, flo
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gan.table5", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python gan/table5.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", nargs="+", choices=sorted(LABELS), default=list(LABELS), help="generator layers")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds per layer (Table 5: 3)")
@@ -80,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     layers = aggregate([read_json(p, what="run metrics") for p in find_metrics([args.runs_dir])])
     resolution = PRESETS["digits"].resolution
     summary = {
-        "experiment": "Table 5 miniature", "command": command_line("python -m gan.table5", argv),
+        "experiment": "Table 5 miniature", "command": command_line("python gan/table5.py", argv),
         "cpu_seconds": cpu_seconds, "steps": args.steps, "feature_extractor": "digits-classifier",
         "description": f"class-conditional BigGAN-deep (digits preset, {resolution}x{resolution} greyscale) on the "
                        f"embedded digits, {args.steps} steps per run",

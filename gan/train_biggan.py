@@ -33,10 +33,9 @@ from evonorm_core.experiment.config import (
 )
 from evonorm_core.experiment.distributed import DistributedContext, shutdown
 from evonorm_core.experiment.rundir import RunDirError
-
-from gan.config import PRESET_OF_DATASET, PRESETS, GanConfig, preset
-from gan.data import build_dataset
-from gan.trainer import CONFIG_FILE, Trainer
+from evonorm_suite.gan.config import PRESET_OF_DATASET, PRESETS, GanConfig, preset
+from evonorm_suite.gan.data import build_dataset
+from evonorm_suite.gan.trainer import CONFIG_FILE, Trainer
 
 # What a resumed run may change: how long it trains and how it reports.
 RESUMABLE = ("total_steps", "data_root", "num_workers", "log_every", "sample_every", "eval_every", "eval_samples",

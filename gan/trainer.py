@@ -22,13 +22,12 @@ from evonorm_core.experiment.distributed import DistributedContext
 from evonorm_core.experiment.files import append_jsonl, load_checkpoint, read_jsonl, require_keys, save_checkpoint
 from evonorm_core.experiment.progress import Progress
 from evonorm_core.experiment.rundir import RunDir
-
-from .checkpoint import LAST, build_discriminator, build_generator, checkpoint_dir
-from .config import GanConfig
-from .data import num_classes_of
-from .ema import EMA
-from .losses import discriminator_hinge_loss, generator_hinge_loss
-from .sampling import grid_latents, sample_latents, save_sample_grid
+from evonorm_suite.gan.checkpoint import LAST, build_discriminator, build_generator, checkpoint_dir
+from evonorm_suite.gan.config import GanConfig
+from evonorm_suite.gan.data import num_classes_of
+from evonorm_suite.gan.ema import EMA
+from evonorm_suite.gan.losses import discriminator_hinge_loss, generator_hinge_loss
+from evonorm_suite.gan.sampling import grid_latents, sample_latents, save_sample_grid
 
 CONFIG_FILE, LOG_FILE = "config.json", "log.jsonl"
 
@@ -246,7 +245,7 @@ class Trainer:
     def sampling_generator(self) -> nn.Module:
         """A copy of G_ema with BigGAN's standing statistics (a no-op for batch-independent layers),
         computed in this process only (the copy's layers do not synchronize: only rank 0 samples)."""
-        from .sampling import standing_statistics
+        from evonorm_suite.gan.sampling import standing_statistics
 
         generator = copy_module(self.ema.model)
         for module in generator.modules():
@@ -259,7 +258,7 @@ class Trainer:
         """Digits-classifier (or Inception, when the data are not the digits: skipped) IS/FID of G_ema."""
         if self.config.dataset != "digits":
             return {}
-        from .metrics import digits_fidelity
+        from evonorm_suite.gan.metrics import digits_fidelity
 
         return digits_fidelity(self.sampling_generator(), self.config.resolution, num_samples, seed=self.step)
 

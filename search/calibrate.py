@@ -1,4 +1,4 @@
-"""Measure the proxy task: ``python -m search.calibrate --json FILE [settings]``.
+"""Measure the proxy task: ``python search/calibrate.py --json FILE [settings]``.
 
 What the search's presets are chosen by. For the reference layers of the mode (and
 ``--random`` random layers that pass the static checks, drawn with a fixed seed), on each
@@ -28,9 +28,9 @@ from evonorm_core.experiment.files import atomic_write_json
 from evonorm_core.search.expression import to_infix
 from evonorm_core.search.genome import Genome, random_genome
 from evonorm_core.search.rejection import static_rejection
-from search.config import SearchConfig
-from search.presets import DEFAULT_PRESET, PRESETS, preset
-from search.proxy import ProxyEvaluator, _AnchorTraining
+from evonorm_suite.search.config import SearchConfig
+from evonorm_suite.search.presets import DEFAULT_PRESET, PRESETS, preset
+from evonorm_suite.search.proxy import ProxyEvaluator, _AnchorTraining
 
 
 def random_layers(count: int, mode: str, max_nodes: int, seed: int = 1234) -> dict[str, Genome]:
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 def write(path: str, argv: list[str] | None, config: SearchConfig, seeds: list[int], started: float, rows: list[dict],
           references: list[str]) -> None:
     atomic_write_json(path, {
-        "command": command_line("python -m search.calibrate", argv),
+        "command": command_line("python search/calibrate.py", argv),
         "config": config_to_dict(config), "seeds": seeds, "threads": torch.get_num_threads(),
         "wall_seconds": round(time.monotonic() - started, 1), "cpu_seconds": round(time.process_time(), 1),
         "summary": summarize(rows, references), "results": rows,

@@ -1,5 +1,5 @@
 """Evolution vs random search at an equal candidate budget, over seeds (the paper's Fig. 10):
-``python -m search.compare --output-dir runs/fig10 --max-candidates N --seeds 0 1 2``.
+``python search/compare.py --output-dir runs/fig10 --max-candidates N --seeds 0 1 2``.
 
 Runs ``search/evolve.py`` once per strategy and seed into ``OUTPUT/<strategy>_seed<seed>``
 with the same settings (any further flags are passed to every run, e.g. ``--mode S``), each
@@ -25,8 +25,8 @@ from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_json
 from evonorm_core.experiment.tables import mean_and_std, mean_std_fields
 from evonorm_core.search.driver import CHECKPOINT, read_checkpoint
-from search import evolve
-from search.report import distinct_accepted, summarize
+from evonorm_suite.search import evolve
+from evonorm_suite.search.report import distinct_accepted, summarize
 
 STRATEGIES = ("evolution", "random")
 
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         for strategy in STRATEGIES:
             run_one(run_folder(output_dir, strategy, seed), strategy, seed, args.max_candidates, extra)
     result = collect(output_dir, args.seeds, args.max_candidates)
-    result["command"] = command_line("python -m search.compare", argv)
+    result["command"] = command_line("python search/compare.py", argv)
     result["wall_seconds_this_session"] = round(time.monotonic() - started, 1)
     json_path = Path(args.json or output_dir / "fig10.json")
     json_path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,10 @@
 """The configuration of a search run: one frozen dataclass, presets as instances of it.
 
-:class:`SearchConfig` holds the proxy task (:class:`search.proxy.ProxyConfig`), the
+:class:`SearchConfig` holds the proxy task (:class:`evonorm_suite.search.proxy.ProxyConfig`), the
 evolution (:class:`evonorm_core.search.evolution.EvolutionConfig`) and the run's own
 settings (seed, reference layers, stop conditions, workers). ``search/evolve.py`` derives
 its flags from these fields (:func:`evonorm_core.experiment.config.add_config_arguments`),
-starts from a preset (:func:`search.presets.preset`) and applies only the flags given; the
+starts from a preset (:func:`evonorm_suite.search.presets.preset`) and applies only the flags given; the
 resolved configuration is saved as ``config.json`` in the run's folder, where ``--resume``,
 ``search/report.py`` and ``search/rerank.py`` read it back.
 """
@@ -18,7 +18,7 @@ from evonorm_core.experiment.config import ConfigError, _leaf_fields, load_confi
 from evonorm_core.search.evolution import EvolutionConfig
 from evonorm_core.search.expression import parse
 from evonorm_core.search.genome import Genome
-from search.proxy import ProxyConfig
+from evonorm_suite.search.proxy import ProxyConfig
 
 CONFIG_FILE = "config.json"
 BACKENDS = ("local", "ray")

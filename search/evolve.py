@@ -18,12 +18,12 @@ from evonorm_core.experiment.config import ConfigError, add_config_arguments, ex
 from evonorm_core.experiment.files import CorruptFileError
 from evonorm_core.experiment.rundir import RunDir, RunDirError
 from evonorm_core.search.driver import CHECKPOINT, LayerSearch, StopCondition, read_checkpoint
-from search.backends import make_executor
-from search.config import CONFIG_FILE, SearchConfig, fixed_on_resume, read_run_config
-from search.presets import DEFAULT_PRESET, PRESETS, preset
-from search.progress import ProgressPrinter
-from search.proxy import ProxyEvaluator
-from search.report import print_report, summarize, write_progress_plot, write_summary
+from evonorm_suite.search.backends import make_executor
+from evonorm_suite.search.config import CONFIG_FILE, SearchConfig, fixed_on_resume, read_run_config
+from evonorm_suite.search.presets import DEFAULT_PRESET, PRESETS, preset
+from evonorm_suite.search.progress import ProgressPrinter
+from evonorm_suite.search.proxy import ProxyEvaluator
+from evonorm_suite.search.report import print_report, summarize, write_progress_plot, write_summary
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def resolve_config(args: argparse.Namespace) -> SearchConfig:
     """A new run: the preset for the mode, with the flags given. ``--resume``: the run's saved
-    configuration with the flags given (only :data:`search.config.RESUMABLE` settings may change)."""
+    configuration with the flags given (only :data:`evonorm_suite.search.config.RESUMABLE` settings may change)."""
     explicit = explicit_values(args, SearchConfig)
     if not args.resume:
         return replace_config(preset(args.preset_name or DEFAULT_PRESET, explicit.get("evolution.mode", "B")), explicit)

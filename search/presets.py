@@ -1,5 +1,5 @@
 """Named settings for ``search/evolve.py``: the paper's, and a CPU preset sized so the default
-run finishes in about 15 minutes on 2 cores. Each is a :class:`~search.config.SearchConfig`
+run finishes in about 15 minutes on 2 cores. Each is a :class:`~evonorm_suite.search.config.SearchConfig`
 per search mode; every value can still be changed by its own flag.
 
 ``paper`` (Appendix B, section 4.4): CIFAR-10 at 32 px with 24 px crops, batch 128, SGD lr
@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 
 from evonorm_core.search.evolution import EvolutionConfig
-from search.config import DEFAULT_REFERENCES, SearchConfig
-from search.proxy import ProxyConfig
+from evonorm_suite.search.config import DEFAULT_REFERENCES, SearchConfig
+from evonorm_suite.search.proxy import ProxyConfig
 
 MODES = ("B", "S")
 

@@ -22,7 +22,7 @@ from evonorm_core.experiment.progress import format_duration
 from evonorm_core.search.driver import member_from_record, read_checkpoint
 from evonorm_core.search.evolution import pareto_frontier
 from evonorm_core.search.results import CandidateRecord
-from search.config import CONFIG_FILE, SearchConfig, read_run_config
+from evonorm_suite.search.config import CONFIG_FILE, SearchConfig, read_run_config
 
 SUMMARY_FILE = "summary.json"
 

@@ -26,10 +26,10 @@ from evonorm_core.experiment.rundir import RunDir, RunDirError
 from evonorm_core.experiment.tables import mean_std_fields
 from evonorm_core.search.driver import read_checkpoint
 from evonorm_core.search.results import CandidateResult
-from search.backends import die_with_parent, evaluate_safely
-from search.config import read_run_config
-from search.proxy import ProxyConfig, ProxyEvaluator
-from search.report import reference_names, top_k
+from evonorm_suite.search.backends import die_with_parent, evaluate_safely
+from evonorm_suite.search.config import read_run_config
+from evonorm_suite.search.proxy import ProxyConfig, ProxyEvaluator
+from evonorm_suite.search.report import reference_names, top_k
 
 RESULTS, RANKING = "rerank.jsonl", "rerank.json"
 

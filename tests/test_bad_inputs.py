@@ -40,13 +40,13 @@ def evil_checkpoint(path: Path, marker: Path) -> None:
 # ----------------------------------------------------------------------------- classification
 @pytest.fixture
 def classification_run(tmp_path, one_thread):
-    from classification import train
+    from evonorm_suite.classification import train
     assert train.main([*CLS_TINY, "--epochs", "2", "--max-steps", "1", "--output-dir", str(tmp_path / "run")]) == 0
     return tmp_path / "run"
 
 
 def test_a_moved_classification_run_resumes_where_it_lies(classification_run, tmp_path):
-    from classification import train
+    from evonorm_suite.classification import train
     moved = tmp_path / "moved"
     shutil.move(classification_run, moved)
     assert train.main(["--resume", "--output-dir", str(moved), "--max-steps", "2"]) == 0
@@ -55,7 +55,7 @@ def test_a_moved_classification_run_resumes_where_it_lies(classification_run, tm
 
 
 def test_classification_refuses_a_checkpoint_that_would_run_code(classification_run, tmp_path):
-    from classification import train
+    from evonorm_suite.classification import train
     marker = tmp_path / "pwned"
     evil_checkpoint(classification_run / "checkpoint.pt", marker)
     with pytest.raises(SystemExit, match=r"checkpoint.pt' holds Python objects .* refused"):
@@ -64,14 +64,14 @@ def test_classification_refuses_a_checkpoint_that_would_run_code(classification_
 
 
 def test_a_layer_option_that_does_not_fit_the_model_is_a_clear_error(tmp_path, capsys):
-    from classification import train
+    from evonorm_suite.classification import train
     with pytest.raises(SystemExit, match=r"--groups 3: num_channels=16 is not divisible by groups=3"):
         train.main([*CLS_TINY, "--groups", "3", "--output-dir", str(tmp_path / "run")])
 
 
 @pytest.mark.parametrize("content", ['{"final_top1": ', '{"final_top1": 50.0}', "[1, 2]"])
 def test_tables_and_tradeoff_name_a_damaged_result_json(tmp_path, content):
-    from classification import tables, tradeoff
+    from evonorm_suite.classification import tables, tradeoff
     cell = tmp_path / "t3" / "resnet50" / "bn_relu" / "seed0"
     cell.mkdir(parents=True)
     (cell / "result.json").write_text(content)
@@ -88,11 +88,11 @@ def test_tables_and_tradeoff_name_a_damaged_result_json(tmp_path, content):
 def test_classification_kill_and_resume_is_the_uninterrupted_run(tmp_path, one_thread):
     """kill -9 mid-run, then --resume: the resumed run ends with the weights of a run never
     interrupted (checkpoints are atomic, so the last one is whole)."""
-    from classification import train
+    from evonorm_suite.classification import train
     args = [*CLS_TINY, "--epochs", "300", "--schedule", "constant"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     killed = tmp_path / "killed"
-    process = subprocess.Popen([sys.executable, "-m", "classification.train", *args, "--output-dir", str(killed)],
+    process = subprocess.Popen([sys.executable, "-m", "evonorm_suite.classification.train", *args, "--output-dir", str(killed)],
                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     checkpoint = killed / "checkpoint.pt"
     deadline = time.monotonic() + 300
@@ -108,7 +108,7 @@ def test_classification_kill_and_resume_is_the_uninterrupted_run(tmp_path, one_t
     killed_at = load_checkpoint(checkpoint)["step"]
     assert 3 <= killed_at < 300
     steps = str(killed_at + 2)
-    done = subprocess.run([sys.executable, "-m", "classification.train", "--resume", "--output-dir", str(killed),
+    done = subprocess.run([sys.executable, "-m", "evonorm_suite.classification.train", "--resume", "--output-dir", str(killed),
                            "--max-steps", steps], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"resumed {checkpoint} at epoch {killed_at}, step {killed_at}" in done.stdout
@@ -121,7 +121,7 @@ def test_classification_kill_and_resume_is_the_uninterrupted_run(tmp_path, one_t
 
 # ----------------------------------------------------------------------------- GAN
 def test_gan_evaluate_names_a_checkpoint_whose_weights_do_not_fit(tmp_path):
-    from gan import evaluate, train_biggan
+    from evonorm_suite.gan import evaluate, train_biggan
     run = tmp_path / "run"
     assert train_biggan.main(["--norm", "evonorm_b0", "--channels", "8", "--dim-z", "8", "--shared-dim", "8",
                               "--depth", "1", "--batch-size", "8", "--micro-batch", "8", "--total-steps", "1",
@@ -137,7 +137,7 @@ def test_gan_evaluate_names_a_checkpoint_whose_weights_do_not_fit(tmp_path):
 
 # ----------------------------------------------------------------------------- search
 def test_compare_does_not_read_seed_as_seeds(tmp_path, capsys):
-    from search import compare
+    from evonorm_suite.search import compare
     with pytest.raises(SystemExit):
         compare.main(["--max-candidates", "2", "--seed", "3", "--output-dir", str(tmp_path)])
     assert "--seed is set by this program for each run" in capsys.readouterr().err
@@ -153,7 +153,7 @@ def detection_env(tmp_path, monkeypatch):
 
 
 def test_detection_refuses_pickled_weights_before_loading_them(tmp_path, detection_env):
-    from detection import train_net
+    from evonorm_suite.detection import train_net
 
     class Evil:
         def __reduce__(self):
@@ -178,7 +178,7 @@ def test_detection_refuses_pickled_weights_before_loading_them(tmp_path, detecti
 def test_detection_checkpoints_are_written_atomically_and_read_safely(tmp_path, detection_env):
     from torch import nn
 
-    from detection.checkpoint import SafeCheckpointer, UnsafeWeightsError
+    from evonorm_suite.detection.checkpoint import SafeCheckpointer, UnsafeWeightsError
     model = nn.Linear(3, 2)
     SafeCheckpointer(model, save_dir=str(tmp_path)).save("model_0000001", iteration=1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last_checkpoint", "model_0000001.pth"]

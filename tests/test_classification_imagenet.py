@@ -6,8 +6,8 @@ from PIL import Image
 from torchvision import transforms as T
 from torchvision.transforms import functional as TF
 
-from classification import imagenet
-from classification.imagenet import IMAGENET_MEAN, IMAGENET_STD, imagenet_transforms
+from evonorm_suite.classification import imagenet
+from evonorm_suite.classification.imagenet import IMAGENET_MEAN, IMAGENET_STD, imagenet_transforms
 
 
 @pytest.mark.parametrize("resolution,resize", [(224, 256), (32, 37)])

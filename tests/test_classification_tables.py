@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from classification.paper_tables import LAYERS, TABLES
+from evonorm_suite.classification.paper_tables import LAYERS, TABLES
 
 from . import paper_classification_tables as paper
-from classification.tables import Cell, cells, load_results, main, paper_command, report_markdown
+from evonorm_suite.classification.tables import Cell, cells, load_results, main, paper_command, report_markdown
 
 
 def printed(value: float) -> str:
@@ -112,7 +112,7 @@ def test_mini_scale_maps_models_to_anchors(capsys):
 
 
 def test_mini_scale_on_cifar10_needs_its_folder(tmp_path):
-    from classification.tables import Cell, MiniScale, mini_config
+    from evonorm_suite.classification.tables import Cell, MiniScale, mini_config
 
     config = mini_config(Cell("resnet50", "BN-ReLU", 16), MiniScale(data="cifar10", data_dir="/data/c10"), tmp_path)
     assert (config.data, config.data_dir, config.batch_size) == ("cifar10", "/data/c10", 16)
@@ -162,11 +162,11 @@ def all_cells():
 @pytest.mark.parametrize("key,cell", list(all_cells()), ids=lambda v: v if isinstance(v, str) else
                          f"{v.model}-{v.label}-{v.batch}")
 def test_every_cell_trains_with_the_papers_whole_recipe(key, cell, tmp_path):
-    """The command a cell runs, parsed by classification.train, resolves every recipe field as the paper says."""
-    from classification.train import config_from_argv, resolve_recipe
+    """The command a cell runs, parsed by classification/train.py, resolves every recipe field as the paper says."""
+    from evonorm_suite.classification.train import config_from_argv, resolve_recipe
 
     command = paper_command(TABLES[key], cell, tmp_path / "runs", str(tmp_path))
-    argv = command[command.index("classification.train") + 1:]
+    argv = command[command.index("evonorm_suite.classification.train") + 1:]
     recipe = resolve_recipe(config_from_argv(argv))
     expected = {"batch_per_worker": 128, "randaugment": False, "warmup_epochs": 5.0,
                 **PAPER_SETUP[cell.model], **TABLE_SETUP[key].get(cell.model, {})}
@@ -205,7 +205,7 @@ def test_mini_scale_cells_train_the_documented_reduced_recipe(tmp_path):
     """MiniScale (docs/classification.md): batches 128, 16, 4, 2 per step, seeds 0-2, 10 epochs of cosine
     without warmup at the paper's 0.1 per 256 images, 16x16 digits, one block per anchor stage; a cell of
     Table 2 (no batch sweep) trains at 128, and every cell resumes into its own folder."""
-    from classification.tables import MiniScale, mini_config
+    from evonorm_suite.classification.tables import MiniScale, mini_config
 
     scale = MiniScale()
     assert (scale.batches, scale.seeds, scale.epochs, scale.base_lr) == ((128, 16, 4, 2), (0, 1, 2), 10.0, 0.1)
@@ -234,7 +234,7 @@ def test_paper_value_reads_the_column_of_the_batch():
 def test_summary_lists_cells_largest_batch_first_and_averages_finite_runs(fixture_runs):
     """Per (model, layer): batches from largest to smallest; mean and std over the finished seeds, a diverged
     seed counted apart (not averaged as 0 or NaN)."""
-    from classification.tables import summary
+    from evonorm_suite.classification.tables import summary
 
     folder = fixture_runs / "resnet50_cifar" / "bn_relu" / "b16" / "seed0"
     folder.mkdir(parents=True)

@@ -3,8 +3,8 @@ import pytest
 import torch
 import torchvision
 
-from classification.tradeoff import SplitAffine, count_flops, fold_for_inference, main
 from evonorm_core.classifiers.models import build_model
+from evonorm_suite.classification.tradeoff import SplitAffine, count_flops, fold_for_inference, main
 
 
 # These models see tiny batches: a second intra-op thread only adds contention.
@@ -92,8 +92,8 @@ def test_evonorm_b0_costs_more_flops_than_bn_relu_and_grows_with_width(capsys):
 
 
 def test_paper_points_are_table2s_mobilenetv2_column():
-    from classification.paper_tables import TABLES
-    from classification.tradeoff import PAPER_TOP1
+    from evonorm_suite.classification.paper_tables import TABLES
+    from evonorm_suite.classification.tradeoff import PAPER_TOP1
 
     table2 = TABLES["table2"]
     assert PAPER_TOP1 == {("bn_relu", 1.0): table2.paper_value("mobilenetv2", "BN-ReLU"),
@@ -104,7 +104,7 @@ def test_paper_points_are_table2s_mobilenetv2_column():
 def test_measured_points_are_keyed_by_layer_and_width(tmp_path):
     import json
 
-    from classification.tradeoff import measured_top1
+    from evonorm_suite.classification.tradeoff import measured_top1
 
     for layer, width, top1 in (("bn_relu", 0.9, 70.5), ("evonorm_b0", 1.1, 74.0)):
         folder = tmp_path / layer / f"w{width}"

@@ -7,19 +7,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from classification import train as train_module
-from classification.recipes import PROXY_RECIPE, recipe_for, scaled_lr
-from classification.train import TrainConfig, build, build_datasets, config_from_argv, evaluate, main, \
-    resolve_recipe, train
+from evonorm_core import build_norm_act
 from evonorm_core.classifiers.anchors import build_anchor
 from evonorm_core.classifiers.data import load_digits_proxy
 from evonorm_core.classifiers.optimizer import OptimizerSettings
 from evonorm_core.classifiers.proxy_task import PROXY_TRAINING
 from evonorm_core.classifiers.schedule import ScheduleLR, ScheduleSettings
-from evonorm_core.experiment.distributed import DistributedContext
 from evonorm_core.experiment.config import ConfigError
+from evonorm_core.experiment.distributed import DistributedContext
 from evonorm_core.experiment.files import load_checkpoint
-from evonorm_core import build_norm_act
+from evonorm_suite.classification import train as train_module
+from evonorm_suite.classification.recipes import PROXY_RECIPE, recipe_for, scaled_lr
+from evonorm_suite.classification.train import TrainConfig, build, build_datasets, config_from_argv, evaluate, main, \
+    resolve_recipe, train
 
 from .test_classifiers_data import write_fake_cifar
 

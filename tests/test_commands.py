@@ -23,7 +23,7 @@ def console_scripts() -> dict[str, str]:
 
 
 def needs_detectron2(target: str) -> None:
-    if target.startswith("detection"):
+    if target.startswith("evonorm_suite.detection"):
         pytest.importorskip("detectron2", reason="detectron2 is not installed (tools/install.sh installs it)")
 
 

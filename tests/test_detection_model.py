@@ -15,10 +15,10 @@ from detectron2.structures import BitMasks, Boxes, Instances  # noqa: E402
 from detectron2.utils.events import EventStorage  # noqa: E402
 from torch import nn  # noqa: E402
 
-from detection import load_config  # noqa: E402
-from detection.norm import EmptyBatchSafe  # noqa: E402
-from detection.optimizer import optimizer_param_groups  # noqa: E402
-from detection.paper import CONFIG_ROWS, TABLE4  # noqa: E402
+from evonorm_suite.detection import load_config  # noqa: E402
+from evonorm_suite.detection.norm import EmptyBatchSafe  # noqa: E402
+from evonorm_suite.detection.optimizer import optimizer_param_groups  # noqa: E402
+from evonorm_suite.detection.paper import CONFIG_ROWS, TABLE4  # noqa: E402
 from evonorm_core import build_norm_act  # noqa: E402
 from evonorm_core.layers import NormAct2d  # noqa: E402
 
@@ -259,7 +259,7 @@ def test_add_evonorm_config_adds_every_key_with_its_default():
     0.8-1.25; nothing else of detectron2's defaults changes."""
     from detectron2.config import get_cfg
 
-    from detection import add_evonorm_config
+    from evonorm_suite.detection import add_evonorm_config
 
     cfg = add_evonorm_config(get_cfg())
     assert dict(cfg.MODEL.NORM_ACT) == {"NAME": "evonorm_s0", "SYNC": False, "GROUPS": 0, "EPS": 0.0, "IMPL": ""}
@@ -275,8 +275,8 @@ def test_norm_act_options_reach_the_layer_only_when_set():
     EPS, IMPL and SYNC each reach it when set."""
     from detectron2.config import get_cfg
 
-    from detection import add_evonorm_config
-    from detection.norm import norm_act_maker
+    from evonorm_suite.detection import add_evonorm_config
+    from evonorm_suite.detection.norm import norm_act_maker
 
     cfg = add_evonorm_config(get_cfg())
     layer = norm_act_maker(cfg)(64, True)
@@ -335,7 +335,7 @@ def test_backbone_convolutions_are_detectron2s_resnet_fpn(name, opts):
     from detectron2.layers import ShapeSpec
     from detectron2.modeling import BACKBONE_REGISTRY
 
-    from detection.backbone import BLOCKS_PER_STAGE
+    from evonorm_suite.detection.backbone import BLOCKS_PER_STAGE
 
     assert BLOCKS_PER_STAGE == RESNET_BLOCKS
     cfg = config(name, *opts)
@@ -370,7 +370,7 @@ def test_optimizer_groups_follow_every_solver_setting():
     """Norm-act parameters (gamma, beta, v1 of backbone, FPN, RPN and heads) take WEIGHT_DECAY_NORM, other
     biases WEIGHT_DECAY_BIAS, all other weights WEIGHT_DECAY; biases (norm betas included) run at
     BASE_LR * BIAS_LR_FACTOR; SGD takes MOMENTUM and NESTEROV from the config."""
-    from detection.optimizer import build_optimizer
+    from evonorm_suite.detection.optimizer import build_optimizer
 
     cfg = config("demo_shapes_evonorm_b0", *TINY, "SOLVER.WEIGHT_DECAY", "1e-4", "SOLVER.WEIGHT_DECAY_NORM", "0.5",
                  "SOLVER.WEIGHT_DECAY_BIAS", "0.25", "SOLVER.BIAS_LR_FACTOR", "2.0", "SOLVER.BASE_LR", "0.1",

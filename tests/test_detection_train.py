@@ -16,9 +16,9 @@ pytestmark = pytest.mark.detectron2
 from pycocotools.coco import COCO  # noqa: E402
 from tests.test_detection_model import TINY as TINY_MODEL  # noqa: E402
 
-from detection import data, load_config, report, train_net  # noqa: E402
-from detection.cost import count_parameters, model_cost  # noqa: E402
-from detection.shapes import CLASSES, SPLITS, ensure_shapes_dataset, register_shapes_dataset, shape_polygon  # noqa: E402
+from evonorm_suite.detection import data, load_config, report, train_net  # noqa: E402
+from evonorm_suite.detection.cost import count_parameters, model_cost  # noqa: E402
+from evonorm_suite.detection.shapes import CLASSES, SPLITS, ensure_shapes_dataset, register_shapes_dataset, shape_polygon  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "detection" / "configs"
@@ -218,7 +218,7 @@ def test_a_second_writer_of_one_output_dir_is_refused(tmp_path, datasets_root):
 
 
 def test_model_cost_command_prints_paper_columns(capsys):
-    from detection.cost import main as cost_main
+    from evonorm_suite.detection.cost import main as cost_main
 
     cost_main(["--config", str(CONFIGS / "demo_shapes_gn.yaml"), "--image-size", "64", *TINY])
     rows = capsys.readouterr().out.splitlines()
@@ -227,11 +227,11 @@ def test_model_cost_command_prints_paper_columns(capsys):
 
 
 def test_miniature_commands_and_summary(tmp_path):
-    from detection import miniature
+    from evonorm_suite.detection import miniature
 
     run = miniature.Run(miniature.SETTINGS[1], "bn", 2)
     command = run.command(tmp_path, 300)
-    assert command[1:3] == ["-m", "detection.train_net"] and "demo_shapes_bn.yaml" in command[command.index("--config") + 1]
+    assert command[1:3] == ["-m", "evonorm_suite.detection.train_net"] and "demo_shapes_bn.yaml" in command[command.index("--config") + 1]
     values = dict(zip(command[command.index("SEED")::2], command[command.index("SEED") + 1::2]))
     assert values["SEED"] == "2" and values["SOLVER.IMS_PER_BATCH"] == "2" and float(values["SOLVER.BASE_LR"]) == 0.005
     assert values["SOLVER.STEPS"] == "(240, 279)" and values["OUTPUT_DIR"] == str(tmp_path / "batch2" / "bn" / "seed2")
@@ -261,7 +261,7 @@ R-101-FPN EvoNorm-S0 44.5 65.3 48.7 39.6 62.3 42.6 409.7 65.38
 
 
 def test_table4_holds_the_papers_numbers_and_each_config_its_row():
-    from detection.paper import CONFIG_ROWS, TABLE4, paper_cells
+    from evonorm_suite.detection.paper import CONFIG_ROWS, TABLE4, paper_cells
 
     expected = {(b, l): tuple(float(v) for v in values)
                 for b, l, *values in (line.split() for line in PAPER_TABLE4.strip().splitlines())}
@@ -313,7 +313,7 @@ def test_scale_jitter_flips_resizes_and_crops_to_the_configs_square():
     IMAGE_SIZE x IMAGE_SIZE crop (padded); disabled, detectron2's ResizeShortestEdge and flip."""
     import detectron2.data.transforms as T
 
-    from detection.data import train_augmentations
+    from evonorm_suite.detection.data import train_augmentations
 
     cfg = load_config(str(CONFIGS / "demo_shapes_evonorm_s0.yaml"), [
         "INPUT.LSJ.IMAGE_SIZE", "96", "INPUT.LSJ.MIN_SCALE", "0.5", "INPUT.LSJ.MAX_SCALE", "1.5"])
@@ -357,7 +357,7 @@ def test_train_mapper_recomputes_boxes_from_the_cropped_masks(tmp_path, monkeypa
 def test_demo_grid_scales_the_lr_with_the_batch_and_keeps_the_stage_fractions(tmp_path):
     """Table 4 in miniature: batch 8 at the demo config's LR 0.02, batch 2 at 0.02 * 2 / 8 (linear scaling);
     the 10x decays at 80% and 93% of the iterations (about the demo config's 240 and 280 of 300)."""
-    from detection import miniature
+    from evonorm_suite.detection import miniature
 
     settings = [(s.name, s.images_per_step, s.lr) for s in miniature.SETTINGS]
     assert settings == [("batch8", 8, 0.02), ("batch2", 2, 0.005)]

@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from evonorm_core.experiment.files import load_checkpoint
-from gan.data import UInt8Images, build_dataset, num_classes_of, to_uint8, to_unit_range
+from evonorm_suite.gan.data import UInt8Images, build_dataset, num_classes_of, to_uint8, to_unit_range
 
 
 def test_prepared_npz_dataset(tmp_path):

@@ -10,13 +10,13 @@ from torch.utils.data import Dataset
 from torch_fidelity.feature_extractor_base import FeatureExtractorBase
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY, register_feature_extractor
 
-from gan import evaluate
+from evonorm_suite.gan import evaluate
 from dataclasses import replace
 
-from gan.config import PRESETS
-from gan.data import digits_dataset
-from gan.metrics import GeneratorSampler, fidelity_metrics
-from gan.trainer import Trainer
+from evonorm_suite.gan.config import PRESETS
+from evonorm_suite.gan.data import digits_dataset
+from evonorm_suite.gan.metrics import GeneratorSampler, fidelity_metrics
+from evonorm_suite.gan.trainer import Trainer
 
 
 class SmallFeatures(FeatureExtractorBase):
@@ -185,7 +185,7 @@ def test_peak_over_snapshots(trained_run, tmp_path):
 
 
 def test_generator_sampler_samples_labels_itself(trained_run):
-    from gan.checkpoint import load_ema_generator
+    from evonorm_suite.gan.checkpoint import load_ema_generator
 
     generator, _, _ = load_ema_generator(str(trained_run))
     sampler = GeneratorSampler(generator, seed=3)
@@ -204,8 +204,8 @@ def test_foreign_inception_weights_are_refused_before_unpickling(trained_run, tm
 
 
 def test_digits_classifier_scale_real_digits_far_below_noise():
-    from gan import digits_classifier
-    from gan.metrics import digits_calibration
+    from evonorm_suite.gan import digits_classifier
+    from evonorm_suite.gan.metrics import digits_calibration
 
     weights = digits_classifier.weights_file(16)
     assert digits_classifier.load_checkpoint(weights)["held_out_accuracy"] > 0.95
@@ -233,8 +233,8 @@ class _Replay(torch.nn.Module):
 
 
 def test_class_accuracy_counts_samples_of_the_requested_class():
-    from gan import digits_classifier
-    from gan.metrics import class_accuracy
+    from evonorm_suite.gan import digits_classifier
+    from evonorm_suite.gan.metrics import class_accuracy
 
     classifier = digits_classifier.load_classifier(digits_classifier.weights_file(16))
     assert class_accuracy(_Replay(ignore_labels=False), classifier, 200) > 0.9
@@ -247,8 +247,8 @@ def test_generator_sampler_samples_with_moving_statistics():
     latent only, as a copy of the generator put in eval mode by hand gives."""
     import copy
 
-    from gan.biggan_deep import Generator, GeneratorSpec
-    from gan.data import to_uint8
+    from evonorm_suite.gan.biggan_deep import Generator, GeneratorSpec
+    from evonorm_suite.gan.data import to_uint8
 
     torch.manual_seed(0)
     spec = GeneratorSpec(resolution=16, channels=8, num_classes=10, dim_z=8, shared_dim=8, depth=1, attention=(),
@@ -267,7 +267,7 @@ def test_digits_fidelity_compares_samples_with_the_training_digits(monkeypatch):
     359), through the digits classifier, torch-fidelity seeded with seed + 2020; IS mean, FID and class accuracy."""
     from pathlib import Path
 
-    from gan import metrics
+    from evonorm_suite.gan import metrics
 
     seen = {}
     monkeypatch.setattr(metrics.digits_classifier, "weights_file",
@@ -305,7 +305,7 @@ def test_generator_sampler_draws_normal_latents_and_every_class():
 def test_evaluation_records_the_training_seed_and_the_sampling_mode(trained_run, monkeypatch):
     """Without --num-samples Inception uses 50,000 samples; metrics.json names the run's training seed (not
     the sampling seed), the layer and its options; a batch-independent layer samples with no batch statistics."""
-    from gan.biggan_deep import Generator, GeneratorSpec
+    from evonorm_suite.gan.biggan_deep import Generator, GeneratorSpec
 
     monkeypatch.setattr(evaluate, "feature_extractor_for", lambda config, options: (evaluate.INCEPTION, "w.pth"))
     monkeypatch.setattr(evaluate, "fidelity_metrics", lambda generated, reference, num, **kw: {

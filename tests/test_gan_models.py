@@ -6,9 +6,9 @@ from torch import nn
 
 from evonorm_core import build_norm_act, list_norm_acts
 from evonorm_core.layers import BatchNormAct2d
-from gan.biggan_deep import DBlock, Discriminator, GBlock, Generator, GeneratorSpec
+from evonorm_suite.gan.biggan_deep import DBlock, Discriminator, GBlock, Generator, GeneratorSpec
 from evonorm_core import ConditionalNormAct2d
-from gan.layers import SelfAttention
+from evonorm_suite.gan.layers import SelfAttention
 
 
 
@@ -70,7 +70,7 @@ def test_every_norm_builds_without_batchnorm_relu_pair(norm):
 def test_gn_relu_defaults_and_bad_options():
     from dataclasses import replace
 
-    from gan.config import PRESETS
+    from evonorm_suite.gan.config import PRESETS
 
     assert replace(PRESETS["imagenet128"], norm="gn_relu").norm_options == {"groups": 16}
     with pytest.raises(ValueError, match="groups"):
@@ -96,8 +96,8 @@ def test_conditional_gamma_beta_depend_on_class():
 
 @pytest.mark.slow
 def test_paper_preset_is_biggan_deep_128():
-    from gan.checkpoint import build_discriminator, build_generator
-    from gan.config import PRESETS
+    from evonorm_suite.gan.checkpoint import build_discriminator, build_generator
+    from evonorm_suite.gan.config import PRESETS
 
     config = PRESETS["imagenet128"]
     assert (config.resolution, config.channels, config.dim_z, config.shared_dim, config.depth) == (128, 128, 128, 128, 2)
@@ -216,7 +216,7 @@ def test_self_attention_against_the_sagan_formula():
 
 def test_spectral_norm_eps_power_iterations_and_orthogonal_init():
     """BigGAN-deep's launch script: SN_eps 1e-6, one power iteration per forward, orthogonal init (G_init=ortho)."""
-    from gan.layers import sn_conv, sn_embedding, sn_linear
+    from evonorm_suite.gan.layers import sn_conv, sn_embedding, sn_linear
 
     torch.manual_seed(0)
     for module in (sn_conv(4, 6, 3), sn_linear(4, 6), sn_embedding(6, 4)):

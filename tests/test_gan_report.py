@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from gan import report
+from evonorm_suite.gan import report
 
 
 def write_run(root, norm, seed, is_mean, fid, **options):
@@ -94,7 +94,7 @@ def test_table_shows_dash_for_layers_the_paper_lacks_and_plot_puts_fid_on_x(tmp_
 def test_table5_trains_each_missing_run_with_four_snapshots_then_evaluates_its_peak(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from gan import table5
+    from evonorm_suite.gan import table5
 
     commands = []
     monkeypatch.setattr(table5.subprocess, "run", lambda command, **kw: commands.append(command)
@@ -102,12 +102,12 @@ def test_table5_trains_each_missing_run_with_four_snapshots_then_evaluates_its_p
     table5.run_one("evonorm_s0", 2, tmp_path, 1500)
     train, evaluate = commands
     flags = dict(zip(train[3::2], train[4::2]))
-    assert train[1:3] == ["-m", "gan.train_biggan"] and "--resume" not in train
+    assert train[1:3] == ["-m", "evonorm_suite.gan.train_biggan"] and "--resume" not in train
     named = ("--norm", "--seed", "--run-dir", "--total-steps", "--keep-every", "--eval-every")
     assert {k: flags[k] for k in named} == {
         "--norm": "evonorm_s0", "--seed": "2", "--run-dir": str(tmp_path / "evonorm_s0"), "--total-steps": "1500",
         "--keep-every": "375", "--eval-every": "0"}
-    assert evaluate[1:] == ["-m", "gan.evaluate", str(tmp_path / "evonorm_s0" / "seed2"), "--all-snapshots"]
+    assert evaluate[1:] == ["-m", "evonorm_suite.gan.evaluate", str(tmp_path / "evonorm_s0" / "seed2"), "--all-snapshots"]
     commands.clear()
     table5.run_one("evonorm_s0", 2, tmp_path, 1500)  # its log exists, its run folder does not: nothing to resume
     assert "--resume" not in commands[0]
@@ -121,7 +121,7 @@ def test_table5_trains_each_missing_run_with_four_snapshots_then_evaluates_its_p
 
 
 def test_table5_defaults_are_the_six_layers_times_three_seeds_and_finished_runs_are_kept(tmp_path, monkeypatch):
-    from gan import table5
+    from evonorm_suite.gan import table5
 
     jobs = []
 

@@ -20,14 +20,14 @@ from evonorm_core.experiment.config import ConfigError
 from evonorm_core.experiment.files import load_checkpoint
 from evonorm_core.experiment.rundir import RunDirError
 from evonorm_core.running_stats import batch_stat_layers
-from gan import train_biggan
-from gan.config import PRESETS
-from gan.data import digits_dataset
-from gan.ema import EMA
-from gan.losses import discriminator_hinge_loss, generator_hinge_loss
-from gan.sampling import grid_latents, sample_latents, standing_statistics
-from gan.layers import SelfAttention
-from gan.trainer import Trainer
+from evonorm_suite.gan import train_biggan
+from evonorm_suite.gan.config import PRESETS
+from evonorm_suite.gan.data import digits_dataset
+from evonorm_suite.gan.ema import EMA
+from evonorm_suite.gan.losses import discriminator_hinge_loss, generator_hinge_loss
+from evonorm_suite.gan.sampling import grid_latents, sample_latents, standing_statistics
+from evonorm_suite.gan.layers import SelfAttention
+from evonorm_suite.gan.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(channels=8, dim_z=8, shared_dim=8, depth=1, micro_batch=8, batch_size=8, total_steps=2, ema_start=0,
@@ -224,7 +224,7 @@ def test_kill_and_resume_loses_nothing(tmp_path):
     """A run killed with SIGKILL mid-way resumes from its last checkpoint and ends at the same step
     with the same settings; checkpoints are written atomically, so the last one is never torn."""
     run = tmp_path / "run"
-    args = [sys.executable, "-m", "gan.train_biggan", "--run-dir", str(run), "--norm", "evonorm_b0", "--channels", "8",
+    args = [sys.executable, "-m", "evonorm_suite.gan.train_biggan", "--run-dir", str(run), "--norm", "evonorm_b0", "--channels", "8",
             "--batch-size", "8", "--micro-batch", "8", "--total-steps", "400", "--save-every", "1", "--eval-every", "0",
             "--sample-every", "1000", "--threads", "1"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -388,7 +388,7 @@ def test_cifar10_and_digits_presets_as_documented():
 
 
 def test_preset_of_each_dataset_and_unknown_presets():
-    from gan.config import PRESET_OF_DATASET, preset
+    from evonorm_suite.gan.config import PRESET_OF_DATASET, preset
 
     assert PRESET_OF_DATASET == {"digits": "digits", "cifar10": "cifar10", "imagenet": "imagenet128",
                                  "array": "imagenet128"}  # array: BigGAN-PyTorch's prepared ImageNet file
@@ -469,7 +469,7 @@ def _dataset_of_indices(count):
 
 def test_infinite_batches_are_full_shuffled_micro_batches_reshuffled_every_epoch():
     from evonorm_core.experiment.distributed import DistributedContext
-    from gan.trainer import infinite_batches
+    from evonorm_suite.gan.trainer import infinite_batches
 
     config = tiny_config(micro_batch=4, num_workers=0)
     stream = infinite_batches(_dataset_of_indices(10), config, DistributedContext())
@@ -494,7 +494,7 @@ def test_gradients_are_all_reduced_on_the_last_micro_batch_only():
 
     from torch.nn.parallel import DistributedDataParallel
 
-    from gan.trainer import sync_on_last
+    from evonorm_suite.gan.trainer import sync_on_last
 
     class FakeDDP(DistributedDataParallel):
         def __init__(self):
@@ -574,7 +574,7 @@ class RecordingWriter:
 
 def quiet_trainer(monkeypatch, run_dir, dataset, **overrides):
     """A tiny trainer writing to a :class:`RecordingWriter` and drawing no curves (fast)."""
-    from gan import trainer as trainer_module
+    from evonorm_suite.gan import trainer as trainer_module
 
     monkeypatch.setattr(trainer_module, "plot_curves", lambda run_dir: None)
     trainer = tiny_trainer(run_dir, dataset, **overrides)
@@ -641,7 +641,7 @@ def test_sampling_generator_is_an_eval_copy_of_g_ema_with_standing_statistics(tm
 
 
 def test_in_training_evaluation_measures_the_sampling_generator_of_the_digits_only(tmp_path, digits, monkeypatch):
-    from gan import metrics
+    from evonorm_suite.gan import metrics
 
     calls = []
     monkeypatch.setattr(metrics, "digits_fidelity", lambda generator, resolution, num, seed: calls.append(
@@ -690,7 +690,7 @@ def test_sample_grid_has_a_row_per_class_mapped_from_minus_one_one_to_black_whit
     eval mode and the mode restored; the PNG holds the grid."""
     from PIL import Image
 
-    from gan.sampling import save_sample_grid
+    from evonorm_suite.gan.sampling import save_sample_grid
 
     generator = ClassShade().train()
     z, y = grid_latents(dim_z=2, num_classes=10, per_class=3)
@@ -722,7 +722,7 @@ def test_standing_statistics_use_the_requested_batches_and_none_skips(tmp_path, 
 
 
 def test_models_are_built_from_every_size_in_the_config():
-    from gan.checkpoint import build_discriminator, build_generator
+    from evonorm_suite.gan.checkpoint import build_discriminator, build_generator
 
     config = tiny_config("evonorm_s0", dim_z=6, shared_dim=10, depth=3, channels=16, attention=(16,), image_channels=1)
     generator = build_generator(config, 7)
@@ -738,7 +738,7 @@ def test_models_are_built_from_every_size_in_the_config():
 
 
 def test_evaluation_loads_g_ema_not_g(tmp_path, digits):
-    from gan.checkpoint import load_ema_generator
+    from evonorm_suite.gan.checkpoint import load_ema_generator
 
     trainer = tiny_trainer(tmp_path, digits, "evonorm_s0", ema_start=0, ema_decay=0.5)
     trainer.train_step()

@@ -33,8 +33,8 @@ def test_dry_run_shows_the_selected_models_and_layers(reproduce, capsys):
     assert reproduce.main(["--only", "table3", "--models", "resnet50", "--layers", "bn_relu", "evonorm_s0",
                            "--dry-run"]) == 0
     run, report = capsys.readouterr().out.splitlines()
-    assert "classification.tables run table3 --scale mini --models resnet50 --layers bn_relu evonorm_s0" in run
-    assert "classification.tables report table3" in report and "--json docs/results/classification/table3.json" in report
+    assert "classification/tables.py run table3 --scale mini --models resnet50 --layers bn_relu evonorm_s0" in run
+    assert "classification/tables.py report table3" in report and "--json docs/results/classification/table3.json" in report
 
 
 def test_report_from_no_results_names_the_command_of_each_experiment(reproduce, monkeypatch, tmp_path):
@@ -42,7 +42,7 @@ def test_report_from_no_results_names_the_command_of_each_experiment(reproduce, 
     assert reproduce.main(["--report-only"]) == 0
     text = (tmp_path / "docs" / "reproduction.md").read_text()
     for command in ("python tools/reproduce.py --only table2", "python tools/reproduce.py --only table3",
-                    "python tools/reproduce.py --only table4", "python -m gan.table5", "python -m search.compare"):
+                    "python tools/reproduce.py --only table4", "python gan/table5.py", "python search/compare.py"):
         assert f"**Not measured yet**: run `{command}" in text
 
 

@@ -302,9 +302,9 @@ def test_mode_s_starts_from_the_s_preset():
 
 
 def test_proxy_models_start_from_the_seed_not_the_global_random_state():
-    """Every candidate is trained from the evaluator's seed (module docstring of evonorm_suite.search.proxy): two builds
-    of the same layer with the global generator moved in between start from identical weights, and a
-    different seed gives different ones."""
+    """Every candidate is trained from the evaluator's seed (module docstring of evonorm_suite.search.proxy):
+    two builds of the same layer with the global generator moved in between start from identical weights,
+    and a different seed gives different ones."""
     genome = parse(REFERENCE_LAYERS["evonorm_b0"])
     evaluator = ProxyEvaluator(ProxyConfig(anchor_depth=0.01), seed=3)
     first = evaluator.build("resnet50_cifar", genome).state_dict()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from evonorm_core.search import CandidateRecord, CandidateResult, Stage
-from search import evolve, report, rerank
+from evonorm_suite.search import evolve, report, rerank
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--anchors", "resnet50_cifar", "--image-size", "8", "--crop-size", "8", "--batch-size", "8",

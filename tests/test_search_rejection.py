@@ -6,9 +6,9 @@ import torch.nn.functional as F
 from evonorm_core.classifiers.anchors import build_anchor
 from evonorm_core.classifiers.data import load_cifar10, load_digits_proxy
 from evonorm_core.search import genome_norm_act, parse, static_rejection, worst_case_gradient_norm
-from search.config import REFERENCE_LAYERS as BASELINES
+from evonorm_suite.search.config import REFERENCE_LAYERS as BASELINES
 from evonorm_core.search import Stage
-from search.proxy import ProxyConfig, ProxyEvaluator, load_data
+from evonorm_suite.search.proxy import ProxyConfig, ProxyEvaluator, load_data
 
 from .test_classifiers_data import write_fake_cifar
 
@@ -129,7 +129,7 @@ class ShapeRecorder(torch.nn.Module):
 
 @pytest.fixture
 def scripted(monkeypatch):
-    import search.proxy as proxy
+    import evonorm_suite.search.proxy as proxy
 
     ScriptedTraining.ACCURACY, ScriptedTraining.DIVERGES, ScriptedTraining.LOG = {}, set(), []
     built = []
@@ -197,7 +197,7 @@ def test_stability_runs_on_the_first_anchors_on_crops_and_its_threshold(scripted
     """The stability test ascends each of the first ``stability_anchors`` anchors (all: the paper) on a batch of
     ``stability_batch_size`` training crops of ``crop_size``, with the configured steps, lr and threshold; a norm
     above the threshold on any of them rejects the layer, keeping its quality accuracies."""
-    import search.proxy as proxy
+    import evonorm_suite.search.proxy as proxy
 
     calls = []
 
@@ -248,7 +248,7 @@ def test_rerank_holdout_is_a_tenth_of_the_training_set_kept_out_of_training():
 def test_anchor_training_crops_for_training_and_validates_on_full_images():
     """Appendix C: "24 x 24 random crops ... for training, and use the original 32 x 32 image ... for
     validation": training batches are ``batch_size`` crops of ``crop_size``, recalibration batches full images."""
-    from search.proxy import _AnchorTraining
+    from evonorm_suite.search.proxy import _AnchorTraining
 
     config = ProxyConfig(image_size=16, crop_size=12, batch_size=6, train_steps=4, quality_steps=2,
                          recalibration_batches=3)

@@ -17,9 +17,9 @@ import pytest
 from evonorm_core.experiment.config import save_config
 from evonorm_core.experiment.rundir import RunDir
 from evonorm_core.search import CandidateRecord, CandidateResult, EvolutionConfig, LayerSearch, Stage, read_checkpoint
-from search import backends, evolve
-from search.config import CONFIG_FILE, SearchConfig, read_run_config
-from search.rerank import rank
+from evonorm_suite.search import backends, evolve
+from evonorm_suite.search.config import CONFIG_FILE, SearchConfig, read_run_config
+from evonorm_suite.search.rerank import rank
 
 REPO = Path(__file__).resolve().parents[1]
 # The same tiny proxy as test_search_e2e: one anchor at 8 px, a few steps.
@@ -200,7 +200,7 @@ def test_rerank_ranks_best_first_with_the_sample_std_and_the_bn_relu_verdict():
 def test_value_at_reads_the_top10_curve_as_a_step_function():
     """Fig. 10 compares strategies at equal budgets: the value after N candidates is the curve's last point
     at or before N (the curve only has points where the top-10 changed), None before the first point."""
-    from search.compare import value_at
+    from evonorm_suite.search.compare import value_at
 
     curve = [[3, 0.5], [7, 0.6], [10, 0.7]]
     assert value_at(curve, 2) is None and value_at([], 5) is None
@@ -247,7 +247,7 @@ def example_records():
 def test_report_counts_rates_and_best_first_lists(tmp_path):
     """Counts by hand: 7 candidates, 4 accepted, 3 distinct; trained = not static, not a cache hit = 5; 90 s on
     3 workers x 2 threads = 9 CPU-minutes; proxy seconds summed per stage over candidates and references."""
-    from search import report
+    from evonorm_suite.search import report
 
     bn = record(-1, "bn", {"r": 0.7, "m": 0.7}, timings={"quality": 1.0, "fitness": 1.0})
     folder = write_run(tmp_path / "run", example_records(), 90.0, {"bn_relu": bn}, SearchConfig(workers=3, threads=2))
@@ -276,7 +276,7 @@ def test_report_counts_rates_and_best_first_lists(tmp_path):
 def test_top_k_curve_mean_and_spread_of_the_best_so_far():
     """After each candidate: mean and (population) std of the ``k`` best distinct accepted layers so far; the
     candidate count at which the k-th distinct layer appeared."""
-    from search import report
+    from evonorm_suite.search import report
 
     records = example_records()
     xs, means, stds = report.top_k_curve(records, k=3)
@@ -296,7 +296,7 @@ def test_progress_line_counts_rates_and_eta():
     from types import SimpleNamespace
 
     from evonorm_core.search import StopCondition
-    from search.progress import ProgressPrinter
+    from evonorm_suite.search.progress import ProgressPrinter
 
     records = example_records()
     printer = ProgressPrinter(StopCondition(max_candidates=100, time_budget=600.0), k=2)
@@ -318,7 +318,7 @@ def test_compare_reads_each_run_at_the_budget_and_compares_over_seeds(tmp_path):
     """Fig. 10 at an equal budget of 3 candidates: each seed's top-10 mean, distinct count and best after 3 (a
     4th candidate of a reused longer run does not count); mean and sample std over seeds; BN-ReLU from the
     evolution runs; the CPU seconds of every run (no config: 1 core)."""
-    from search.compare import collect, run_folder
+    from evonorm_suite.search.compare import collect, run_folder
 
     def acc(i, fp, v):
         return record(i, fp, {"r": v})
@@ -348,8 +348,8 @@ def test_compare_reads_each_run_at_the_budget_and_compares_over_seeds(tmp_path):
 def test_rerank_takes_the_top_layers_then_the_references_with_longer_training(tmp_path):
     """Paper section 5.2 / Appendix C: the top layers retrained longer (default twice the search's steps) on the
     90/10 split, with no rejection stage; the references follow the top layers."""
-    from search.presets import preset
-    from search.rerank import candidates, rerank_proxy
+    from evonorm_suite.search.presets import preset
+    from evonorm_suite.search.rerank import candidates, rerank_proxy
 
     proxy = preset("cpu", "B").proxy
     longer = rerank_proxy(proxy, None)
@@ -368,8 +368,8 @@ def test_rerank_takes_the_top_layers_then_the_references_with_longer_training(tm
 def test_a_reference_layer_found_again_is_labelled_and_reranked_once_as_the_reference(tmp_path):
     """A candidate with a reference's fingerprint is that reference found again: the report says so, the summary
     names it, and the rerank takes the next new layer instead of training the reference twice."""
-    from search import report
-    from search.rerank import candidates
+    from evonorm_suite.search import report
+    from evonorm_suite.search.rerank import candidates
 
     found_again = record(7, "bn", {"r": 0.99, "m": 0.99})
     bn = record(-1, "bn", {"r": 0.7, "m": 0.7})
@@ -402,7 +402,7 @@ def test_rerank_ranking_leaves_failed_seeds_out_and_layers_without_a_result_last
 
 
 def test_calibration_summary_by_hand():
-    from search.calibrate import summarize as calibration_summary
+    from evonorm_suite.search.calibrate import summarize as calibration_summary
 
     def row(layer, seed, accs, stage=None, cpu=1.0):
         mean = round(sum(accs.values()) / len(accs), 4) if accs else None

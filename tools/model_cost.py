@@ -2,7 +2,7 @@
 """MAdds and parameters of detection configs next to paper Table 4: see ``detection/cost.py`` (``--help``)."""
 import sys
 
-from detection.cost import main
+from evonorm_suite.detection.cost import main
 
 if __name__ == "__main__":
     sys.exit(main())

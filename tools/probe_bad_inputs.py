@@ -414,13 +414,13 @@ SEARCH_TINY = ["--anchors", "resnet50_cifar", "--image-size", "8", "--crop-size"
 
 
 def make_search_run(path: Path) -> None:
-    from search import evolve
+    from evonorm_suite.search import evolve
     assert evolve.main([*SEARCH_TINY, "--workers", "1", "--max-candidates", "3", "--seed", "1",
                         "--output-dir", str(path)]) == 0
 
 
 def _search_probes():
-    from search import calibrate, compare, evolve, report, rerank
+    from evonorm_suite.search import calibrate, compare, evolve, report, rerank
 
     for flags, match in ((["--workers", "0"], "--workers"), (["--time-budget", "nan"], "--time-budget"),
                          (["--time-budget=-5m"], "--time-budget"), (["--max-candidates", "-1"], "--max-candidates"),
@@ -499,12 +499,12 @@ CLS_TINY = ["--model", "mobilenetv2_cifar", "--norm-act", "evonorm_s0", "--image
 
 
 def make_classification_run(path: Path) -> None:
-    from classification import train
+    from evonorm_suite.classification import train
     assert train.main([*CLS_TINY, "--max-steps", "1", "--output-dir", str(path)]) == 0
 
 
 def _classification_probes():
-    from classification import tables, tradeoff, train
+    from evonorm_suite.classification import tables, tradeoff, train
 
     for flags, match in ((["--epochs", "-1"], "--epochs"), (["--base-lr", "-1"], "--base-lr"),
                          (["--batch-size", "0"], "--batch-size"), (["--norm-act", "nope"], "nope"),
@@ -582,12 +582,12 @@ GAN_TINY = ["--norm", "evonorm_b0", "--channels", "8", "--dim-z", "8", "--shared
 
 
 def make_gan_run(path: Path) -> None:
-    from gan import train_biggan
+    from evonorm_suite.gan import train_biggan
     assert train_biggan.main([*GAN_TINY, "--run-dir", str(path)]) == 0
 
 
 def _gan_probes():
-    from gan import evaluate, report, table5, train_biggan
+    from evonorm_suite.gan import evaluate, report, table5, train_biggan
 
     for flags, match in ((["--total-steps", "-5"], "--total-steps"), (["--norm", "nope"], "nope"),
                          (["--channels", "12"], "--channels"), (["--ema-decay", "1"], "--ema-decay"),
@@ -689,7 +689,7 @@ DEMO = ROOT / "detection" / "configs" / "demo_shapes_evonorm_s0.yaml"
 
 def _detection_probes():
     def main(argv):
-        from detection import train_net
+        from evonorm_suite.detection import train_net
         return train_net.main(argv)
 
     def config_file(c: Context, text: str) -> Path:
@@ -765,7 +765,7 @@ def _detection_probes():
         lambda c: weights(c, ".pth", lambda p, m: p.write_bytes(b"PK\x03\x04 cut"), ".pth"))
 
     def miniature(argv):
-        from detection import miniature as mini
+        from evonorm_suite.detection import miniature as mini
         return mini.main(argv)
     probe("detection", "detection.miniature", "--iterations 0")(
         lambda c: cli(miniature, ["--iterations", "0", "--runs-dir", str(c.folder("m"))], match="--iterations"))
@@ -854,12 +854,12 @@ def _process_probes():
     def classification_kill_resume(c):
         from evonorm_core.experiment.files import load_checkpoint
         folder = c.folder("p_cls")
-        command = [sys.executable, "-m", "classification.train", *CLS_TINY[:10], "--epochs", "500",
+        command = [sys.executable, "-m", "evonorm_suite.classification.train", *CLS_TINY[:10], "--epochs", "500",
                    "--warmup-epochs", "0", "--no-progress", "--output-dir", str(folder)]
         checkpoint = folder / "checkpoint.pt"
         kill_when(command, lambda: checkpoint.exists() and load_checkpoint(checkpoint)["step"] >= 3, 150)
         killed_at = load_checkpoint(checkpoint)["step"]
-        done = sub([sys.executable, "-m", "classification.train", "--resume", "--output-dir", str(folder),
+        done = sub([sys.executable, "-m", "evonorm_suite.classification.train", "--resume", "--output-dir", str(folder),
                     "--max-steps", str(killed_at + 2)], timeout=200)
         if done.returncode:
             return sub_outcome(done)
@@ -872,13 +872,13 @@ def _process_probes():
     def gan_kill_resume(c):
         from evonorm_core.experiment.files import load_checkpoint
         folder = c.folder("p_gan")
-        command = [sys.executable, "-m", "gan.train_biggan", *GAN_TINY[:10], "--batch-size", "8", "--micro-batch", "8",
+        command = [sys.executable, "-m", "evonorm_suite.gan.train_biggan", *GAN_TINY[:10], "--batch-size", "8", "--micro-batch", "8",
                    "--total-steps", "400", "--save-every", "1", "--eval-every", "0", "--sample-every", "1000",
                    "--threads", "1", "--run-dir", str(folder)]
         checkpoint = folder / "seed0" / "checkpoints" / "last.pt"
         kill_when(command, lambda: checkpoint.exists() and load_checkpoint(checkpoint)["step"] >= 3, 150)
         killed_at = load_checkpoint(checkpoint)["step"]
-        done = sub([sys.executable, "-m", "gan.train_biggan", "--resume", "--run-dir", str(folder), "--total-steps",
+        done = sub([sys.executable, "-m", "evonorm_suite.gan.train_biggan", "--resume", "--run-dir", str(folder), "--total-steps",
                     str(killed_at + 2), "--threads", "1"], timeout=200)
         if done.returncode:
             return sub_outcome(done)
@@ -890,8 +890,8 @@ def _process_probes():
 
     probe("process", "search/evolve.py", "--workers 0 on a real terminal (no traceback)", 120)(
         lambda c: sub_outcome(sub([sys.executable, "search/evolve.py", "--workers", "0"]), "--workers"))
-    probe("process", "python -m classification.train", "--epochs -1 on a real terminal", 120)(
-        lambda c: sub_outcome(sub([sys.executable, "-m", "classification.train", "--epochs", "-1",
+    probe("process", "python classification/train.py", "--epochs -1 on a real terminal", 120)(
+        lambda c: sub_outcome(sub([sys.executable, "-m", "evonorm_suite.classification.train", "--epochs", "-1",
                                    "--output-dir", str(c.folder("x"))]), "--epochs"))
 
 

@@ -43,7 +43,7 @@ RESULTS = Path("docs/results")
 REPORT = Path("docs/reproduction.md")
 STEPS_FILE = RESULTS / "reproduction_steps.json"
 RUNS = Path("runs/reproduction")
-PY = [sys.executable, "-m"]
+PY = [sys.executable]
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,9 @@ def classification_step(table: str, models: Sequence[str] = CLASSIFICATION_MODEL
                         layers: Sequence[str] = ()) -> Step:
     runs = RUNS / "classification" / table
     out = RESULTS / "classification"
-    run = (*PY, "classification.tables", "run", table, "--scale", "mini", "--models", *models,
+    run = (*PY, "classification/tables.py", "run", table, "--scale", "mini", "--models", *models,
            *(("--layers", *layers) if layers else ()), "--runs-dir", str(runs), "--jobs", "2")
-    report = (*PY, "classification.tables", "report", table, str(runs), "--json", str(out / f"{table}.json"),
+    report = (*PY, "classification/tables.py", "report", table, str(runs), "--json", str(out / f"{table}.json"),
               "--png", str(out / f"{table}.png"), "--curves", str(out / f"{table}_curves.png"))
     return Step(table, (run, report), out / f"{table}.json")
 
@@ -72,7 +72,7 @@ def classification_step(table: str, models: Sequence[str] = CLASSIFICATION_MODEL
 STEPS = {
     "table2": classification_step("table2"),
     "table3": classification_step("table3"),
-    "table4": Step("table4", ((*PY, "detection.miniature", "--runs-dir", str(RUNS / "detection"),
+    "table4": Step("table4", ((*PY, "detection/miniature.py", "--runs-dir", str(RUNS / "detection"),
                                "--out", str(RESULTS / "detection"), "--jobs", "2"),),
                    RESULTS / "detection" / "miniature.json"),
 }
@@ -163,7 +163,7 @@ def table2_section(steps_log: dict) -> list[str]:
     title = "Table 2: layers with batch statistics (EvoNorm-B series vs BN-ReLU and friends)"
     if summary is None:
         return not_measured(title, "python tools/reproduce.py --only table2")
-    from classification.paper_tables import LAYERS, TABLES
+    from evonorm_suite.classification.paper_tables import LAYERS, TABLES
 
     paper = TABLES["table2"]
     lines = [f"## {title}", "", "Paper: ImageNet top-1 (%). Miniature: CIFAR anchors (one block per stage) on the "
@@ -188,7 +188,7 @@ def table3_section(steps_log: dict) -> list[str]:
     title = "Table 3: batch-independent layers as the batch shrinks (EvoNorm-S series)"
     if summary is None:
         return not_measured(title, "python tools/reproduce.py --only table3")
-    from classification.paper_tables import LAYERS, TABLES
+    from evonorm_suite.classification.paper_tables import LAYERS, TABLES
 
     paper = TABLES["table3"]
     batches = sorted({c["batch"] for c in summary["cells"] if c["batch"]}, reverse=True)
@@ -229,7 +229,7 @@ def table4_section(steps_log: dict) -> list[str]:
     title = "Table 4: Mask R-CNN (box and mask AP)"
     if summary is None:
         return not_measured(title, "python tools/reproduce.py --only table4")
-    from detection.paper import TABLE4
+    from evonorm_suite.detection.paper import TABLE4
 
     lines = [f"## {title}", "", "Paper: COCO val2017, R-50-FPN. Miniature: the generated shapes (128 px, 3 classes), "
              "half-width ResNet-18-FPN trained from scratch, AP on 50 validation images, mean ± std over seeds.", ""]
@@ -259,8 +259,8 @@ def table5_section(_: dict) -> list[str]:
     summary = load(COLLECTED["table5"])
     title = "Table 5: BigGAN-deep generator layers (IS / FID)"
     if summary is None:
-        return not_measured(title, "python -m gan.table5")
-    from gan.report import LABELS, TABLE5, layer_name
+        return not_measured(title, "python gan/table5.py")
+    from evonorm_suite.gan.report import LABELS, TABLE5, layer_name
 
     lines = [f"## {title}", "", f"Miniature: {summary.get('description', 'class-conditional BigGAN-deep on the digits')}; "
              "digits-classifier IS/FID (not comparable with ImageNet Inception numbers), median and best over seeds "
@@ -305,7 +305,7 @@ def fig10_section(_: dict) -> list[str]:
     summary = load(COLLECTED["fig10"])
     title = "Fig. 10: evolution vs random search"
     if summary is None:
-        return not_measured(title, "python -m search.compare --output-dir runs/fig10 --max-candidates 2000 "
+        return not_measured(title, "python search/compare.py --output-dir runs/fig10 --max-candidates 2000 "
                                   "--json docs/results/search/fig10.json --plot docs/results/search/fig10.png")
     strategies = summary["strategies"]
     evo, rnd = ([100 * v for v in strategies[name]["top10_final"] if v is not None] for name in ("evolution", "random"))
