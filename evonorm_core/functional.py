@@ -64,25 +64,39 @@ for _name in ("affine", "evonorm_s", "evonorm_b", "tracked_batch_moments", "batc
     torch.fx.wrap(_name)
 
 
-def _check_input(fn: str, x: Tensor, eps: float, impl: str) -> None:
+def check_positive(name: str, value: float, *, integer: bool = False) -> None:
+    """Raise a ``ValueError`` naming ``name`` unless ``value`` is a finite positive (int) number."""
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a {'positive int' if integer else 'finite positive number'}, got {value!r}")
+
+
+def check_nchw(fn: str, x: Tensor) -> None:
+    """Raise a ``ValueError`` naming ``fn`` unless ``x`` is a real floating-point NCHW tensor."""
     if not isinstance(x, Tensor) or x.dim() != 4:
-        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"{fn} expects an NCHW tensor (4 dims), got {shape}")
+        got = f"shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"{fn} expects an NCHW tensor (4 dims), got {got}")
     if not x.is_floating_point():
-        raise ValueError(f"{fn} expects a floating-point input, got dtype {x.dtype}")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
-        raise ValueError(f"{fn}: eps must be a finite positive number, got {eps!r}")
+        raise ValueError(
+            f"{fn} expects a real floating-point input (float16, bfloat16, float32 or float64), got dtype {x.dtype}"
+        )
+
+
+def check_affine(fn: str, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> None:
+    """Raise a ``ValueError`` naming ``fn`` unless ``weight`` and ``bias`` are each None, per
+    channel (C,) or per sample (N, C) for the NCHW input ``x``."""
+    n, c = x.shape[:2]
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and tuple(t.shape) not in ((c,), (n, c)):
+            raise ValueError(f"{fn}: {name} must be None, ({c},) or per sample ({n}, {c}) for input of shape "
+                             f"{tuple(x.shape)}, got shape {tuple(t.shape)}")
+
+
+def _check_input(fn: str, x: Tensor, eps: float, impl: str) -> None:
+    check_nchw(fn, x)
+    check_positive(f"{fn}: eps", eps)
     if impl not in IMPLS:
         raise ValueError(f"{fn}: impl must be one of {list(IMPLS)}, got {impl!r}")
-
-
-def _check_channel_tensor(fn: str, name: str, t: Tensor | None, x: Tensor) -> None:
-    if t is None:
-        return
-    n, c = x.shape[:2]
-    if tuple(t.shape) not in ((c,), (n, c)):
-        raise ValueError(f"{fn}: {name} must be None, ({c},) or per sample ({n}, {c}) for input {tuple(x.shape)}, "
-                         f"got shape {tuple(t.shape)}")
 
 
 def _per_sample(weight: Tensor | None, bias: Tensor | None) -> bool:
@@ -96,8 +110,7 @@ def affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
     0, variance 1 and eps 0: PyTorch's fused kernels give the forward in one pass and ``dx``,
     ``dweight``, ``dbias`` in one backward call, keeping only ``x``.
     """
-    _check_channel_tensor("affine", "weight", weight, x)
-    _check_channel_tensor("affine", "bias", bias, x)
+    check_affine("affine", x, weight, bias)
     if weight is None and bias is None:
         return x
     if not _per_sample(weight, bias):
@@ -127,11 +140,10 @@ def evonorm_s(
     ``x`` is NCHW; ``groups`` must divide its channels; ``v1`` is ``None`` or ``(C,)``.
     """
     _check_input("evonorm_s", x, eps, impl)
-    n, c = x.shape[:2]
+    c = x.shape[1]
     if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0 or c % groups:
         raise ValueError(f"evonorm_s: groups must be a positive int dividing the {c} channels, got {groups!r}")
-    for name, t in (("weight", weight), ("bias", bias)):
-        _check_channel_tensor("evonorm_s", name, t, x)
+    check_affine("evonorm_s", x, weight, bias)
     if v1 is not None and tuple(v1.shape) != (c,):
         raise ValueError(f"evonorm_s: v1 must be None or ({c},), got shape {tuple(v1.shape)}")
     if x.numel() == 0:
@@ -198,8 +210,7 @@ def evonorm_b(
     if variant == "b0" and (v1 is None or tuple(v1.shape) != (c,)):
         raise ValueError(f"evonorm_b: variant 'b0' needs v1 of shape ({c},), got "
                          f"{None if v1 is None else tuple(v1.shape)}")
-    for name, t in (("weight", weight), ("bias", bias)):
-        _check_channel_tensor("evonorm_b", name, t, x)
+    check_affine("evonorm_b", x, weight, bias)
     if running_var is not None and tuple(running_var.shape) != (c,):
         raise ValueError(f"evonorm_b: running_var must have shape ({c},), got {tuple(running_var.shape)}")
     use_batch = training or running_var is None

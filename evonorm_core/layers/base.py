@@ -25,7 +25,6 @@ The contract (``NormAct2d``):
 from __future__ import annotations
 
 import abc
-import math
 from typing import ClassVar
 
 import torch
@@ -35,39 +34,16 @@ from .. import formulas, functional, running_stats
 from .. import statistics as stats
 
 
-def check_positive(name: str, value: float, *, integer: bool = False) -> None:
-    """Raise a ``ValueError`` naming ``name`` unless ``value`` is a finite positive (int) number."""
-    kind = int if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a {'positive int' if integer else 'finite positive number'}, got {value!r}")
-
-
-def _shape_of(t: Tensor | None) -> tuple[int, ...] | None:
-    return None if t is None else tuple(t.shape)
-
-
 @torch.fx.wrap
 def checked_input(x: Tensor, layer: str, num_channels: int, weight: Tensor | None, bias: Tensor | None) -> Tensor:
     """``x`` itself, after checking that it is a real floating-point NCHW tensor with
     ``num_channels`` channels and that ``weight``/``bias`` are None, (C,) or (N, C)."""
-    if not isinstance(x, Tensor) or x.dim() != 4:
-        got = f"shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"{layer} expects an NCHW tensor (4 dims), got {got}")
+    functional.check_nchw(layer, x)
     if x.shape[1] != num_channels:
         raise ValueError(
             f"{layer} was built for {num_channels} channels, got input of shape {tuple(x.shape)} ({x.shape[1]} channels)"
         )
-    if not x.is_floating_point():
-        raise ValueError(
-            f"{layer} expects a real floating-point input (float16, bfloat16, float32 or float64), got dtype {x.dtype}"
-        )
-    accepted = ((num_channels,), (x.shape[0], num_channels))
-    for name, t in (("weight", weight), ("bias", bias)):
-        if t is not None and tuple(t.shape) not in accepted:
-            raise ValueError(
-                f"{layer}: {name} must be None, ({num_channels},) or per sample ({x.shape[0]}, {num_channels}) "
-                f"for input of shape {tuple(x.shape)}, got shape {_shape_of(t)}"
-            )
+    functional.check_affine(layer, x, weight, bias)
     return x
 
 
@@ -147,8 +123,8 @@ class NormAct2d(nn.Module, abc.ABC):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        check_positive("num_channels", num_channels, integer=True)
-        check_positive("eps", eps)
+        functional.check_positive("num_channels", num_channels, integer=True)
+        functional.check_positive("eps", eps)
         if activation is not None and activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; accepted: {sorted(ACTIVATIONS)}")
         if dtype is not None and not dtype.is_floating_point:
