@@ -103,17 +103,25 @@ def _per_sample(weight: Tensor | None, bias: Tensor | None) -> bool:
     return any(t is not None and t.dim() == 2 for t in (weight, bias))
 
 
+def _batch_norm_takes(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> bool:
+    """Whether ``F.batch_norm`` accepts ``x`` with these per-channel parameters: all in one
+    dtype, or float32 parameters for a float16/bfloat16 input."""
+    dtypes = {t.dtype for t in (weight, bias) if t is not None}
+    return dtypes == {x.dtype} or (dtypes == {torch.float32} and x.dtype in (torch.float16, torch.bfloat16))
+
+
 def affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
     """``x * weight + bias`` per channel (an EvoNorm with ``nonlinearity=False``), in ``x``'s dtype.
 
-    With per-channel ``(C,)`` weight and bias this is an inference-mode batch norm with mean
-    0, variance 1 and eps 0: PyTorch's fused kernels give the forward in one pass and ``dx``,
-    ``dweight``, ``dbias`` in one backward call, keeping only ``x``.
+    With per-channel ``(C,)`` weight and bias in a dtype ``F.batch_norm`` takes with ``x``,
+    this is an inference-mode batch norm with mean 0, variance 1 and eps 0: PyTorch's fused
+    kernels give the forward in one pass and ``dx``, ``dweight``, ``dbias`` in one backward
+    call, keeping only ``x``. Otherwise composed ops in ``x``'s compute dtype.
     """
     check_affine("affine", x, weight, bias)
     if weight is None and bias is None:
         return x
-    if not _per_sample(weight, bias):
+    if not _per_sample(weight, bias) and _batch_norm_takes(x, weight, bias):
         c = x.shape[1]
         like = weight if weight is not None else bias
         zeros = torch.zeros(c, dtype=like.dtype, device=like.device)

@@ -116,6 +116,25 @@ def test_empty_batch_leaves_running_var_and_gives_zero_gradients(impl):
     assert x.grad.shape == x.shape
 
 
+FLOATS = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+@pytest.mark.parametrize("param_dtype", FLOATS)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_affine_takes_parameters_in_any_float_dtype(dtype, param_dtype):
+    """As evonorm_s/b do: F.batch_norm refuses e.g. a float64 input with float32 parameters
+    (an EvoNorm with nonlinearity=False on a float64 input); those take composed ops."""
+    x = torch.randn(2, 4, 3, 3).to(dtype).requires_grad_()
+    w, b = (torch.randn(4).to(param_dtype).requires_grad_() for _ in range(2))
+    y = EF.affine(x, w, b)
+    assert y.dtype == dtype
+    want = x.double() * w.double().view(1, -1, 1, 1) + b.double().view(1, -1, 1, 1)
+    tol = {torch.float16: 1e-2, torch.bfloat16: 5e-2}.get(dtype, 1e-6)  # the output's rounding
+    torch.testing.assert_close(y.double(), want, atol=tol, rtol=tol)
+    y.sum().backward()
+    assert x.grad.dtype == dtype and w.grad.dtype == param_dtype and b.grad.dtype == param_dtype
+
+
 @pytest.mark.parametrize(
     "call,message",
     [
