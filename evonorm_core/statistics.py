@@ -124,6 +124,8 @@ def batch_moments(
     c = x.shape[1]
     count = x.numel() // c
     if syncs_across_processes(sync, process_group):
+        # imported here: it raises ImportError in torch builds without distributed support
+        # (USE_DISTRIBUTED=0), and a synced call only gets here with a process group initialised
         from torch.distributed.nn.functional import all_reduce
 
         sums = torch.cat([x.new_full((1,), count), x.sum(dim=(0, 2, 3)), x.square().sum(dim=(0, 2, 3))])
