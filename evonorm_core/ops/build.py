@@ -25,6 +25,8 @@ def relative_sources(root: str | os.PathLike) -> list[str]:
 
 def extension(root: str | os.PathLike = "."):
     """The ``setuptools`` extension for ``setup.py``: ``CppExtension(NAME, ...)``."""
+    # imported here: at the top it would cost every `import evonorm_core` (extension.py reads
+    # this module's flags) ~50 ms, setuptools and a 'No CUDA runtime' warning, for setup.py's class
     from torch.utils.cpp_extension import CppExtension
 
     return CppExtension(NAME, relative_sources(root), extra_compile_args=CFLAGS, extra_link_args=LDFLAGS)
