@@ -92,11 +92,17 @@ def check_affine(fn: str, x: Tensor, weight: Tensor | None, bias: Tensor | None)
                              f"{tuple(x.shape)}, got shape {tuple(t.shape)}")
 
 
+def check_impl(name: str, impl: str) -> str:
+    """``impl`` itself if it is one of :data:`IMPLS`, else a ``ValueError`` naming ``name``."""
+    if impl not in IMPLS:
+        raise ValueError(f"{name} must be one of {list(IMPLS)}, got {impl!r}")
+    return impl
+
+
 def _check_input(fn: str, x: Tensor, eps: float, impl: str) -> None:
     check_nchw(fn, x)
     check_positive(f"{fn}: eps", eps)
-    if impl not in IMPLS:
-        raise ValueError(f"{fn}: impl must be one of {list(IMPLS)}, got {impl!r}")
+    check_impl(f"{fn}: impl", impl)
 
 
 def _per_sample(weight: Tensor | None, bias: Tensor | None) -> bool:

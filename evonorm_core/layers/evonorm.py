@@ -21,14 +21,6 @@ from torch import Tensor
 from .. import formulas, functional
 from .base import BatchStatsNormAct2d, GroupedNormAct2d
 
-IMPLS = functional.IMPLS
-
-
-def check_impl(impl: str) -> str:
-    if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {list(IMPLS)}, got {impl!r}")
-    return impl
-
 
 class _EvoNorm(abc.ABC):
     """What every EvoNorm shares on top of its base class: ``impl``, ``v1`` where the formula
@@ -38,7 +30,7 @@ class _EvoNorm(abc.ABC):
     has_v1 = False
 
     def _init_evonorm(self, impl: str, device: torch.device | str | None, dtype: torch.dtype | None) -> None:
-        self.impl = check_impl(impl)
+        self.impl = functional.check_impl("impl", impl)
         if self.nonlinearity and self.has_v1:
             self.register_channel_param("v1", 1.0, device=device, dtype=dtype)
 
