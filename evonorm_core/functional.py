@@ -64,6 +64,8 @@ for _name in ("affine", "evonorm_s", "evonorm_b", "tracked_batch_moments", "batc
     torch.fx.wrap(_name)
 
 
+# ---- argument checks (the layers' too) ----------------------------------------------------
+
 def check_positive(name: str, value: float, *, integer: bool = False) -> None:
     """Raise a ``ValueError`` naming ``name`` unless ``value`` is a finite positive (int) number."""
     kind = int if integer else (int, float)
@@ -109,6 +111,8 @@ def _per_sample(weight: Tensor | None, bias: Tensor | None) -> bool:
     return any(t is not None and t.dim() == 2 for t in (weight, bias))
 
 
+# ---- the EvoNorm layers (affine: without their nonlinearity) ------------------------------
+
 def _batch_norm_takes(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> bool:
     """Whether ``F.batch_norm`` accepts ``x`` with these per-channel parameters: all in one
     dtype, or float32 parameters for a float16/bfloat16 input."""
@@ -135,8 +139,6 @@ def affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
         return F.batch_norm(x, zeros, ones, weight, bias, training=False, momentum=0.0, eps=0.0)
     return apply_affine(upcast(x), weight, bias).to(x.dtype)
 
-
-# ---- public API ---------------------------------------------------------------------------
 
 def evonorm_s(
     x: Tensor,
@@ -351,7 +353,7 @@ def group_norm(x: Tensor, groups: int, weight: Tensor | None, bias: Tensor | Non
     return F.group_norm(x, groups, weight, bias, eps)
 
 
-# ---- choosing the fused path ------------------------------------------------------------
+# ---- choosing the fused path --------------------------------------------------------------
 
 # Under torch.compile (Inductor), per device type: the smallest input (in elements) for
 # which the registered operator runs (an opaque call of its kernel in the compiled graph).
