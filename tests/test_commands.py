@@ -22,14 +22,14 @@ def console_scripts() -> dict[str, str]:
     raise AssertionError("setup.py defines no CONSOLE_SCRIPTS")
 
 
-def needs_detectron2(target: str) -> None:
-    if target.startswith("evonorm_suite.detection"):
+def needs_detectron2(needed: bool) -> None:
+    if needed:
         pytest.importorskip("detectron2", reason="detectron2 is not installed (tools/install.sh installs it)")
 
 
 @pytest.mark.parametrize("name,target", sorted(console_scripts().items()))
 def test_every_console_command_has_help(name, target, capsys):
-    needs_detectron2(target)
+    needs_detectron2(target.startswith("evonorm_suite.detection"))
     module, function = target.split(":")
     main = getattr(importlib.import_module(module), function)
     with pytest.raises(SystemExit) as exit_info:
@@ -38,11 +38,16 @@ def test_every_console_command_has_help(name, target, capsys):
     assert "usage:" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("script", ["search/evolve.py", "gan/train_biggan.py", "tools/train_net.py",
-                                    "tools/benchmark_layers.py", "tools/check_capture.py", "tools/model_cost.py",
-                                    "tools/render_benchmarks_doc.py"])
+def entry_modules() -> list[str]:
+    """Every module of a task package that runs as a program (``python search/calibrate.py``)."""
+    return sorted(str(p.relative_to(ROOT)) for folder in ("search", "gan", "detection", "classification")
+                  for p in (ROOT / folder).glob("*.py") if 'if __name__ == "__main__":' in p.read_text())
+
+
+@pytest.mark.parametrize("script", [*entry_modules(), "tools/train_net.py", "tools/benchmark_layers.py",
+                                    "tools/check_capture.py", "tools/model_cost.py", "tools/render_benchmarks_doc.py"])
 def test_design_card_scripts_run_from_the_checkout(script):
-    needs_detectron2("detection" if script in ("tools/train_net.py", "tools/model_cost.py") else "")
+    needs_detectron2(script.startswith("detection/") or script in ("tools/train_net.py", "tools/model_cost.py"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(ROOT)  # the checkout under test (in CI: the editable install's folder)
     done = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, env=env, capture_output=True, text=True,
