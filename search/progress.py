@@ -11,6 +11,7 @@ from collections import Counter
 
 from evonorm_core.experiment.progress import format_duration
 from evonorm_core.search.driver import LayerSearch, StopCondition, member_from_record
+from evonorm_core.search.equivalence import DistinctLayers
 from evonorm_core.search.evolution import Member, pareto_frontier
 from evonorm_core.search.results import CandidateRecord
 
@@ -22,7 +23,8 @@ class ProgressPrinter:
         self.stop, self.interval, self.k = stop, interval, k
         self.rejected: Counter[str] = Counter()
         self.accepted = self.trained = 0
-        self.top: dict[str, float] = {}  # fingerprint -> mean accuracy of the k best distinct layers
+        self.layers = DistinctLayers()  # every distinct accepted layer, represented by its first candidate
+        self.top: dict[int, float] = {}  # candidate id -> mean accuracy of the k best distinct layers
         self.frontier: list[Member] = []
         self.counted = 0
         self.printed = float("-inf")
@@ -45,11 +47,11 @@ class ProgressPrinter:
                 self.rejected[str(record.stage)] += 1
                 continue
             self.accepted += 1
-            if record.fingerprint in self.top or any(m.fingerprint == record.fingerprint for m in self.frontier):
-                continue
-            self.top[record.fingerprint] = record.mean_accuracy
-            self.top = dict(sorted(self.top.items(), key=lambda kv: -kv[1])[:self.k])
             member = member_from_record(record)
+            if not self.layers.add(record.candidate_id, member.response):
+                continue
+            self.top[record.candidate_id] = record.mean_accuracy
+            self.top = dict(sorted(self.top.items(), key=lambda kv: -kv[1])[:self.k])
             self.frontier = pareto_frontier([*self.frontier, member])
             if any(m is member for m in self.frontier):
                 joined.append(record)

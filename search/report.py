@@ -13,14 +13,17 @@ import argparse
 import statistics
 import sys
 from collections import Counter
-from collections.abc import Collection
 from pathlib import Path
+
+from torch import Tensor
 
 from evonorm_core.experiment.config import ConfigError, command_line
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
 from evonorm_core.experiment.progress import format_duration
 from evonorm_core.search.driver import member_from_record, read_checkpoint
+from evonorm_core.search.equivalence import DistinctLayers, initial_response
 from evonorm_core.search.evolution import pareto_frontier
+from evonorm_core.search.genome import Genome
 from evonorm_core.search.results import CandidateRecord
 from evonorm_suite.search.config import CONFIG_FILE, SearchConfig, read_run_config
 
@@ -31,18 +34,25 @@ def accepted(records: list[CandidateRecord]) -> list[CandidateRecord]:
     return [r for r in records if r.accepted]
 
 
+def layer_response(record: CandidateRecord) -> Tensor:
+    """The record's layer as :func:`~evonorm_core.search.equivalence.same_layer` compares it."""
+    return initial_response(Genome.from_dict(record.genome))
+
+
 def distinct_accepted(records: list[CandidateRecord]) -> list[CandidateRecord]:
-    """The accepted records, only the first of each function (equivalence-cache fingerprint)."""
-    first: dict[str, CandidateRecord] = {}
+    """The accepted records, only the first of each layer (:func:`~evonorm_core.search.equivalence.same_layer`:
+    the same function at initialization within a stated tolerance, constants folded)."""
+    layers, first = DistinctLayers(), []
     for record in accepted(records):
-        first.setdefault(record.fingerprint, record)
-    return list(first.values())
+        if layers.add(record.candidate_id, layer_response(record)):
+            first.append(record)
+    return first
 
 
-def top_k(records: list[CandidateRecord], k: int = 10, exclude: Collection[str] = ()) -> list[CandidateRecord]:
+def top_k(records: list[CandidateRecord], k: int = 10, exclude: DistinctLayers | None = None) -> list[CandidateRecord]:
     """The ``k`` distinct accepted layers with the best mean accuracy (ties: the earlier first),
-    leaving out the functions whose fingerprints are in ``exclude``."""
-    found = [r for r in distinct_accepted(records) if r.fingerprint not in exclude]
+    leaving out the layers ``exclude`` holds (e.g. :func:`reference_layers`)."""
+    found = [r for r in distinct_accepted(records) if exclude is None or exclude.match(layer_response(r)) is None]
     return sorted(found, key=lambda r: (-r.mean_accuracy, r.candidate_id))[:k]
 
 
@@ -56,10 +66,9 @@ def frontier(records: list[CandidateRecord]) -> list[CandidateRecord]:
 def top_k_curve(records: list[CandidateRecord], k: int = 10) -> tuple[list[int], list[float], list[float]]:
     """After each evaluated candidate: (count, mean, std) of the mean accuracy of the top-``k``
     distinct layers so far (a repeat of a function already seen does not count twice)."""
-    xs, means, stds, best, seen = [], [], [], [], set()
+    xs, means, stds, best, seen = [], [], [], [], DistinctLayers()
     for i, record in enumerate(records, 1):
-        if record.accepted and record.fingerprint not in seen:
-            seen.add(record.fingerprint)
+        if record.accepted and seen.add(record.candidate_id, layer_response(record)):
             best = sorted(best + [record.mean_accuracy], reverse=True)[:k]
         if best:
             xs.append(i)
@@ -70,10 +79,9 @@ def top_k_curve(records: list[CandidateRecord], k: int = 10) -> tuple[list[int],
 
 def _kth_distinct(records: list[CandidateRecord], k: int) -> int | None:
     """The candidate count at which the ``k``-th distinct accepted layer appeared (None: never)."""
-    seen: set[str] = set()
+    seen = DistinctLayers()
     for i, record in enumerate(records, 1):
-        if record.accepted:
-            seen.add(record.fingerprint)
+        if record.accepted and seen.add(record.candidate_id, layer_response(record)):
             if len(seen) == k:
                 return i
     return None
@@ -105,17 +113,25 @@ def counts(state: dict, config: SearchConfig | None = None) -> dict:
     }
 
 
-def reference_names(state: dict) -> dict[str, str]:
-    """fingerprint -> name of each reference layer the run measured: a candidate with one of
-    these fingerprints is that reference layer found again, not a new layer."""
-    return {record.fingerprint: name for name, record in state["baselines"].items()}
+def reference_layers(state: dict) -> DistinctLayers:
+    """The reference layers the run measured, keyed by name: a candidate that matches one
+    (:meth:`DistinctLayers.match`) is that reference layer found again, not a new layer."""
+    layers = DistinctLayers()
+    for name, record in state["baselines"].items():
+        layers.add(name, layer_response(record))
+    return layers
 
 
-def _row(name: str, record: CandidateRecord, anchors: list[str], references: dict[str, str] | None = None) -> str:
+def same_as(record: CandidateRecord, references: DistinctLayers | None) -> str | None:
+    """The name of the reference layer ``record`` is, if any."""
+    return None if references is None else references.match(layer_response(record))
+
+
+def _row(name: str, record: CandidateRecord, anchors: list[str], references: DistinctLayers | None = None) -> str:
     accs = "  ".join(f"{record.accuracies[a]:.3f}" if a in record.accuracies else "  -  " for a in anchors)
     mean = f"{record.mean_accuracy:.3f}" if record.accuracies else "  -  "
     status = "" if record.accepted else f"  [rejected: {record.stage}: {record.reason}]"
-    same = (references or {}).get(record.fingerprint)
+    same = same_as(record, references)
     return f"  {name:<12} {accs}  {mean}  {record.expression}{status}" + (f"  (= {same})" if same else "")
 
 
@@ -149,7 +165,7 @@ def format_report(output_dir: str, k: int = 10) -> str:
     ]
     lines += [_row(name, record, anchors) for name, record in state["baselines"].items()] or ["  (none)"]
     lines.append("Pareto frontier:")
-    known = reference_names(state)
+    known = reference_layers(state)
     lines += [_row(f"#{r.candidate_id}", r, anchors, known) for r in frontier(records)] or ["  (no accepted candidate)"]
     lines.append(f"top {k} by mean accuracy:")
     lines += [_row(f"#{r.candidate_id}", r, anchors, known) for r in top_k(records, k)] or ["  (no accepted candidate)"]
@@ -168,9 +184,9 @@ def _layer(record: CandidateRecord) -> dict:
             "mean_accuracy": round(record.mean_accuracy, 4) if record.accuracies else None}
 
 
-def _found(record: CandidateRecord, references: dict[str, str]) -> dict:
+def _found(record: CandidateRecord, references: DistinctLayers) -> dict:
     """A found layer as plain data; ``same_as``: the reference layer it is, if any."""
-    return {**_layer(record), "same_as": references.get(record.fingerprint)}
+    return {**_layer(record), "same_as": same_as(record, references)}
 
 
 def summarize(output_dir: str, k: int = 10) -> dict:
@@ -179,7 +195,7 @@ def summarize(output_dir: str, k: int = 10) -> dict:
     state, config = read_checkpoint(output_dir), _config_or_none(output_dir)
     records = state["records"]
     xs, means, _ = top_k_curve(records, k)
-    top, known = top_k(records, k), reference_names(state)
+    top, known = top_k(records, k), reference_layers(state)
     argv = state["metadata"].get("argv")
     rerank = Path(output_dir) / "rerank.json"
     return {

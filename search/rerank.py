@@ -29,7 +29,7 @@ from evonorm_core.search.results import CandidateResult
 from evonorm_suite.search.backends import die_with_parent, evaluate_safely
 from evonorm_suite.search.config import read_run_config
 from evonorm_suite.search.proxy import ProxyConfig, ProxyEvaluator
-from evonorm_suite.search.report import reference_names, top_k
+from evonorm_suite.search.report import reference_layers, top_k
 
 RESULTS, RANKING = "rerank.jsonl", "rerank.json"
 
@@ -43,7 +43,7 @@ def rerank_proxy(proxy: ProxyConfig, train_steps: int | None) -> ProxyConfig:
 def candidates(state: dict, k: int, with_references: bool) -> dict[str, dict]:
     """name -> {"expression", "genome"}: the top-``k`` layers, then the measured reference layers
     (with them, a top layer that is a reference found again is reranked once, as the reference)."""
-    known = reference_names(state) if with_references else {}
+    known = reference_layers(state) if with_references else None
     chosen = {f"#{r.candidate_id}": r for r in top_k(state["records"], k, exclude=known)}
     if with_references:
         chosen.update(state["baselines"])

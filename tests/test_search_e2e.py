@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evonorm_core.search import CandidateRecord, CandidateResult, Stage
+from evonorm_core.search import CandidateRecord, CandidateResult, Stage, fingerprint, parse
 from evonorm_suite.search import evolve, report, rerank
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,13 +104,15 @@ def test_kill_and_resume_gives_the_uninterrupted_result(tmp_path):
     assert comparable(records(killed)) == comparable(records(tmp_path / "whole"))
 
 
-def test_report_counts_each_function_once():
-    def row(i, fp, accs, accepted=True):
+def test_report_counts_each_layer_once():
+    """#1 is #0's layer (``tanh(v1 * x)`` starts as ``tanh(x)``): counted once."""
+    def row(i, expression, accs, accepted=True):
         result = (CandidateResult.accept if accepted else partial(CandidateResult.reject, Stage.QUALITY, "low"))(
             dict(zip("ab", accs)))
-        return CandidateRecord(i, {"nodes": [["tanh", 0]]}, "tanh(x)", "random", None, fp, result)
-    rows = [row(0, "f", (0.9, 0.8)), row(1, "f", (0.9, 0.8)), row(2, "g", (0.5, 0.4)),
-            row(3, "h", (0.1, 0.1), False)]
+        genome = parse(expression)
+        return CandidateRecord(i, genome.to_dict(), expression, "random", None, fingerprint(genome), result)
+    rows = [row(0, "tanh(x)", (0.9, 0.8)), row(1, "tanh(v1 * x)", (0.9, 0.8)), row(2, "sigmoid(x)", (0.5, 0.4)),
+            row(3, "abs(x)", (0.1, 0.1), False)]
     assert [r.candidate_id for r in report.top_k(rows, 2)] == [0, 2]
     assert [r.candidate_id for r in report.frontier(rows)] == [0]
     xs, means, _ = report.top_k_curve(rows, k=2)

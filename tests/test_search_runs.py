@@ -16,9 +16,11 @@ import pytest
 
 from evonorm_core.experiment.config import save_config
 from evonorm_core.experiment.rundir import RunDir
-from evonorm_core.search import CandidateRecord, CandidateResult, EvolutionConfig, LayerSearch, Stage, read_checkpoint
+from evonorm_core.search import (
+    CandidateRecord, CandidateResult, EvolutionConfig, LayerSearch, Stage, parse, read_checkpoint,
+)
 from evonorm_suite.search import backends, evolve
-from evonorm_suite.search.config import CONFIG_FILE, SearchConfig, read_run_config
+from evonorm_suite.search.config import CONFIG_FILE, REFERENCE_LAYERS, SearchConfig, read_run_config
 from evonorm_suite.search.rerank import rank
 
 REPO = Path(__file__).resolve().parents[1]
@@ -208,13 +210,20 @@ def test_value_at_reads_the_top10_curve_as_a_step_function():
 
 
 # ---------------------------------------------------------------- summaries of hand-made runs (no training)
+LAYERS_BY_LABEL = {"a": "tanh(x)", "b": "sigmoid(x)", "c": "x * sigmoid(x)", "d": "max(x, 0)", "q": "abs(x)",
+                   "s": "exp(x)", "x": "x / instance_std(x)", "y": "x / group_std(x)", "z": "square(x)",
+                   "bn": REFERENCE_LAYERS["bn_relu"]}
+"""Hand-made records' layers: one distinct layer per label."""
+
+
 def record(i, fp, accs=None, stage=None, cache_hit=False, timings=None):
-    """A log record of candidate ``i`` with function ``fp``: accepted with ``accs`` (anchor -> accuracy) unless
-    ``stage`` rejected it."""
+    """A log record of candidate ``i`` with the layer labelled ``fp`` (:data:`LAYERS_BY_LABEL`): accepted with
+    ``accs`` (anchor -> accuracy) unless ``stage`` rejected it."""
     accs = accs or {}
     result = (CandidateResult.accept(accs, timings) if stage is None
               else CandidateResult.reject(stage, "low", accs, timings))
-    return CandidateRecord(i, {"nodes": [["tanh", 0]]}, f"layer{i}(x)", "random", None, fp, result, cache_hit)
+    genome = parse(LAYERS_BY_LABEL[fp]).to_dict()
+    return CandidateRecord(i, genome, f"layer{i}(x)", "random", None, fp, result, cache_hit)
 
 
 def write_run(folder, records, elapsed, baselines=None, config=None, strategy="evolution", seed=0):
@@ -362,11 +371,11 @@ def test_rerank_takes_the_top_layers_then_the_references_with_longer_training(tm
     state = read_checkpoint(write_run(tmp_path / "run", example_records(), 9.0, {"bn_relu": bn}))
     assert list(candidates(state, 2, True)) == ["#4", "#0", "bn_relu"]
     assert list(candidates(state, 10, False)) == ["#4", "#0", "#6"]
-    assert candidates(state, 1, False)["#4"] == {"expression": "layer4(x)", "genome": {"nodes": [["tanh", 0]]}}
+    assert candidates(state, 1, False)["#4"] == {"expression": "layer4(x)", "genome": parse("sigmoid(x)").to_dict()}
 
 
 def test_a_reference_layer_found_again_is_labelled_and_reranked_once_as_the_reference(tmp_path):
-    """A candidate with a reference's fingerprint is that reference found again: the report says so, the summary
+    """A candidate that is a reference's layer is that reference found again: the report says so, the summary
     names it, and the rerank takes the next new layer instead of training the reference twice."""
     from evonorm_suite.search import report
     from evonorm_suite.search.rerank import candidates
