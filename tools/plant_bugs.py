@@ -5,6 +5,7 @@
     nice -n 5 python3 tools/plant_bugs.py --only K3 G2             # some plants again
     nice -n 5 python3 tools/plant_bugs.py --json docs/results/planted_bugs.json
     python3 tools/plant_bugs.py --list                             # what would be planted, nothing run
+    python3 tools/plant_bugs.py --set fresh2 --validate            # does every snippet still apply? nothing run
     nice -n 5 python3 tools/plant_bugs.py --set fresh2 --json docs/results/planted_bugs_fresh2.json
     nice -n 19 python3 tools/plant_bugs.py --set fresh3 --json docs/results/planted_bugs_fresh3.json
     nice -n 19 python3 tools/plant_bugs.py --set fresh4 --json docs/results/planted_bugs_fresh4.json
@@ -26,7 +27,15 @@ bug is. For each plant the snippet is replaced in this working tree, ``python3 -
 <its tests>`` runs with a time limit, and the file is written back in a ``finally`` (also on
 Ctrl-C and SIGTERM); nothing is copied anywhere else. Verdicts: ``caught`` (pytest reported a
 failed test or a collection error: exit status 1 or 2), ``missed`` (every test passed),
-``timeout`` and ``error`` (pytest could not run the selection: status 3-5).
+``timeout`` and ``error`` (pytest could not run the selection: status 3-5), and ``stale``.
+
+Refactors move code: a plant whose snippet is no longer exactly once in its file but is
+exactly once in one other file of the library (``evonorm_core/`` and the task folders) is
+planted there, and its line says so. A plant whose snippet is found in no such place (the
+code was rewritten) is not run: its verdict is ``stale`` and its line names the file and the
+snippet to update. ``--validate`` lists both kinds, run nothing, and exits 1 if there are
+any; ``tests/mutation/test_plant_bugs.py`` (not part of the default test run) checks that
+every set validates: ``python3 -m pytest tests/mutation``.
 
 Safety: the run refuses to start when tracked files have uncommitted changes, and ends by
 checking ``git diff --quiet`` (exit status 3 if a file was not restored). Before the first
@@ -46,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import shutil
@@ -61,7 +71,9 @@ from evonorm_core.experiment.config import command_line
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TIMEOUT = 900.0
-CAUGHT, MISSED, TIMEOUT, ERROR = "caught", "missed", "timeout", "error"
+CAUGHT, MISSED, TIMEOUT, ERROR, STALE = "caught", "missed", "timeout", "error", "stale"
+# where a moved snippet is looked for: the library and the task packages (not tools/ or tests/)
+LIBRARY_FOLDERS = ("evonorm_core", "search", "gan", "detection", "classification")
 
 
 @dataclass(frozen=True)
@@ -85,7 +97,8 @@ class Verdict:
     id: str
     result: str
     seconds: float
-    detail: str = ""  # the first failing test, or pytest's summary line when nothing failed
+    detail: str = ""  # the first failing test, pytest's summary line when nothing failed, or why it is stale
+    file: str = ""  # where the plant was planted (its own file, or where its snippet moved)
 
 
 def plant(id: str, area: str, file: str, original: str, replacement: str, tests: tuple[str, ...] | str,
@@ -125,6 +138,7 @@ def formula(name: str, impl: str, training: bool = True, nonlinearity: bool = Tr
 CPP = "evonorm_core/ops/csrc/evonorm_ops.cpp"
 LIBRARY = "evonorm_core/ops/library.py"
 FUNCTIONAL = "evonorm_core/functional.py"
+FORMULAS = "evonorm_core/formulas.py"
 
 PLANTS: list[Plant] = [
     # ---- CPU kernels: sums over several blocks, both layouts, float32 paths -----------------
@@ -168,7 +182,7 @@ PLANTS: list[Plant] = [
           "training=False, momentum=0.0, eps=1e-5)",
           (formula("evonorm_s0", "fused", True, False), f"{FAST}::test_nonlinearity_off_is_cheap_affine[evonorm_b0]"),
           "the affine x * gamma + beta (nonlinearity off) divides by sqrt(1 + 1e-5)"),
-    plant("F2", "functional", FUNCTIONAL, 'return (x + 1) * rms if variant == "b1" else rms - x',
+    plant("F2", "functional", FORMULAS, 'return (x + 1) * rms if variant == "b1" else rms - x',
           'return (x + 1) * rms if variant == "b1" else x - rms',
           (formula("evonorm_b2", "reference"), f"{FAST}::test_gradgradcheck_float64[evonorm_b2-True]"),
           "EvoNorm-B2's instance term sqrt(mu(x^2)) - x with the sign flipped (composed formula)"),
@@ -176,8 +190,8 @@ PLANTS: list[Plant] = [
           (f"{LAYERS}::test_moving_average_update[evonorm_b0]",
            f"{LAYERS}::test_momentum_none_is_a_cumulative_average[evonorm_b1]"),
           "B series: unbiased moving variance uses all elements instead of those per channel"),
-    plant("F4", "functional", FUNCTIONAL, "gate = x if v1 is None else x * _nchw(v1, x.dtype)",
-          "gate = x if v1 is None else _nchw(v1, x.dtype)",
+    plant("F4", "functional", FORMULAS, "gate = x if v1 is None else x * to_nchw(v1, x.dtype)",
+          "gate = x if v1 is None else to_nchw(v1, x.dtype)",
           (formula("evonorm_s0", "reference"), f"{FAST}::test_gradgradcheck_float64[evonorm_s0-True]"),
           "EvoNorm-S0 gates with sigmoid(v1) instead of sigmoid(v1 x) (composed formula)"),
     # ---- layers and statistics ---------------------------------------------------------------
@@ -459,7 +473,7 @@ FRESH2: list[Plant] = [
     plant("G7", "fused-ops", LIBRARY, "dgate = s * (1 + vx * (1 - s))", "dgate = s * (1 + xa * (1 - s))", FAST,
           "generic S backward: d[x sigmoid(v x)]/dx drops v in the sigmoid's derivative term"),
     # ---- the functional and statistics --------------------------------------------------------
-    plant("F5", "functional", FUNCTIONAL, "batch_std = torch.sqrt(batch_var.to(x.dtype).view(1, -1, 1, 1) + eps)",
+    plant("F5", "functional", FORMULAS, "batch_std = torch.sqrt(batch_var.to(x.dtype).view(1, -1, 1, 1) + eps)",
           "batch_std = torch.sqrt(batch_var.to(x.dtype).view(1, -1, 1, 1)) + eps",
           ("tests/test_functional.py", LAYERS),
           "composed B formula: eps added outside the square root of the batch variance"),
@@ -489,7 +503,7 @@ FRESH2: list[Plant] = [
     plant("R5", "running-stats", "evonorm_core/running_stats.py", "value = value * (count / (count - 1))",
           "value = value * ((count - 1) / count)", (RUNNING, LAYERS),
           "moving variance 'unbiased' by (n - 1) / n instead of n / (n - 1)"),
-    plant("R6", "running-stats", BASELINES, "training=training, momentum=factor, eps=eps,",
+    plant("R6", "running-stats", FUNCTIONAL, "training=training, momentum=factor, eps=eps,",
           "training=training, momentum=1 - factor, eps=eps,", (RUNNING, LAYERS),
           "BN-ReLU hands F.batch_norm TensorFlow's momentum convention (weight of the old average)"),
     # ---- conversion ---------------------------------------------------------------------------------
@@ -631,7 +645,7 @@ FRESH3: list[Plant] = [
     plant("G8", "fused-ops", LIBRARY, "dv = ((gxs * xa * (1 - s)).sum((2, 3)) * a[:, :, 0, 0]).sum(0)",
           "dv = ((gxs * xa * (1 - s)).sum((2, 3)) * w_nc).sum(0)", FAST,
           "generic S backward: dv1 without the group rstd r"),
-    plant("G9", "fused-ops", LIBRARY, "stat = x.new_empty((x.shape[0], groups), dtype=acc_dtype(x))",
+    plant("G9", "fused-ops", LIBRARY, "stat = x.new_empty((x.shape[0], groups), dtype=compute_dtype(x))",
           "stat = x.new_empty((x.shape[0], groups))", FAST,
           "fake s_forward: statistics in the input's dtype (half) instead of float32 (torch.compile/export)",
           "new test_fast_layers.py::test_fake_tensors_match_the_kernels_in_half_precision (fake outputs' dtypes and "
@@ -650,7 +664,7 @@ FRESH3: list[Plant] = [
     plant("L11", "layers", BASELINES, "return scale, beta - self.running_mean.to(gamma.dtype) * scale",
           "return scale, beta - self.running_mean.to(gamma.dtype)", (LAYERS, "tests/test_classification_tradeoff.py"),
           "BN inference folding shifts by the moving mean unscaled (beta - mu instead of beta - mu gamma / sigma)"),
-    plant("L12", "layers", BASELINES, "return apply_affine(F.group_norm(x, groups, None, None, eps), weight, bias)",
+    plant("L12", "layers", FUNCTIONAL, "return apply_affine(F.group_norm(x, groups, None, None, eps), weight, bias)",
           "return F.group_norm(x, groups, None, None, eps)", (LAYERS, "tests/test_layers_conditional.py"),
           "GroupNorm with per-sample (class-conditional) gamma/beta drops them"),
     plant("L13", "layers", "evonorm_core/layers/base.py",
@@ -693,8 +707,8 @@ FRESH3: list[Plant] = [
           "every *_rms aggregation is the std (variance instead of Table 1's mean square)"),
     plant("Q23", "search", "evonorm_core/search/equivalence.py",
           "            value = torch.randn(c, generator=generator, dtype=torch.float64)\n"
-          "            if hasattr(layer, name):\n                getattr(layer, name).copy_(value)",
-          "            if hasattr(layer, name):\n"
+          "            if random_parameters and hasattr(layer, name):\n                getattr(layer, name).copy_(value)",
+          "            if random_parameters and hasattr(layer, name):\n"
           "                getattr(layer, name).copy_(torch.randn(c, generator=generator, dtype=torch.float64))",
           ("tests/test_search_equivalence.py", DRIVER),
           "fingerprint draws v0/v1 only when the layer has them: x * v0 and x * v1 get the same values"),
@@ -810,7 +824,7 @@ FRESH4: list[Plant] = [
     plant("G12", "fused-ops", LIBRARY, "given = None if ctx.from_x else batch_var", "given = batch_var", FAST,
           "double backward of the B series treats the batch's own variance as a constant"),
     # ---- the functional and statistics --------------------------------------------------------
-    plant("F11", "functional", FUNCTIONAL, "return x / torch.maximum(batch_std, b_instance_term(x, v1, variant, eps))",
+    plant("F11", "functional", FORMULAS, "return x / torch.maximum(batch_std, b_instance_term(x, v1, variant, eps))",
           "return x / torch.minimum(batch_std, b_instance_term(x, v1, variant, eps))",
           ("tests/test_functional.py", LAYERS),
           "composed B formula divides by the min of the batch std and the instance term instead of the max"),
@@ -822,13 +836,13 @@ FRESH4: list[Plant] = [
           ("tests/test_functional.py", LAYERS),
           "fused B series in training folds the batch mean into the moving variance (outputs unpacked one off)"),
     # ---- layers and the registry ---------------------------------------------------------------
-    plant("L16", "layers", BASELINES,
+    plant("L16", "layers", FUNCTIONAL,
           "z = (x - mean.view(1, -1, 1, 1)) / torch.sqrt(var.view(1, -1, 1, 1) + eps)",
           "z = x / torch.sqrt(var.view(1, -1, 1, 1) + eps)", LAYERS,
           "BN's composed path (buffers in another dtype, synchronized, one value per channel) does not center"),
     plant("L17", "layers", BASELINES,
-          "return self.activate(group_norm(base.upcast(x), 1, weight, bias, self.eps)).to(x.dtype)",
-          "return self.activate(group_norm(base.upcast(x), self.num_channels, weight, bias, self.eps)).to(x.dtype)",
+          "z = functional.group_norm(formulas.upcast(x), 1, weight, bias, self.eps)",
+          "z = functional.group_norm(formulas.upcast(x), self.num_channels, weight, bias, self.eps)",
           LAYERS, "LayerNorm-ReLU normalizes each channel on its own (C groups: instance norm) instead of one group"),
     plant("L18", "layers", "evonorm_core/layers/base.py", "self.running_var.fill_(1)", "self.running_var.zero_()",
           (LAYERS, RUNNING), "reset_running_stats sets the moving variance to 0 instead of 1"),
@@ -973,15 +987,15 @@ FRESH5: list[Plant] = [
           "        return dx, dw, dv, db, None, None, None\n", FAST,
           "double backward of the S series returns v1's gradient as the bias's and the bias's as v1's"),
     # ---- the functional and statistics --------------------------------------------------------
-    plant("F14", "functional", FUNCTIONAL,
-          "return _nchw(v1, x.dtype) * x + torch.sqrt(stats.instance_var(x) + eps)",
-          "return _nchw(v1, x.dtype) * x + torch.sqrt(stats.instance_mean_square(x) + eps)",
+    plant("F14", "functional", FORMULAS,
+          "return to_nchw(v1, x.dtype) * x + torch.sqrt(stats.instance_var(x) + eps)",
+          "return to_nchw(v1, x.dtype) * x + torch.sqrt(stats.instance_mean_square(x) + eps)",
           ("tests/test_functional.py", LAYERS),
           "composed EvoNorm-B0: instance term from the mean square mu_wh(x^2) instead of the variance s2_wh"),
     plant("F15", "functional", STATISTICS, "return torch.var_mean(x, dim=dim, unbiased=False, keepdim=keepdim)",
           "return torch.var_mean(x, dim=dim, unbiased=True, keepdim=keepdim)", (LAYERS, PRIMS),
           "instance, group and layer variances unbiased (n - 1) instead of the paper's population s^2"),
-    plant("F16", "functional", FUNCTIONAL,
+    plant("F16", "functional", FORMULAS,
           "m2 = stats.group_var(x, groups) if centered else stats.group_mean_square(x, groups)",
           "m2 = stats.group_mean_square(x, groups) if centered else stats.group_var(x, groups)",
           ("tests/test_functional.py", LAYERS),
@@ -1023,11 +1037,15 @@ FRESH5: list[Plant] = [
           "(self.max_candidates is not None and proposed > self.max_candidates)", DRIVER,
           "--max-candidates N proposes N + 1 candidates"),
     # ---- layer search: front end (report, rerank, compare, proxy, config, evolve) ------------------------
-    plant("Q38", "search", "search/report.py", "if record.accepted and record.fingerprint not in seen:",
-          "if record.accepted:", SEARCH_RUNS,
-          "top-10 curve counts a function accepted again (same fingerprint) once per repeat"),
-    plant("Q39", "search", "search/report.py", "first.setdefault(record.fingerprint, record)",
-          "first[record.fingerprint] = record", SEARCH_RUNS,
+    plant("Q38", "search", "search/report.py",
+          "if record.accepted and seen.add(record.candidate_id, layer_response(record)):\n            best = sorted(",
+          "if record.accepted:\n            best = sorted(", SEARCH_RUNS,
+          "top-10 curve counts a function accepted again (the same layer) once per repeat"),
+    plant("Q39", "search", "search/report.py",
+          "for record in accepted(records):\n        if layers.add(record.candidate_id, layer_response(record)):\n"
+          "            first.append(record)",
+          "for record in reversed(accepted(records)):\n        if layers.add(record.candidate_id, layer_response(record)):\n"
+          "            first.insert(0, record)", SEARCH_RUNS,
           "distinct accepted layers keep the last candidate of each function instead of the first"),
     plant("Q40", "search", "search/rerank.py", "train_steps=train_steps or 2 * proxy.train_steps,",
           "train_steps=train_steps or proxy.train_steps,", SEARCH_RUNS,
@@ -1148,7 +1166,7 @@ FRESH6: list[Plant] = [
           "rstd = torch.rsqrt((var + mean.square() if centered else var) + eps)", FAST,
           "generic S forward: centered flag inverted (S0/S1 by the mean square, S2 by the variance)"),
     # ---- the functional and statistics --------------------------------------------------------
-    plant("F17", "functional", FUNCTIONAL, "return x * torch.sigmoid(gate) * torch.rsqrt(m2 + eps)",
+    plant("F17", "functional", FORMULAS, "return x * torch.sigmoid(gate) * torch.rsqrt(m2 + eps)",
           "return x * torch.sigmoid(gate) / (torch.sqrt(m2) + eps)", ("tests/test_functional.py", LAYERS),
           "composed S series: eps added to the standard deviation instead of under the square root"),
     # ---- layers -------------------------------------------------------------------------------
@@ -1293,12 +1311,45 @@ DEFAULT_SET = "original"
 
 def git(*args: str) -> subprocess.CompletedProcess:
     """``git args`` in the repository, output captured."""
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
 
 
 def tracked_changes() -> str:
     """``git status`` lines of tracked files with uncommitted changes (empty: clean)."""
     return git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+
+
+@functools.cache
+def library_files() -> tuple[str, ...]:
+    """The tracked files of :data:`LIBRARY_FOLDERS` (paths relative to the repository)."""
+    return tuple(git("ls-files", "--", *LIBRARY_FOLDERS).stdout.split())
+
+
+def occurrences(file: str, snippet: str) -> int:
+    """How often ``snippet`` occurs in ``file`` (0 when there is no such text file)."""
+    try:
+        return (ROOT / file).read_text().count(snippet)
+    except (FileNotFoundError, IsADirectoryError, UnicodeDecodeError):
+        return 0
+
+
+def locate(p: Plant) -> str | None:
+    """The file to plant ``p`` in: its own file when the snippet is there exactly once, else the
+    one library file that holds it exactly once (the code moved there); None when there is no
+    such file (stale: the code was rewritten, or the snippet became ambiguous)."""
+    own = occurrences(p.file, p.original)
+    if own:
+        return p.file if own == 1 else None
+    found = [f for f in library_files() if f != p.file and occurrences(f, p.original)]
+    return found[0] if len(found) == 1 and occurrences(found[0], p.original) == 1 else None
+
+
+def stale_reason(p: Plant) -> str:
+    """The ``stale`` verdict's detail: the file and the snippet that is not found exactly once."""
+    own = occurrences(p.file, p.original)
+    where = (f"{p.file} holds the snippet {own} times (expected once)" if own else
+             f"{p.file} no longer holds the snippet and no other library file holds it exactly once")
+    return f"stale (target moved): {where}; update the plant. Snippet: {p.original!r}"
 
 
 def planted_text(p: Plant, text: str) -> str:
@@ -1352,11 +1403,15 @@ def verdict_of(status: int | None) -> str:
 
 
 def run_plant(p: Plant, timeout: float) -> Verdict:
-    """Plant ``p``, run its tests, restore the file (always: the write itself is inside the ``try``)."""
-    path, start = ROOT / p.file, time.monotonic()
+    """Plant ``p`` where :func:`locate` finds its snippet, run its tests, restore the file
+    (always: the write itself is inside the ``try``); a stale plant is not run."""
+    file = locate(p)
+    if file is None:
+        return Verdict(p.id, STALE, 0.0, stale_reason(p), p.file)
+    path, start = ROOT / file, time.monotonic()
     original = path.read_text()
     planted = planted_text(p, original)
-    cache = tempfile.mkdtemp(prefix="plant-kernels-") if p.file.endswith(".cpp") else None
+    cache = tempfile.mkdtemp(prefix="plant-kernels-") if file.endswith(".cpp") else None
     try:
         path.write_text(planted)
         status, output = run_pytest(p.tests, timeout, plant_env(cache))
@@ -1364,7 +1419,7 @@ def run_plant(p: Plant, timeout: float) -> Verdict:
         path.write_text(original)
         if cache is not None:
             shutil.rmtree(cache, ignore_errors=True)
-    return Verdict(p.id, verdict_of(status), round(time.monotonic() - start, 1), first_failure(output))
+    return Verdict(p.id, verdict_of(status), round(time.monotonic() - start, 1), first_failure(output), file)
 
 
 def clean_check(plants: list[Plant], timeout: float) -> None:
@@ -1381,7 +1436,7 @@ def clean_check(plants: list[Plant], timeout: float) -> None:
 
 def tally(results: dict[str, str]) -> dict:
     """Counts of each verdict in ``results`` (plant id -> verdict) and the fraction caught."""
-    counts = {k: sum(r == k for r in results.values()) for k in (CAUGHT, MISSED, TIMEOUT, ERROR)}
+    counts = {k: sum(r == k for r in results.values()) for k in (CAUGHT, MISSED, TIMEOUT, ERROR, STALE)}
     total = len(results)
     return {"total": total, **counts, "caught_fraction": round(counts[CAUGHT] / total, 3) if total else 0.0}
 
@@ -1400,8 +1455,8 @@ def write_json(path: Path, plants: list[Plant], verdicts: list[Verdict], command
     for v in verdicts:
         p = by_id[v.id]
         first = entries.get(v.id, {}).get("first_result", v.result)
-        entries[v.id] = {**asdict(p), "tests": list(p.tests), "result": v.result, "first_result": first,
-                         "seconds": v.seconds, "detail": v.detail}
+        entries[v.id] = {**asdict(p), "file": v.file, "tests": list(p.tests), "result": v.result,
+                         "first_result": first, "seconds": v.seconds, "detail": v.detail}
     ordered = [entries[p.id] for p in plants if p.id in entries]
     now = tally({e["id"]: e["result"] for e in ordered})
     run = {"command": command, "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -1422,9 +1477,11 @@ def write_json(path: Path, plants: list[Plant], verdicts: list[Verdict], command
 
 
 def print_line(p: Plant, v: Verdict) -> None:
-    """One line per plant: id, area, verdict, seconds, what the bug is, the failing test or the summary."""
+    """One line per plant: id, area, verdict, seconds, what the bug is, where it was planted if its
+    snippet moved, the failing test or the summary (a stale plant: the file and the snippet)."""
+    moved = f" [planted in {v.file}: the snippet moved there]" if v.file != p.file and v.result != STALE else ""
     detail = f"  <- {v.detail}" if v.detail else ""
-    print(f"{p.id:4} {p.area:15} {v.result.upper():7} {v.seconds:6.1f}s  {p.description}{detail}", flush=True)
+    print(f"{p.id:4} {p.area:15} {v.result.upper():7} {v.seconds:6.1f}s  {p.description}{moved}{detail}", flush=True)
 
 
 def select(plants: list[Plant], only: list[str] | None) -> list[Plant]:
@@ -1437,25 +1494,41 @@ def select(plants: list[Plant], only: list[str] | None) -> list[Plant]:
     return [p for p in plants if p.id in only]
 
 
-def validate(plants: list[Plant]) -> list[str]:
-    """Problems with ``plants`` (snippet not found exactly once, no change, unknown test file) and ids used
-    twice in any set (an id names one plant in every set)."""
+def definition_problems(plants: list[Plant]) -> list[str]:
+    """Mistakes in the plants themselves, which stop a run: ids used twice in any set (an id names
+    one plant in every set), a replacement that changes nothing or does not compile, an unknown
+    test file."""
     every = [p.id for ps in PLANT_SETS.values() for p in ps]
     problems = [f"plant id {i} is used twice" for i in sorted({i for i in every if every.count(i) > 1})]
     for p in plants:
-        count = (ROOT / p.file).read_text().count(p.original) if (ROOT / p.file).is_file() else 0
-        if count != 1:
-            problems.append(f"{p.id}: snippet found {count} times in {p.file}")
+        file = locate(p)
         if p.original == p.replacement:
             problems.append(f"{p.id}: the replacement changes nothing")
-        elif count == 1 and p.file.endswith(".py"):  # a syntax error would be a catch no test earned
+        elif file is not None and file.endswith(".py"):  # a syntax error would be a catch no test earned
             try:
-                compile((ROOT / p.file).read_text().replace(p.original, p.replacement), p.file, "exec")
+                compile((ROOT / file).read_text().replace(p.original, p.replacement), file, "exec")
             except SyntaxError as error:
                 problems.append(f"{p.id}: the planted file does not compile: {error}")
         files = {t.split("::")[0] for t in p.tests}
         problems += [f"{p.id}: no test file {f}" for f in sorted(files) if not (ROOT / f).is_file()]
     return problems
+
+
+def location_problems(plants: list[Plant]) -> list[str]:
+    """Plants whose snippet moved to another file (they still run there) or is stale (they do not)."""
+    problems = []
+    for p in plants:
+        file = locate(p)
+        if file is None:
+            problems.append(f"{p.id}: {stale_reason(p)}")
+        elif file != p.file:
+            problems.append(f"{p.id}: the snippet moved from {p.file} to {file}; update the plant's file")
+    return problems
+
+
+def validate(plants: list[Plant]) -> list[str]:
+    """Every problem with ``plants``: :func:`definition_problems` and :func:`location_problems`."""
+    return definition_problems(plants) + location_problems(plants)
 
 
 def list_plants(plants: list[Plant]) -> None:
@@ -1489,7 +1562,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="do not run the tests on the unplanted tree first")
     parser.add_argument("--list", action="store_true", help="list the plants and exit")
     parser.add_argument("--validate", action="store_true",
-                        help="check every plant's snippet and test files, run nothing")
+                        help="check every plant of the set (snippet where the plant says, replacement compiles, "
+                             "test files exist), run nothing; exit status 1 if any is moved, stale or wrong")
     return parser.parse_args(argv)
 
 
@@ -1499,11 +1573,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         list_plants(plant_set)
         return 0
-    problems = validate(plant_set)
-    if problems or args.validate:
+    if args.validate:
+        problems = validate(plant_set)
         print("\n".join(problems) or f"{len(plant_set)} plants valid")
         return 1 if problems else 0
     plants = select(plant_set, args.only)
+    problems = definition_problems(plants)
+    if problems:
+        sys.exit("the plants are wrong, nothing was run:\n" + "\n".join(problems))
     if tracked_changes():
         sys.exit(f"refusing to plant bugs in a tree with uncommitted changes:\n{tracked_changes()}")
     signal.signal(signal.SIGTERM, _terminate)
@@ -1522,7 +1599,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.exit(3)
     counts = tally({v.id: v.result for v in verdicts})
     print(f"\n{counts['caught']}/{counts['total']} caught ({100 * counts['caught_fraction']:.1f}%), "
-          f"{counts['missed']} missed, {counts['timeout']} timed out, {counts['error']} errors")
+          f"{counts['missed']} missed, {counts['timeout']} timed out, {counts['error']} errors, "
+          f"{counts['stale']} stale (not run: update them, see --validate)")
     if args.json:
         command = command_line("python3 tools/plant_bugs.py", argv)
         write_json(args.json, plant_set, verdicts, command, time.monotonic() - start, partial=bool(args.only))
