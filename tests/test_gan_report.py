@@ -88,7 +88,7 @@ def test_table_shows_dash_for_layers_the_paper_lacks_and_plot_puts_fid_on_x(tmp_
     assert (list(curve.x), list(curve.y), drawn["xlabel"], drawn["ylabel"]) == ([2.0, 3.25], [8.0, 9.5], "FID", "IS")
 
 
-# ---------------------------------------------------------------- gan.table5: the miniature's runs
+# ---------------------------------------------------------- gan/table5.py: the miniature's runs
 
 
 def test_table5_trains_each_missing_run_with_four_snapshots_then_evaluates_its_peak(tmp_path, monkeypatch):

@@ -48,8 +48,8 @@ class ConfigError(ValueError):
 
 
 def command_line(program: str, argv: Sequence[str] | None = None) -> str:
-    """The command a run was started with, for its result files: ``program`` (e.g. ``python -m
-    search.compare``) and ``argv`` (default: this process's arguments), shell-quoted."""
+    """The command a run was started with, for its result files: ``program`` (e.g. ``python
+    search/compare.py``) and ``argv`` (default: this process's arguments), shell-quoted."""
     return f"{program} {shlex.join(sys.argv[1:] if argv is None else argv)}"
 
 
