@@ -1085,11 +1085,13 @@ FRESH5: list[Plant] = [
           'f"--nnodes={per_node}", f"--nproc_per_node={nodes}"', TABLES,
           "paper-scale torchrun commands swap nodes and processes per node (ResNet: 8 nodes of 1 GPU)"),
     plant("P33", "classification", "evonorm_core/classifiers/data.py",
+          "    mean, std = split.train_images.mean(), split.train_images.std()\n"
           "    return (split.train_images - mean) / std, split.train_labels, (split.val_images - mean) / std, "
-          "split.val_labels\n\n\ndef load_cifar10",
+          "split.val_labels",
+          "    mean, std = split.train_images.mean(), split.train_images.std()\n"
           "    val_mean, val_std = split.val_images.mean(), split.val_images.std()\n"
           "    return (split.train_images - mean) / std, split.train_labels, (split.val_images - val_mean) / val_std, "
-          "split.val_labels\n\n\ndef load_cifar10",
+          "split.val_labels",
           TRAIN_DATA, "digits validation images standardized with their own mean and std, not the training split's"),
     # ---- detection --------------------------------------------------------------------------------------
     plant("D18", "detection", DETECTION_BASE, "IMS_PER_BATCH: 64", "IMS_PER_BATCH: 32", DETECTION,

