@@ -95,8 +95,10 @@ EXTRAS = {
 }
 EXTRAS["all"] = sorted({req for reqs in EXTRAS.values() for req in reqs})
 
-# Every command-line program, installed as a command; `python search/evolve.py` (any entry
-# module run as a file from the checkout) and `python tools/*.py` run the same functions.
+# Every command-line program of the task packages, installed as a command; `python
+# search/evolve.py` (any entry module run as a file from the checkout) runs the same function.
+# The developer tools (benchmark, capture check, planted bugs, reproduction) are not installed:
+# they run from the checkout as `python tools/<name>.py`.
 CONSOLE_SCRIPTS = [
     "evonorm-search = evonorm_suite.search.evolve:main",
     "evonorm-search-report = evonorm_suite.search.report:main",
@@ -115,8 +117,6 @@ CONSOLE_SCRIPTS = [
     "evonorm-detect-cost = evonorm_suite.detection.cost:main",
     "evonorm-detect-miniature = evonorm_suite.detection.miniature:main",
     "evonorm-detect-shapes = evonorm_suite.detection.shapes:main",
-    "evonorm-benchmark = evonorm_core.benchmark:main",
-    "evonorm-capture = evonorm_core.capture:main",
 ]
 
 setup(

@@ -1,4 +1,4 @@
-"""Program capture (evonorm_core.capture) of every layer and of converted models, against eager.
+"""Program capture (tools/check_capture.py) of every layer and of converted models, against eager.
 
 Every registered layer (EvoNorms fused and reference, every baseline), train and eval, in
 a small conv net: torch.compile(fullgraph=True) (the aot_eager backend: Dynamo and
@@ -14,8 +14,11 @@ import torch
 from torch import nn
 
 import evonorm_core
-from evonorm_core import capture as C
 from evonorm_core import functional as EF
+
+from .tool_scripts import load
+
+C = load("check_capture")
 
 EVONORMS = list(C.EVONORMS)
 BASELINES = [n for n in evonorm_core.list_norm_acts() if not n.startswith("evonorm")]

@@ -1,4 +1,4 @@
-"""evonorm_core.benchmark: measures real layers (eager and compiled), counts saved bytes and peak
+"""tools/benchmark_layers.py: measures real layers (eager and compiled), counts saved bytes and peak
 memory, checks the targets, writes JSON and PNG, rejects bad flags."""
 import json
 import math
@@ -6,7 +6,9 @@ import math
 import pytest
 import torch
 
-from evonorm_core import benchmark as bench
+from .tool_scripts import load
+
+bench = load("benchmark_layers")
 
 
 def test_saved_bytes_counts_each_stored_tensor_once():

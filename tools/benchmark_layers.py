@@ -1,10 +1,586 @@
-"""Benchmarks the normalization-activation layers (eager and compiled) and the ResNet-50 training step.
+#!/usr/bin/env python3
+"""Benchmark normalization-activation layers: time, memory and the whole-model training step.
 
-A shim: the logic is evonorm_core.benchmark (``python tools/benchmark_layers.py --help``).
+Per layer and input shape, in one process with interleaved repetitions (medians after
+warm-up, so a noisy shared machine shifts all layers alike), it measures:
+
+* the time of one forward + backward pass with a dense upstream gradient (train mode
+  unless ``--eval``), eager, and compiled with ``torch.compile`` for the layers of
+  ``--compiled-layers`` and their baselines;
+* the bytes autograd keeps for backward, counted with ``torch.autograd.graph.saved_tensors_hooks``
+  (each stored tensor once), also as a multiple of the input's bytes;
+
+for native PyTorch BN-ReLU, GN-ReLU and GN-SiLU, the composed-op reference EvoNorms
+(``impl="reference"``), the fused EvoNorms and timm's ``EvoNorm2dS0``/``EvoNorm2dB0`` when
+timm is importable. Ratios are against GN-SiLU for the S series and GroupNorm layers and
+against BN-ReLU for the B series and BatchNorm layers, each measured in the same run
+(compiled against compiled). The whole-model lines time one SGD training step of
+torchvision's ResNet-50 converted to EvoNorm-S0 vs native GN-ReLU and EvoNorm-B0 vs native
+BN-ReLU, eager and compiled (median and minimum of ``--model-reps`` steps, the four models
+interleaved), with the step's peak memory (allocations made during the step: activations
+kept for backward and temporaries; CUDA: the allocator's peak). Under load the step times
+are mostly waiting for the CPUs (with 2 threads, a step whose work takes 0.5 s of CPU time
+can take 3-20 s), so there the minimum's ratio is the one to read.
+
+    python tools/benchmark_layers.py                       # ResNet-50 stage outputs, batch 16, CPU
+    python tools/benchmark_layers.py --shapes 16x64x56x56 --reps 30 --json bench.json
+    python tools/benchmark_layers.py --device cuda --dtype bfloat16 --model-batch 8 --model-size 224
+
+The speed targets (:data:`TARGETS`, docs/benchmarks.md) are checked at the end
+(``--no-targets`` to skip): EvoNorm-S fwd+bwd <= 1.25x GN-SiLU, EvoNorm-B <= 1.5x BN-ReLU
+(eager), <= 1.1x compiled; ResNet-50 step <= 1.1x and peak memory <= 1.05x.
+
+A tool, not part of the library: ``evonorm_core`` does not import it.
 """
-import sys
+from __future__ import annotations
 
-from evonorm_core.benchmark import main
+import argparse
+import contextlib
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.profiler import ProfilerActivity, profile
+
+import evonorm_core
+from evonorm_core import functional, ops
+from evonorm_core.convert import convert_norm_act
+from evonorm_core.experiment.config import command_line
+
+# The block outputs of ResNet-50's four stages at batch 16 (224 x 224 input).
+DEFAULT_SHAPES = ["16x256x56x56", "16x512x28x28", "16x1024x14x14", "16x2048x7x7"]
+EVONORMS = ["evonorm_s0", "evonorm_s1", "evonorm_s2", "evonorm_b0", "evonorm_b1", "evonorm_b2"]
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
+BN_RELU, GN_RELU, GN_SILU = "bn_relu (native)", "gn_relu (native)", "gn_silu (native)"
+COMPILED = " compiled"
+# the speed targets: the largest accepted ratio to the baseline of each kind of measurement
+TARGETS = {"s_eager": 1.25, "b_eager": 1.5, "compiled": 1.1, "model_time": 1.1, "model_memory": 1.05}
+
+
+class NativeNormAct(nn.Sequential):
+    """A native PyTorch norm layer followed by an activation (the speed baselines)."""
+
+
+def native(norm: Callable[[int], nn.Module], act: Callable[[], nn.Module]) -> Callable[[int], nn.Module]:
+    return lambda c: NativeNormAct(norm(c), act())
+
+
+def baseline_of(name: str) -> str:
+    """The layer a layer's ratio is taken against: GN-SiLU for S series / GroupNorm, else BN-ReLU."""
+    return GN_SILU if ("_s" in name or "gn_" in name or "S0" in name) else BN_RELU
+
+
+def layer_factories(include_timm: bool) -> dict[str, Callable[[int], nn.Module]]:
+    """name -> factory of num_channels."""
+    layers = {
+        BN_RELU: native(nn.BatchNorm2d, nn.ReLU),
+        GN_RELU: native(lambda c: nn.GroupNorm(min(32, c), c), nn.ReLU),
+        GN_SILU: native(lambda c: nn.GroupNorm(min(32, c), c), nn.SiLU),
+    }
+    for name in EVONORMS:
+        for impl in ("reference", "fused"):
+            layers[f"{name} ({impl})"] = evonorm_core.norm_act_factory(name, impl=impl)
+    if include_timm:
+        try:  # an optional dependency (the "bench" extra), imported only when its layers are asked for
+            from timm.layers import EvoNorm2dB0, EvoNorm2dS0
+        except ImportError:
+            print("timm is not importable: skipping its EvoNorms", file=sys.stderr)
+        else:
+            layers["timm EvoNorm2dS0"] = EvoNorm2dS0
+            layers["timm EvoNorm2dB0"] = EvoNorm2dB0
+    return layers
+
+
+def parse_shape(text: str) -> tuple[int, int, int, int]:
+    try:
+        shape = tuple(int(v) for v in text.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if len(shape) != 4 or min(shape) <= 0:
+        raise argparse.ArgumentTypeError(f"shape {text!r} is not NxCxHxW with positive integers, e.g. 16x64x56x56")
+    return shape
+
+
+def saved_bytes(fn: Callable[[], Tensor]) -> int:
+    """Bytes of the distinct tensors autograd stores while ``fn()`` builds its graph."""
+    seen: dict[tuple[int, int], int] = {}
+
+    def pack(t: Tensor) -> Tensor:
+        key = (t.untyped_storage().data_ptr(), t.storage_offset()) if t.device.type != "meta" else (id(t), 0)
+        seen[key] = max(seen.get(key, 0), t.numel() * t.element_size())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(seen.values())
+
+
+def peak_step_bytes(step: Callable[[], None], device: torch.device) -> float:
+    """Peak bytes of tensor memory ``step()`` allocates above what was allocated before it.
+
+    CUDA: the caching allocator's peak. CPU: the allocations and frees of PyTorch's CPU
+    allocator recorded by the profiler (``profile_memory``: each op's own allocations at its
+    start, frees when they happen), accumulated in time order.
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        step()
+        torch.cuda.synchronize(device)
+        return float(torch.cuda.max_memory_allocated(device) - before)
+    with contextlib.redirect_stderr(io.StringIO()), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    changes = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.events() if e.self_cpu_memory_usage)
+    current = peak = 0
+    for _, delta in changes:
+        current += delta
+        peak = max(peak, current)
+    return float(peak)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def interleaved_times(steps: dict[str, Callable[[], None]], reps: int, warmup: int, device: torch.device) -> dict[str, list[float]]:
+    """Seconds of each timed repetition of each step, running the steps round-robin ``warmup + reps`` times.
+
+    Every other round runs in reverse order (A B C, C B A, ...), so no step always runs right
+    after the same neighbour, or always first or last in a round: a drift of the machine's
+    speed within a round (another job's phases, the allocator's state left by the previous
+    step) is shared out instead of landing on one step in every round.
+    """
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    order = list(steps.items())
+    for rep in range(warmup + reps):
+        for name, step in order if rep % 2 == 0 else order[::-1]:
+            synchronize(device)
+            start = time.perf_counter()
+            step()
+            synchronize(device)
+            if rep >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
+@dataclass
+class LayerResult:
+    layer: str
+    shape: tuple[int, int, int, int]
+    baseline: str
+    ms: float  # median
+    min_ms: float
+    saved_bytes: int
+    input_bytes: int
+    compiled: bool = False
+    compile_s: float = 0.0
+    ratio: float = float("nan")
+    min_ratio: float = float("nan")
+
+    @property
+    def saved_ratio(self) -> float:
+        return self.saved_bytes / self.input_bytes
+
+
+def layer_step(layer: Callable[[Tensor], Tensor], x: Tensor, grad: Tensor) -> Callable[[], None]:
+    def step() -> None:
+        inp = x.detach().requires_grad_()
+        layer(inp).backward(grad)
+
+    return step
+
+
+def compile_layer(module: nn.Module, step_input: Tensor, grad: Tensor) -> tuple[Callable[[Tensor], Tensor], float]:
+    """``torch.compile(module, fullgraph=True)``, compiled (forward and backward) before timing."""
+    start = time.perf_counter()
+    compiled = torch.compile(module, fullgraph=True)
+    layer_step(compiled, step_input, grad)()
+    return compiled, time.perf_counter() - start
+
+
+def bench_shape(shape, layers: dict, compiled_names: list[str], args, device, dtype) -> list[LayerResult]:
+    layout = torch.channels_last if args.channels_last else torch.contiguous_format
+    x = torch.randn(shape, device=device, dtype=dtype).contiguous(memory_format=layout)
+    grad = torch.randn_like(x)
+    modules = {name: make(shape[1]).to(device).train(not args.eval) for name, make in layers.items()}
+    callables: dict[str, Callable[[Tensor], Tensor]] = dict(modules)
+    compile_s: dict[str, float] = {}
+    for name in compiled_names:
+        module = layers[name](shape[1]).to(device).train(not args.eval)
+        callables[name + COMPILED], compile_s[name + COMPILED] = compile_layer(module, x, grad)
+    steps = {name: layer_step(fn, x, grad) for name, fn in callables.items()}
+    times = interleaved_times(steps, args.reps, args.warmup, device)
+    results = []
+    for name, fn in callables.items():
+        kept = saved_bytes(lambda fn=fn: fn(x.detach().requires_grad_())) if name in modules else 0
+        base = baseline_of(name) + (COMPILED if name in compile_s else "")
+        ms = statistics.median(times[name]) * 1e3, min(times[name]) * 1e3
+        results.append(LayerResult(name, shape, base, *ms, kept, x.numel() * x.element_size(),
+                                   compiled=name in compile_s, compile_s=compile_s.get(name, 0.0)))
+    by_name = {r.layer: r for r in results}
+    for r in results:
+        if r.baseline in by_name:
+            r.ratio = r.ms / by_name[r.baseline].ms
+            r.min_ratio = r.min_ms / by_name[r.baseline].min_ms
+    return results
+
+
+@dataclass
+class ModelResult:
+    pair: str
+    compiled: bool
+    batch: int
+    size: int
+    ms: dict[str, float] = field(default_factory=dict)  # median
+    peak_mb: dict[str, float] = field(default_factory=dict)
+    compile_s: dict[str, float] = field(default_factory=dict)
+    min_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        return _evonorm_over_baseline(self.ms)
+
+    @property
+    def min_ratio(self) -> float:
+        """The ratio of the fastest repetitions: under load (other jobs taking the CPUs for
+        seconds at a time) the medians of a few steps are mostly waiting, the minima much less."""
+        return _evonorm_over_baseline(self.min_ms)
+
+    @property
+    def memory_ratio(self) -> float:
+        return _evonorm_over_baseline(self.peak_mb)
+
+
+def _evonorm_over_baseline(pair: dict[str, float]) -> float:
+    """A :class:`ModelResult` field's EvoNorm value (first) over its baseline's (second)."""
+    evonorm, baseline = pair.values()
+    return evonorm / baseline
+
+
+def resnet50_models(device: torch.device, layout) -> dict[str, nn.Module]:
+    """ResNet-50 (random init) with native BN-ReLU, native GN-ReLU and converted EvoNorm-S0/B0."""
+    # torchvision is an optional dependency here: --no-model runs without it
+    from torchvision.models import resnet50
+
+    models = {
+        "evonorm_s0": convert_norm_act(resnet50(), "evonorm_s0"),
+        GN_RELU: resnet50(norm_layer=lambda c: nn.GroupNorm(32, c)),
+        "evonorm_b0": convert_norm_act(resnet50(), "evonorm_b0"),
+        BN_RELU: resnet50(),
+    }
+    return {name: m.to(device, memory_format=layout).train() for name, m in models.items()}
+
+
+def bench_model(args, device: torch.device, compiled: bool) -> list[ModelResult]:
+    layout = torch.channels_last if args.channels_last else torch.contiguous_format
+    models = resnet50_models(device, layout)
+    images = torch.randn(args.model_batch, 3, args.model_size, args.model_size, device=device).contiguous(memory_format=layout)
+    labels = torch.randint(0, 1000, (args.model_batch,), device=device)
+    autocast = args.dtype in ("bfloat16", "float16")
+
+    def train_step(forward: Callable[[Tensor], Tensor], optimizer: torch.optim.Optimizer) -> Callable[[], None]:
+        def step() -> None:
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device.type, dtype=DTYPES[args.dtype], enabled=autocast):
+                loss = F.cross_entropy(forward(images), labels)
+            loss.backward()
+            optimizer.step()
+
+        return step
+
+    steps, compile_s = {}, {}
+    for name, model in models.items():
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+        forward = model
+        if compiled:
+            start = time.perf_counter()
+            forward = torch.compile(model)
+            train_step(forward, optimizer)()
+            compile_s[name] = time.perf_counter() - start
+        steps[name] = train_step(forward, optimizer)
+    times = interleaved_times(steps, args.model_reps, 1, device)
+    medians = {n: statistics.median(t) * 1e3 for n, t in times.items()}
+    minima = {n: min(t) * 1e3 for n, t in times.items()}
+    peaks = {n: peak_step_bytes(step, device) / 2**20 for n, step in steps.items()}
+    names = list(models)
+    return [
+        ModelResult(f"{names[i]} vs {names[i + 1]}", compiled, args.model_batch, args.model_size,
+                    {n: medians[n] for n in names[i:i + 2]}, {n: peaks[n] for n in names[i:i + 2]},
+                    {n: compile_s[n] for n in names[i:i + 2] if n in compile_s}, {n: minima[n] for n in names[i:i + 2]})
+        for i in (0, 2)
+    ]
+
+
+def format_layer_table(results: list[LayerResult]) -> str:
+    lines = [(f"{'shape':<14} {'layer':<34} {'median ms':>9} {'ratio':>6} {'min ms':>8} {'ratio':>6} "
+              f"{'saved MB':>9} {'x input':>8}  ratios vs")]
+    for r in results:
+        shape = "x".join(map(str, r.shape))
+        saved = f"{r.saved_bytes / 2**20:>9.2f} {r.saved_ratio:>8.2f}" if not r.compiled else f"{'-':>9} {'-':>8}"
+        lines.append(
+            f"{shape:<14} {r.layer:<34} {r.ms:>9.2f} {r.ratio:>6.2f} {r.min_ms:>8.2f} {r.min_ratio:>6.2f} "
+            f"{saved}  {r.baseline}"
+        )
+    return "\n".join(lines)
+
+
+def format_model_lines(results: list[ModelResult]) -> str:
+    lines = []
+    for r in results:
+        times = ", ".join(f"{n} {ms:.0f} ms / {r.peak_mb[n]:.0f} MB" for n, ms in r.ms.items())
+        kind = "compiled" if r.compiled else "eager"
+        lines.append(f"ResNet-50 train step (batch {r.batch}, {r.size}x{r.size}, {kind}): {r.pair}: time {r.ratio:.2f}x "
+                     f"(min {r.min_ratio:.2f}x), peak memory {r.memory_ratio:.2f}x  ({times}; median ms)")
+    return "\n".join(lines)
+
+
+def target_rows(layers: list[LayerResult], models: list[ModelResult]) -> list[dict]:
+    """Each speed target (:data:`TARGETS`) with the measured median ratio and whether it is met."""
+    rows = []
+    for r in layers:
+        base = r.layer.split(" (")[0]
+        if not (base in EVONORMS and "(fused)" in r.layer):
+            continue
+        kind = "compiled" if r.compiled else ("s_eager" if "_s" in base else "b_eager")
+        rows.append({"target": f"{base}{' compiled' if r.compiled else ''} fwd+bwd vs {r.baseline} at "
+                               f"{'x'.join(map(str, r.shape))}", "ratio": r.ratio, "limit": TARGETS[kind]})
+    for m in models:
+        kind = "compiled" if m.compiled else "eager"
+        rows.append({"target": f"ResNet-50 step {kind} {m.pair}", "ratio": m.ratio, "limit": TARGETS["model_time"]})
+        rows.append({"target": f"ResNet-50 step {kind} peak memory {m.pair}", "ratio": m.memory_ratio,
+                     "limit": TARGETS["model_memory"]})
+    for row in rows:
+        row["met"] = bool(row["ratio"] <= row["limit"])
+    return rows
+
+
+def format_targets(rows: list[dict]) -> str:
+    lines = [f"targets: {sum(r['met'] for r in rows)} of {len(rows)} met"]
+    lines += [f"  {'met ' if r['met'] else 'MISS'} {r['ratio']:5.2f} <= {r['limit']:.2f}  {r['target']}" for r in rows]
+    return "\n".join(lines)
+
+
+def plot(results: list[LayerResult], models: list[ModelResult], path: str) -> None:
+    """Bar panels: eager and compiled time ratios of the fused EvoNorms per shape, bytes kept for
+    backward, and the ResNet-50 step (time and peak memory ratios), each with its target."""
+    import matplotlib  # an optional dependency, needed only for --plot
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shapes = list(dict.fromkeys(r.shape for r in results))
+    panels = [
+        ("fwd+bwd time / baseline (eager)", lambda r: not r.compiled, "ratio"),
+        ("fwd+bwd time / baseline (compiled)", lambda r: r.compiled, "ratio"),
+        ("bytes kept for backward / input", lambda r: not r.compiled, "saved_ratio"),
+    ]
+    fig, axes = plt.subplots(len(panels) + 1, 1, figsize=(12, 4 * (len(panels) + 1)))
+    for ax, (title, keep, attr) in zip(axes, panels):
+        layers = list(dict.fromkeys(r.layer for r in results if keep(r) and "native" not in r.layer))
+        width = 0.8 / max(len(shapes), 1)
+        for i, shape in enumerate(shapes):
+            rows = {r.layer: r for r in results if r.shape == shape and keep(r)}
+            xs = [j + i * width for j in range(len(layers))]
+            ax.bar(xs, [getattr(rows[n], attr) if n in rows else 0 for n in layers], width, label="x".join(map(str, shape)))
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(layers))], layers, rotation=30, ha="right", fontsize=8)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_ylabel(title)
+        ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    ax = axes[-1]
+    labels = [f"{m.pair.split(' vs ')[0]} {'compiled' if m.compiled else 'eager'}" for m in models]
+    xs = range(len(models))
+    ax.bar([x - 0.2 for x in xs], [m.ratio for m in models], 0.4, label="step time")
+    ax.bar([x + 0.2 for x in xs], [m.memory_ratio for m in models], 0.4, label="peak memory")
+    ax.axhline(TARGETS["model_time"], color="r", lw=0.8, ls="--", label="1.1x target")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(list(xs), labels, fontsize=8)
+    ax.set_ylabel("ResNet-50 step / GN-ReLU or BN-ReLU")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def compiled_choice_times(shapes, mode: str, reps: int, device: torch.device) -> dict[str, dict[str, float]]:
+    """Fwd+bwd milliseconds (minimum of ``reps``) of compiled EvoNorm-S0 and B0 running the
+    registered operator (``mode="operator"``) or the composed formula (``"formula"``) under
+    Inductor. One mode per process: the choice is read when Dynamo traces."""
+    functional.COMPILED_OPERATOR_MIN_NUMEL[device.type] = 0 if mode == "operator" else None
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 4 * len(shapes))
+    out = {}
+    for shape in shapes:
+        x = torch.randn(shape, device=device)
+        grad = torch.randn_like(x)
+        fns = {}
+        for name in ("evonorm_s0", "evonorm_b0"):
+            fns[name] = compile_layer(evonorm_core.build_norm_act(name, shape[1]).to(device), x, grad)[0]
+        times = interleaved_times({n: layer_step(f, x, grad) for n, f in fns.items()}, reps, 2, device)
+        out["x".join(map(str, shape))] = {n: min(t) * 1e3 for n, t in times.items()}
+    return out
+
+
+def compare_compiled(args) -> dict:
+    """Run :func:`compiled_choice_times` for both modes in fresh processes; print and return them."""
+    results = {}
+    for mode in ("operator", "formula"):
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--compiled-choice-worker", mode, "--threads",
+               str(args.threads), "--reps", str(args.reps), "--device", str(args.device),
+               "--shapes", *["x".join(map(str, s)) for s in args.shapes]]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"{'shape':<14} {'layer':<12} {'operator ms':>11} {'formula ms':>11} {'formula/operator':>17}")
+    for shape, times in results["operator"].items():
+        for name, ms in times.items():
+            formula = results["formula"][shape][name]
+            print(f"{shape:<14} {name:<12} {ms:>11.2f} {formula:>11.2f} {formula / ms:>17.2f}")
+    return results
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python tools/benchmark_layers.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", nargs="+", type=parse_shape, default=[parse_shape(s) for s in DEFAULT_SHAPES],
+                   metavar="NxCxHxW", help=f"input shapes (default: ResNet-50 stage outputs {' '.join(DEFAULT_SHAPES)})")
+    p.add_argument("--dtype", choices=list(DTYPES), default="float32",
+                   help="input dtype of the layer benchmark; for the model step, bfloat16/float16 mean autocast (default float32)")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
+    p.add_argument("--channels-last", action="store_true", help="use the channels_last memory layout (default NCHW)")
+    p.add_argument("--eval", action="store_true", help="benchmark layers in eval mode (default train mode)")
+    p.add_argument("--reps", type=int, default=15, help="timed repetitions per layer and shape (default 15)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed repetitions before timing (default 3)")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2, this machine's cores)")
+    p.add_argument("--layers", nargs="+", metavar="SUBSTRING",
+                   help="only layers whose name contains one of these (baselines are always kept)")
+    p.add_argument("--compiled-layers", nargs="*", default=["evonorm_s0", "evonorm_b0"], metavar="NAME",
+                   help="fused EvoNorms also timed under torch.compile, with the compiled baselines "
+                        "(default evonorm_s0 evonorm_b0; none: no compiled columns)")
+    p.add_argument("--no-timm", action="store_true", help="leave out timm's EvoNorm2dS0/B0 even if timm is importable")
+    p.add_argument("--no-model", action="store_true", help="skip the whole-model ResNet-50 training step")
+    p.add_argument("--no-compiled-model", action="store_true", help="skip the compiled ResNet-50 training step")
+    p.add_argument("--model-batch", type=int, default=None,
+                   help="ResNet-50 step batch size (default 8 on CUDA, 4 on CPU, where 8 at 224 takes minutes)")
+    p.add_argument("--model-size", type=int, default=None, help="ResNet-50 step image size (default 224 on CUDA, 128 on CPU)")
+    p.add_argument("--model-reps", type=int, default=5, help="timed repetitions of the model step (default 5)")
+    p.add_argument("--json", metavar="PATH", default=None,
+                   help="write every number to this JSON file (default docs/results/benchmark_layers.json, with "
+                        "--compare-compiled docs/results/compiled_choice.json; '' for none)")
+    p.add_argument("--plot", metavar="PATH", default="docs/results/benchmark_layers.png",
+                   help="draw the ratios into this PNG file (default docs/results/benchmark_layers.png; '' for none)")
+    p.add_argument("--no-targets", action="store_true", help="do not print the speed targets and whether each is met")
+    p.add_argument("--compare-compiled", action="store_true",
+                   help="only compare, under torch.compile, EvoNorm-S0/B0 running the registered operator against "
+                        "the composed formula (what functional.COMPILED_OPERATOR_MIN_NUMEL chooses between)")
+    p.add_argument("--compiled-choice-worker", choices=["operator", "formula"], help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    for name in ("reps", "warmup", "threads", "model_reps"):
+        if getattr(args, name) < (0 if name == "warmup" else 1):
+            p.error(f"--{name.replace('_', '-')} must be at least {0 if name == 'warmup' else 1}, got {getattr(args, name)}")
+    unknown = [n for n in args.compiled_layers if n not in EVONORMS]
+    if unknown:
+        p.error(f"--compiled-layers: {unknown[0]!r} is not one of {EVONORMS}")
+    try:
+        args.device = torch.device(args.device)
+    except RuntimeError as err:
+        p.error(f"--device {args.device!r} is not a torch device: {err}")
+    if args.device.type == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda was given but no CUDA GPU is available")
+    if args.json is None:
+        args.json = "docs/results/" + ("compiled_choice.json" if args.compare_compiled else "benchmark_layers.json")
+    on_gpu = args.device.type == "cuda"
+    args.model_batch = args.model_batch or (8 if on_gpu else 4)
+    args.model_size = args.model_size or (224 if on_gpu else 128)
+    return args
+
+
+def select_layers(args) -> tuple[dict[str, Callable[[int], nn.Module]], list[str]]:
+    """The eager layers and the names (fused EvoNorms and their baselines) also timed compiled."""
+    layers = layer_factories(include_timm=not args.no_timm)
+    if args.layers:
+        layers = {n: v for n, v in layers.items() if "(native)" in n or any(s in n for s in args.layers)}
+    fused = [f"{n} (fused)" for n in args.compiled_layers]
+    for name in fused:
+        layers.setdefault(name, layer_factories(False)[name])
+    compiled = sorted({baseline_of(n) for n in fused}) + fused
+    return layers, compiled
+
+
+def _write(path: str) -> str | None:
+    if not path:
+        return None
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    if args.compiled_choice_worker:
+        print(json.dumps(compiled_choice_times(args.shapes, args.compiled_choice_worker, args.reps, args.device)))
+        return 0
+    if args.compare_compiled:
+        print(f"# torch {torch.__version__}, device {args.device}, {args.threads} threads, minimum of {args.reps} reps; "
+              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
+        payload = {"command": command_line("python tools/benchmark_layers.py", argv),
+                   "torch": torch.__version__, "load_average": os.getloadavg(), "min_ms": compare_compiled(args)}
+        if _write(args.json):
+            with open(args.json, "w") as f:
+                json.dump(payload, f, indent=1)
+            print(f"wrote {args.json}")
+        return 0
+
+    dtype, (layers, compiled) = DTYPES[args.dtype], select_layers(args)
+    load = os.getloadavg()[0]
+    print(f"# torch {torch.__version__}, device {args.device}, {args.threads} threads, {args.dtype}, "
+          f"{'channels_last' if args.channels_last else 'NCHW'}, {'eval' if args.eval else 'train'} mode, "
+          f"median and min of {args.reps} interleaved reps after {args.warmup} warm-up; EvoNorm CPU kernels: "
+          f"{ops.status()}; load average {load:.1f} on {os.cpu_count()} CPUs"
+          f"{' (UNDER LOAD: other jobs share the CPUs)' if load > 0.5 * (os.cpu_count() or 1) else ''}", flush=True)
+    results = []
+    for shape in args.shapes:
+        results += bench_shape(shape, layers, compiled, args, args.device, dtype)
+        print(format_layer_table([r for r in results if r.shape == shape]), flush=True)
+    models = []
+    if not args.no_model:
+        for is_compiled in (False, True)[: 1 if args.no_compiled_model else 2]:
+            models += bench_model(args, args.device, is_compiled)
+            print(format_model_lines(models[-2:]), flush=True)
+    rows = target_rows(results, models)
+    if not args.no_targets:
+        print(format_targets(rows))
+    if _write(args.plot):
+        plot(results, models, args.plot)
+        print(f"wrote {args.plot}")
+    if _write(args.json):
+        payload = {
+            "config": {k: str(v) if isinstance(v, torch.device) else v for k, v in vars(args).items()},
+            "command": command_line("python tools/benchmark_layers.py", argv),
+            "torch": torch.__version__,
+            "kernels": str(ops.status()),
+            "load_average": os.getloadavg(),
+            "layers": [asdict(r) | {"saved_ratio": r.saved_ratio} for r in results],
+            "models": [asdict(r) | {"ratio": r.ratio, "min_ratio": r.min_ratio, "memory_ratio": r.memory_ratio}
+                       for r in models],
+            "targets": rows,
+        }
+        with open(args.json, "w") as f:
+            json.dump(payload, f, indent=1)
+        print(f"wrote {args.json}")
+    return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

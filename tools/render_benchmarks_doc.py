@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = ("RESULTS_CAPTURE", "RESULTS_BENCHMARK", "RESULTS_COMPILED")
 # the code whose change makes a result stale (kernels, layers, the measuring code)
 CODE = ["evonorm_core/ops", "evonorm_core/functional.py", "evonorm_core/layers", "evonorm_core/statistics.py",
-        "evonorm_core/running_stats.py", "evonorm_core/convert.py", "evonorm_core/benchmark.py",
-        "evonorm_core/capture.py"]
+        "evonorm_core/running_stats.py", "evonorm_core/convert.py", "tools/benchmark_layers.py",
+        "tools/check_capture.py"]
 EVONORMS = ["evonorm_s0", "evonorm_s1", "evonorm_s2", "evonorm_b0", "evonorm_b1", "evonorm_b2"]
 COMPILED_OPERATOR_MIN_NUMEL = 65536  # evonorm_core.functional.COMPILED_OPERATOR_MIN_NUMEL["cpu"], checked below
 
@@ -129,7 +129,7 @@ def render_capture(path: Path) -> str:
         label = layer if len(cfg["models"]) == 1 and len(cfg["impls"]) == 1 else f"{model} {layer} ({impl})"
         lines.append(f"| {label} | {mode} | " + " | ".join(out) + " |")
     failed = [r for r in results if not r["ok"]]
-    lines += ["", "Issue 12, program capture of converted ResNet-50 (fused): "
+    lines += ["", "Target, program capture of converted ResNet-50 (fused): "
               + ("**met** (no graph break; export, ONNX Runtime, jit.trace, fx and create_feature_extractor match "
                  "eager)." if not failed else f"**MISS**: {len(failed)} checks failed.")
               + " The reference implementation, every baseline, MobileNetV2, EfficientNet-B0 and the suite's "
@@ -212,7 +212,7 @@ def render_benchmark(path: Path, png: str) -> str:
                          f"{min_ratio} | {m['peak_mb'][ev]:.0f} | {m['peak_mb'][bl]:.0f} | {fmt(m['memory_ratio'])} |")
     met = [t for t in targets if t["met"]]
     missed = [t for t in targets if not t["met"]]
-    lines += ["", f"**Issue 12's targets in this run: {len(met)} of {len(targets)} met.**"
+    lines += ["", f"**The speed targets in this run: {len(met)} of {len(targets)} met.**"
               + (" MISS:" if missed else "")]
     lines += [f"- **MISS** {t['target']}: {fmt(t['ratio'])}x (target <= {t['limit']}x)" for t in missed]
     stage = [t for t in met if "ResNet-50" not in t["target"]]
