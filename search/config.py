@@ -37,6 +37,22 @@ REFERENCE_LAYERS = {
 the same proxy. BN's and GN's own affine is ``v1``/``v0``; the trailing affine every searched
 layer ends with starts as the identity. EvoNorm-B1's constant 1 is ``v1`` (initialized to 1:
 the search space has no constant one)."""
+CONTROL_LAYERS = {
+    "no_norm_identity": "max(x, x)",
+    "no_norm_relu": "max(x, 0)",
+    "no_norm_tanh": "tanh(x)",
+    "no_norm_swish": "x * sigmoid(x)",
+    "random_rej": "tanh(max(x, tanh(x)))",
+    "unstable_example": "tanh(x) - batch_mean(max(x, 0))",
+}
+"""Negative controls measured through the same pipeline: bare activations without any
+normalization (the identity as ``max(x, x)``: a layer must apply an op), the paper's
+"Random + rej" layer (Table 2, Appendix B) and its example of a layer that reaches
+reasonable accuracy but whose gradients explode (section 4.4: the stability test must reject
+it). A proxy that cannot set these apart from the reference layers cannot rank layers."""
+CONTROL_MODES = {"B": tuple(CONTROL_LAYERS), "S": tuple(name for name in CONTROL_LAYERS if name != "unstable_example")}
+"""The controls of each search mode (the unstable example uses a batch statistic: mode B only)."""
+NAMED_LAYERS = {**REFERENCE_LAYERS, **CONTROL_LAYERS}
 DEFAULT_REFERENCES = {
     "B": ("bn_relu", "evonorm_b0", "evonorm_b1", "evonorm_b2"),
     "S": ("gn_relu", "evonorm_s0", "evonorm_s1", "evonorm_s2"),
@@ -69,9 +85,10 @@ class SearchConfig:
     preset: str = option("paper", "the preset this configuration started from", cli=False)
     seed: int = option(0, "seed of the search and of every candidate's training", min=0)
     references: tuple[str, ...] = option(
-        DEFAULT_REFERENCES["B"], "reference layers measured first on the same proxy ('none': skip); "
-        "default: the mode's (B: BN-ReLU and EvoNorm-B0/B1/B2, S: GN-ReLU and EvoNorm-S0/S1/S2)",
-        choices=(*REFERENCE_LAYERS, "none"))
+        DEFAULT_REFERENCES["B"], "reference layers measured first on the same proxy, paper layers or negative "
+        "controls ('none': skip); default: the mode's (B: BN-ReLU and EvoNorm-B0/B1/B2, S: GN-ReLU and "
+        "EvoNorm-S0/S1/S2)",
+        choices=(*NAMED_LAYERS, "none"))
     max_candidates: int | None = option(None, "stop proposing after this many candidates (none: no limit)", min=0)
     time_budget: float | None = option(None, "stop proposing after this long, e.g. 900, 15m, 1h (none: no limit)",
                                        min=0, min_open=True, parse=parse_duration)
@@ -93,7 +110,7 @@ class SearchConfig:
         return self.threads or max(1, 2 // self.workers)
 
     def reference_genomes(self) -> dict[str, Genome]:
-        return {name: parse(REFERENCE_LAYERS[name]) for name in self.references if name != "none"}
+        return {name: parse(NAMED_LAYERS[name]) for name in self.references if name != "none"}
 
 
 RESUMABLE = ("max_candidates", "time_budget", "time_limit", "workers", "threads", "backend", "ray_address")

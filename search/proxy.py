@@ -8,7 +8,7 @@ before, in the driver; every stage is declared in :mod:`evonorm_core.search.resu
    validation accuracy is below ``quality_threshold`` (paper: 20%) on any anchor (the
    anchors are tried in order and the first failure stops the candidate);
 2. stability: adversarial ascent of the conv weights on the gradient norm (paper: 100
-   steps, reject above 1e8), on the first ``stability_anchors`` anchors;
+   steps, reject above 1e8), on the ``stability_anchors`` built at ``stability_depth``;
 3. fitness: continue the same training to ``train_steps`` (paper: 2000 constant-LR steps for
    the B search, 5000 cosine for the S search); the K accuracies are the candidate's fitness.
 
@@ -50,6 +50,10 @@ from evonorm_core.search.results import CandidateResult, Stage
 DATASETS = ("digits", "mnist", "cifar10")
 SCHEDULES = ("constant", "cosine")
 HOLDOUT_FRACTION = 0.1
+CIFAR10_MISSING = (
+    "--data cifar10 (the paper's proxy) needs --data-dir: CIFAR-10 is not embedded and nothing is downloaded. Get the "
+    "python version (cifar-10-python.tar.gz) from https://www.cs.toronto.edu/~kriz/cifar.html, extract it and pass "
+    "--data-dir FOLDER (the folder holding cifar-10-batches-py); or use --data mnist, the embedded proxy")
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,9 @@ class ProxyConfig:
                                       choices=ANCHOR_NAMES)
     anchor_depth: float = option(1.0, "anchors' depth multiplier: blocks per stage, rounded up (paper: 1.0)",
                                  min=0, max=1, min_open=True)
-    data: str = option("digits", "digits: embedded sklearn digits; cifar10: needs --data-dir", choices=DATASETS)
+    data: str = option("cifar10", "mnist: the embedded 5,000 MNIST digits (28 px); digits: the embedded 8x8 "
+                       "sklearn digits (learned by a bare activation: cannot rank layers); cifar10: the paper's, "
+                       "needs --data-dir", choices=DATASETS)
     data_dir: str | None = option(None, "folder holding cifar-10-batches-py (torchvision layout), for --data cifar10")
     image_size: int = option(PROXY_TRAINING.image_size, "validation image size; training crops are taken from "
                              "images of this size (paper: 32)", min=4)
@@ -80,7 +86,11 @@ class ProxyConfig:
     stability_threshold: float = option(1e8, "maximum worst-case gradient norm (paper: 1e8)", min=0, min_open=True)
     stability_lr: float = option(0.01, "step size of the adversarial ascent", min=0, min_open=True)
     stability_batch_size: int = option(32, "images in the stability test's batch", min=1)
-    stability_anchors: int | None = option(None, "run the stability test on the first N anchors (none: all)", min=1)
+    stability_anchors: tuple[str, ...] | None = option(
+        None, "anchors the stability test runs on (none: every anchor)", choices=ANCHOR_NAMES)
+    stability_depth: float | None = option(
+        None, "depth multiplier of the stability test's anchors (none: --anchor-depth); explosions need depth",
+        min=0, max=1, min_open=True)
     bn_momentum: float = option(0.1, "moving-average momentum of the batch aggregations", min=0, max=1, min_open=True)
     recalibration_batches: int = option(0, "recompute the moving averages over N training batches before "
                                         "validation (0: as trained)", min=0)
@@ -95,8 +105,6 @@ class ProxyConfig:
             raise ConfigError(f"--crop-size must be <= --image-size ({self.image_size}), got {self.crop_size}")
         if self.quality_steps > self.train_steps:
             raise ConfigError(f"--quality-steps must be <= --train-steps ({self.train_steps}), got {self.quality_steps}")
-        if self.data == "cifar10" and not self.data_dir:
-            raise ConfigError("--data cifar10 needs --data-dir (the folder holding cifar-10-batches-py)")
 
     def optimizer_settings(self) -> OptimizerSettings:
         """The proxy task's optimizer at ``lr`` with ``weight_decay``."""
@@ -119,6 +127,8 @@ def load_data(data: str, data_dir: str | None, image_size: int, holdout: bool = 
     elif data == "mnist":
         train_x, train_y, val_x, val_y = load_mnist_proxy(image_size)
     else:
+        if not data_dir:
+            raise FileNotFoundError(CIFAR10_MISSING)
         train_x, train_y, val_x, val_y = load_cifar10(data_dir)
         if image_size != train_x.shape[-1]:
             train_x, val_x = (F.interpolate(t, size=image_size, mode="bilinear", align_corners=False) for t in (train_x, val_x))
@@ -169,10 +179,11 @@ class ProxyEvaluator:
     def __init__(self, config: ProxyConfig, seed: int = 0, threads: int = 1) -> None:
         self.config, self.seed, self.threads = config, seed, threads
 
-    def build(self, anchor: str, genome: Genome) -> nn.Module:
+    def build(self, anchor: str, genome: Genome, depth: float | None = None) -> nn.Module:
+        """Anchor ``anchor`` with ``genome``'s layer, at ``depth`` (default: the proxy's), from the seed."""
         torch.manual_seed(self.seed)
         return build_anchor(anchor, genome_norm_act(genome, momentum=self.config.bn_momentum),
-                            depth_multiplier=self.config.anchor_depth)
+                            depth_multiplier=depth or self.config.anchor_depth)
 
     def data(self) -> tuple[Tensor, ...]:
         cfg = self.config
@@ -227,8 +238,8 @@ class ProxyEvaluator:
         generator = torch.Generator().manual_seed(self.seed + 1)
         idx = torch.randint(0, len(data[0]), (cfg.stability_batch_size,), generator=generator)
         inputs, targets = random_crops(data[0][idx], cfg.crop_size, generator), data[1][idx]
-        for anchor in cfg.anchors[:cfg.stability_anchors]:
-            model = self.build(anchor, genome).train()
+        for anchor in cfg.stability_anchors or cfg.anchors:
+            model = self.build(anchor, genome, cfg.stability_depth).train()
             worst, steps = worst_case_gradient_norm(
                 model, lambda m: F.cross_entropy(m(inputs), targets),
                 cfg.stability_steps, cfg.stability_lr, cfg.stability_threshold,

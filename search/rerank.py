@@ -3,12 +3,14 @@
 Paper section 5.2 / Appendix B: the top-10 layers are trained with fully-fledged models on
 90% of the training set and ranked by their mean accuracy on the held-out 10%. Here each of
 the top ``--top`` layers of the run in DIR, and the reference layers the run measured, is
-trained for ``--train-steps`` (default: 2x the search's) on every anchor of the run with
+trained for ``--train-steps`` (default: 4x the search's) on every anchor of the run with
 each of ``--seeds`` (default 0 1 2), on 90% of the run's training images, and scored on the
 other 10%; no rejection stages. Every (layer, seed) result is appended to
 DIR/rerank.jsonl as it finishes (run the same command again to continue after a kill); the
 ranking (mean and sample std over seeds, per anchor and overall, and which layers match or beat
-BN-ReLU on every anchor) goes to DIR/rerank.json and is printed best first.
+BN-ReLU on every anchor) goes to DIR/rerank.json and is printed best first, with the rank
+check of the search's proxy: Kendall's tau-b between the accuracy the search gave each layer
+and its reranked mean (does the short proxy rank layers as longer training does?).
 """
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ import os
 import sys
 from pathlib import Path
 
+from scipy.stats import kendalltau
+
+from evonorm_core.experiment.arguments import DistinctValues, seed
 from evonorm_core.experiment.config import ConfigError, command_line
 from evonorm_core.experiment.files import CorruptFileError, append_jsonl, atomic_write_json, read_jsonl
 from evonorm_core.experiment.rundir import RunDir, RunDirError
@@ -32,22 +37,39 @@ from evonorm_suite.search.proxy import ProxyConfig, ProxyEvaluator
 from evonorm_suite.search.report import reference_layers, top_k
 
 RESULTS, RANKING = "rerank.jsonl", "rerank.json"
+RERANK_STEPS_FACTOR = 4
 
 
 def rerank_proxy(proxy: ProxyConfig, train_steps: int | None) -> ProxyConfig:
     """The search's proxy with longer training, the 90/10 split and no rejection stage."""
-    return dataclasses.replace(proxy, train_steps=train_steps or 2 * proxy.train_steps, quality_steps=0,
+    steps = train_steps or RERANK_STEPS_FACTOR * proxy.train_steps
+    return dataclasses.replace(proxy, train_steps=steps, quality_steps=0,
                                quality_threshold=0.0, stability_steps=0, holdout=True)
 
 
 def candidates(state: dict, k: int, with_references: bool) -> dict[str, dict]:
-    """name -> {"expression", "genome"}: the top-``k`` layers, then the measured reference layers
-    (with them, a top layer that is a reference found again is reranked once, as the reference)."""
+    """name -> {"expression", "genome", "search_accuracy"}: the top-``k`` layers, then the measured
+    reference layers (with them, a top layer that is a reference found again is reranked once, as
+    the reference); ``search_accuracy``: the mean accuracy the search's proxy gave it (None if
+    the search rejected it)."""
     known = reference_layers(state) if with_references else None
     chosen = {f"#{r.candidate_id}": r for r in top_k(state["records"], k, exclude=known)}
     if with_references:
         chosen.update(state["baselines"])
-    return {name: {"expression": r.expression, "genome": r.genome} for name, r in chosen.items()}
+    return {name: {"expression": r.expression, "genome": r.genome,
+                   "search_accuracy": round(r.mean_accuracy, 4) if r.accepted else None} for name, r in chosen.items()}
+
+
+def rank_agreement(chosen: dict[str, dict], ranked: list[dict]) -> dict:
+    """Kendall's tau-b between the search's mean accuracy and the rerank's mean over seeds, over the
+    layers that have both: does the short proxy rank layers as the longer training does?"""
+    pairs = [(chosen[row["name"]]["search_accuracy"], row["mean"]) for row in ranked
+             if chosen[row["name"]]["search_accuracy"] is not None and row["mean"] is not None]
+    if len(pairs) < 2:
+        return {"layers": len(pairs), "kendall_tau_b": None, "p_value": None}
+    result = kendalltau(*zip(*pairs))
+    return {"layers": len(pairs), "kendall_tau_b": round(float(result.statistic), 3),
+            "p_value": round(float(result.pvalue), 4)}
 
 
 def _evaluate(proxy: ProxyConfig, seed: int, threads: int, genome: dict) -> CandidateResult:
@@ -86,8 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("output_dir", metavar="DIR", help="output folder of a search/evolve.py run")
     parser.add_argument("--top", type=int, default=10, help="how many of the best layers to rerank (paper: 10)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="training seeds (default: 0 1 2)")
-    parser.add_argument("--train-steps", type=int, help="training steps per model (default: 2x the search's)")
+    parser.add_argument("--seeds", type=seed, nargs="+", action=DistinctValues, default=[0, 1, 2],
+                        help="training seeds, distinct (default: 0 1 2)")
+    parser.add_argument("--train-steps", type=int,
+                        help=f"training steps per model (default: {RERANK_STEPS_FACTOR}x the search's)")
     parser.add_argument("--no-references", action="store_true", help="do not retrain the run's reference layers")
     parser.add_argument("--workers", type=int, default=2, help="models trained at once (processes)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per worker")
@@ -96,8 +120,6 @@ def main(argv: list[str] | None = None) -> int:
                              ("--threads", args.threads, 1)):
         if value is not None and value < low:
             parser.error(f"{flag} must be >= {low}, got {value}")
-    if any(seed < 0 for seed in args.seeds):
-        parser.error(f"--seeds must be >= 0, got {args.seeds}")
     folder = Path(args.output_dir)
     try:
         state = read_checkpoint(folder)
@@ -115,23 +137,23 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{folder / RESULTS} holds results of {stale[0].get('train_steps')} training steps, not "
                      f"{proxy.train_steps}: pass the same --train-steps, or delete it to start over")
     finished = {(r["name"], r["seed"]) for r in done}
-    todo = [(name, seed) for name in chosen for seed in args.seeds if (name, seed) not in finished]
+    todo = [(name, run_seed) for name in chosen for run_seed in args.seeds if (name, run_seed) not in finished]
     print(f"reranking {len(chosen)} layers x {len(args.seeds)} seeds ({len(todo)} to train): {proxy.train_steps} "
           f"steps on {', '.join(proxy.anchors)}, 90% of the training images, scored on the held-out 10%", flush=True)
     pool = futures.ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("fork"),
                                        initializer=die_with_parent, initargs=(os.getpid(),))
     completed = False
     try:
-        running = {pool.submit(_evaluate, proxy, seed, args.threads, chosen[name]["genome"]): (name, seed)
-                   for name, seed in todo}
+        running = {pool.submit(_evaluate, proxy, run_seed, args.threads, chosen[name]["genome"]): (name, run_seed)
+                   for name, run_seed in todo}
         for i, future in enumerate(futures.as_completed(running), 1):
-            name, seed = running[future]
+            name, run_seed = running[future]
             result = future.result()
-            row = {"name": name, "seed": seed, "train_steps": proxy.train_steps, "result": result.to_dict()}
+            row = {"name": name, "seed": run_seed, "train_steps": proxy.train_steps, "result": result.to_dict()}
             append_jsonl(folder / RESULTS, row, sync=True)
             done.append(row)
             accs = " / ".join(f"{v:.3f}" for v in result.accuracies.values())
-            print(f"  [{i}/{len(todo)}] {name} seed {seed}: {result.status} {accs}", flush=True)
+            print(f"  [{i}/{len(todo)}] {name} seed {run_seed}: {result.status} {accs}", flush=True)
         completed = True
     except KeyboardInterrupt:
         print(f"\ninterrupted; finished results are in {folder / RESULTS}: run the same command to continue")
@@ -142,15 +164,20 @@ def main(argv: list[str] | None = None) -> int:
         pool.shutdown(wait=completed, cancel_futures=True)
         run_dir.close()
     ranked = rank(chosen, [r for r in done if r["seed"] in args.seeds], proxy.anchors)
+    agreement = rank_agreement(chosen, ranked)
     atomic_write_json(folder / RANKING, {"command": command_line("python search/rerank.py", argv),
                                          "train_steps": proxy.train_steps, "seeds": args.seeds,
-                                         "anchors": list(proxy.anchors), "ranking": ranked})
+                                         "anchors": list(proxy.anchors), "rank_agreement": agreement,
+                                         "ranking": ranked})
     print(f"reranked by mean held-out accuracy over seeds {args.seeds} ({', '.join(proxy.anchors)}):")
     for place, row in enumerate(ranked, 1):
         accs = " / ".join(_format(v) for v in row["anchors"].values())
         verdict = {True: "  >= BN-ReLU on every anchor", False: ""}.get(row.get("at_least_bn_relu_on_every_anchor"), "")
         mean = _format(row) if row["mean"] is not None else "  -  "
         print(f"{place:3d}. {row['name']:<11} {mean}  [{accs}]  {row['expression']}{verdict}")
+    tau, p_value = agreement["kendall_tau_b"], agreement["p_value"]
+    shown = "-" if tau is None else f"{tau:.3f} (p = {p_value:.3g})"
+    print(f"rank agreement with the search's proxy: Kendall's tau-b {shown} over {agreement['layers']} layers")
     print(f"ranking: {folder / RANKING}")
     return 0
 

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import math
 import multiprocessing
@@ -16,6 +18,7 @@ import pytest
 import torch
 
 from evonorm_core.experiment import config as cfg
+from evonorm_core.experiment.arguments import MAX_SEED, DistinctValues, output_file, seed
 from evonorm_core.experiment import data, files, progress, rundir, tables
 
 
@@ -637,3 +640,25 @@ def test_distributed_context_reads_torchruns_environment(monkeypatch):
     assert single == distributed.DistributedContext() and single.is_main
     assert distributed.DistributedContext(rank=1, world_size=4).distributed
     assert not distributed.DistributedContext(rank=1, world_size=4).is_main
+
+
+def test_seed_and_output_file_arguments_are_checked_before_any_work(tmp_path):
+    parser = argparse.ArgumentParser(prog="prog")
+    parser.add_argument("--seeds", type=seed, nargs="+", action=DistinctValues, default=[0])
+    parser.add_argument("--json", type=output_file)
+    assert parser.parse_args(["--seeds", "0", str(MAX_SEED), "--json", str(tmp_path / "a.json")]).seeds == [0, MAX_SEED]
+    for argv, message in ((["--seeds", "0", "0"], "--seeds repeats 0: each value counts once"),
+                          (["--seeds", str(2**70)], f"seeds must be in 0..{MAX_SEED}, got {2**70}"),
+                          (["--seeds", "-1"], "seeds must be in"), (["--seeds", "x"], "not an integer seed: 'x'"),
+                          (["--json", str(tmp_path)], "is a folder; give a file path"),
+                          (["--json", str(tmp_path / "missing" / "a.json")], "does not exist")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(argv)
+        assert message in _last_parser_error(parser, argv)
+
+
+def _last_parser_error(parser, argv) -> str:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit):
+        parser.parse_args(argv)
+    return err.getvalue()

@@ -33,14 +33,15 @@ def test_paper_preset_is_the_papers_proxy_and_evolution(mode, steps, schedule):
     # original 32 x 32 image with a batch size of 512 for validation. SGD with learning rate 0.1, Nesterov momentum
     # 0.9 and weight decay 1e-4. ... 2000 steps with a constant learning rate for the EvoNorm-B experiment ...
     # 5000 steps following a cosine learning rate schedule for the EvoNorm-S experiment."
-    assert (proxy.anchors, proxy.anchor_depth) == (ANCHORS, 1.0)
+    assert (proxy.anchors, proxy.anchor_depth, proxy.data) == (ANCHORS, 1.0, "cifar10")
     assert (proxy.image_size, proxy.crop_size, proxy.batch_size, proxy.eval_batch_size) == (32, 24, 128, 512)
     assert (proxy.lr, proxy.weight_decay) == (0.1, 1e-4)
     assert (proxy.train_steps, proxy.schedule) == (steps, schedule)
     # Section 4.4: "less than 20% validation accuracy in 100 training steps on any of the three anchor
     # architectures"; "ascending ... for 100 steps. Layers with the worst-case gradient norm greater than 10^8".
     assert (proxy.quality_steps, proxy.quality_threshold) == (100, 0.2)
-    assert (proxy.stability_steps, proxy.stability_threshold, proxy.stability_anchors) == (100, 1e8, None)
+    assert (proxy.stability_steps, proxy.stability_threshold, proxy.stability_anchors, proxy.stability_depth) == (
+        100, 1e8, None, None)
     assert proxy.recalibration_batches == 0
     # Appendix B, evolution: "sliding window of only the most recent 2500 genotypes. Each tournament is formed by
     # a random subset of 5% of the active population. Winner is ... a random candidate on the Pareto-frontier ...
@@ -206,11 +207,11 @@ def test_cpu_preset_is_the_documented_table(mode):
     """docs/search.md, "Choosing the CPU preset": every value of the table's CPU column."""
     config = preset("cpu", mode)
     proxy, evolution = config.proxy, config.evolution
-    assert (proxy.anchor_depth, proxy.lr) == (0.01, 0.03)
-    assert (proxy.image_size, proxy.crop_size, proxy.batch_size, proxy.eval_batch_size) == (16, 16, 32, 512)
+    assert (proxy.data, proxy.anchor_depth, proxy.lr) == ("mnist", 0.01, 0.03)
+    assert (proxy.image_size, proxy.crop_size, proxy.batch_size, proxy.eval_batch_size) == (28, 24, 32, 64)
     assert (proxy.quality_steps, proxy.quality_threshold, proxy.train_steps) == (50, 0.2, 100)
-    assert (proxy.stability_steps, proxy.stability_anchors, proxy.stability_batch_size,
-            proxy.stability_threshold) == (5, 1, 8, 1e8)
+    assert (proxy.stability_steps, proxy.stability_anchors, proxy.stability_depth, proxy.stability_batch_size,
+            proxy.stability_lr, proxy.stability_threshold) == (10, ("mobilenetv2_cifar",), 1.0, 8, 0.05, 1e8)
     assert (proxy.recalibration_batches, proxy.bn_momentum) == (4, 0.1)
     assert (evolution.window, evolution.tournament_fraction, evolution.initial_population) == (100, 0.05, 4)
     assert evolution.admit_quality_rejected is True

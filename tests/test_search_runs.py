@@ -48,7 +48,7 @@ def error_of(argv, capsys) -> str:
     (["--lr", "-1"], "--lr must be > 0, got -1.0"),
     (["--tournament-fraction", "0"], "--tournament-fraction must be > 0 and <= 1, got 0.0"),
     (["--window", "0"], "--window must be >= 1, got 0"),
-    (["--crop-size", "40"], "--crop-size must be <= --image-size (16), got 40"),
+    (["--crop-size", "40"], "--crop-size must be <= --image-size (28), got 40"),
     (["--quality-steps", "500"], "--quality-steps must be <= --train-steps"),
     (["--references", "none", "bn_relu"], "'none' cannot be combined"),
 ])
@@ -355,7 +355,7 @@ def test_compare_reads_each_run_at_the_budget_and_compares_over_seeds(tmp_path):
 
 
 def test_rerank_takes_the_top_layers_then_the_references_with_longer_training(tmp_path):
-    """Paper section 5.2 / Appendix C: the top layers retrained longer (default twice the search's steps) on the
+    """Paper section 5.2 / Appendix C: the top layers retrained longer (default 4x the search's steps) on the
     90/10 split, with no rejection stage; the references follow the top layers."""
     from evonorm_suite.search.presets import preset
     from evonorm_suite.search.rerank import candidates, rerank_proxy
@@ -363,7 +363,7 @@ def test_rerank_takes_the_top_layers_then_the_references_with_longer_training(tm
     proxy = preset("cpu", "B").proxy
     longer = rerank_proxy(proxy, None)
     assert (longer.train_steps, longer.quality_steps, longer.quality_threshold, longer.stability_steps,
-            longer.holdout) == (200, 0, 0.0, 0, True)
+            longer.holdout) == (400, 0, 0.0, 0, True)
     assert (longer.lr, longer.batch_size, longer.anchors, longer.crop_size) == (
         proxy.lr, proxy.batch_size, proxy.anchors, proxy.crop_size)
     assert rerank_proxy(proxy, 50).train_steps == 50
@@ -371,7 +371,8 @@ def test_rerank_takes_the_top_layers_then_the_references_with_longer_training(tm
     state = read_checkpoint(write_run(tmp_path / "run", example_records(), 9.0, {"bn_relu": bn}))
     assert list(candidates(state, 2, True)) == ["#4", "#0", "bn_relu"]
     assert list(candidates(state, 10, False)) == ["#4", "#0", "#6"]
-    assert candidates(state, 1, False)["#4"] == {"expression": "layer4(x)", "genome": parse("sigmoid(x)").to_dict()}
+    assert candidates(state, 1, False)["#4"] == {"expression": "layer4(x)", "genome": parse("sigmoid(x)").to_dict(),
+                                                 "search_accuracy": 0.9}
 
 
 def test_a_reference_layer_found_again_is_labelled_and_reranked_once_as_the_reference(tmp_path):
@@ -421,10 +422,64 @@ def test_calibration_summary_by_hand():
     rows = [row("bn_relu", 0, {"a": 0.5, "b": 0.7}, cpu=2.0), row("bn_relu", 1, {"a": 0.9, "b": 0.7}, cpu=4.0),
             row("bn_relu", 2, {"a": 0.1}, "quality", cpu=3.0), row("random0", 0, {"a": 0.3, "b": 0.3}),
             row("random1", 0, {"a": 0.1}, "quality"), row("random2", 0, {}, "stability", cpu=4.0)]
-    summary = calibration_summary(rows, ["bn_relu"])
-    assert summary["references"]["bn_relu"] == {
-        "accepted_seeds": 2, "seeds": 3, "mean_accuracy": 0.7, "spread": 0.2, "min_anchor_accuracy": 0.5,
-        "rejections": ["seed 2: quality: low"]}
+    summary = calibration_summary(rows, ["bn_relu"], [], "B", 0.1)
+    assert summary["layers"]["bn_relu"] == {
+        "accepted_seeds": 2, "seeds": 3, "mean": 0.7, "std": round(0.02 ** 0.5, 4), "min_anchor_accuracy": 0.5,
+        "rejections": ["seed 2: quality: low"], "rejected_by": ["quality"]}
     assert summary["random"] == {"evaluated": 3, "outcomes": {"accepted": 1, "quality": 1, "stability": 1},
                                  "accepted_fraction": 0.333}
-    assert summary["cpu_seconds_per_candidate"] == {"references": 3.0, "random": 2.0}
+    assert summary["cpu_seconds_per_candidate"] == {"named": 3.0, "random": 2.0}
+
+
+def test_rank_agreement_is_kendalls_tau_b_over_the_layers_with_both_numbers():
+    """+1 when the search's order is the rerank's, -1 when reversed; a layer the search rejected (no accuracy)
+    or that failed every rerank seed is left out; tau-b counts ties (scipy's kendalltau)."""
+    from evonorm_suite.search.rerank import rank_agreement
+
+    def layers(search):
+        return {name: {"search_accuracy": value} for name, value in search.items()}
+
+    ranked = [{"name": n, "mean": m} for n, m in (("a", 0.9), ("b", 0.8), ("c", 0.7), ("d", 0.6), ("e", None))]
+    same = rank_agreement(layers({"a": 0.5, "b": 0.4, "c": 0.3, "d": None, "e": 0.1}), ranked)
+    assert same == {"layers": 3, "kendall_tau_b": 1.0, "p_value": pytest.approx(0.3333, abs=1e-4)}
+    reversed_ = rank_agreement(layers({"a": 0.1, "b": 0.2, "c": 0.3, "d": 0.4, "e": 0.5}), ranked)
+    assert (reversed_["layers"], reversed_["kendall_tau_b"]) == (4, -1.0)
+    # one discordant pair of 6 (b and c swapped): (5 - 1) / 6
+    swapped = rank_agreement(layers({"a": 0.9, "b": 0.7, "c": 0.8, "d": 0.6, "e": None}), ranked)
+    assert swapped["kendall_tau_b"] == pytest.approx(round(4 / 6, 3))
+    assert rank_agreement(layers({"a": 0.5, "b": None, "c": None, "d": None, "e": None}), ranked)["kendall_tau_b"] is None
+
+
+def test_calibration_says_whether_the_proxy_discriminates():
+    """References accepted on every seed, every control rejected on every seed or >= margin below the baseline's
+    mean, the unstable example rejected by the stability test (and by nothing else) on every seed."""
+    from evonorm_suite.search.calibrate import summarize
+
+    def row(layer, seed, accs=None, stage=None):
+        return {"layer": layer, "seed": seed, "status": "accepted" if stage is None else "rejected",
+                "stage": stage, "reason": "" if stage is None else "why", "accuracies": accs or {},
+                "mean_accuracy": None if accs is None else sum(accs.values()) / len(accs), "cpu_seconds": 1.0}
+
+    rows = [row("bn_relu", s, {"r": 0.8, "m": 0.7}) for s in (0, 1)]
+    rows += [row("no_norm_tanh", 0, {"r": 0.64, "m": 0.64}), row("no_norm_tanh", 1, stage="quality")]
+    rows += [row("unstable_example", s, {"r": 0.3}, stage="stability") for s in (0, 1)]
+    checks = summarize(rows, ["bn_relu"], ["no_norm_tanh", "unstable_example"], "B", 0.10)["discrimination"]
+    assert checks["baseline_mean"] == pytest.approx(0.75)
+    assert checks["references_accepted"] and checks["controls_apart"] == {"no_norm_tanh": True, "unstable_example": True}
+    assert checks["unstable_rejected_by_stability"] and checks["discriminates"]
+    close = [*rows[:2], row("no_norm_tanh", 0, {"r": 0.66, "m": 0.66}), rows[3], *rows[4:]]  # 0.09 below: too close
+    checks = summarize(close, ["bn_relu"], ["no_norm_tanh", "unstable_example"], "B", 0.10)["discrimination"]
+    assert checks["controls_apart"]["no_norm_tanh"] is False and not checks["discriminates"]
+    by_quality = [*rows[:4], row("unstable_example", 0, stage="quality"), rows[5]]
+    checks = summarize(by_quality, ["bn_relu"], ["no_norm_tanh", "unstable_example"], "B", 0.10)["discrimination"]
+    assert checks["unstable_rejected_by_stability"] is False and not checks["discriminates"]
+    lost = [row("bn_relu", 0, {"r": 0.8}), row("bn_relu", 1, stage="quality"), *rows[2:]]
+    assert not summarize(lost, ["bn_relu"], ["no_norm_tanh", "unstable_example"], "B", 0.1)["discrimination"][
+        "references_accepted"]
+
+
+def test_the_papers_proxy_without_its_data_says_how_to_get_it():
+    from evonorm_suite.search.proxy import ProxyConfig, ProxyEvaluator
+
+    with pytest.raises(FileNotFoundError, match=r"needs --data-dir.*cifar-10-python\.tar\.gz.*--data mnist"):
+        ProxyEvaluator(ProxyConfig()).data()
