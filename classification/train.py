@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
-from evonorm_core import list_norm_acts, norm_act_factory, resolve_name
+from evonorm_core import list_norm_acts, norm_act_factory, norm_act_options, resolve_name
 from evonorm_core.classifiers.anchors import ANCHOR_NAMES, ANCHORS, build_anchor
 from evonorm_core.classifiers.data import TensorImages, load_cifar10, load_digits_proxy
 from evonorm_core.classifiers.models import MODEL_NAMES, MODEL_RESOLUTIONS, build_model
@@ -196,10 +196,7 @@ class TrainingSetup:
 
 def build(config: TrainConfig, env: DistributedContext) -> TrainingSetup:
     """Model, recipe, data loaders and trainer for ``config``."""
-    options = {} if config.groups is None else {"groups": config.groups}
-    if config.sync_batch_stats:
-        options["sync"] = True
-    make = norm_act_factory(config.norm_act, **options)
+    make = norm_act_factory(config.norm_act, **norm_act_options(groups=config.groups, sync=config.sync_batch_stats))
     recipe = resolve_recipe(config)
     at_proxy_size = config.model in ANCHORS or config.data != "imagenet"
     resolution = config.image_size or (PROXY_TRAINING.image_size if at_proxy_size else MODEL_RESOLUTIONS[config.model])

@@ -6,11 +6,11 @@ as in the paper ("EvoNorms are applied to both the backbone and the heads").
 """
 from __future__ import annotations
 
-
 import torch
 from torch import Tensor, nn
 
-from evonorm_core import NormActMaker, norm_act_factory
+from evonorm_core import NormActMaker, norm_act_factory, norm_act_options
+
 
 def norm_act_maker(cfg) -> NormActMaker:
     """``make(num_channels, nonlinearity)`` for the layer named by ``cfg.MODEL.NORM_ACT``.
@@ -22,15 +22,8 @@ def norm_act_maker(cfg) -> NormActMaker:
     a ``ValueError`` that names the config key and the accepted values.
     """
     node = cfg.MODEL.NORM_ACT
-    options = {}
-    if node.SYNC:
-        options["sync"] = True
-    if node.GROUPS > 0:
-        options["groups"] = int(node.GROUPS)
-    if node.EPS > 0:
-        options["eps"] = float(node.EPS)
-    if node.IMPL:
-        options["impl"] = node.IMPL
+    options = norm_act_options(groups=int(node.GROUPS) if node.GROUPS > 0 else None, sync=node.SYNC,
+                               eps=float(node.EPS) if node.EPS > 0 else None, impl=node.IMPL or None)
     try:
         return norm_act_factory(node.NAME, **options)
     except ValueError as err:

@@ -20,6 +20,7 @@ from .registry import (
     build_norm_act,
     list_norm_acts,
     norm_act_factory,
+    norm_act_options,
     register_norm_act,
     resolve_name,
     uses_batch_statistics,
@@ -28,5 +29,5 @@ from .registry import (
 __version__ = "0.1.0"
 __all__ = [
     *_layer_names, "ConversionReport", "NormActMaker", "build_norm_act", "convert_norm_act", "list_norm_acts",
-    "norm_act_factory", "register_norm_act", "resolve_name", "running_stats", "uses_batch_statistics",
+    "norm_act_factory", "norm_act_options", "register_norm_act", "resolve_name", "running_stats", "uses_batch_statistics",
 ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from typing import Callable
+from typing import Any, Callable
 
 from torch import nn
 
@@ -169,6 +169,22 @@ def norm_act_factory(spec: str | NormActMaker, **options) -> NormActMaker:
     if declared is not None:
         make.uses_batch_stats = bool(declared(True))
     return make
+
+
+def norm_act_options(*, groups: int | None = None, sync: bool = False, eps: float | None = None,
+                     impl: str | None = None) -> dict[str, Any]:
+    """The :func:`norm_act_factory` options that a run's settings ask for.
+
+    ``groups``, ``eps`` and ``impl`` are passed when set (``None``: the layer's default);
+    ``sync`` when true (a layer without batch statistics refuses it, naming the option). Every
+    launcher turns its configuration into layer options with this, so that an unset setting
+    means the same everywhere.
+    """
+    options: dict[str, Any] = {name: value for name, value in (("groups", groups), ("eps", eps), ("impl", impl))
+                               if value is not None}
+    if sync:
+        options["sync"] = True
+    return options
 
 
 def uses_batch_statistics(spec: str | NormActMaker | nn.Module, nonlinearity: bool = True) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from evonorm_core import resolve_name, uses_batch_statistics
+from evonorm_core import norm_act_options, resolve_name, uses_batch_statistics
 from evonorm_core.experiment.config import ConfigError, option, validate
 from evonorm_suite.gan.biggan_deep import RESOLUTIONS
 from evonorm_suite.gan.data import DATASETS
@@ -76,13 +76,8 @@ class GanConfig:
     @property
     def norm_options(self) -> dict:
         """Options of the generator's layer: groups (GN-ReLU: 16, as Table 5), sync for batch-statistics layers."""
-        options = {}
         groups = self.groups if self.groups is not None else (16 if self.norm == "gn_relu" else None)
-        if groups is not None:
-            options["groups"] = groups
-        if self.sync_batch_stats and uses_batch_statistics(self.norm):
-            options["sync"] = True
-        return options
+        return norm_act_options(groups=groups, sync=self.sync_batch_stats and uses_batch_statistics(self.norm))
 
 
 PRESETS: dict[str, GanConfig] = {

@@ -176,3 +176,15 @@ def test_an_explicit_batch_statistics_declaration_wins_over_the_class(scratch_re
         assert evonorm_core.uses_batch_statistics("test_declared_false", nonlinearity) is False
         assert evonorm_core.uses_batch_statistics("test_undeclared_false", nonlinearity) is False
         assert evonorm_core.uses_batch_statistics("test_undeclared_true", nonlinearity) is True
+
+
+def test_run_settings_become_layer_options_only_when_set():
+    """The one adapter from a run's settings to norm_act_factory options (classification, GAN, detection)."""
+    assert evonorm_core.norm_act_options() == {}
+    assert evonorm_core.norm_act_options(groups=8, sync=True, eps=1e-3, impl="reference") == {
+        "groups": 8, "eps": 1e-3, "impl": "reference", "sync": True}
+    assert evonorm_core.norm_act_options(groups=None, sync=False, eps=None, impl=None) == {}
+    layer = evonorm_core.norm_act_factory("gn_relu", **evonorm_core.norm_act_options(groups=4))(16)
+    assert layer.groups == 4
+    with pytest.raises(ValueError, match=r"does not take option\(s\) \['sync'\]"):
+        evonorm_core.norm_act_factory("gn_relu", **evonorm_core.norm_act_options(sync=True))
