@@ -35,6 +35,7 @@ from evonorm_core.experiment import data
 from evonorm_core.experiment.config import config_to_dict
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
 from evonorm_core.experiment.progress import Progress
+from evonorm_core.experiment.rundir import holds_run
 from evonorm_core.experiment.tables import Series, format_mean_std, markdown_table, mean_std_fields, plot_series
 from evonorm_suite.classification.paper_tables import LAYERS, TABLES, WORKERS, PaperTable
 from evonorm_suite.classification.train import TrainConfig, train
@@ -92,12 +93,14 @@ def cells(table: PaperTable, batches: tuple[int, ...] | None, seeds: tuple[int, 
 
 
 def paper_command(table: PaperTable, cell: Cell, runs_dir: Path, data_dir: str) -> list[str]:
-    """The ``torchrun`` command of one paper-scale cell (8 GPUs per node)."""
+    """The ``torchrun`` command of one paper-scale cell (8 GPUs per node); a started cell resumes."""
     workers = WORKERS.get(cell.model, 32)
     nodes, per_node = max(1, workers // 8), min(workers, 8)
+    folder = cell.run_dir(runs_dir)
     cmd = ["torchrun", f"--nnodes={nodes}", f"--nproc_per_node={per_node}", "-m", "evonorm_suite.classification.train",
            "--model", cell.model, "--norm-act", LAYERS[cell.label], "--data", "imagenet", "--data-dir", data_dir,
-           "--seed", str(cell.seed), "--output-dir", str(cell.run_dir(runs_dir)), "--resume", "--no-progress"]
+           "--seed", str(cell.seed), "--output-dir", str(folder), *(["--resume"] if holds_run(folder) else []),
+           "--no-progress"]
     cmd += ["--table", table.key]  # the table's whole recipe, resolved by classification/train.py
     if cell.batch is not None:
         cmd += ["--batch-size", str(cell.batch)]
@@ -105,12 +108,14 @@ def paper_command(table: PaperTable, cell: Cell, runs_dir: Path, data_dir: str) 
 
 
 def mini_config(cell: Cell, scale: MiniScale, runs_dir: Path) -> TrainConfig:
+    """The training run of one mini-scale cell; a started cell resumes."""
     return TrainConfig(
         model=MINI_MODELS[cell.model], norm_act=LAYERS[cell.label], data=scale.data, data_dir=scale.data_dir,
         image_size=scale.image_size,
         anchor_depth=scale.anchor_depth,
         batch_size=cell.batch or 128, epochs=scale.epochs, base_lr=scale.base_lr, schedule="cosine",
-        warmup_epochs=0.0, seed=cell.seed, output_dir=str(cell.run_dir(runs_dir)), resume=True, progress=False,
+        warmup_epochs=0.0, seed=cell.seed, output_dir=str(cell.run_dir(runs_dir)),
+        resume=holds_run(cell.run_dir(runs_dir)), progress=False,
     )
 
 

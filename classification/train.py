@@ -41,25 +41,22 @@ from evonorm_core.experiment.config import (
     add_config_arguments,
     config_to_dict,
     explicit_values,
-    load_config,
     option,
     replace_config,
-    save_config,
     validate,
 )
 from evonorm_core.experiment.distributed import DistributedContext, shutdown
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, load_checkpoint, save_checkpoint
 from evonorm_core.experiment.progress import Progress
-from evonorm_core.experiment.rundir import RunDir, RunDirError
+from evonorm_core.experiment.rundir import RunDirError, RunKind, open_run, resumed_config
 from evonorm_core.experiment.seeding import seed_everything
 from evonorm_suite.classification.imagenet import load_imagenet
 from evonorm_suite.classification.paper_tables import TABLES, table_recipe
 from evonorm_suite.classification.recipes import PROXY_RECIPE, Recipe, recipe_for
 
 DATASETS = ("digits", "cifar10", "imagenet")
-CONFIG_FILE, CHECKPOINT_FILE, RESULT_FILE = "config.json", "checkpoint.pt", "result.json"
-# What a resumed run may change: how long it trains, where its data and its folder lie now and how it reports.
-RESUMABLE = ("max_steps", "data_dir", "output_dir", "num_workers", "log_every", "progress", "resume")
+CHECKPOINT_FILE, RESULT_FILE = "checkpoint.pt", "result.json"
+RUN_KIND = RunKind("classification/train.py")
 
 
 @dataclass(frozen=True)
@@ -75,7 +72,7 @@ class TrainConfig:
     groups: int | None = option(None, "groups of grouped layers (none: 32, lowered until it divides)", min=1)
     sync_batch_stats: bool = option(False, "all-reduce batch statistics across DDP workers (BN, B series)")
     data: str = option("digits", "dataset; imagenet and cifar10 need --data-dir", choices=DATASETS)
-    data_dir: str | None = option(None, "ImageNet folder (train/, val/) or CIFAR-10's parent folder")
+    data_dir: str | None = option(None, "ImageNet folder (train/, val/) or CIFAR-10's parent folder", resumable=True)
     holdout_fraction: float = option(0.0, "evaluate on this seeded fraction of ImageNet-train (reranking: 0.1)",
                                      min=0, max=1, max_open=True)
     train_subset: int | None = option(None, "train on the first N training images only (quick checks)", min=1)
@@ -83,18 +80,21 @@ class TrainConfig:
     table: str | None = option(None, "take the whole training setup of this paper table", choices=tuple(TABLES))
     batch_size: int | None = option(None, "images per worker (none: the recipe's)", min=1)
     epochs: float | None = option(None, "training epochs (none: the recipe's)", min=0, min_open=True)
-    max_steps: int | None = option(None, "stop after this many steps (the schedule still spans --epochs)", min=1)
+    max_steps: int | None = option(None, "stop after this many steps (the schedule still spans --epochs)", min=1,
+                                   resumable=True)
     base_lr: float | None = option(None, "LR per 256 images, scaled linearly with the total batch (none: the recipe's)",
                                    min=0, min_open=True)
     schedule: str | None = option(None, "LR schedule (none: the recipe's)", choices=SCHEDULES)
     warmup_epochs: float | None = option(None, "linear warmup length (none: the recipe's)", min=0)
     randaugment: bool = option(False, "RandAugment (2 ops, magnitude 9), Tables 10-12")
     seed: int = option(0, "seed of initialization, data order and augmentation", min=0)
-    output_dir: str = option("runs/classification", "the run's folder: config, checkpoint, result, TensorBoard")
-    resume: bool = option(False, "continue the run in --output-dir with its saved settings")
-    num_workers: int = option(4, "data loader processes for ImageNet", min=0)
-    log_every: int = option(10, "steps between TensorBoard scalars and progress lines", min=1)
-    progress: bool = option(True, "print progress lines")
+    output_dir: str = option("runs/classification", "the run's folder: config, checkpoint, result, TensorBoard",
+                             resumable=True)
+    resume: bool = option(False, "continue the run in --output-dir with its saved settings; of the other flags only "
+                          "those that 'may change on --resume' may be given with it", resumable=True)
+    num_workers: int = option(4, "data loader processes for ImageNet", min=0, resumable=True)
+    log_every: int = option(10, "steps between TensorBoard scalars and progress lines", min=1, resumable=True)
+    progress: bool = option(True, "print progress lines", resumable=True)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -126,12 +126,10 @@ def config_from_argv(argv: list[str] | None = None) -> TrainConfig:
     args = parser.parse_args(argv)
     given = explicit_values(args, TrainConfig)
     try:
-        saved = Path(given.get("output_dir", TrainConfig.output_dir)) / CONFIG_FILE
-        if given.get("resume") and saved.exists():
-            fixed = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in RESUMABLE)
-            return replace_config(load_config(saved, TrainConfig), given, fixed=fixed)
+        if given.get("resume"):
+            return resumed_config(given.get("output_dir", TrainConfig.output_dir), RUN_KIND, TrainConfig, given)
         config = replace_config(TrainConfig(), given)
-    except ValueError as error:  # ConfigError, CorruptFileError
+    except (ValueError, RunDirError) as error:  # ConfigError, CorruptFileError
         parser.error(str(error))
     if "data" not in given and os.environ.get("RANK", "0") == "0":
         print("no --data given: training on the embedded digits (scikit-learn load_digits, 1,797 images)")
@@ -230,23 +228,6 @@ def build(config: TrainConfig, env: DistributedContext) -> TrainingSetup:
     return TrainingSetup(model, recipe, sampler, train_loader, val_loader, trainer)
 
 
-def own_output_dir(config: TrainConfig) -> RunDir:
-    """Take the run's folder; with ``resume`` a saved configuration must match ``config``."""
-    run_dir = RunDir(config.output_dir, resume=config.resume)
-    saved = run_dir / CONFIG_FILE
-    if config.resume and saved.exists():
-        before = load_config(saved, TrainConfig)
-        changed = [f.name for f in dataclasses.fields(TrainConfig)
-                   if f.name not in RESUMABLE and getattr(before, f.name) != getattr(config, f.name)]
-        if changed:
-            run_dir.close()
-            raise ConfigError(f"cannot resume {saved}: it was started with different {changed} "
-                              f"({[getattr(before, n) for n in changed]} vs {[getattr(config, n) for n in changed]}); "
-                              "use another --output-dir or the run's own settings")
-    save_config(saved, config)
-    return run_dir
-
-
 def restore(path: Path, setup: TrainingSetup, env: DistributedContext) -> tuple[int, int, list]:
     """Load ``checkpoint.pt`` into the setup; ``(epoch, step, history)`` to continue from."""
     state = load_checkpoint(path, map_location=env.device)
@@ -264,7 +245,7 @@ def restore(path: Path, setup: TrainingSetup, env: DistributedContext) -> tuple[
 def train(config: TrainConfig) -> dict:
     """Run (or resume) one training run; returns the final metrics written to ``result.json``."""
     env = DistributedContext.from_env()
-    run_dir = own_output_dir(config) if env.is_main else None
+    run = open_run(config.output_dir, RUN_KIND, config, resume=config.resume) if env.is_main else None
     try:
         seed_everything(config.seed + env.rank)
         setup = build(config, env)
@@ -283,8 +264,8 @@ def train(config: TrainConfig) -> dict:
             atomic_write_json(out / RESULT_FILE, result)
         return result
     finally:
-        if run_dir is not None:
-            run_dir.close()
+        if run is not None:
+            run.close()
 
 
 def _train_epochs(config: TrainConfig, setup: TrainingSetup, env: DistributedContext, out: Path,

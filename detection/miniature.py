@@ -25,6 +25,7 @@ from pathlib import Path
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_json, read_json
 from evonorm_core.experiment.progress import Progress
+from evonorm_core.experiment.rundir import holds_run
 from evonorm_core.experiment.tables import format_mean_std, markdown_table, mean_and_std
 from evonorm_suite.detection.report import RESULTS_FILE
 
@@ -56,8 +57,10 @@ class Run:
         return runs / self.setting.name / self.layer / f"seed{self.seed}"
 
     def command(self, runs: Path, iterations: int) -> list[str]:
+        """The ``train_net`` command of this run (with ``--resume`` once the run has started)."""
+        resume = ["--resume"] if holds_run(self.output_dir(runs)) else []
         return [
-            sys.executable, "-m", "evonorm_suite.detection.train_net", "--threads", "1", "--resume",
+            sys.executable, "-m", "evonorm_suite.detection.train_net", "--threads", "1", *resume,
             "--config", str(CONFIGS / f"demo_shapes_{self.layer}.yaml"),
             "SEED", str(self.seed), "SOLVER.IMS_PER_BATCH", str(self.setting.images_per_step),
             "SOLVER.BASE_LR", str(self.setting.lr), "SOLVER.MAX_ITER", str(iterations),

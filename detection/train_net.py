@@ -9,13 +9,14 @@ Evaluate a checkpoint:
 Trailing ``KEY VALUE`` pairs override the config (e.g. ``SOLVER.MAX_ITER 100``).
 
 ``OUTPUT_DIR`` belongs to one run: a folder that already holds files is refused unless
-``--resume`` (or ``--eval-only``) is given, and a second process cannot write into it.
+``--resume`` is given, which needs a run of this command there (its ``run.json`` says so);
+``--eval-only`` adds its results to the run in ``OUTPUT_DIR`` or starts a new folder. A second
+process cannot write into it. The run's settings are detectron2's ``config.yaml`` there.
 Installed as the ``evonorm-detect`` command; ``python tools/train_net.py`` runs the same.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -25,7 +26,7 @@ from detectron2.engine import default_argument_parser, default_setup, launch
 from detectron2.utils import comm
 
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json
-from evonorm_core.experiment.rundir import RunDir, RunDirError
+from evonorm_core.experiment.rundir import RunDirError, RunKind, holds_run, open_run
 from evonorm_suite.detection import load_config
 from evonorm_suite.detection.checkpoint import SafeCheckpointer, check_weights_file
 from evonorm_suite.detection.data import DatasetNotFoundError, prepare_datasets
@@ -33,6 +34,7 @@ from evonorm_suite.detection.report import RESULTS_FILE
 from evonorm_suite.detection.trainer import NormActTrainer
 
 logger = logging.getLogger("detection")
+RUN_KIND = RunKind("tools/train_net.py")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -107,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     except DatasetNotFoundError as err:
         sys.exit(f"error: {err}")
     try:  # the launching process owns OUTPUT_DIR while the workers run
-        resume = args.resume or args.eval_only
-        output = RunDir(cfg.OUTPUT_DIR, resume=resume, flag="--resume") if args.machine_rank == 0 else None
+        resume = args.resume or (args.eval_only and holds_run(cfg.OUTPUT_DIR))
+        output = open_run(cfg.OUTPUT_DIR, RUN_KIND, resume=resume) if args.machine_rank == 0 else None
     except RunDirError as err:
         sys.exit(f"error: OUTPUT_DIR: {err}")
     try:

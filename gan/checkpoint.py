@@ -1,6 +1,7 @@
 """Run folders, model construction from a configuration, and reading checkpoints back.
 
-A run folder holds ``config.json`` (the resolved :class:`~evonorm_suite.gan.config.GanConfig`),
+A run folder (:data:`RUN_KIND`) holds ``run.json`` and ``config.json`` (the resolved
+:class:`~evonorm_suite.gan.config.GanConfig`),
 ``checkpoints/last.pt`` (everything needed to resume; plain data, read with
 ``weights_only=True``), snapshots named by step (``checkpoints/step_0005000.pt``),
 ``samples/*.png``, ``log.jsonl`` and ``curves.png``, ``tb/`` (TensorBoard) and, after
@@ -12,10 +13,12 @@ from pathlib import Path
 
 from evonorm_core.experiment.config import config_from_dict
 from evonorm_core.experiment.files import CorruptFileError, load_checkpoint, require_keys
+from evonorm_core.experiment.rundir import RunKind
 from evonorm_suite.gan.biggan_deep import Discriminator, Generator, GeneratorSpec
 from evonorm_suite.gan.config import GanConfig
 
 LAST = "last.pt"
+RUN_KIND = RunKind("gan/train_biggan.py")
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:

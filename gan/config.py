@@ -23,7 +23,7 @@ class GanConfig:
     """Everything a BigGAN-deep run depends on; saved as ``config.json`` beside its outputs."""
 
     dataset: str = option("imagenet", "training data (digits: the embedded scikit-learn digits)", choices=DATASETS)
-    data_root: str | None = option(None, "dataset folder, or the .npz/.hdf5 file for --dataset array")
+    data_root: str | None = option(None, "dataset folder, or the .npz/.hdf5 file for --dataset array", resumable=True)
     resolution: int = option(128, "image size", choices=RESOLUTIONS)
     image_channels: int = option(3, "channels of the images (1: greyscale)", choices=(1, 3))
     channels: int = option(128, "channel width multiplier of G and D (BigGAN's ch)", min=8)
@@ -42,17 +42,19 @@ class GanConfig:
     d_steps: int = option(2, "D steps per G step", min=1)
     batch_size: int = option(2048, "images per optimizer step over all processes and accumulations", min=1)
     micro_batch: int = option(256, "images per forward pass and process (accumulation fills the rest)", min=1)
-    total_steps: int = option(500_000, "G steps to train (the paper reports each run at its peak)", min=1)
+    total_steps: int = option(500_000, "G steps to train (the paper reports each run at its peak)", min=1,
+                              resumable=True)
     ema_decay: float = option(0.9999, "EMA decay of G's weights", min=0, max=1, max_open=True)
     ema_start: int = option(20_000, "step from which the EMA averages (before: a copy)", min=0)
     seed: int = option(0, "seed of initialization, data order and latents", min=0)
-    num_workers: int = option(8, "data loader processes", min=0)
-    log_every: int = option(100, "steps between progress lines and TensorBoard scalars", min=1)
-    sample_every: int = option(2_000, "steps between PNG sample grids", min=1)
-    eval_every: int = option(0, "steps between digits-classifier IS/FID on the progress line (0: never)", min=0)
-    eval_samples: int = option(500, "samples for the in-training IS/FID", min=10)
-    save_every: int = option(1_000, "steps between checkpoints/last.pt updates", min=1)
-    keep_every: int = option(10_000, "steps between kept snapshots step_N.pt (0: none)", min=0)
+    num_workers: int = option(8, "data loader processes", min=0, resumable=True)
+    log_every: int = option(100, "steps between progress lines and TensorBoard scalars", min=1, resumable=True)
+    sample_every: int = option(2_000, "steps between PNG sample grids", min=1, resumable=True)
+    eval_every: int = option(0, "steps between digits-classifier IS/FID on the progress line (0: never)", min=0,
+                             resumable=True)
+    eval_samples: int = option(500, "samples for the in-training IS/FID", min=10, resumable=True)
+    save_every: int = option(1_000, "steps between checkpoints/last.pt updates", min=1, resumable=True)
+    keep_every: int = option(10_000, "steps between kept snapshots step_N.pt (0: none)", min=0, resumable=True)
 
     def __post_init__(self) -> None:
         validate(self)

@@ -16,8 +16,9 @@ The real training images are the FID reference; their statistics are cached. Eac
 evaluated checkpoint's numbers go to ``RUN_DIR/metrics/<checkpoint>.json`` and the peak
 (``--all-snapshots``: over ``last.pt`` and every kept ``step_N.pt``; lowest FID unless
 ``--peak-by is``) to ``RUN_DIR/metrics.json``, with everything needed to read them
-(sampling mode, sample count, feature extractor, checkpoint, step). Installed as the
-``evonorm-gan-eval`` command.
+(sampling mode, sample count, feature extractor, checkpoint, step). RUN_DIR must hold a run of
+``gan/train_biggan.py``, whose lock the evaluation takes: it does not write into a run that is
+still training. Installed as the ``evonorm-gan-eval`` command.
 """
 from __future__ import annotations
 
@@ -32,9 +33,10 @@ from pathlib import Path
 import torch
 
 from evonorm_core.experiment.files import atomic_write_json
+from evonorm_core.experiment.rundir import RunDirError, open_run
 from evonorm_core.running_stats import batch_stat_layers
 from evonorm_suite.gan import digits_classifier
-from evonorm_suite.gan.checkpoint import checkpoint_dir, load_ema_generator, resolve_checkpoint
+from evonorm_suite.gan.checkpoint import RUN_KIND, checkpoint_dir, load_ema_generator, resolve_checkpoint
 from evonorm_suite.gan.data import UInt8Images, build_dataset, digits_dataset
 from evonorm_suite.gan.metrics import (
     DIGITS,
@@ -149,20 +151,22 @@ def evaluate_run(
 
     Each checkpoint's numbers go to ``RUN_DIR/metrics/<checkpoint>.json``; the one with the
     lowest FID (``peak_by="fid"``) or highest IS (``"is"``) is the run's result, since the
-    paper reports each run at its peak. Returns that result.
+    paper reports each run at its peak. Returns that result. Holds the run's lock meanwhile
+    (``RunDirError`` if ``run_dir`` holds no GAN run or a process holds it).
     """
     if peak_by not in PEAK_KEYS:
         raise ValueError(f"peak_by must be one of {sorted(PEAK_KEYS)}, got {peak_by!r}")
     options = options or EvalOptions()
-    results = []
-    for checkpoint in checkpoints or [None]:
-        result = evaluate_checkpoint(run_dir, checkpoint, options)
-        atomic_write_json(Path(run_dir) / "metrics" / result["checkpoint"].replace(".pt", ".json"), result)
-        results.append(result)
-    key, sign = PEAK_KEYS[peak_by]
-    peak = max(results, key=lambda r: sign * r[key])
-    peak = {**peak, "peak_by": peak_by, "checkpoints_evaluated": len(results)}
-    atomic_write_json(Path(run_dir) / "metrics.json", peak)
+    with open_run(run_dir, RUN_KIND, resume=True, flag=None):
+        results = []
+        for checkpoint in checkpoints or [None]:
+            result = evaluate_checkpoint(run_dir, checkpoint, options)
+            atomic_write_json(Path(run_dir) / "metrics" / result["checkpoint"].replace(".pt", ".json"), result)
+            results.append(result)
+        key, sign = PEAK_KEYS[peak_by]
+        peak = max(results, key=lambda r: sign * r[key])
+        peak = {**peak, "peak_by": peak_by, "checkpoints_evaluated": len(results)}
+        atomic_write_json(Path(run_dir) / "metrics.json", peak)
     return peak
 
 
@@ -219,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         result = evaluate_run(args.run_dir, checkpoints, args.peak_by, options)
     except InceptionWeightsMissing as error:
         raise SystemExit(f"cannot compute IS/FID: {error}") from None
-    except (FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError, RunDirError) as error:
         raise SystemExit(f"error: {error}") from None
     print(f"{args.run_dir}: {result['metric']}: IS {result['is_mean']:.2f} ± {result['is_std']:.2f}, FID {result['fid']:.2f} "
           f"({result['num_samples']} samples, {result['sampling']}, {result['checkpoint']} at step {result['step']}, "

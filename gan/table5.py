@@ -26,6 +26,7 @@ from pathlib import Path
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json
 from evonorm_core.experiment.progress import Progress
+from evonorm_core.experiment.rundir import holds_run
 from evonorm_suite.gan.config import PRESETS
 from evonorm_suite.gan.metrics import digits_calibration
 from evonorm_suite.gan.report import LABELS, aggregate, find_metrics, layer_name, markdown
@@ -41,7 +42,7 @@ def run_one(layer: str, seed: int, runs_dir: Path, steps: int) -> tuple[str, flo
     log.parent.mkdir(parents=True, exist_ok=True)
     train = [sys.executable, "-m", "evonorm_suite.gan.train_biggan", "--norm", layer, "--seed", str(seed), "--run-dir",
              str(runs_dir / layer), "--total-steps", str(steps), "--keep-every", str(max(1, steps // 4)),
-             "--eval-every", "0", "--threads", "1", *(["--resume"] if run_dir.exists() else [])]
+             "--eval-every", "0", "--threads", "1", *(["--resume"] if holds_run(run_dir) else [])]
     evaluate = [sys.executable, "-m", "evonorm_suite.gan.evaluate", str(run_dir), "--all-snapshots"]
     with open(log, "a") as out:
         for command in (train, evaluate):

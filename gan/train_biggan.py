@@ -9,37 +9,29 @@ Without ``--dataset`` it trains a small class-conditional BigGAN-deep (the same 
 on scikit-learn's digits on the CPU within minutes and says so; the progress line shows the
 digits-classifier IS/FID as training goes. ``--dataset imagenet``/``array`` selects the
 BigGAN-deep 128 preset of the paper, ``cifar10`` a 32x32 one; every other flag overrides the
-preset. Each seed trains in ``RUN_DIR/seed<k>``, a folder it owns: ``config.json``,
+preset. Each seed trains in ``RUN_DIR/seed<k>``, a folder it owns: ``run.json``, ``config.json``,
 ``checkpoints/last.pt``, ``samples/*.png``, ``curves.png``, ``tb/``. A folder that holds files
-is refused unless ``--resume``, which continues each seed from its checkpoint with the
-run's saved settings (flags given with it may change only how long it trains and how it
-reports). Installed as the ``evonorm-gan`` command.
+is refused unless ``--resume``, which continues the run's seeds (every ``seed<k>`` run in
+RUN_DIR, or those ``--seed``/``--seeds`` name) from their checkpoints with the run's saved
+settings (flags given with it may change only how long it trains and how it reports).
+Installed as the ``evonorm-gan`` command.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from pathlib import Path
 
 import torch
 
-from evonorm_core.experiment.config import (
-    add_config_arguments,
-    explicit_values,
-    load_config,
-    replace_config,
-)
+from evonorm_core.experiment.config import add_config_arguments, explicit_values, replace_config
 from evonorm_core.experiment.distributed import DistributedContext, shutdown
-from evonorm_core.experiment.rundir import RunDirError
+from evonorm_core.experiment.rundir import RunDirError, holds_run, resumed_config
+from evonorm_suite.gan.checkpoint import RUN_KIND
 from evonorm_suite.gan.config import PRESET_OF_DATASET, PRESETS, GanConfig, preset
 from evonorm_suite.gan.data import build_dataset
-from evonorm_suite.gan.trainer import CONFIG_FILE, Trainer
-
-# What a resumed run may change: how long it trains and how it reports.
-RESUMABLE = ("total_steps", "data_root", "num_workers", "log_every", "sample_every", "eval_every", "eval_samples",
-             "save_every", "keep_every")
+from evonorm_suite.gan.trainer import Trainer
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,8 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), help="base configuration (default: from --dataset)")
     parser.add_argument("--run-dir", help="output folder (default: runs/gan/<preset>_<norm>); seeds go to seed<k>/")
-    parser.add_argument("--seeds", type=int, default=1, help="train this many seeds, --seed, --seed + 1, ... (Table 5: 3)")
-    parser.add_argument("--resume", action="store_true", help="continue each seed's run in its folder")
+    parser.add_argument("--seeds", type=int, help="train this many seeds, --seed, --seed + 1, ... (Table 5: 3; "
+                        "default: 1, with --resume: every seed<k> run in --run-dir unless --seed is given)")
+    parser.add_argument("--resume", action="store_true", help="continue each seed's run in its folder with its own "
+                        "settings (only flags that 'may change on --resume' may be given with it)")
     parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's)")
     add_config_arguments(parser.add_argument_group("run settings (default: the preset's)"), GanConfig,
                          PRESETS["digits"])
@@ -57,17 +51,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 def seed_config(base: GanConfig, given: dict, seed: int, run_dir: Path, resume: bool) -> GanConfig:
     """The configuration of one seed: the preset + flags, or on resume the saved one + allowed flags."""
-    saved = run_dir / CONFIG_FILE
-    if resume and saved.exists():
-        fixed = tuple(f.name for f in dataclasses.fields(GanConfig) if f.name not in RESUMABLE)
-        return replace_config(load_config(saved, GanConfig), {**given, "seed": seed}, fixed=fixed)
+    if resume:
+        return resumed_config(run_dir, RUN_KIND, GanConfig, {**given, "seed": seed})
     return replace_config(base, {**given, "seed": seed})
+
+
+def seeds_to_train(root: Path, first: int, count: int | None, resume: bool, seed_given: bool) -> list[int]:
+    """``first`` and the ``count - 1`` seeds after it; on resume without ``--seed``/``--seeds``, the
+    seeds of every ``seed<k>`` run in ``root`` (the run's own seeds, whatever it was started with)."""
+    if resume and not seed_given and count is None:
+        found = sorted(int(p.name[4:]) for p in root.glob("seed*") if p.name[4:].isdigit() and holds_run(p))
+        if not found:
+            raise RunDirError(f"no run of {RUN_KIND.command} in {str(root)!r} to resume: it holds no seed<k> run "
+                              "folder (without --resume a new run starts there)")
+        return found
+    return list(range(first, first + (count or 1)))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.seeds < 1 or (args.threads is not None and args.threads < 1):
+    if (args.seeds is not None and args.seeds < 1) or (args.threads is not None and args.threads < 1):
         parser.error(f"--seeds and --threads must be >= 1, got {args.seeds} and {args.threads}")
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -83,10 +87,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{base.resolution}x{base.resolution}, greyscale) on the CPU; use --dataset imagenet --data-root PATH "
               "for the paper's setting", flush=True)
     root = Path(args.run_dir or Path("runs", "gan", f"{name}_{base.norm}"))
-    first = given.get("seed", base.seed)
     ctx = DistributedContext.from_env()
     try:
-        for seed in range(first, first + args.seeds):
+        for seed in seeds_to_train(root, given.get("seed", base.seed), args.seeds, args.resume, "seed" in given):
             run_dir = root / f"seed{seed}"
             config = seed_config(base, given, seed, run_dir, args.resume)
             trainer = Trainer(config, build_dataset(config.dataset, config.data_root, config.resolution), run_dir, ctx,

@@ -17,19 +17,19 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from evonorm_core.experiment.config import ConfigError, config_to_dict, save_config
+from evonorm_core.experiment.config import ConfigError, config_to_dict
 from evonorm_core.experiment.distributed import DistributedContext
 from evonorm_core.experiment.files import append_jsonl, load_checkpoint, read_jsonl, require_keys, save_checkpoint
 from evonorm_core.experiment.progress import Progress
-from evonorm_core.experiment.rundir import RunDir
-from evonorm_suite.gan.checkpoint import LAST, build_discriminator, build_generator, checkpoint_dir
+from evonorm_core.experiment.rundir import open_run
+from evonorm_suite.gan.checkpoint import LAST, RUN_KIND, build_discriminator, build_generator, checkpoint_dir
 from evonorm_suite.gan.config import GanConfig
 from evonorm_suite.gan.data import num_classes_of
 from evonorm_suite.gan.ema import EMA
 from evonorm_suite.gan.losses import discriminator_hinge_loss, generator_hinge_loss
 from evonorm_suite.gan.sampling import grid_latents, sample_latents, save_sample_grid
 
-CONFIG_FILE, LOG_FILE = "config.json", "log.jsonl"
+LOG_FILE = "log.jsonl"
 
 
 def infinite_batches(dataset: Dataset, config: GanConfig, ctx: DistributedContext) -> Iterator[tuple[Tensor, Tensor]]:
@@ -71,10 +71,11 @@ class Trainer:
     """Owns G, D, G_ema, their optimizers, the step counter and the run's folder; :meth:`train`
     runs to ``total_steps``, logging, evaluating, sampling and checkpointing on the way.
 
-    The main process owns ``run_dir`` (:class:`~evonorm_core.experiment.rundir.RunDir`: a folder
-    holding files needs ``resume``; a second writer is refused). With ``resume`` the run continues
-    from ``checkpoints/last.pt``: weights, optimizers, EMA, step and the latent stream; the data
-    order restarts its epoch, so a resumed run loses no step but is not bit-identical.
+    The main process opens the run in ``run_dir`` (:func:`~evonorm_core.experiment.rundir.open_run`:
+    a folder holding files needs ``resume``, which needs a run of ``gan/train_biggan.py`` there
+    with the same non-resumable settings; a second writer is refused). With ``resume`` the run
+    continues from ``checkpoints/last.pt``: weights, optimizers, EMA, step and the latent stream;
+    the data order restarts its epoch, so a resumed run loses no step but is not bit-identical.
     """
 
     def __init__(self, config: GanConfig, dataset: Dataset, run_dir: str | Path, ctx: DistributedContext | None = None,
@@ -86,7 +87,7 @@ class Trainer:
         channels = dataset[0][0].shape[0]
         if channels != config.image_channels:
             raise ConfigError(f"--image-channels {config.image_channels} but the {config.dataset} images have {channels}")
-        self.owner = RunDir(self.run_dir, resume=resume) if self.ctx.is_main else None
+        self.run = open_run(self.run_dir, RUN_KIND, config, resume=resume) if self.ctx.is_main else None
         torch.manual_seed(config.seed)
         self.generator = build_generator(config, self.num_classes).to(self.ctx.device)
         self.discriminator = build_discriminator(config, self.num_classes).to(self.ctx.device)
@@ -103,8 +104,6 @@ class Trainer:
             self.load_state_dict(self.read_checkpoint(checkpoint_dir(self.run_dir) / LAST))
             if self.ctx.is_main:
                 print(f"resumed {self.run_dir} at step {self.step}", flush=True)
-        if self.ctx.is_main:
-            save_config(self.run_dir / CONFIG_FILE, config)
 
     def _seed_latents(self) -> None:
         """Seed the latent RNG from (seed, rank, step): distinct per process, reproducible on resume."""
@@ -238,8 +237,8 @@ class Trainer:
             if writer is not None:
                 writer.close()
                 plot_curves(self.run_dir)
-            if self.owner is not None:
-                self.owner.close()
+            if self.run is not None:
+                self.run.close()
         return scalars
 
     def sampling_generator(self) -> nn.Module:

@@ -5,8 +5,10 @@ evolution (:class:`evonorm_core.search.evolution.EvolutionConfig`) and the run's
 settings (seed, reference layers, stop conditions, workers). ``search/evolve.py`` derives
 its flags from these fields (:func:`evonorm_core.experiment.config.add_config_arguments`),
 starts from a preset (:func:`evonorm_suite.search.presets.preset`) and applies only the flags given; the
-resolved configuration is saved as ``config.json`` in the run's folder, where ``--resume``,
-``search/report.py`` and ``search/rerank.py`` read it back.
+resolved configuration is saved as ``config.json`` in the run's folder (a run of
+:data:`RUN_KIND`), where ``--resume``, ``search/report.py`` and ``search/rerank.py`` read it
+back. A resumed run may change only the options declared ``resumable`` (the stop conditions
+and the workers); the proxy, the evolution, the seed and the references stay the run's own.
 """
 from __future__ import annotations
 
@@ -14,13 +16,14 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evonorm_core.experiment.config import ConfigError, _leaf_fields, load_config, option, validate
+from evonorm_core.experiment.config import ConfigError, load_config, option, validate
+from evonorm_core.experiment.rundir import CONFIG_FILE, RunKind
 from evonorm_core.search.evolution import EvolutionConfig
 from evonorm_core.search.expression import parse
 from evonorm_core.search.genome import Genome
 from evonorm_suite.search.proxy import ProxyConfig
 
-CONFIG_FILE = "config.json"
+RUN_KIND = RunKind("search/evolve.py")
 BACKENDS = ("local", "ray")
 
 REFERENCE_LAYERS = {
@@ -89,16 +92,19 @@ class SearchConfig:
         "controls ('none': skip); default: the mode's (B: BN-ReLU and EvoNorm-B0/B1/B2, S: GN-ReLU and "
         "EvoNorm-S0/S1/S2)",
         choices=(*NAMED_LAYERS, "none"))
-    max_candidates: int | None = option(None, "stop proposing after this many candidates (none: no limit)", min=0)
+    max_candidates: int | None = option(None, "stop proposing after this many candidates (none: no limit)", min=0,
+                                        resumable=True)
     time_budget: float | None = option(None, "stop proposing after this long, e.g. 900, 15m, 1h (none: no limit)",
-                                       min=0, min_open=True, parse=parse_duration)
+                                       min=0, min_open=True, parse=parse_duration, resumable=True)
     time_limit: float | None = option(None, "per-candidate time limit; a candidate past it is rejected (stage "
-                                      "timeout; none: no limit)", min=0, min_open=True, parse=parse_duration)
-    workers: int = option(2, "candidates trained at once (processes or Ray tasks)", min=1)
-    threads: int | None = option(None, "torch threads per worker (none: max(1, 2 // workers))", min=1)
-    backend: str = option("local", "local: in-process (1 worker) or a process pool; ray: Ray tasks", choices=BACKENDS)
+                                      "timeout; none: no limit)", min=0, min_open=True, parse=parse_duration,
+                                      resumable=True)
+    workers: int = option(2, "candidates trained at once (processes or Ray tasks)", min=1, resumable=True)
+    threads: int | None = option(None, "torch threads per worker (none: max(1, 2 // workers))", min=1, resumable=True)
+    backend: str = option("local", "local: in-process (1 worker) or a process pool; ray: Ray tasks", choices=BACKENDS,
+                          resumable=True)
     ray_address: str | None = option(None, "Ray cluster to join ('auto': the one running); none: start a Ray of "
-                                     "this run's own")
+                                     "this run's own", resumable=True)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -111,16 +117,6 @@ class SearchConfig:
 
     def reference_genomes(self) -> dict[str, Genome]:
         return {name: parse(NAMED_LAYERS[name]) for name in self.references if name != "none"}
-
-
-RESUMABLE = ("max_candidates", "time_budget", "time_limit", "workers", "threads", "backend", "ray_address")
-"""What ``--resume`` may change; every other setting is the run's own (the proxy, the
-evolution, the seed, the references)."""
-
-
-def fixed_on_resume() -> tuple[str, ...]:
-    """Dotted paths of the settings that must not change when a run is resumed."""
-    return tuple(path for path, _, _ in _leaf_fields(SearchConfig) if path not in RESUMABLE)
 
 
 def read_run_config(output_dir: str | Path) -> SearchConfig:

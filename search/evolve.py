@@ -14,12 +14,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from evonorm_core.experiment.config import ConfigError, add_config_arguments, explicit_values, replace_config, save_config
+from evonorm_core.experiment.config import ConfigError, add_config_arguments, explicit_values, replace_config
 from evonorm_core.experiment.files import CorruptFileError
-from evonorm_core.experiment.rundir import RunDir, RunDirError
+from evonorm_core.experiment.rundir import RunDirError, open_run, resumed_config
 from evonorm_core.search.driver import CHECKPOINT, LayerSearch, StopCondition, read_checkpoint
 from evonorm_suite.search.backends import make_executor
-from evonorm_suite.search.config import CONFIG_FILE, SearchConfig, fixed_on_resume, read_run_config
+from evonorm_suite.search.config import RUN_KIND, SearchConfig
 from evonorm_suite.search.presets import DEFAULT_PRESET, PRESETS, preset
 from evonorm_suite.search.progress import ProgressPrinter
 from evonorm_suite.search.proxy import ProxyEvaluator
@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the run's folder: config.json, checkpoint.json, candidates.jsonl, summary.json, "
                         "progress.png (must be new or empty unless --resume) (default: runs/search)")
     parser.add_argument("--resume", action="store_true",
-                        help="continue the run in --output-dir with its own configuration")
+                        help="continue the run in --output-dir with its own configuration (of the settings below, "
+                        "only those that 'may change on --resume' may be given with it)")
     settings = parser.add_argument_group(
         "settings", "default: the preset's value, shown for --preset cpu --mode B; with --resume: the run's")
     add_config_arguments(settings, SearchConfig, defaults=preset(DEFAULT_PRESET, "B"))
@@ -44,17 +45,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def resolve_config(args: argparse.Namespace) -> SearchConfig:
     """A new run: the preset for the mode, with the flags given. ``--resume``: the run's saved
-    configuration with the flags given (only :data:`evonorm_suite.search.config.RESUMABLE` settings may change)."""
+    configuration with the flags given (only the resumable settings may change: stop conditions, workers)."""
     explicit = explicit_values(args, SearchConfig)
     if not args.resume:
         return replace_config(preset(args.preset_name or DEFAULT_PRESET, explicit.get("evolution.mode", "B")), explicit)
+    if args.preset_name is not None:
+        explicit["preset"] = args.preset_name  # a setting of the run like the others: it cannot change
+    config = resumed_config(args.output_dir, RUN_KIND, SearchConfig, explicit)
     if not (Path(args.output_dir) / CHECKPOINT).is_file():
         raise FileNotFoundError(f"no search checkpoint {CHECKPOINT} in {args.output_dir!r} to resume")
-    saved = read_run_config(args.output_dir)
-    if args.preset_name is not None and args.preset_name != saved.preset:
-        raise ConfigError(f"--preset cannot change when resuming: the run was started with {saved.preset}, "
-                          f"got {args.preset_name}")
-    return replace_config(saved, explicit, fixed=fixed_on_resume())
+    return config
 
 
 def describe(config: SearchConfig, output_dir: str) -> str:
@@ -71,33 +71,32 @@ def describe(config: SearchConfig, output_dir: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    run_dir = None
+    run = None
     try:
         config = resolve_config(args)
         evaluator = ProxyEvaluator(config.proxy, seed=config.seed, threads=config.torch_threads)
         evaluator.data()  # a missing dataset fails here, not in every candidate
-        run_dir = RunDir(args.output_dir, resume=args.resume)
-        state = read_checkpoint(run_dir.path) if args.resume else None
-        save_config(run_dir / CONFIG_FILE, config)
+        run = open_run(args.output_dir, RUN_KIND, config, resume=args.resume)
+        state = read_checkpoint(run.path) if args.resume else None
         executor = make_executor(config.backend, evaluator, config.workers, config.time_limit, config.ray_address)
     except (ConfigError, RunDirError, CorruptFileError, FileNotFoundError, ValueError, OSError) as error:
-        if run_dir is not None:
-            run_dir.close()
+        if run is not None:
+            run.close()
         parser.error(str(error))
     try:
-        return _run(config, run_dir, state, executor, argv)
+        return _run(config, run.path, state, executor, argv)
     finally:
-        run_dir.close()
+        run.close()
 
 
-def _run(config: SearchConfig, run_dir: RunDir, state: dict | None, executor, argv: list[str] | None) -> int:
-    output_dir = str(run_dir.path)
+def _run(config: SearchConfig, folder: Path, state: dict | None, executor, argv: list[str] | None) -> int:
+    output_dir = str(folder)
     stop = StopCondition(config.max_candidates, config.time_budget)
     progress = ProgressPrinter(stop)
     if state is not None:
-        search = LayerSearch.resume(executor, run_dir.path, state, on_record=progress)
+        search = LayerSearch.resume(executor, folder, state, on_record=progress)
     else:
-        search = LayerSearch(config.evolution, executor, run_dir.path, config.seed,
+        search = LayerSearch(config.evolution, executor, folder, config.seed,
                              baselines=config.reference_genomes(), on_record=progress,
                              metadata={"argv": sys.argv[1:] if argv is None else list(argv)})
         search.checkpoint()  # resumable from the first second

@@ -403,7 +403,26 @@ def test_search_resume_of_a_damaged_or_other_run_names_the_file_or_setting(case,
 
 def test_search_resume_of_a_folder_with_no_run(tmp_path, capsys):
     message = refusal(entry(EVOLVE), ["--resume", "--output-dir", str(tmp_path / "none")], capsys)
-    says(message, f"no search checkpoint checkpoint.json in '{tmp_path / 'none'}' to resume")
+    says(message, f"no run of search/evolve.py in '{tmp_path / 'none'}': the folder does not exist")
+    assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.parametrize("kind", PROGRAM_FOLDERS)
+def test_resume_into_another_commands_run_folder_is_refused_saying_what_it_is(kind, run_copy, tmp_path, capsys):
+    """--resume needs a run of the same command there: another command's run folder is refused, named, untouched."""
+    program, _ = PROGRAM_FOLDERS[kind]
+    other, made_by = ("search", "search/evolve.py") if kind == "classification" else \
+        ("classification", "classification/train.py")
+    root = tmp_path / "root"
+    target = root / "seed0" if kind == "gan" else root  # the GAN resumes the seed<k> runs in its folder
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(run_copy(other), target)
+    before = snapshot(root)
+    flags = {"search": ["--output-dir", str(root)], "classification": ["--output-dir", str(root)],
+             "gan": ["--run-dir", str(root)], "detection": ["--config", str(DETECTION_DEMO), "OUTPUT_DIR", str(root)]}
+    message = refusal(entry(program), ["--resume", *flags[kind]], capsys)
+    says(message, f"in '{target}': it is a run folder of {made_by}")
+    assert snapshot(root) == before
 
 
 def test_search_report_names_the_line_a_cut_log_ends_on(run_copy, tmp_path, capsys):
@@ -502,7 +521,7 @@ def test_gan_evaluate_flags_and_folders(run_copy, tmp_path, capsys):
                            (["--batch-size", "0"], "argument --batch-size: must be >= 1, got 0")):
         says(refusal(evaluate, [str(seed), *flags], capsys), message)
     says(refusal(evaluate, [str(tmp_path / "none")], capsys),
-         f"no checkpoint at '{tmp_path / 'none' / 'checkpoints' / 'last.pt'}' (train first")
+         f"no run of gan/train_biggan.py in '{tmp_path / 'none'}': the folder does not exist")
 
 
 def test_gan_evaluate_names_a_checkpoint_whose_weights_do_not_fit(run_copy):

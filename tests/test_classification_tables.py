@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from evonorm_core.experiment.rundir import open_run
 from evonorm_suite.classification.paper_tables import LAYERS, TABLES
+from evonorm_suite.classification.train import RUN_KIND
 
 from . import paper_classification_tables as paper
 from evonorm_suite.classification.tables import Cell, cells, load_results, main, paper_command, report_markdown
@@ -54,7 +56,7 @@ def test_grid_shapes():
 def test_paper_commands_pass_the_table_and_batch():
     r50 = paper_command(TABLES["table11"], Cell("resnet50", "EvoNorm-S0", 4), Path("r"), "/in")
     assert r50[r50.index("--table") + 1] == "table11" and r50[r50.index("--batch-size") + 1] == "4"
-    assert "--resume" in r50 and r50[r50.index("--data-dir") + 1] == "/in"
+    assert "--resume" not in r50 and r50[r50.index("--data-dir") + 1] == "/in"  # nothing started in r/ yet
 
 
 def write_run(root, model, layer, batch, seed, top1):
@@ -204,7 +206,7 @@ def test_report_writes_a_json_summary_and_learning_curves(fixture_runs, tmp_path
 def test_mini_scale_cells_train_the_documented_reduced_recipe(tmp_path):
     """MiniScale (docs/classification.md): batches 128, 16, 4, 2 per step, seeds 0-2, 10 epochs of cosine
     without warmup at the paper's 0.1 per 256 images, 16x16 digits, one block per anchor stage; a cell of
-    Table 2 (no batch sweep) trains at 128, and every cell resumes into its own folder."""
+    Table 2 (no batch sweep) trains at 128, and every cell trains in its own folder, resuming once started."""
     from evonorm_suite.classification.tables import MiniScale, mini_config
 
     scale = MiniScale()
@@ -213,8 +215,10 @@ def test_mini_scale_cells_train_the_documented_reduced_recipe(tmp_path):
     config = mini_config(Cell("mobilenetv2", "EvoNorm-S0", 4, seed=2), scale, tmp_path)
     assert (config.model, config.norm_act, config.batch_size, config.seed) == ("mobilenetv2_cifar", "evonorm_s0", 4, 2)
     assert (config.epochs, config.base_lr, config.schedule, config.warmup_epochs) == (10.0, 0.1, "cosine", 0.0)
-    assert (config.image_size, config.anchor_depth, config.resume) == (16, 0.01, True)
+    assert (config.image_size, config.anchor_depth, config.resume) == (16, 0.01, False)
     assert config.output_dir == str(tmp_path / "mobilenetv2" / "evonorm_s0" / "b4" / "seed2")
+    open_run(config.output_dir, RUN_KIND, config).close()  # started
+    assert mini_config(Cell("mobilenetv2", "EvoNorm-S0", 4, seed=2), scale, tmp_path).resume
     table2 = mini_config(Cell("efficientnet_b0", "BN-Swish", None), scale, tmp_path)
     assert table2.model == "efficientnet_cifar" and table2.batch_size == 128
     assert table2.output_dir == str(tmp_path / "efficientnet_b0" / "bn_swish" / "recipe" / "seed0")

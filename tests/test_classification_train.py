@@ -16,6 +16,7 @@ from evonorm_core.classifiers.schedule import ScheduleLR, ScheduleSettings
 from evonorm_core.experiment.config import ConfigError
 from evonorm_core.experiment.distributed import DistributedContext
 from evonorm_core.experiment.files import load_checkpoint
+from evonorm_core.experiment.rundir import RunDirError
 from evonorm_suite.classification import train as train_module
 from evonorm_suite.classification.recipes import PROXY_RECIPE, recipe_for, scaled_lr
 from evonorm_suite.classification.train import TrainConfig, build, build_datasets, config_from_argv, evaluate, main, \
@@ -187,8 +188,24 @@ def test_an_earlier_run_is_neither_overwritten_nor_resumed_with_other_settings(t
     with pytest.raises(SystemExit):
         main(["--resume", "--output-dir", str(tmp_path / "run"), "--norm-act", "bn_relu"])
     assert "--norm-act cannot change when resuming" in capsys.readouterr().err
-    with pytest.raises(ConfigError, match=r"cannot resume .*config.json: it was started with different \['norm_act'\]"):
+    with pytest.raises(ConfigError, match=r"cannot resume the run in '.*run': --norm-act cannot change when resuming: "
+                       "the run was started with evonorm_s0, got gn_relu"):
         train(quick_config(tmp_path, norm_act="gn_relu", resume=True))
+    assert (tmp_path / "run" / "checkpoint.pt").read_bytes() == before
+
+
+def test_resume_needs_a_run_of_this_command_in_the_folder(tmp_path, capsys):
+    """--resume of a missing or foreign folder is refused saying what the folder is; nothing is trained there."""
+    with pytest.raises(SystemExit):
+        main(["--resume", "--output-dir", str(tmp_path / "none")])
+    assert "no run of classification/train.py in" in capsys.readouterr().err and not (tmp_path / "none").exists()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "run.json").write_text('{"command": "gan/train_biggan.py", "format": 1}')
+    with pytest.raises(SystemExit):
+        main(["--resume", "--output-dir", str(tmp_path / "other")])
+    assert "it is a run folder of gan/train_biggan.py" in capsys.readouterr().err
+    with pytest.raises(RunDirError, match="the folder does not exist"):
+        train(quick_config(tmp_path / "none", resume=True))
 
 
 def test_resume_from_the_command_line_keeps_the_runs_settings(tmp_path):

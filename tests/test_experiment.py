@@ -8,6 +8,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,8 +36,9 @@ class Inner:
 class Run:
     inner: Inner = cfg.option(default_factory=Inner, help="")
     steps: int = cfg.option(10, "training steps", min=1)
-    budget: float | None = cfg.option(None, "seconds", min=0, parse=lambda s: float(s[:-1]) * 60 if s.endswith("m") else float(s))
-    fast: bool = cfg.option(False, "go fast")
+    budget: float | None = cfg.option(None, "seconds", min=0, parse=lambda s: float(s[:-1]) * 60 if s.endswith("m") else float(s),
+                                      resumable=True)
+    fast: bool = cfg.option(False, "go fast", resumable=True)
     mode: str = cfg.option("B", "search mode", choices=("B", "S"))
     name: str = cfg.option("x", "not on the command line", cli=False)
 
@@ -65,6 +67,7 @@ def test_help_lists_defaults_and_ranges():
     cfg.add_config_arguments(parser, Run, Run(steps=42))
     text = parser.format_help()
     assert "training steps; >= 1 (default: 42)" in text and "--no-fast" in text and "one of B, S" in text
+    assert "go fast; may change on --resume (default: False)" in text
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -81,15 +84,19 @@ def test_out_of_range_values_are_errors_naming_flag_value_and_range(argv, messag
     assert str(info.value) == message
 
 
-def test_json_round_trip_and_resume_with_fixed_fields(tmp_path):
+def test_json_round_trip_and_resume_changes_only_resumable_options(tmp_path):
     config = Run(inner=Inner(lr=0.3, anchors=("b",)), budget=1.5)
     cfg.save_config(tmp_path / "config.json", config)
     loaded = cfg.load_config(tmp_path / "config.json", Run)
     assert loaded == config and isinstance(loaded.inner.anchors, tuple)
-    resumed = cfg.replace_config(loaded, {"steps": 20, "mode": "B"}, fixed=("mode", "inner.lr"))
-    assert resumed.steps == 20
-    with pytest.raises(cfg.ConfigError, match="--mode cannot change when resuming: the run was started with B, got S"):
-        cfg.replace_config(loaded, {"mode": "S"}, fixed=("mode",))
+    assert cfg.resumable_options(Run) == ("budget", "fast")
+    assert cfg.fixed_on_resume(Run) == ("inner.lr", "inner.anchors", "steps", "mode", "name")
+    resumed = cfg.resume_config(loaded, {"budget": 20.0, "fast": True, "mode": "B"})  # mode as it was: allowed
+    assert resumed == Run(inner=Inner(lr=0.3, anchors=("b",)), budget=20.0, fast=True)
+    with pytest.raises(cfg.ConfigError, match=r"^--steps cannot change when resuming: the run was started with 10, got 3; "
+                       r"--mode cannot change when resuming: the run was started with B, got S \(a resumed run keeps "
+                       r"its own settings; flags that may change: --budget, --fast\)$"):
+        cfg.resume_config(loaded, {"mode": "S", "steps": 3, "budget": 1.0})
     (tmp_path / "bad.json").write_text(json.dumps({"steps": 3, "colour": "red"}))
     with pytest.raises(cfg.ConfigError, match=r"unknown setting\(s\) \['colour'\] for Run in .*bad.json"):
         cfg.load_config(tmp_path / "bad.json", Run)
@@ -146,6 +153,76 @@ def test_run_folder_refuses_earlier_outputs_without_resume(tmp_path):
     with rundir.RunDir(out, resume=True) as run:
         assert run.resumed
     assert not rundir.RunDir(tmp_path / "fresh", resume=True).resumed
+
+
+KIND = rundir.RunKind("tests/fake.py")
+
+
+def test_open_run_makes_a_run_folder_and_resume_continues_its_own_settings(tmp_path):
+    out = tmp_path / "run"
+    with rundir.open_run(out, KIND, Run(steps=3)) as run:
+        assert run.config == Run(steps=3) and run.path == out
+    assert json.loads((out / rundir.RUN_FILE).read_text()) == {"command": "tests/fake.py", "format": 1}
+    assert cfg.load_config(out / rundir.CONFIG_FILE, Run) == Run(steps=3) and rundir.holds_run(out)
+    with pytest.raises(rundir.RunDirError, match="is not empty .*; pass --resume"):
+        rundir.open_run(out, KIND, Run(steps=3))
+    assert rundir.resumed_config(out, KIND, Run, {"budget": 9.0}) == Run(steps=3, budget=9.0)
+    with rundir.open_run(out, KIND, Run(steps=3, budget=9.0), resume=True) as run:  # a resumable change
+        assert run.config.budget == 9.0
+    assert cfg.load_config(out / rundir.CONFIG_FILE, Run).budget == 9.0  # the configuration in force is saved
+    for refuse in (lambda: rundir.open_run(out, KIND, Run(steps=4), resume=True),
+                   lambda: rundir.resumed_config(out, KIND, Run, {"steps": 4})):
+        with pytest.raises(cfg.ConfigError, match="--steps cannot change when resuming: the run was started with 3, got 4"):
+            refuse()
+    with rundir.open_run(out, KIND, resume=True, flag=None) as run:  # an evaluation adding files: no configuration
+        assert run.config is None
+
+
+@pytest.mark.parametrize("make,what", [
+    (lambda d: None, "the folder does not exist (without --resume a new run starts there)"),
+    (lambda d: d.mkdir(), "the folder is empty (without --resume a new run starts there)"),
+    (lambda d: (d.mkdir(), (d / "config.json").write_text("{}")),
+     "it holds no run.json saying which command made it (config.json); a folder written by another program"),
+    (lambda d: (d.mkdir(), (d / "run.json").write_text('{"command": "search/evolve.py", "format": 1}')),
+     "it is a run folder of search/evolve.py; tests/fake.py cannot continue it, choose another folder"),
+    (lambda d: (d.mkdir(), (d / "run.json").write_text('{"command": "tests/fake.py", "format": 0}')),
+     "it is a run folder of tests/fake.py in format 0, this version reads format 1"),
+    (lambda d: d.write_text("x"), "exists and is not a folder"),
+])
+def test_resume_is_refused_where_the_folder_holds_no_run_of_the_command(make, what, tmp_path):
+    folder = tmp_path / "run"
+    make(folder)
+    before = sorted(tmp_path.rglob("*"))
+    for resume in (lambda: rundir.open_run(folder, KIND, Run(), resume=True),
+                   lambda: rundir.resumed_config(folder, KIND, Run, {})):
+        with pytest.raises(rundir.RunDirError) as info:
+            resume()
+        assert repr(str(folder)) in str(info.value) and what in str(info.value)
+    assert sorted(p for p in tmp_path.rglob("*") if p.name != ".lock") == before  # nothing made, nothing changed
+
+
+def test_a_damaged_run_record_is_named(tmp_path):
+    (tmp_path / "run.json").write_text('["tests/fake.py"]')
+    with pytest.raises(files.CorruptFileError, match=r"run record '.*run.json' is not one \(it must be a JSON object"):
+        rundir.open_run(tmp_path, KIND, resume=True)
+
+
+@pytest.mark.parametrize("make,what", [
+    (lambda lock, victim: lock.symlink_to(victim), "is a symbolic link"),
+    (lambda lock, victim: os.link(victim, lock), "is a file with 2 names (a hard link)"),
+    (lambda lock, victim: os.mkfifo(lock), "is not a regular file"),
+    (lambda lock, victim: lock.mkdir(), "is not a regular file"),
+])
+def test_a_lock_that_is_not_a_regular_file_of_its_own_is_refused_and_nothing_is_written(make, what, tmp_path):
+    """A .lock turned into a link to a user's file must not make the run truncate that file."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's data")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    make(folder / rundir.LOCK_FILE, victim)
+    with pytest.raises(rundir.RunDirError, match=f"lock file '.*' {re.escape(what)}; a run's lock must be a regular"):
+        rundir.open_run(folder, KIND, Run())
+    assert victim.read_text() == "the user's data" and not (folder / rundir.RUN_FILE).exists()
 
 
 def _hold(path, ready, release):
@@ -365,9 +442,9 @@ def test_nested_overrides_and_fixed_nested_fields():
     config = Run(inner=Inner(lr=0.3), steps=5)
     changed = cfg.replace_config(config, {"inner.lr": 0.7, "steps": 6})
     assert changed == Run(inner=Inner(lr=0.7), steps=6) and config.inner.lr == 0.3
-    assert cfg.replace_config(config, {"inner.lr": 0.3}, fixed=("inner.lr",)) == config  # same value: allowed
-    with pytest.raises(cfg.ConfigError, match="^--lr cannot change when resuming: the run was started with 0.3, got 0.7$"):
-        cfg.replace_config(config, {"inner.lr": 0.7}, fixed=("inner.lr",))
+    assert cfg.resume_config(config, cfg.option_values(config)) == config  # every option as it was: allowed
+    with pytest.raises(cfg.ConfigError, match="^--lr cannot change when resuming: the run was started with 0.3, got 0.7 "):
+        cfg.resume_config(config, {"inner.lr": 0.7})
     with pytest.raises(cfg.ConfigError, match=r"^unknown setting\(s\) \['colour'\] for Inner$"):
         cfg.replace_config(config, {"inner.colour": 1})
     with pytest.raises(cfg.ConfigError, match="--steps must be >= 1, got 0"):  # overrides are validated

@@ -10,6 +10,7 @@ from torch.utils.data import Dataset
 from torch_fidelity.feature_extractor_base import FeatureExtractorBase
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY, register_feature_extractor
 
+from evonorm_core.experiment.rundir import RunDir, RunDirError
 from evonorm_suite.gan import evaluate
 from dataclasses import replace
 
@@ -170,6 +171,19 @@ def test_evaluate_run_writes_digits_classifier_metrics_and_caches_reference(trai
     assert evaluate.evaluate_run(str(trained_run), options=options)["num_samples"] == 359  # the held-out digits
 
 
+def test_evaluation_takes_the_runs_lock_and_needs_a_gan_run(trained_run, tmp_path):
+    """An evaluation does not write into a run that a training process holds, nor into a folder of another kind."""
+    options = evaluate.EvalOptions(num_samples=16, reference_samples=32, cache_root=str(tmp_path), batch_size=16)
+    with RunDir(trained_run, resume=True):
+        with pytest.raises(RunDirError, match=f"is in use by process {os.getpid()}"):
+            evaluate.evaluate_run(str(trained_run), options=options)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "run.json").write_text('{"command": "classification/train.py", "format": 1}')
+    with pytest.raises(RunDirError, match="it is a run folder of classification/train.py"):
+        evaluate.evaluate_run(str(other), options=options)
+
+
 def test_peak_over_snapshots(trained_run, tmp_path):
     options = evaluate.EvalOptions(num_samples=32, reference_samples=64, cache_root=str(tmp_path), batch_size=32)
     checkpoints = evaluate.snapshots(str(trained_run))
@@ -199,7 +213,7 @@ def test_foreign_inception_weights_are_refused_before_unpickling(trained_run, tm
     torch.save({"not": "inception"}, impostor)
     with pytest.raises(SystemExit, match="is not torch-fidelity's .*refused"):
         evaluate.main([str(trained_run), "--inception-weights", str(impostor), "--num-samples", "10"])
-    with pytest.raises(SystemExit, match="no checkpoint"):
+    with pytest.raises(SystemExit, match="no run of gan/train_biggan.py in .*missing': the folder does not exist"):
         evaluate.main([str(tmp_path / "missing")])
 
 

@@ -94,7 +94,9 @@ def test_table_shows_dash_for_layers_the_paper_lacks_and_plot_puts_fid_on_x(tmp_
 def test_table5_trains_each_missing_run_with_four_snapshots_then_evaluates_its_peak(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
+    from evonorm_core.experiment.rundir import open_run
     from evonorm_suite.gan import table5
+    from evonorm_suite.gan.checkpoint import RUN_KIND
 
     commands = []
     monkeypatch.setattr(table5.subprocess, "run", lambda command, **kw: commands.append(command)
@@ -111,7 +113,11 @@ def test_table5_trains_each_missing_run_with_four_snapshots_then_evaluates_its_p
     commands.clear()
     table5.run_one("evonorm_s0", 2, tmp_path, 1500)  # its log exists, its run folder does not: nothing to resume
     assert "--resume" not in commands[0]
-    (tmp_path / "evonorm_s0" / "seed2").mkdir()
+    (tmp_path / "evonorm_s0" / "seed2").mkdir()  # a folder without a run: nothing to resume
+    commands.clear()
+    table5.run_one("evonorm_s0", 2, tmp_path, 1500)
+    assert "--resume" not in commands[0]
+    open_run(tmp_path / "evonorm_s0" / "seed2", RUN_KIND).close()
     commands.clear()
     table5.run_one("evonorm_s0", 2, tmp_path, 1500)
     assert commands[0][-1] == "--resume"  # a started run continues

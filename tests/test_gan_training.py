@@ -18,9 +18,10 @@ from torch import nn
 
 from evonorm_core.experiment.config import ConfigError
 from evonorm_core.experiment.files import load_checkpoint
-from evonorm_core.experiment.rundir import RunDirError
+from evonorm_core.experiment.rundir import RunDirError, open_run
 from evonorm_core.running_stats import batch_stat_layers
 from evonorm_suite.gan import train_biggan
+from evonorm_suite.gan.checkpoint import RUN_KIND
 from evonorm_suite.gan.config import PRESETS
 from evonorm_suite.gan.data import digits_dataset
 from evonorm_suite.gan.ema import EMA
@@ -178,8 +179,10 @@ def test_run_folder_checkpoint_and_resume(tmp_path, digits):
     assert not torch.equal(resumed._latents()[0], fresh._latents()[0])
     resumed.train()
     assert resumed.step == 3
-    with pytest.raises(ConfigError, match="does not fit this run"):
+    with pytest.raises(ConfigError, match="--channels cannot change when resuming: the run was started with 8, got 16"):
         tiny_trainer(tmp_path, digits, channels=16, resume=True)
+    with pytest.raises(RunDirError, match="no run of gan/train_biggan.py in .*: the folder does not exist"):
+        tiny_trainer(tmp_path / "none", digits, resume=True)
 
 
 @pytest.mark.slow
@@ -346,7 +349,7 @@ def test_checkpoint_holds_and_resume_restores_the_discriminator_and_its_optimize
     trainer = tiny_trainer(tmp_path, digits, "bn_relu")
     trainer.train_step()
     trainer.save()
-    trainer.owner.close()  # as train() does when it ends
+    trainer.run.close()  # as train() does when it ends
     state = load_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert {"config", "num_classes", "step", "G", "D", "G_ema", "opt_g", "opt_d"} <= set(state)
     assert state["num_classes"] == 10 and state["step"] == 1
@@ -752,10 +755,8 @@ def test_evaluation_loads_g_ema_not_g(tmp_path, digits):
 
 
 def test_resume_may_change_only_how_long_and_how_it_reports(tmp_path):
-    from evonorm_core.experiment.config import save_config
-
     saved = tiny_config("evonorm_s0", seed=4)
-    save_config(tmp_path / "config.json", saved)
+    open_run(tmp_path, RUN_KIND, saved).close()
     reporting = dict(total_steps=9, num_workers=1, log_every=3, sample_every=4, eval_every=5, eval_samples=20,
                      save_every=6, keep_every=7, data_root="elsewhere")
     resumed = train_biggan.seed_config(PRESETS["digits"], reporting, 4, tmp_path, resume=True)
@@ -764,8 +765,8 @@ def test_resume_may_change_only_how_long_and_how_it_reports(tmp_path):
                         ("ema_start", 7), ("betas", (0.5, 0.9))):
         with pytest.raises(ConfigError, match="cannot change when resuming"):
             train_biggan.seed_config(PRESETS["digits"], {name: value}, 4, tmp_path, resume=True)
-    fresh = train_biggan.seed_config(PRESETS["digits"], {"g_lr": 1e-3}, 2, tmp_path / "new", resume=True)
-    assert fresh == replace(PRESETS["digits"], g_lr=1e-3, seed=2)
+    with pytest.raises(RunDirError, match="no run of gan/train_biggan.py in .*new': the folder does not exist"):
+        train_biggan.seed_config(PRESETS["digits"], {"g_lr": 1e-3}, 2, tmp_path / "new", resume=True)
     # without --resume the saved settings are not read: the preset and the flags
     not_resumed = train_biggan.seed_config(PRESETS["digits"], {}, 4, tmp_path, resume=False)
     assert not_resumed == replace(PRESETS["digits"], seed=4)
@@ -799,5 +800,9 @@ def test_cli_trains_consecutive_seeds_from_the_dataset_preset(tmp_path, monkeypa
     assert runs[0][0] == replace(PRESETS["cifar10"], dataset="imagenet", data_root="x")
     runs.clear()
     monkeypatch.chdir(tmp_path)
-    train_biggan.main(["--resume"])
-    assert runs == [(PRESETS["digits"], Path("runs/gan/digits_bn_relu/seed0"), True)]
+    with pytest.raises(SystemExit, match="no run of gan/train_biggan.py in 'runs/gan/digits_bn_relu' to resume: it "
+                       "holds no seed<k> run folder"):
+        train_biggan.main(["--resume"])
+    open_run("runs/gan/digits_bn_relu/seed5", RUN_KIND, replace(PRESETS["digits"], seed=5)).close()
+    train_biggan.main(["--resume"])  # the run's own seed, not the preset's seed 0
+    assert runs == [(replace(PRESETS["digits"], seed=5), Path("runs/gan/digits_bn_relu/seed5"), True)]

@@ -190,16 +190,15 @@ def test_stability_test_ascends_the_gradient_norm():
     assert worst >= after * 0.999 or worst >= start  # the largest norm seen is reported
 
 
-def test_config_round_trips_and_fixed_settings_are_named():
+def test_config_round_trips_and_a_resumed_search_changes_only_its_stop_conditions_and_workers():
     config = preset("cpu", "S")
-    from evonorm_core.experiment.config import config_from_dict, config_to_dict
+    from evonorm_core.experiment.config import config_from_dict, config_to_dict, fixed_on_resume, resumable_options
 
     assert config_from_dict(SearchConfig, config_to_dict(config)) == config
-    from evonorm_suite.search.config import RESUMABLE, fixed_on_resume
-
-    fixed = fixed_on_resume()
-    assert "proxy.lr" in fixed and "evolution.mode" in fixed and "seed" in fixed
-    assert not set(RESUMABLE) & set(fixed)
+    assert resumable_options(SearchConfig) == ("max_candidates", "time_budget", "time_limit", "workers", "threads",
+                                               "backend", "ray_address")
+    fixed = fixed_on_resume(SearchConfig)
+    assert "proxy.lr" in fixed and "evolution.mode" in fixed and "seed" in fixed and "references" in fixed
 
 
 @pytest.mark.parametrize("mode", ["B", "S"])

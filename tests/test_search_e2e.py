@@ -79,7 +79,7 @@ def test_bad_arguments_are_clear_errors(tmp_path, capsys):
                           (["--data", "cifar10", "--data-dir", str(tmp_path)], "cifar-10"),
                           (["--anchors", "vgg"], "--anchors must be one of resnet50_cifar"),
                           (["--references", "bn"], "--references must be one of bn_relu"),
-                          (["--resume", "--output-dir", str(tmp_path / "none")], "no search checkpoint")):
+                          (["--resume", "--output-dir", str(tmp_path / "none")], "no run of search/evolve.py in")):
         with pytest.raises(SystemExit):
             evolve.main(argv)
         assert message in capsys.readouterr().err

@@ -4,11 +4,13 @@ One home for each mechanism, importing only torch at import time (torchvision, s
 and matplotlib are imported by the functions that need them):
 
 * :mod:`.config`: run configurations as frozen dataclasses, the command line derived from
-  their fields, range checks, JSON save/load and resume-with-overrides;
+  their fields, range checks, JSON save/load, and what a resumed run may change (the options
+  declared ``resumable``);
 * :mod:`.files`: atomic writes, JSON/JSONL reading with errors that name file and line,
   ``weights_only`` checkpoint loading;
-* :mod:`.rundir`: output folders owned by one run (refused when not empty without resume,
-  locked against a second writer);
+* :mod:`.rundir`: :func:`~.rundir.open_run`, the one call that opens a run in its folder (refused
+  when not empty without resume, or on resume when it holds no run of the same command; locked
+  against a second writer; the resolved configuration saved);
 * :mod:`.distributed`: the process's place in a ``torchrun`` job;
 * :mod:`.data`: the embedded digits, CIFAR-10 and ImageNet folders, one loader each;
 * :mod:`.tables`: the paper's numbers as typed records, rendered to markdown and PNG;

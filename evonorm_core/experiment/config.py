@@ -4,13 +4,14 @@ A configuration class declares each setting once, as a field made with :func:`op
 (default, help text, accepted range). Everything else is derived from the fields: the
 command line (:func:`add_config_arguments`, one ``--field-name`` flag per field), the range
 checks (:func:`validate`, called from ``__post_init__`` so an invalid configuration cannot
-exist), the JSON saved beside a run's outputs (:func:`save_config` / :func:`load_config`) and
-resuming with explicit overrides (:func:`replace_config`)::
+exist), the JSON saved beside a run's outputs (:func:`save_config` / :func:`load_config`),
+explicit overrides (:func:`replace_config`) and what a resumed run may change (the options
+declared ``resumable``, :func:`resume_config`)::
 
     @dataclass(frozen=True)
     class TrainConfig:
         lr: float = option(0.1, "peak learning rate", min=0, min_open=True)
-        steps: int = option(100, "training steps", min=1)
+        steps: int = option(100, "training steps", min=1, resumable=True)
 
         def __post_init__(self) -> None:
             validate(self)
@@ -66,17 +67,20 @@ def option(
     parse: Callable[[str], Any] | None = None,
     metavar: str | None = None,
     cli: bool = True,
+    resumable: bool = False,
 ) -> Any:
     """A configuration field: its default, its ``--help`` text and its accepted values.
 
     ``min``/``max`` bound numbers (inclusive unless ``min_open``/``max_open``); floats must
     also be finite. ``choices`` restricts the value (each item, for tuples); ``parse``
     reads the flag's text (e.g. durations like ``15m``); ``cli=False`` keeps a field off
-    the command line.
+    the command line. ``resumable=True``: a resumed run may change it (how long it runs,
+    where its files lie, how it reports); every other option stays the run's own.
     """
     metadata = {
         "help": help, "min": min, "max": max, "min_open": min_open, "max_open": max_open,
         "choices": tuple(choices) if choices is not None else None, "parse": parse, "metavar": metavar, "cli": cli,
+        "resumable": resumable,
     }
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
@@ -186,6 +190,8 @@ def _help_text(path: str, f: dataclasses.Field, defaults: Any | None) -> str:
     accepted = _rule(f)
     if accepted:
         text += f"; {accepted}"
+    if f.metadata.get("resumable") and f.name != "resume":  # (the flag that resumes needs no such note)
+        text += "; may change on --resume"
     if defaults is not None:
         value = get_path(defaults, path)
         text += f" (default: {_show(value)})"
@@ -210,18 +216,13 @@ def get_path(config: Any, path: str) -> Any:
     return config
 
 
-def replace_config(config: Any, overrides: Mapping[str, Any], *, fixed: tuple[str, ...] = ()) -> Any:
-    """``config`` with the dotted-path ``overrides`` applied (and validated).
+def option_values(config: Any) -> dict[str, Any]:
+    """``{dotted path: value}`` of every option of ``config`` (nested configs flattened)."""
+    return {path: get_path(config, path) for path, _, _ in _leaf_fields(type(config))}
 
-    ``fixed`` names fields that must not change (e.g. on resume: the model); an override
-    that changes one raises :class:`ConfigError` naming it and the value in force.
-    """
-    for path in fixed:
-        if path in overrides and overrides[path] != get_path(config, path):
-            raise ConfigError(
-                f"{flag_name(path.rsplit('.', 1)[-1])} cannot change when resuming: the run was started with "
-                f"{_show(get_path(config, path))!s}, got {_show(overrides[path])}"
-            )
+
+def replace_config(config: Any, overrides: Mapping[str, Any]) -> Any:
+    """``config`` with the dotted-path ``overrides`` applied (and validated)."""
     direct = {k: v for k, v in overrides.items() if "." not in k}
     nested: dict[str, dict[str, Any]] = {}
     for key, value in overrides.items():
@@ -234,6 +235,40 @@ def replace_config(config: Any, overrides: Mapping[str, Any], *, fixed: tuple[st
     if unknown:
         raise ConfigError(f"unknown setting(s) {unknown} for {type(config).__name__}")
     return dataclasses.replace(config, **direct)
+
+
+# ------------------------------------------------------------------------------ resuming
+def resumable_options(cls: type) -> tuple[str, ...]:
+    """Dotted paths of the options of ``cls`` declared ``option(..., resumable=True)``."""
+    return tuple(path for path, f, _ in _leaf_fields(cls) if f.metadata.get("resumable", False))
+
+
+def fixed_on_resume(cls: type) -> tuple[str, ...]:
+    """Dotted paths of the options of ``cls`` that a resumed run keeps (every non-resumable one)."""
+    resumable = set(resumable_options(cls))
+    return tuple(path for path, _, _ in _leaf_fields(cls) if path not in resumable)
+
+
+def resume_config(saved: Any, changes: Mapping[str, Any]) -> Any:
+    """The configuration a resumed run continues with: ``saved`` (the run's own) with
+    ``changes`` applied, where only :func:`resumable_options` may differ from ``saved``.
+
+    A change to any other option raises :class:`ConfigError` naming each such flag, the
+    run's value and the value given, and the flags that may change.
+    """
+    changed = [path for path in fixed_on_resume(type(saved))
+               if path in changes and changes[path] != get_path(saved, path)]
+    if changed:
+        refused = "; ".join(
+            f"{_flag_of(path)} cannot change when resuming: the run was started with {_show(get_path(saved, path))}, "
+            f"got {_show(changes[path])}" for path in changed)
+        allowed = ", ".join(_flag_of(path) for path in resumable_options(type(saved))) or "none"
+        raise ConfigError(f"{refused} (a resumed run keeps its own settings; flags that may change: {allowed})")
+    return replace_config(saved, changes)
+
+
+def _flag_of(path: str) -> str:
+    return flag_name(path.rsplit(".", 1)[-1])
 
 
 # ------------------------------------------------------------------------------ checks
