@@ -8,24 +8,22 @@
 ``--scale paper`` is the paper's grid: one ``torchrun`` command per cell (ImageNet, the
 paper's workers and images per worker, LR scaled linearly); it executes them one after
 another unless ``--dry-run``. ``--scale mini`` maps ResNet-50/MobileNetV2/EfficientNet-B0
-to their CIFAR anchors and trains every cell on the embedded digits data in this process,
-so the paper's claims can be checked in miniature on a CPU (models without an anchor are
-skipped, and said so). Finished cells (``result.json`` present) are skipped, so an
-interrupted grid continues where it stopped.
+to their CIFAR anchors and trains every cell on the embedded digits data here, ``--jobs``
+at a time (each in a child process of one thread), so the paper's claims can be checked in
+miniature on a CPU (models without an anchor are skipped, and said so). Each cell's output
+goes to ``RUNS_DIR/<cell>.log``. Finished cells (``result.json`` present) are skipped and
+started ones resume, so an interrupted grid continues where it stopped; a cell that fails is
+named at the end and the others go on.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
+import functools
 import math
-import multiprocessing
 import os
 import shlex
 import statistics
-import subprocess
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +32,8 @@ import torch
 from evonorm_core.experiment import data
 from evonorm_core.experiment.config import config_to_dict
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
-from evonorm_core.experiment.progress import Progress
+from evonorm_core.experiment.grid import Cell as GridCell
+from evonorm_core.experiment.grid import run_grid
 from evonorm_core.experiment.rundir import holds_run
 from evonorm_core.experiment.tables import Series, format_mean_std, markdown_table, mean_std_fields, plot_series
 from evonorm_suite.classification.paper_tables import LAYERS, TABLES, WORKERS, PaperTable
@@ -75,9 +74,14 @@ class Cell:
     batch: int | None  # images per worker; None: the recipe's
     seed: int = 0
 
-    def run_dir(self, runs_dir: Path) -> Path:
+    @property
+    def name(self) -> str:
+        """``model/layer/b<batch>/seed<k>``: the cell's folder under the runs folder, and its id in the grid."""
         batch = "recipe" if self.batch is None else f"b{self.batch}"
-        return runs_dir / self.model / LAYERS[self.label] / batch / f"seed{self.seed}"
+        return f"{self.model}/{LAYERS[self.label]}/{batch}/seed{self.seed}"
+
+    def run_dir(self, runs_dir: Path) -> Path:
+        return runs_dir / self.name
 
 
 def cells(table: PaperTable, batches: tuple[int, ...] | None, seeds: tuple[int, ...],
@@ -126,47 +130,55 @@ def check_selection(flag: str, chosen: list[str] | None, accepted: list[str]) ->
         raise SystemExit(f"error: {flag} {' '.join(unknown)}: not in this table; accepted: {', '.join(accepted)}")
 
 
-def run_table(args: argparse.Namespace) -> None:
+def run_table(args: argparse.Namespace) -> int:
     table = TABLES[args.table]
-    runs_dir = Path(args.runs_dir)
     check_selection("--models", args.models, table.models)
     check_selection("--layers", args.layers, [LAYERS[label] for label in table.layers if LAYERS[label]])
-    if args.scale == "paper":
-        grid = cells(table, tuple(args.batches) if args.batches else None, tuple(args.seeds or (0,)), args.models, args.layers)
-        for cell in grid:
-            cmd = paper_command(table, cell, runs_dir, args.data_dir)
-            print(shlex.join(cmd))
-            if not args.dry_run and not (cell.run_dir(runs_dir) / "result.json").exists():
-                subprocess.run(cmd, check=True)
-        return
+    run = run_paper_scale if args.scale == "paper" else run_mini_scale
+    return run(table, args, Path(args.runs_dir))
+
+
+def run_paper_scale(table: PaperTable, args: argparse.Namespace, runs_dir: Path) -> int:
+    """Print the grid's ``torchrun`` commands; unless ``--dry-run``, run the unfinished ones one at a
+    time (each takes the whole machine)."""
+    grid = cells(table, tuple(args.batches) if args.batches else None, tuple(args.seeds or (0,)), args.models,
+                 args.layers)
+    commands = {cell: paper_command(table, cell, runs_dir, args.data_dir) for cell in grid}
+    for command in commands.values():
+        print(shlex.join(command))
+    if args.dry_run:
+        return 0
+    jobs = [GridCell(cell.name, done=cell.run_dir(runs_dir) / "result.json", commands=(tuple(command),))
+            for cell, command in commands.items()]
+    return run_grid(jobs, runs_dir, jobs=1, name=f"{table.key} paper").exit_status
+
+
+def run_mini_scale(table: PaperTable, args: argparse.Namespace, runs_dir: Path) -> int:
+    """Train the mini-scale grid here, ``--jobs`` cells at a time (``--dry-run``: list the cells)."""
     scale = MiniScale(**{k: v for k, v in (("batches", tuple(args.batches or ())), ("seeds", tuple(args.seeds or ())),
                                            ("epochs", args.epochs), ("image_size", args.image_size),
                                            ("data", args.data), ("data_dir", args.data_dir if args.data != "digits" else None))
                           if v})
     if scale.data == "cifar10":
-        data.cifar10(scale.data_dir)  # a missing folder is one clear error here, not one per worker
+        data.cifar10(scale.data_dir)  # a missing folder is one clear error here, not one per cell
     models = [m for m in table.models if m in MINI_MODELS and (not args.models or m in args.models)]
     skipped = [m for m in table.models if m not in MINI_MODELS]
     if skipped:
         print(f"mini scale: no CIFAR anchor for {', '.join(skipped)}; those columns stay paper-only")
     grid = cells(table, scale.batches if table.is_batch_sweep else None, scale.seeds, models, args.layers)
-    configs = [mini_config(cell, scale, runs_dir) for cell in grid]
-    todo = [c for c in configs if not (Path(c.output_dir) / "result.json").exists()]
-    print(f"{table.key} mini: {len(configs)} runs, {len(configs) - len(todo)} done, {len(todo)} to train "
-          f"on {args.jobs} process(es)", flush=True)
+    configs = {cell: mini_config(cell, scale, runs_dir) for cell in grid}
+    jobs = [GridCell(cell.name, done=Path(config.output_dir) / "result.json",
+                     function=functools.partial(run_mini_cell, config)) for cell, config in configs.items()]
     if args.dry_run:
-        for i, c in enumerate(configs, 1):
-            done = "" if c in todo else " (done)"
-            print(f"[{i}/{len(configs)}] {c.model} {c.norm_act} batch {c.batch_size} seed {c.seed}{done}")
-    if args.dry_run or not todo:
-        return
-    progress = Progress(len(todo), "runs", prefix=f"{table.key} mini", interval=0.0)
-    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-        for line in pool.map(run_mini_cell, todo):
-            progress.update(run=line)
+        finished = [job.finished() for job in jobs]
+        print(f"{table.key} mini: {len(jobs)} runs, {sum(finished)} done, {len(jobs) - sum(finished)} to train")
+        for i, (c, done) in enumerate(zip(configs.values(), finished), 1):
+            print(f"[{i}/{len(jobs)}] {c.model} {c.norm_act} batch {c.batch_size} seed {c.seed}{' (done)' * done}")
+        return 0
+    return run_grid(jobs, runs_dir, jobs=args.jobs, name=f"{table.key} mini").exit_status
 
 
-def run_mini_cell(config: TrainConfig) -> str:
+def run_mini_cell(config: TrainConfig) -> None:
     """Train one mini-scale cell on one thread; a diverged run is recorded as such (the paper's "1e-3")."""
     torch.set_num_threads(1)
     name = f"{config.model} {config.norm_act} batch {config.batch_size} seed {config.seed}"
@@ -175,8 +187,9 @@ def run_mini_cell(config: TrainConfig) -> str:
     except FloatingPointError as error:
         atomic_write_json(Path(config.output_dir) / "result.json",
                           {"config": config_to_dict(config), "final_top1": None, "diverged": str(error)})
-        return f"{name}: diverged ({error})"
-    return f"{name}: top-1 {result['final_top1']:.1f}% after {result['steps']} steps"
+        print(f"{name}: diverged ({error})")
+        return
+    print(f"{name}: top-1 {result['final_top1']:.1f}% after {result['steps']} steps")
 
 
 def load_runs(runs_dir: Path) -> dict[tuple[str, str, int | None], list[dict]]:
@@ -347,7 +360,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--batches", type=int, nargs="+", help="images per worker to run (default: the table's / mini's)")
     run.add_argument("--seeds", type=int, nargs="+",
                      help=f"seeds per cell (default: 0 at paper scale, {' '.join(map(str, MiniScale.seeds))} at mini scale)")
-    run.add_argument("--jobs", type=positive_int, default=2, help="mini scale: cells trained at once, one thread each")
+    run.add_argument("--jobs", type=positive_int, default=2,
+                     help="mini scale: cells trained at once, one thread each (paper scale runs one cell at a time)")
     run.add_argument("--models", nargs="+", help="only these paper models (e.g. resnet50 mobilenetv2)")
     run.add_argument("--layers", nargs="+", help="only these layers (registry names)")
     run.add_argument("--epochs", type=float, help=f"mini scale: epochs per run (default {MiniScale.epochs})")
@@ -363,10 +377,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        args.func(args)
+        return args.func(args) or 0
     except (FileNotFoundError, CorruptFileError) as error:
         raise SystemExit(f"error: {error}") from None
 

@@ -8,23 +8,22 @@ three seeds each: ``batch8``, the demo configs as they are (8 images per step), 
 ``batch2``, 2 images per step with the learning rate scaled linearly and the same number of
 iterations (a quarter of the images), where batch statistics come from two images only, the
 paper's reason for batch-independent layers in detection. Each run is ``tools/train_net.py``
-in its own process (one thread, ``--jobs`` at once) writing ``RUNS/<setting>/<layer>/seed<k>``;
-finished runs (``final_results.json``) are not rerun. The box and mask AP of every run, their
-mean and spread per layer and setting go to ``--out/miniature.json`` and a markdown table.
+in its own process (one thread, ``--jobs`` at once) writing ``RUNS/<setting>/<layer>/seed<k>``
+and its output to ``RUNS/<setting>/<layer>/seed<k>.log``; finished runs (``final_results.json``)
+are not rerun, started ones resume, and a run that fails is named at the end (no summary is
+written then) while the others go on. The box and mask AP of every run, their mean and spread
+per layer and setting go to ``--out/miniature.json`` and a markdown table.
 """
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_json, read_json
-from evonorm_core.experiment.progress import Progress
+from evonorm_core.experiment.grid import Cell, run_grid
 from evonorm_core.experiment.rundir import holds_run
 from evonorm_core.experiment.tables import format_mean_std, markdown_table, mean_and_std
 from evonorm_suite.detection.report import RESULTS_FILE
@@ -69,16 +68,10 @@ class Run:
             "OUTPUT_DIR", str(self.output_dir(runs)),
         ]
 
-
-def train_one(run: Run, runs: Path, iterations: int) -> str:
-    log = run.output_dir(runs).with_suffix(".log")
-    log.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    with open(log, "w") as f:
-        done = subprocess.run(run.command(runs, iterations), stdout=f, stderr=subprocess.STDOUT)
-    if done.returncode:
-        raise RuntimeError(f"{run} failed (exit {done.returncode}); see {log}")
-    return f"{run.setting.name} {run.layer} seed {run.seed} in {time.monotonic() - started:.0f} s"
+    def cell(self, runs: Path, iterations: int) -> Cell:
+        """This run as a cell of the grid: finished when its COCO results exist."""
+        return Cell(f"{self.setting.name}/{self.layer}/seed{self.seed}", done=self.output_dir(runs) / RESULTS_FILE,
+                    commands=(tuple(self.command(runs, iterations)),))
 
 
 def summarize(runs_dir: Path, seeds: tuple[int, ...]) -> dict:
@@ -125,15 +118,14 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{flag} must be >= 1, got {value}")
     if any(seed < 0 for seed in args.seeds):
         parser.error(f"--seeds must be >= 0, got {args.seeds}")
-    todo = [Run(s, layer, seed) for s in SETTINGS if s.name in args.settings for layer in args.layers
-            for seed in args.seeds if not (Run(s, layer, seed).output_dir(args.runs_dir) / RESULTS_FILE).exists()]
-    if not args.report_only and todo:
-        print(f"detection miniature: {len(todo)} runs to train, {args.jobs} at a time, {args.iterations} iterations "
-              f"each, into {args.runs_dir}", flush=True)
-        progress = Progress(len(todo), "runs", prefix="detection miniature", interval=0.0)
-        with ThreadPoolExecutor(args.jobs) as pool:
-            for line in pool.map(lambda run: train_one(run, args.runs_dir, args.iterations), todo):
-                progress.update(run=line)
+    if not args.report_only:
+        runs = [Run(s, layer, seed) for s in SETTINGS if s.name in args.settings for layer in args.layers
+                for seed in args.seeds]
+        print(f"detection miniature: {args.iterations} iterations per run, into {args.runs_dir}", flush=True)
+        result = run_grid([run.cell(args.runs_dir, args.iterations) for run in runs], args.runs_dir, jobs=args.jobs,
+                          name="detection miniature")
+        if result.exit_status:
+            return result.exit_status
     summary = {**summarize(args.runs_dir, tuple(args.seeds)), "iterations": args.iterations,
                "command": command_line("python detection/miniature.py", argv)}
     atomic_write_json(args.out / "miniature.json", summary)

@@ -7,8 +7,10 @@ Every (layer, seed) trains the digits preset of ``gan/train_biggan.py`` for ``--
 own process (one thread, ``--jobs`` at once), keeping four snapshots, and is then evaluated by
 ``gan/evaluate.py --all-snapshots`` (standing statistics, digits-classifier IS/FID against the
 training digits with as many samples as there are held-out digits); the paper reports each
-run at its peak, so each run's result is its best-FID snapshot. Finished runs (``metrics.json``)
-are not rerun. The per-layer median and best over seeds, the FID floor (held-out real digits)
+run at its peak, so each run's result is its best-FID snapshot. Each run's output goes to
+``RUNS_DIR/<layer>/seed<k>.log``. Finished runs (``metrics.json``) are not rerun, started ones
+resume; a run that fails is named at the end (no summary is written then) and the others go
+on. The per-layer median and best over seeds, the FID floor (held-out real digits)
 and ceiling (noise), the command and the CPU time go to ``--out/table5.json``; the markdown
 table to ``--out/table5.md``; seed 0's final sample grid of each layer to ``--out/<layer>.png``.
 Installed as ``evonorm-gan-table5``.
@@ -17,15 +19,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json
-from evonorm_core.experiment.progress import Progress
+from evonorm_core.experiment.grid import Cell, run_grid
 from evonorm_core.experiment.rundir import holds_run
 from evonorm_suite.gan.config import PRESETS
 from evonorm_suite.gan.metrics import digits_calibration
@@ -34,21 +33,14 @@ from evonorm_suite.gan.report import LABELS, aggregate, find_metrics, layer_name
 DEFAULT_STEPS = PRESETS["digits"].total_steps
 
 
-def run_one(layer: str, seed: int, runs_dir: Path, steps: int) -> tuple[str, float]:
-    """Train and evaluate one (layer, seed); returns a progress line and its wall time."""
-    started = time.monotonic()
+def run_cell(layer: str, seed: int, runs_dir: Path, steps: int) -> Cell:
+    """The grid cell that trains one (layer, seed) (resuming a started run) and evaluates its snapshots."""
     run_dir = runs_dir / layer / f"seed{seed}"
-    log = runs_dir / layer / f"seed{seed}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    train = [sys.executable, "-m", "evonorm_suite.gan.train_biggan", "--norm", layer, "--seed", str(seed), "--run-dir",
+    train = (sys.executable, "-m", "evonorm_suite.gan.train_biggan", "--norm", layer, "--seed", str(seed), "--run-dir",
              str(runs_dir / layer), "--total-steps", str(steps), "--keep-every", str(max(1, steps // 4)),
-             "--eval-every", "0", "--threads", "1", *(["--resume"] if holds_run(run_dir) else [])]
-    evaluate = [sys.executable, "-m", "evonorm_suite.gan.evaluate", str(run_dir), "--all-snapshots"]
-    with open(log, "a") as out:
-        for command in (train, evaluate):
-            if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode:
-                raise RuntimeError(f"{' '.join(command)} failed; see {log}")
-    return f"{layer} seed {seed}", time.monotonic() - started
+             "--eval-every", "0", "--threads", "1", *(["--resume"] if holds_run(run_dir) else []))
+    evaluate = (sys.executable, "-m", "evonorm_suite.gan.evaluate", str(run_dir), "--all-snapshots")
+    return Cell(f"{layer}/seed{seed}", done=run_dir / "metrics.json", commands=(train, evaluate))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,16 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     summary_path = args.out / "table5.json"
     previous = read_json(summary_path, what="Table 5 summary") if summary_path.exists() else {}
     cpu_seconds = previous.get("cpu_seconds", 0.0)
-    todo = [(layer, seed) for layer in args.layers for seed in args.seeds
-            if not (args.runs_dir / layer / f"seed{seed}" / "metrics.json").exists()]
-    if todo and not args.report_only:
-        print(f"Table 5 miniature: {len(todo)} runs of {args.steps} steps, {args.jobs} at a time, into {args.runs_dir}",
-              flush=True)
-        progress = Progress(len(todo), "runs", prefix="table5", interval=0.0)
-        with ThreadPoolExecutor(args.jobs) as pool:
-            for line, seconds in pool.map(lambda job: run_one(*job, args.runs_dir, args.steps), todo):
-                cpu_seconds += seconds  # one thread per run
-                progress.update(run=line)
+    if not args.report_only:
+        cells = [run_cell(layer, seed, args.runs_dir, args.steps) for layer in args.layers for seed in args.seeds]
+        print(f"Table 5 miniature: runs of {args.steps} steps into {args.runs_dir}", flush=True)
+        result = run_grid(cells, args.runs_dir, jobs=args.jobs, name="table5")
+        if result.exit_status:
+            return result.exit_status
+        cpu_seconds += sum(result.seconds.values())  # one thread per run
     layers = aggregate([read_json(p, what="run metrics") for p in find_metrics([args.runs_dir])])
     resolution = PRESETS["digits"].resolution
     summary = {

@@ -7,22 +7,19 @@ rejection (stage "crash" or "timeout") and the search goes on.
 from __future__ import annotations
 
 import concurrent.futures as futures
-import ctypes
-import ctypes.util
 import multiprocessing
 import os
 import signal
-import sys
 import threading
 import time
 import traceback
 from typing import Callable
 
+from evonorm_core.experiment.children import die_with_parent
 from evonorm_core.search.results import CandidateResult, Stage
 
 BACKENDS = ("local", "ray")
 Evaluator = Callable[[dict], CandidateResult]
-_PR_SET_PDEATHSIG = 1
 
 
 class CandidateTimeout(Exception):
@@ -31,18 +28,6 @@ class CandidateTimeout(Exception):
 
 def _on_alarm(signum, frame):
     raise CandidateTimeout
-
-
-def die_with_parent(parent: int) -> None:
-    """Pool-worker initializer: ask Linux to SIGKILL this process when its parent dies
-    (``prctl(PR_SET_PDEATHSIG)``), so a killed search leaves no worker running; if the
-    parent is already gone, exit now. Elsewhere: nothing (workers then end with their pipe)."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before the request took effect
-        os._exit(1)
 
 
 def evaluate_safely(evaluator: Evaluator, genome: dict, time_limit: float | None) -> CandidateResult:

@@ -3,9 +3,11 @@
 
 Runs ``search/evolve.py`` once per strategy and seed into ``OUTPUT/<strategy>_seed<seed>``
 with the same settings (any further flags are passed to every run, e.g. ``--mode S``), each
-stopping after ``--max-candidates`` proposed candidates (no time budget). A run that is
-already complete is reused, one that was interrupted is resumed, so the same command
-continues after a kill. Then writes ``--json`` (default OUTPUT/fig10.json): per strategy the
+stopping after ``--max-candidates`` proposed candidates (no time budget), ``--jobs`` at a
+time, each run's output in ``OUTPUT/<strategy>_seed<seed>.log``. A run that is already
+complete is reused, one that was interrupted is resumed, so the same command continues after
+a kill; a run that fails is named at the end (no summary is written then) and the others go
+on. Then writes ``--json`` (default OUTPUT/fig10.json): per strategy the
 seeds, the mean accuracy of the top-10 distinct accepted layers at the end of each seed's
 run (of all of them while fewer than 10 exist, so read it beside the count), how many distinct
 layers each seed accepted, its best layer's mean accuracy, the curve ``[candidates, top-10
@@ -22,7 +24,9 @@ import time
 from pathlib import Path
 
 from evonorm_core.experiment.config import command_line
-from evonorm_core.experiment.files import atomic_write_json
+from evonorm_core.experiment.files import CorruptFileError, atomic_write_json
+from evonorm_core.experiment.grid import Cell, run_grid
+from evonorm_core.experiment.rundir import holds_run
 from evonorm_core.experiment.tables import mean_and_std, mean_std_fields
 from evonorm_core.search.driver import CHECKPOINT, read_checkpoint
 from evonorm_suite.search import evolve
@@ -35,20 +39,24 @@ def run_folder(output_dir: Path, strategy: str, seed: int) -> Path:
     return output_dir / f"{strategy}_seed{seed}"
 
 
-def run_one(folder: Path, strategy: str, seed: int, budget: int, extra: list[str]) -> None:
-    """Run (or resume, or reuse) one search of ``budget`` candidates in ``folder``."""
-    if (folder / CHECKPOINT).is_file():
-        state = read_checkpoint(folder)
-        if state["next_id"] >= budget and not state["in_flight"] and not state["todo_baselines"]:
-            print(f"{folder}: complete ({state['next_id']} candidates), reused", flush=True)
-            return
+def is_complete(folder: Path, budget: int) -> bool:
+    """Whether the search in ``folder`` has evaluated its first ``budget`` candidates (and its references)."""
+    if not (folder / CHECKPOINT).is_file():
+        return False
+    state = read_checkpoint(folder)
+    return state["next_id"] >= budget and not state["in_flight"] and not state["todo_baselines"]
+
+
+def run_cell(output_dir: Path, strategy: str, seed: int, budget: int, extra: list[str]) -> Cell:
+    """The grid cell of one search of ``budget`` candidates: started fresh, or resumed with its own settings."""
+    folder = run_folder(output_dir, strategy, seed)
+    if holds_run(folder):
         argv = ["--output-dir", str(folder), "--resume", "--max-candidates", str(budget)]
     else:
         argv = [*extra, "--strategy", strategy, "--seed", str(seed), "--max-candidates", str(budget),
                 "--time-budget", "none", "--output-dir", str(folder)]
-    code = evolve.main(argv)
-    if code != 0:
-        raise SystemExit(code)
+    return Cell(folder.name, done=lambda: is_complete(folder, budget),
+                commands=((sys.executable, "-m", "evonorm_suite.search.evolve", *argv),))
 
 
 def value_at(curve: list[list[float]], candidates: int) -> float | None:
@@ -139,19 +147,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="search seeds (default: 0 1 2)")
     parser.add_argument("--json", help="summary to write (default: OUTPUT/fig10.json)")
     parser.add_argument("--plot", help="PNG to write (default: OUTPUT/fig10.png)")
+    parser.add_argument("--jobs", type=int, default=1, help="searches run at once, each with its own --workers "
+                        "(default 1)")
     args, extra = parser.parse_known_args(argv)
-    if args.max_candidates < 1:
-        parser.error(f"--max-candidates must be >= 1, got {args.max_candidates}")
+    for flag, value in (("--max-candidates", args.max_candidates), ("--jobs", args.jobs)):
+        if value < 1:
+            parser.error(f"{flag} must be >= 1, got {value}")
     if any(s < 0 for s in args.seeds):
         parser.error(f"--seeds must be >= 0, got {args.seeds}")
     for flag in ("--strategy", "--seed", "--output-dir", "--resume", "--time-budget"):
         if any(item == flag or item.startswith(flag + "=") for item in extra):
             parser.error(f"{flag} is set by this program for each run; remove it")
+    evolve.build_parser().parse_args(extra)  # a bad flag for the runs is an error now, not in every run
     output_dir = Path(args.output_dir)
     started = time.monotonic()
-    for seed in args.seeds:
-        for strategy in STRATEGIES:
-            run_one(run_folder(output_dir, strategy, seed), strategy, seed, args.max_candidates, extra)
+    cells = [run_cell(output_dir, strategy, seed, args.max_candidates, extra)
+             for seed in args.seeds for strategy in STRATEGIES]
+    try:
+        status = run_grid(cells, output_dir, jobs=args.jobs, name="fig10").exit_status
+    except CorruptFileError as error:  # a damaged checkpoint of an earlier run
+        parser.error(str(error))
+    if status:
+        return status
     result = collect(output_dir, args.seeds, args.max_candidates)
     result["command"] = command_line("python search/compare.py", argv)
     result["wall_seconds_this_session"] = round(time.monotonic() - started, 1)

@@ -224,6 +224,19 @@ def test_mini_scale_cells_train_the_documented_reduced_recipe(tmp_path):
     assert table2.output_dir == str(tmp_path / "efficientnet_b0" / "bn_swish" / "recipe" / "seed0")
 
 
+def test_the_mini_grid_trains_each_cell_once_with_its_log(tmp_path, capsys):
+    argv = ["run", "table3", "--scale", "mini", "--models", "resnet50", "--layers", "evonorm_s0", "--batches", "128",
+            "--seeds", "0", "--epochs", "0.2", "--runs-dir", str(tmp_path)]
+    assert main(argv) == 0
+    cell = tmp_path / "resnet50" / "evonorm_s0" / "b128" / "seed0"
+    result = json.loads((cell / "result.json").read_text())
+    assert result["steps"] == 11 and result["config"]["model"] == "resnet50_cifar"  # one (partial) epoch
+    assert "resnet50_cifar evonorm_s0 batch 128 seed 0: top-1" in (cell.parent / "seed0.log").read_text()
+    assert "[table3 mini] 1/1 cells (100%)" in capsys.readouterr().out
+    assert main(argv) == 0
+    assert "1 cells: 1 finished before, 0 to run" in capsys.readouterr().out
+
+
 def test_paper_value_reads_the_column_of_the_batch():
     """Batches are columns 128, 64, 32, 16, 8, 4 (Table 3's R-50 BN-ReLU: 76.1 76.2 76.1 75.6 74.3 70.7); a
     batch the paper did not run has no value; Table 2 has one value per cell."""

@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from evonorm_core.experiment.grid import GridResult
 from evonorm_suite.gan import report
 
 
@@ -91,60 +92,50 @@ def test_table_shows_dash_for_layers_the_paper_lacks_and_plot_puts_fid_on_x(tmp_
 # ---------------------------------------------------------- gan/table5.py: the miniature's runs
 
 
-def test_table5_trains_each_missing_run_with_four_snapshots_then_evaluates_its_peak(tmp_path, monkeypatch):
-    from types import SimpleNamespace
-
+def test_table5_trains_each_missing_run_with_four_snapshots_then_evaluates_its_peak(tmp_path):
     from evonorm_core.experiment.rundir import open_run
     from evonorm_suite.gan import table5
     from evonorm_suite.gan.checkpoint import RUN_KIND
 
-    commands = []
-    monkeypatch.setattr(table5.subprocess, "run", lambda command, **kw: commands.append(command)
-                        or SimpleNamespace(returncode=0))
-    table5.run_one("evonorm_s0", 2, tmp_path, 1500)
-    train, evaluate = commands
+    cell = table5.run_cell("evonorm_s0", 2, tmp_path, 1500)
+    train, evaluate = cell.commands
     flags = dict(zip(train[3::2], train[4::2]))
-    assert train[1:3] == ["-m", "evonorm_suite.gan.train_biggan"] and "--resume" not in train
+    assert train[1:3] == ("-m", "evonorm_suite.gan.train_biggan") and "--resume" not in train
     named = ("--norm", "--seed", "--run-dir", "--total-steps", "--keep-every", "--eval-every")
     assert {k: flags[k] for k in named} == {
         "--norm": "evonorm_s0", "--seed": "2", "--run-dir": str(tmp_path / "evonorm_s0"), "--total-steps": "1500",
         "--keep-every": "375", "--eval-every": "0"}
-    assert evaluate[1:] == ["-m", "evonorm_suite.gan.evaluate", str(tmp_path / "evonorm_s0" / "seed2"), "--all-snapshots"]
-    commands.clear()
-    table5.run_one("evonorm_s0", 2, tmp_path, 1500)  # its log exists, its run folder does not: nothing to resume
-    assert "--resume" not in commands[0]
-    (tmp_path / "evonorm_s0" / "seed2").mkdir()  # a folder without a run: nothing to resume
-    commands.clear()
-    table5.run_one("evonorm_s0", 2, tmp_path, 1500)
-    assert "--resume" not in commands[0]
+    assert evaluate[1:] == ("-m", "evonorm_suite.gan.evaluate", str(tmp_path / "evonorm_s0" / "seed2"), "--all-snapshots")
+    assert (cell.id, cell.done) == ("evonorm_s0/seed2", tmp_path / "evonorm_s0" / "seed2" / "metrics.json")
+    (tmp_path / "evonorm_s0" / "seed2").mkdir(parents=True)  # a folder without a run: nothing to resume
+    assert "--resume" not in table5.run_cell("evonorm_s0", 2, tmp_path, 1500).commands[0]
     open_run(tmp_path / "evonorm_s0" / "seed2", RUN_KIND).close()
-    commands.clear()
-    table5.run_one("evonorm_s0", 2, tmp_path, 1500)
-    assert commands[0][-1] == "--resume"  # a started run continues
-    monkeypatch.setattr(table5.subprocess, "run", lambda command, **kw: SimpleNamespace(returncode=1))
-    with pytest.raises(RuntimeError, match="failed; see"):
-        table5.run_one("bn_relu", 0, tmp_path, 1500)
+    assert table5.run_cell("evonorm_s0", 2, tmp_path, 1500).commands[0][-1] == "--resume"  # a started run continues
 
 
 def test_table5_defaults_are_the_six_layers_times_three_seeds_and_finished_runs_are_kept(tmp_path, monkeypatch):
     from evonorm_suite.gan import table5
 
-    jobs = []
+    ran = []
 
-    def fake_run(layer, seed, runs_dir, steps):
-        jobs.append((layer, seed, steps))
-        write_run(runs_dir, layer, seed, 10.0 + seed, 5.0 - seed)
-        return f"{layer} seed {seed}", 2.0
+    def fake_grid(cells, folder, *, jobs, name):
+        result = GridResult()
+        for cell in (cell for cell in cells if not cell.finished()):
+            layer, seed = cell.id.split("/seed")
+            ran.append((layer, int(seed), int(cell.commands[0][cell.commands[0].index("--total-steps") + 1])))
+            write_run(folder, layer, int(seed), 10.0 + int(seed), 5.0 - int(seed))
+            result.seconds[cell.id] = 2.0
+        return result
 
-    monkeypatch.setattr(table5, "run_one", fake_run)
+    monkeypatch.setattr(table5, "run_grid", fake_grid)
     monkeypatch.setattr(table5, "digits_calibration", lambda resolution: {"fid_floor": 1.0, "fid_noise": 100.0})
     write_run(tmp_path / "runs", "bn_relu", 1, 12.0, 3.0)  # finished before: not rerun
     out = tmp_path / "out"
     (out).mkdir()
     (out / "table5.json").write_text(json.dumps({"cpu_seconds": 10.0}))
     assert table5.main(["--runs-dir", str(tmp_path / "runs"), "--out", str(out), "--jobs", "1"]) == 0
-    assert len(jobs) == 6 * 3 - 1 and ("bn_relu", 1, 2000) not in jobs and {s for _, s, _ in jobs} == {0, 1, 2}
-    assert {layer for layer, _, _ in jobs} == set(report.LABELS) and {s for _, _, s in jobs} == {2000}
+    assert len(ran) == 6 * 3 - 1 and ("bn_relu", 1, 2000) not in ran and {s for _, s, _ in ran} == {0, 1, 2}
+    assert {layer for layer, _, _ in ran} == set(report.LABELS) and {s for _, _, s in ran} == {2000}
     summary = json.loads((out / "table5.json").read_text())
     assert summary["cpu_seconds"] == 10.0 + 2.0 * 17 and summary["steps"] == 2000
     assert summary["layers"]["evonorm_s0"]["fid_best"] == 3.0 and summary["fid_floor"] == 1.0

@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 
 from evonorm_core.experiment.config import save_config
-from evonorm_core.experiment.rundir import RunDir
+from evonorm_core.experiment.rundir import RunDir, open_run
 from evonorm_core.search import (
     CandidateRecord, CandidateResult, EvolutionConfig, LayerSearch, Stage, parse, read_checkpoint,
 )
 from evonorm_suite.search import backends, evolve
-from evonorm_suite.search.config import CONFIG_FILE, REFERENCE_LAYERS, SearchConfig, read_run_config
+from evonorm_suite.search.compare import collect, run_cell, run_folder, value_at
+from evonorm_suite.search.config import CONFIG_FILE, REFERENCE_LAYERS, RUN_KIND, SearchConfig, read_run_config
+from evonorm_suite.search.presets import preset
 from evonorm_suite.search.rerank import rank
 
 REPO = Path(__file__).resolve().parents[1]
@@ -202,8 +204,6 @@ def test_rerank_ranks_best_first_with_the_sample_std_and_the_bn_relu_verdict():
 def test_value_at_reads_the_top10_curve_as_a_step_function():
     """Fig. 10 compares strategies at equal budgets: the value after N candidates is the curve's last point
     at or before N (the curve only has points where the top-10 changed), None before the first point."""
-    from evonorm_suite.search.compare import value_at
-
     curve = [[3, 0.5], [7, 0.6], [10, 0.7]]
     assert value_at(curve, 2) is None and value_at([], 5) is None
     assert [value_at(curve, n) for n in (3, 6, 7, 9, 10, 1000)] == [0.5, 0.5, 0.6, 0.6, 0.7, 0.7]
@@ -327,8 +327,6 @@ def test_compare_reads_each_run_at_the_budget_and_compares_over_seeds(tmp_path):
     """Fig. 10 at an equal budget of 3 candidates: each seed's top-10 mean, distinct count and best after 3 (a
     4th candidate of a reused longer run does not count); mean and sample std over seeds; BN-ReLU from the
     evolution runs; the CPU seconds of every run (no config: 1 core)."""
-    from evonorm_suite.search.compare import collect, run_folder
-
     def acc(i, fp, v):
         return record(i, fp, {"r": v})
 
@@ -354,10 +352,25 @@ def test_compare_reads_each_run_at_the_budget_and_compares_over_seeds(tmp_path):
     assert result["candidate_budget"] == 3 and result["seeds"] == [0, 1]
 
 
+def test_compare_runs_each_strategy_and_seed_as_a_grid_cell_that_resumes_once_started(tmp_path):
+    """Fig. 10's runs: a fresh search with the given flags, or the started one resumed with its own settings; a run
+    is finished once it has evaluated the budget (a longer budget continues it)."""
+    cell = run_cell(tmp_path, "random", 3, 2, ["--mode", "S"])
+    folder = run_folder(tmp_path, "random", 3)
+    assert cell.id == "random_seed3" and cell.commands[0][1:3] == ("-m", "evonorm_suite.search.evolve")
+    assert cell.commands[0][3:] == ("--mode", "S", "--strategy", "random", "--seed", "3", "--max-candidates", "2",
+                                    "--time-budget", "none", "--output-dir", str(folder))
+    assert not cell.finished()
+    open_run(folder, RUN_KIND, preset("cpu", "S")).close()
+    write_run(folder, [record(0, "a", {"r": 0.5}), record(1, "b", {"r": 0.6})], 1.0, strategy="random", seed=3)
+    started = run_cell(tmp_path, "random", 3, 2, ["--mode", "S"])
+    assert started.commands[0][3:] == ("--output-dir", str(folder), "--resume", "--max-candidates", "2")
+    assert started.finished() and not run_cell(tmp_path, "random", 3, 3, []).finished()
+
+
 def test_rerank_takes_the_top_layers_then_the_references_with_longer_training(tmp_path):
     """Paper section 5.2 / Appendix C: the top layers retrained longer (default 4x the search's steps) on the
     90/10 split, with no rejection stage; the references follow the top layers."""
-    from evonorm_suite.search.presets import preset
     from evonorm_suite.search.rerank import candidates, rerank_proxy
 
     proxy = preset("cpu", "B").proxy

@@ -5,11 +5,12 @@
     python tools/reproduce.py --report-only    # only re-render docs/reproduction.md from docs/results/
     python tools/reproduce.py --only table3    # one experiment (resumable), then the report
 
-Each experiment is a command of its package, run as a subprocess; every one of them skips
-the runs it already finished, so an interrupted reproduction continues where it stopped
-and a finished one is not rerun. Their summaries (JSON, with every seed's numbers) go to
-docs/results/<part>/; the GAN (Table 5) and search (Fig. 10) experiments are run by their
-own commands (shown in the report) and collected from their JSON. For every claim the
+Each experiment is a command of its package, run as a subprocess that dies with this one
+(however it ends); every one of them skips the runs it already finished, so an interrupted
+reproduction continues where it stopped and a finished one is not rerun. Their summaries
+(JSON, with every seed's numbers) go to docs/results/<part>/; the GAN (Table 5) and search
+(Fig. 10) experiments are run by their own commands (shown in the report) and collected
+from their JSON. For every claim the
 report shows the paper's numbers, the miniature's (mean ± std over seeds), the command,
 the CPU time, and a verdict by a stated rule:
 
@@ -27,13 +28,13 @@ import math
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from evonorm_core.experiment.children import run_command
 from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json
 from evonorm_core.experiment.progress import format_duration
 from evonorm_core.experiment.tables import format_mean_std, markdown_table
@@ -91,7 +92,11 @@ def run_step(step: Step, log: dict) -> None:
     started = time.monotonic()
     for command in step.commands:
         print(f"[reproduce] {step.name}: {shown(command)}", flush=True)
-        code = subprocess.run(command, cwd=ROOT).returncode
+        try:
+            code = run_command(command, cwd=ROOT)
+        except KeyboardInterrupt:
+            raise SystemExit(f"[reproduce] {step.name}: interrupted; finished runs are kept, so rerunning "
+                             "resumes") from None
         if code:
             raise SystemExit(f"[reproduce] {step.name}: `{shown(command)}` exited with status {code} (its message is "
                              "above); finished runs are kept, so rerunning resumes")

@@ -11,6 +11,8 @@ and matplotlib are imported by the functions that need them):
 * :mod:`.rundir`: :func:`~.rundir.open_run`, the one call that opens a run in its folder (refused
   when not empty without resume, or on resume when it holds no run of the same command; locked
   against a second writer; the resolved configuration saved);
+* :mod:`.grid`: the runner of the paper grids (resumable cells, ``--jobs``, per-cell logs);
+* :mod:`.children`: child processes that die with their parent;
 * :mod:`.distributed`: the process's place in a ``torchrun`` job;
 * :mod:`.data`: the embedded digits, CIFAR-10 and ImageNet folders, one loader each;
 * :mod:`.tables`: the paper's numbers as typed records, rendered to markdown and PNG;

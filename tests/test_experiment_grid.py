@@ -1,0 +1,184 @@
+"""The grid runner and its child processes: finished cells skipped, --jobs, a failing cell, per-cell logs,
+SIGINT/SIGTERM stopping with one line, and a SIGKILL of the runner leaving no cell running and no lock held."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from evonorm_core.experiment.grid import Cell, run_grid
+from evonorm_core.experiment.rundir import RunDir
+
+
+def cell_command(result: Path, *, sleep: float = 0.0, exit_status: int = 0) -> tuple[str, ...]:
+    """A fake cell: prints, sleeps, writes its result file and exits with ``exit_status``."""
+    code = (f"import time, pathlib; print('training'); time.sleep({sleep}); "
+            f"pathlib.Path({str(result)!r}).write_text('done') if {exit_status} == 0 else None; "
+            f"raise SystemExit({exit_status})")
+    return (sys.executable, "-c", code)
+
+
+def test_finished_cells_are_skipped_and_the_others_run_with_their_logs(tmp_path, capsys):
+    (tmp_path / "a.result").write_text("done")  # finished before
+    cells = [Cell(name, done=tmp_path / f"{name}.result", commands=(cell_command(tmp_path / f"{name}.result"),))
+             for name in ("a", "b", "c")]
+    result = run_grid(cells, tmp_path, jobs=2, name="fake")
+    assert (result.skipped, sorted(result.finished), result.failed, result.exit_status) == (["a"], ["b", "c"], {}, 0)
+    assert not (tmp_path / "a.log").exists() and "training" in (tmp_path / "b.log").read_text()
+    out = capsys.readouterr().out
+    assert "[fake] 3 cells: 1 finished before, 2 to run, 2 at a time" in out
+    assert "[fake] 2/2 cells (100%)" in out and "cells/s" in out and "all 2 cells finished" in out
+    assert run_grid(cells, tmp_path, jobs=2).skipped == ["a", "b", "c"]  # the same command again: nothing to do
+
+
+def test_jobs_run_cells_at_the_same_time(tmp_path):
+    cells = [Cell(f"c{i}", done=tmp_path / f"{i}.result", commands=(cell_command(tmp_path / f"{i}.result", sleep=1.5),))
+             for i in range(4)]
+    started = time.monotonic()
+    assert run_grid(cells, tmp_path, jobs=4).exit_status == 0
+    assert time.monotonic() - started < 4 * 1.5  # in parallel, not one after another
+
+
+def test_a_failing_cell_is_recorded_with_its_log_and_the_others_go_on(tmp_path, capsys):
+    cells = [Cell("good", done=tmp_path / "good.result", commands=(cell_command(tmp_path / "good.result"),)),
+             Cell("bad/seed0", done=tmp_path / "bad.result",
+                  commands=(cell_command(tmp_path / "bad.result", exit_status=3), cell_command(tmp_path / "never"))),
+             Cell("missing", done=tmp_path / "m.result", commands=(("/no/such/program",),)),
+             Cell("raises", done=tmp_path / "r.result", function=lambda: 1 / 0)]
+    result = run_grid(cells, tmp_path, jobs=1)
+    assert result.finished == ["good"] and result.exit_status == 1
+    assert result.failed == {"bad/seed0": f"exit status 3, log {tmp_path / 'bad/seed0.log'}",
+                             "missing": f"exit status 127, log {tmp_path / 'missing.log'}",
+                             "raises": f"exit status 1, log {tmp_path / 'raises.log'}"}
+    assert not (tmp_path / "never").exists()  # a cell stops at its first failing command
+    assert "ZeroDivisionError" in (tmp_path / "raises.log").read_text()
+    assert "cannot start '/no/such/program'" in (tmp_path / "missing.log").read_text()
+    out = capsys.readouterr().out
+    assert "3 of 4 cells failed: bad/seed0 (exit status 3, log" in out and "retry the failed ones" in out
+
+
+def test_function_cells_run_in_a_child_with_their_output_in_the_log(tmp_path):
+    def work():
+        print("from the child", os.getpid())
+        (tmp_path / "f.result").write_text(str(os.getpid()))
+
+    assert run_grid([Cell("f", done=tmp_path / "f.result", function=work)], tmp_path).finished == ["f"]
+    child = int((tmp_path / "f.result").read_text())
+    assert child != os.getpid() and f"from the child {child}" in (tmp_path / "f.log").read_text()
+
+
+def test_done_may_be_a_check(tmp_path):
+    calls = []
+    cell = Cell("x", done=lambda: calls.append(1) or True, commands=(("false",),))
+    assert run_grid([cell], tmp_path).skipped == ["x"] and calls == [1]
+
+
+@pytest.mark.parametrize("cells,message", [
+    ([Cell("a", done=Path("x"), commands=(("true",),)), Cell("a", done=Path("y"), commands=(("true",),))],
+     r"cell ids must be unique, repeated: \['a'\]"),
+])
+def test_bad_grids_are_refused(cells, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        run_grid(cells, tmp_path)
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: Cell("../x", done=Path("x"), commands=(("true",),)), "must be a relative path without '..'"),
+    (lambda: Cell("x", done=Path("x")), "give either commands or a function"),
+    (lambda: Cell("x", done=Path("x"), commands=(("true",),), function=print), "give either commands or a function"),
+])
+def test_bad_cells_are_refused(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+# A runner in a process of its own: two cells that hold their run folder's lock, write their pid and sleep.
+RUNNER = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from evonorm_core.experiment.grid import Cell, run_grid
+    from evonorm_core.experiment.rundir import RunDir
+
+    folder = Path(sys.argv[1])
+    HOLD = ("import os, sys, time; from evonorm_core.experiment.rundir import RunDir; "
+            "d = RunDir(sys.argv[1], resume=True); open(sys.argv[1] + '.pid', 'w').write(str(os.getpid())); "
+            "time.sleep(120)")
+
+    def hold():
+        run = RunDir(folder / "function", resume=True)
+        (folder / "function.pid").write_text(str(os.getpid()))
+        time.sleep(120)
+
+    cells = [Cell("command", done=folder / "never", commands=((sys.executable, "-c", HOLD, str(folder / "command")),)),
+             Cell("function", done=folder / "never", function=hold)]
+    sys.exit(run_grid(cells, folder, jobs=2, name="held").exit_status)
+""")
+
+
+def start_runner(folder: Path) -> tuple[subprocess.Popen, list[int]]:
+    """The runner, once both cells are running; their pids."""
+    runner = subprocess.Popen([sys.executable, "-c", RUNNER, str(folder)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    pid_files = [folder / "command.pid", folder / "function.pid"]
+    deadline = time.monotonic() + 60
+    while not all(p.is_file() and p.read_text() for p in pid_files):
+        assert time.monotonic() < deadline and runner.poll() is None, runner.communicate()
+        time.sleep(0.1)
+    return runner, [int(p.read_text()) for p in pid_files]
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (read from /proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def gone(pids: list[int], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not any(alive(pid) for pid in pids)
+
+
+def no_lock_held(folder: Path) -> bool:
+    for path in (folder, folder / "command", folder / "function"):
+        RunDir(path, resume=True).close()  # raises RunDirError "is in use" if a survivor held it
+    return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_sigkill_of_the_runner_leaves_no_cell_running_and_no_lock_held(tmp_path):
+    runner, cells = start_runner(tmp_path)
+    assert all(alive(pid) for pid in cells)
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait()
+    assert gone(cells) and no_lock_held(tmp_path)
+
+
+@pytest.mark.parametrize("signum,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_sigint_and_sigterm_stop_the_cells_with_one_line_and_no_traceback(signum, status, tmp_path):
+    runner, cells = start_runner(tmp_path)
+    runner.send_signal(signum)
+    out, err = runner.communicate(timeout=30)
+    assert runner.returncode == status and gone(cells) and no_lock_held(tmp_path)
+    assert f"[held] stopped by {signal.Signals(signum).name}: 0 cells finished, 2 stopped mid-way, 0 not started" in out
+    assert "Traceback" not in out + err
+
+
+def test_a_second_runner_on_the_same_grid_is_refused(tmp_path):
+    runner, _ = start_runner(tmp_path)
+    try:
+        with pytest.raises(RuntimeError, match=f"is in use by process {runner.pid}"):
+            run_grid([Cell("x", done=tmp_path / "x", commands=(("true",),))], tmp_path)
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.communicate(timeout=30)
