@@ -40,7 +40,7 @@ from evonorm_core.classifiers.data import load_cifar10, load_digits_proxy, load_
 from evonorm_core.classifiers.optimizer import OptimizerSettings
 from evonorm_core.classifiers.proxy_task import PROXY_TRAINING
 from evonorm_core.classifiers.schedule import ScheduleSettings
-from evonorm_core.classifiers.trainer import TensorBatches, Trainer, evaluate, random_crops
+from evonorm_core.classifiers.trainer import TensorBatches, Trainer, centre_crops, evaluate, random_crops
 from evonorm_core.experiment.config import ConfigError, option, validate
 from evonorm_core.search.genome import Genome
 from evonorm_core.search.layer import genome_norm_act
@@ -49,6 +49,7 @@ from evonorm_core.search.results import CandidateResult, Stage
 
 DATASETS = ("digits", "mnist", "cifar10")
 SCHEDULES = ("constant", "cosine")
+VALIDATION_FRAMINGS = ("full", "centre")
 HOLDOUT_FRACTION = 0.1
 CIFAR10_MISSING = (
     "--data cifar10 (the paper's proxy) needs --data-dir: CIFAR-10 is not embedded and nothing is downloaded. Get the "
@@ -74,6 +75,9 @@ class ProxyConfig:
     crop_size: int = option(PROXY_TRAINING.crop_size, "random training crop (paper: 24 of 32)", min=4)
     batch_size: int = option(PROXY_TRAINING.batch_size, "training batch (paper: 128)", min=1)
     eval_batch_size: int = option(512, "validation batch (paper: 512)", min=1)
+    validation: str = option(
+        "full", "what is validated: full, the whole images (paper), or centre, their centre crop of --crop-size "
+        "(the framing the training crops have; recalibration batches too)", choices=VALIDATION_FRAMINGS)
     lr: float = option(PROXY_TRAINING.optimizer.lr, "SGD learning rate (paper: 0.1)", min=0, min_open=True)
     weight_decay: float = option(PROXY_TRAINING.optimizer.weight_decay,
                                  "weight decay of conv and linear weights (paper: 1e-4)", min=0)
@@ -158,14 +162,16 @@ class _AnchorTraining:
                 return False
         return True
 
-    def full_images(self) -> Tensor:
-        """A training batch at the validation size (no crop): what recalibration averages over."""
+    def validation_batch(self) -> Tensor:
+        """A batch of training images framed as the validation images are (``--validation``):
+        what recalibration averages over."""
         train_x = self.data[0]
-        return train_x[torch.randint(0, len(train_x), (self.config.batch_size,), generator=self.generator)]
+        images = train_x[torch.randint(0, len(train_x), (self.config.batch_size,), generator=self.generator)]
+        return centre_crops(images, self.config.crop_size) if self.config.validation == "centre" else images
 
     def accuracy(self) -> float:
-        """Validation accuracy on the full images (moving averages recomputed first if configured)."""
-        batches = [self.full_images() for _ in range(self.config.recalibration_batches)]
+        """Validation accuracy (moving averages recomputed first if configured)."""
+        batches = [self.validation_batch() for _ in range(self.config.recalibration_batches)]
         return evaluate(self.model, *self.data[2:], self.config.eval_batch_size, batches or None)["accuracy"]
 
 
@@ -186,8 +192,12 @@ class ProxyEvaluator:
                             depth_multiplier=depth or self.config.anchor_depth)
 
     def data(self) -> tuple[Tensor, ...]:
+        """``(train_x, train_y, val_x, val_y)``, the validation images framed by ``--validation``."""
         cfg = self.config
-        return load_data(cfg.data, cfg.data_dir, cfg.image_size, cfg.holdout)
+        train_x, train_y, val_x, val_y = load_data(cfg.data, cfg.data_dir, cfg.image_size, cfg.holdout)
+        if cfg.validation == "centre":
+            val_x = centre_crops(val_x, cfg.crop_size)
+        return train_x, train_y, val_x, val_y
 
     def __call__(self, genome_dict: dict) -> CandidateResult:
         torch.set_num_threads(self.threads)
@@ -216,7 +226,7 @@ class ProxyEvaluator:
         timings["quality"] = time.monotonic() - start
 
         start = time.monotonic()
-        reason = self._stability_failure(genome, data)
+        reason = self.stability_failure(genome, data)
         timings["stability"] = time.monotonic() - start
         if reason is not None:
             return CandidateResult.reject(Stage.STABILITY, reason, accuracies)
@@ -231,7 +241,8 @@ class ProxyEvaluator:
         timings["fitness"] = time.monotonic() - start
         return CandidateResult.accept(accuracies)
 
-    def _stability_failure(self, genome: Genome, data: tuple[Tensor, ...]) -> str | None:
+    def stability_failure(self, genome: Genome, data: tuple[Tensor, ...]) -> str | None:
+        """Why the stability test rejects ``genome`` (None: it passes, or the test is off)."""
         cfg = self.config
         if cfg.stability_steps == 0:
             return None

@@ -15,7 +15,8 @@ from evonorm_core.search import CandidateRecord, CandidateResult, Stage, fingerp
 from evonorm_suite.search import evolve, report, rerank
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = ["--anchors", "resnet50_cifar", "--image-size", "8", "--crop-size", "8", "--batch-size", "8",
+TINY = ["--data", "digits", "--anchors", "resnet50_cifar", "--stability-anchors", "resnet50_cifar",
+        "--stability-depth", "0.01", "--image-size", "8", "--crop-size", "8", "--batch-size", "8",
         "--train-steps", "2", "--quality-steps", "1", "--quality-threshold", "0", "--stability-steps", "1",
         "--stability-batch-size", "4", "--initial-population", "1", "--mode", "S", "--threads", "1"]
 
@@ -33,7 +34,7 @@ def test_local_search_runs_reports_and_plots(tmp_path, capsys):
     assert evolve.main(TINY + ["--workers", "1", "--max-candidates", "4", "--references", "evonorm_s0",
                                "--output-dir", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "embedded sklearn digits proxy" in printed and "Pareto frontier" in printed and "evonorm_s0" in printed
+    assert "the embedded sklearn 8x8 digits" in printed and "Pareto frontier" in printed and "evonorm_s0" in printed
     assert "trained per CPU-minute" in printed
     rows = records(out)
     assert len(rows) == 4 and {"expression", "accuracies", "stage", "cache_hit", "wall_time"} <= set(rows[0])
@@ -75,7 +76,8 @@ def test_ray_backend(tmp_path):
 
 
 def test_bad_arguments_are_clear_errors(tmp_path, capsys):
-    for argv, message in ((["--data", "cifar10"], "--data cifar10 needs --data-dir"),
+    for argv, message in ((["--data", "cifar10"], "--data cifar10 (the paper's proxy) needs --data-dir"),
+                          (["--preset", "paper"], "cifar-10-python.tar.gz) from https://www.cs.toronto.edu/~kriz/cifar.html"),
                           (["--data", "cifar10", "--data-dir", str(tmp_path)], "cifar-10"),
                           (["--anchors", "vgg"], "--anchors must be one of resnet50_cifar"),
                           (["--references", "bn"], "--references must be one of bn_relu"),

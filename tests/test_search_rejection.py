@@ -260,7 +260,7 @@ def test_anchor_training_crops_for_training_and_validates_on_full_images():
     run = _AnchorTraining(model, config, (images, labels, images[:7], labels[:7]), seed=0)
     batch, targets = next(run.batches)
     assert batch.shape == (6, 3, 12, 12) and targets.shape == (6,)
-    assert run.full_images().shape == (6, 3, 16, 16)
+    assert run.validation_batch().shape == (6, 3, 16, 16)
     seen = []
     model[0].register_forward_hook(lambda m, inputs, out: seen.append(inputs[0].shape[-1]))
     assert run.train_to(2) and run.trainer.steps == 2 and seen == [12, 12]

@@ -465,7 +465,7 @@ def test_rank_agreement_is_kendalls_tau_b_over_the_layers_with_both_numbers():
 
 def test_calibration_says_whether_the_proxy_discriminates():
     """References accepted on every seed, every control rejected on every seed or >= margin below the baseline's
-    mean, the unstable example rejected by the stability test (and by nothing else) on every seed."""
+    mean, the unstable example rejected on every seed and by the stability test alone on every seed."""
     from evonorm_suite.search.calibrate import summarize
 
     def row(layer, seed, accs=None, stage=None):
@@ -475,7 +475,7 @@ def test_calibration_says_whether_the_proxy_discriminates():
 
     rows = [row("bn_relu", s, {"r": 0.8, "m": 0.7}) for s in (0, 1)]
     rows += [row("no_norm_tanh", 0, {"r": 0.64, "m": 0.64}), row("no_norm_tanh", 1, stage="quality")]
-    rows += [row("unstable_example", s, {"r": 0.3}, stage="stability") for s in (0, 1)]
+    rows += [{**row("unstable_example", s, {"r": 0.3}, stage="stability"), "stability_alone": "inf"} for s in (0, 1)]
     checks = summarize(rows, ["bn_relu"], ["no_norm_tanh", "unstable_example"], "B", 0.10)["discrimination"]
     assert checks["baseline_mean"] == pytest.approx(0.75)
     assert checks["references_accepted"] and checks["controls_apart"] == {"no_norm_tanh": True, "unstable_example": True}
@@ -483,8 +483,11 @@ def test_calibration_says_whether_the_proxy_discriminates():
     close = [*rows[:2], row("no_norm_tanh", 0, {"r": 0.66, "m": 0.66}), rows[3], *rows[4:]]  # 0.09 below: too close
     checks = summarize(close, ["bn_relu"], ["no_norm_tanh", "unstable_example"], "B", 0.10)["discrimination"]
     assert checks["controls_apart"]["no_norm_tanh"] is False and not checks["discriminates"]
-    by_quality = [*rows[:4], row("unstable_example", 0, stage="quality"), rows[5]]
+    by_quality = [*rows[:4], {**row("unstable_example", 0, stage="quality"), "stability_alone": "inf"}, rows[5]]
     checks = summarize(by_quality, ["bn_relu"], ["no_norm_tanh", "unstable_example"], "B", 0.10)["discrimination"]
+    assert checks["unstable_rejected_by_stability"] and checks["discriminates"]  # quality first, stability also
+    passes = [*rows[:4], {**rows[4], "stability_alone": None}, rows[5]]
+    checks = summarize(passes, ["bn_relu"], ["no_norm_tanh", "unstable_example"], "B", 0.10)["discrimination"]
     assert checks["unstable_rejected_by_stability"] is False and not checks["discriminates"]
     lost = [row("bn_relu", 0, {"r": 0.8}), row("bn_relu", 1, stage="quality"), *rows[2:]]
     assert not summarize(lost, ["bn_relu"], ["no_norm_tanh", "unstable_example"], "B", 0.1)["discrimination"][

@@ -132,6 +132,13 @@ def random_crops(images: Tensor, size: int, generator: torch.Generator) -> Tenso
     return images.gather(3, cols)
 
 
+def centre_crops(images: Tensor, size: int) -> Tensor:
+    """The centre ``size`` x ``size`` crop of each image of (N, C, H, W) ``images`` (the lower-right
+    one of the two middles when the margin is odd)."""
+    top, left = (images.shape[-2] - size + 1) // 2, (images.shape[-1] - size + 1) // 2
+    return images[..., top:top + size, left:left + size]
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module, images: Tensor, labels: Tensor, batch_size: int = 512,
