@@ -127,6 +127,16 @@ def rs_rej(x, p, eps, training, groups=None):
     return affine(torch.clamp(x, min=0) / torch.sqrt(second_moment + eps), p)
 
 
+def no_norm_relu(x, p, eps, training=True, groups=None):
+    """The no-normalization control: BN-ReLU without the normalization, max(x gamma + beta, 0)."""
+    return torch.clamp(affine(x, p), min=0)
+
+
+def random_rej(x, p, eps, training=True, groups=None):
+    """Table 2's "Random + rej": tanh(max(x, tanh(x))) gamma + beta."""
+    return affine(torch.tanh(torch.maximum(x, torch.tanh(x))), p)
+
+
 # The normalization alone (nonlinearity off): EvoNorms become the affine x * gamma + beta.
 def affine_only(x, p, eps, training=True, groups=None):
     return affine(x, p)
@@ -140,6 +150,8 @@ NORMALIZATION_ONLY = {
     "frn": lambda x, p, eps, training=True, groups=None: affine(x / torch.sqrt(mu(x**2, INSTANCE) + eps), p),
     "ln_relu": lambda x, p, eps, training=True, groups=None: affine((x - mu(x, CHANNEL)) / torch.sqrt(s2(x, CHANNEL) + eps), p),
     "pixelnorm_relu": lambda x, p, eps, training=True, groups=None: affine(x / torch.sqrt(mu(x**2, (1,)) + eps), p),
+    "no_norm_relu": affine_only,
+    "random_rej": affine_only,
     "rs_rej": lambda x, p, eps, training, groups=None: affine(
         x / torch.sqrt((mu(x**2, BATCH) if training else ch(p["running_var"] + p["running_mean"] ** 2)) + eps), p
     ),
@@ -150,6 +162,7 @@ WITH_NONLINEARITY = {
     for f in (
         evonorm_b0, evonorm_b1, evonorm_b2, evonorm_s0, evonorm_s1, evonorm_s2,
         bn_relu, bn_prelu, bn_swish1, bn_swish, gn_relu, gn_swish, frn, ln_relu, pixelnorm_relu, rs_rej,
+        no_norm_relu, random_rej,
     )
 }
 

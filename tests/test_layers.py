@@ -17,7 +17,7 @@ NAME_IMPLS = [(n, impl) for n in NAMES for impl in (["fused", "reference"] if n 
 EXPECTED_NAMES = {
     "evonorm_b0", "evonorm_b1", "evonorm_b2", "evonorm_s0", "evonorm_s1", "evonorm_s2",
     "bn_relu", "bn_prelu", "bn_swish1", "bn_swish", "gn_relu", "gn_swish", "frn", "ln_relu",
-    "pixelnorm_relu", "rs_rej",
+    "pixelnorm_relu", "rs_rej", "no_norm_relu", "random_rej",
 }
 
 
@@ -356,8 +356,11 @@ def test_momentum_none_is_a_cumulative_average(name):
 
 def foldable(name, nonlinearity, training):
     """Per the formulas: BN in eval is an affine before its activation; so is every EvoNorm without
-    nonlinearity (x * gamma + beta) and RS + rej without its ReLU in eval. Nothing else."""
-    if name.startswith("evonorm_"):
+    nonlinearity (x * gamma + beta) and RS + rej without its ReLU in eval; the no-norm ReLU always
+    (max(x gamma + beta, 0)), Random + rej without its nonlinearity. Nothing else."""
+    if name == "no_norm_relu":
+        return True
+    if name.startswith("evonorm_") or name == "random_rej":
         return not nonlinearity
     if name.startswith("bn_"):
         return not training
@@ -535,3 +538,16 @@ def test_moving_averages_start_at_mean_0_variance_1_and_use_momentum_0_1(name):
     torch.testing.assert_close(layer.running_var, 0.9 + 0.1 * x.var(dim=(0, 2, 3), unbiased=True))
     if hasattr(layer, "running_mean"):
         torch.testing.assert_close(layer.running_mean, 0.1 * x.mean(dim=(0, 2, 3)))
+
+
+def test_controls_by_hand():
+    """The no-normalization controls at their initial values: ``no_norm_relu`` is a bare ReLU; ``random_rej``
+    is tanh(x) for x >= 0 (max picks x) and tanh(tanh(x)) below (max picks tanh(x)); neither keeps state
+    nor depends on the rest of the batch."""
+    x = torch.tensor([-3.0, -0.5, 0.0, 0.5, 3.0], dtype=torch.float64).view(1, 5, 1, 1)
+    no_norm, random_rej = (evonorm_core.build_norm_act(n, 5).double() for n in ("no_norm_relu", "random_rej"))
+    torch.testing.assert_close(no_norm(x), x.clamp(min=0), rtol=0, atol=0)
+    expected = torch.tensor([-0.75950944, -0.43180818, 0.0, 0.46211716, 0.99505475], dtype=torch.float64)
+    torch.testing.assert_close(random_rej(x).flatten(), expected, rtol=0, atol=1e-8)
+    assert not list(no_norm.buffers()) and not list(random_rej.buffers())
+    assert not evonorm_core.uses_batch_statistics("no_norm_relu") and not evonorm_core.uses_batch_statistics("random_rej")

@@ -1,4 +1,4 @@
-"""The layer library: EvoNorms and the baselines of the paper, registered by name."""
+"""The layer library: EvoNorms, the baselines of the paper and the no-normalization controls, registered by name."""
 from ..registry import register_norm_act
 from .base import ACTIVATIONS, BatchStatsNormAct2d, ChannelActivation, GroupedNormAct2d, NormAct2d
 from .baselines import (
@@ -10,6 +10,7 @@ from .baselines import (
     PixelNormAct2d,
 )
 from .conditional import ConditionalNormAct2d, conditional_norm_act_factory
+from .controls import AffineReLU2d, TanhMaxTanh2d
 from .evonorm import EvoNormB0, EvoNormB1, EvoNormB2, EvoNormS0, EvoNormS1, EvoNormS2
 
 for _name, _cls in [
@@ -37,9 +38,13 @@ for _name, _aliases, _cls, _activation in _BASELINES:
     register_norm_act(_name, *_aliases, activation=_activation)(_cls)
 register_norm_act("frn", "frn_tlu", "filter_response_norm")(FilterResponseNorm2d)
 register_norm_act("rs_rej", "rs_plus_rej", "batch_rms_relu")(BatchRMSNormReLU2d)
+# the negative controls of Tables 2 and 3: no normalization
+register_norm_act("no_norm_relu", "affine_relu")(AffineReLU2d)
+register_norm_act("random_rej", "random_plus_rej", "tanh_max_tanh")(TanhMaxTanh2d)
 
 __all__ = [
     "ACTIVATIONS",
+    "AffineReLU2d",
     "BatchNormAct2d",
     "BatchRMSNormReLU2d",
     "BatchStatsNormAct2d",
@@ -57,5 +62,6 @@ __all__ = [
     "LayerNormAct2d",
     "NormAct2d",
     "PixelNormAct2d",
+    "TanhMaxTanh2d",
     "conditional_norm_act_factory",
 ]

@@ -1,0 +1,85 @@
+"""Negative controls: norm-act layers without any normalization.
+
+A miniature that cannot set these apart from BN-ReLU (GN-ReLU for the batch-independent
+layers) cannot resolve the paper's claims about normalization layers. Both end, as every
+layer of the suite, with the per-channel affine ``* gamma + beta`` and use no statistics
+at all (nothing depends on the batch, nothing is kept for eval). They take ``eps`` like every
+other layer, so that a launcher can pass the same options to any layer, but neither formula
+has an epsilon.
+
+* :class:`AffineReLU2d` (``no_norm_relu``): BN-ReLU with the normalization removed.
+* :class:`TanhMaxTanh2d` (``random_rej``): the paper's "Random + rej" row of Table 2, a
+  random sample of the search space that passed the rejection rules.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .base import NormAct2d
+
+
+class AffineReLU2d(NormAct2d):
+    r"""The no-normalization control of Tables 2 and 3: the per-channel affine, then ReLU.
+
+    .. math::
+        \max(x \gamma + \beta, 0)
+
+    BN-ReLU without its normalization: the same parameters (``gamma`` init 1, ``beta`` init 0)
+    and the same order (affine, then ReLU), so the only difference from BN-ReLU is the
+    normalization. At its initial values it is a bare ReLU. With ``nonlinearity=False``:
+    ``x * gamma + beta``.
+    """
+
+    def __init__(
+        self,
+        num_channels: int,
+        nonlinearity: bool = True,
+        *,
+        eps: float = 1e-5,
+        affine: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(
+            num_channels, nonlinearity, eps=eps, affine=affine, activation="relu", device=device, dtype=dtype
+        )
+
+    def transform(self, x: Tensor) -> Tensor:
+        return x
+
+    def folded_affine(self) -> tuple[Tensor, Tensor]:
+        return self._gamma_beta()
+
+
+class TanhMaxTanh2d(NormAct2d):
+    r"""The "Random + rej" layer of Table 2 (a random sample that passed the rejection rules):
+
+    .. math::
+        \tanh(\max(x, \tanh(x))) \gamma + \beta
+
+    It has no normalization: the paper reports 70.2 / 71.6% on ResNet-50 / ResNet-101 and a
+    layer that does not train (1e-3) on the four mobile models. As a searched layer it ends
+    with the affine every searched layer ends with, and with ``nonlinearity=False`` it is that
+    affine, ``x * gamma + beta`` (Appendix A's rule for the EvoNorms).
+    """
+
+    def __init__(
+        self,
+        num_channels: int,
+        nonlinearity: bool = True,
+        *,
+        eps: float = 1e-5,
+        affine: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(num_channels, nonlinearity, eps=eps, affine=affine, device=device, dtype=dtype)
+
+    def transform(self, x: Tensor) -> Tensor:
+        if not self.nonlinearity:
+            return x
+        return torch.tanh(torch.maximum(x, torch.tanh(x)))
+
+    def folded_affine(self) -> tuple[Tensor, Tensor] | None:
+        return None if self.nonlinearity else self._gamma_beta()
