@@ -27,12 +27,12 @@ from scipy.stats import kendalltau
 from evonorm_core.experiment.arguments import DistinctValues, seed
 from evonorm_core.experiment.config import ConfigError, command_line
 from evonorm_core.experiment.files import CorruptFileError, append_jsonl, atomic_write_json, read_jsonl
-from evonorm_core.experiment.rundir import RunDir, RunDirError
+from evonorm_core.experiment.rundir import RunDirError, open_run
 from evonorm_core.experiment.tables import mean_std_fields
 from evonorm_core.search.driver import read_checkpoint
 from evonorm_core.search.results import CandidateResult
 from evonorm_suite.search.backends import die_with_parent, evaluate_safely
-from evonorm_suite.search.config import read_run_config
+from evonorm_suite.search.config import RUN_KIND, read_run_config
 from evonorm_suite.search.proxy import ProxyConfig, ProxyEvaluator
 from evonorm_suite.search.report import reference_layers, top_k
 
@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         state = read_checkpoint(folder)
         config = read_run_config(folder)
         proxy = rerank_proxy(config.proxy, args.train_steps)
-        run_dir = RunDir(folder, resume=True)  # locked: the search or a second rerank cannot write here meanwhile
+        # a search run's folder, locked: the search or a second rerank cannot write here meanwhile
+        run_dir = open_run(folder, RUN_KIND, resume=True, flag=None)
         done = read_jsonl(folder / RESULTS, what="rerank log") if (folder / RESULTS).is_file() else []
     except (FileNotFoundError, CorruptFileError, ConfigError, RunDirError) as error:
         parser.error(str(error))

@@ -33,7 +33,7 @@ def test_paper_preset_is_the_papers_proxy_and_evolution(mode, steps, schedule):
     # original 32 x 32 image with a batch size of 512 for validation. SGD with learning rate 0.1, Nesterov momentum
     # 0.9 and weight decay 1e-4. ... 2000 steps with a constant learning rate for the EvoNorm-B experiment ...
     # 5000 steps following a cosine learning rate schedule for the EvoNorm-S experiment."
-    assert (proxy.anchors, proxy.anchor_depth, proxy.data) == (ANCHORS, 1.0, "cifar10")
+    assert (proxy.anchors, proxy.anchor_depth, proxy.data, proxy.validation) == (ANCHORS, 1.0, "cifar10", "full")
     assert (proxy.image_size, proxy.crop_size, proxy.batch_size, proxy.eval_batch_size) == (32, 24, 128, 512)
     assert (proxy.lr, proxy.weight_decay) == (0.1, 1e-4)
     assert (proxy.train_steps, proxy.schedule) == (steps, schedule)
@@ -206,7 +206,7 @@ def test_cpu_preset_is_the_documented_table(mode):
     """docs/search.md, "Choosing the CPU preset": every value of the table's CPU column."""
     config = preset("cpu", mode)
     proxy, evolution = config.proxy, config.evolution
-    assert (proxy.data, proxy.anchor_depth, proxy.lr) == ("mnist", 0.01, 0.03)
+    assert (proxy.data, proxy.validation, proxy.anchor_depth, proxy.lr) == ("mnist", "centre", 0.01, 0.03)
     assert (proxy.image_size, proxy.crop_size, proxy.batch_size, proxy.eval_batch_size) == (28, 24, 32, 64)
     assert (proxy.quality_steps, proxy.quality_threshold, proxy.train_steps) == (50, 0.2, 100)
     assert (proxy.stability_steps, proxy.stability_anchors, proxy.stability_depth, proxy.stability_batch_size,
