@@ -220,8 +220,68 @@ def test_the_schedule_is_in_steps_warmup_included():
     (lambda: ScheduleSettings("cosine", 10, warmup_steps=-1), "warmup_steps >= 0, got 10 and -1"),
     (lambda: Trainer(tiny_model(), OptimizerSettings(), CONSTANT, label_smoothing=1.5),
      r"label_smoothing must be in \[0, 1\], got 1.5"),
+    (lambda: Trainer(tiny_model(), OptimizerSettings(), CONSTANT, workers=0), "workers must be a positive int, got 0"),
+    (lambda: Trainer(tiny_model(), OptimizerSettings(), CONSTANT, workers=3).step(
+        torch.randn(8, 1, 5, 5), torch.zeros(8, dtype=torch.long)),
+     "a batch of 8 images does not split into 3 workers: give a multiple of 3"),
 ])
 def test_bad_settings_name_the_value_and_what_is_accepted(build, message):
     with pytest.raises(ValueError, match=message):
         build()
 
+
+
+def ghost_batch_model():
+    """Two batch-statistics layers (BN-ReLU and EvoNorm-B0) between convolutions, float64."""
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(2, 4, 3, bias=False), build_norm_act("bn_relu", 4), nn.Conv2d(4, 4, 1, bias=False),
+        build_norm_act("evonorm_b0", 4, impl="reference"), nn.Flatten(), nn.Linear(36, 3),
+    ).double()
+
+
+def test_ghost_batches_are_the_workers_run_apart_with_one_whole_batch_gradient():
+    """workers=3: every batch-statistics layer sees one worker's images (per-chunk statistics: its output over
+    a worker's images is the layer applied to those images alone); the update is SGD on the whole batch's mean
+    loss, i.e. the mean of the three workers' gradients; the moving averages take one update per worker, in
+    worker order."""
+    images, labels = torch.randn(12, 2, 5, 5, dtype=torch.float64) * 2 + 1, torch.arange(12) % 3
+    model, twin = ghost_batch_model(), ghost_batch_model()
+    seen = []
+    model[1].register_forward_hook(lambda module, args, out: seen.append(out.detach().clone()))
+    trainer = Trainer(model, OptimizerSettings(lr=0.1, weight_decay=0.0), CONSTANT, workers=3)
+    assert trainer.ghost_batches
+    loss = trainer.step(images, labels)
+
+    parts = list(zip(images.chunk(3), labels.chunk(3)))
+    worker_losses = [nn.functional.cross_entropy(twin(x), y) for x, y in parts]  # one worker at a time
+    gradients = torch.autograd.grad(sum(worker_losses) / 3, list(twin.parameters()))
+    assert loss == pytest.approx(sum(l.item() for l in worker_losses) / 3, rel=1e-12)
+    for (name, updated), before, gradient in zip(model.named_parameters(), twin.parameters(), gradients):
+        nesterov_first_step = 0.1 * (1 + 0.9) * gradient  # the momentum buffer starts at the gradient
+        torch.testing.assert_close(updated, before - nesterov_first_step, rtol=1e-12, atol=1e-12, msg=name)
+    for name, buffer in twin.named_buffers():
+        torch.testing.assert_close(model.get_buffer(name), buffer, rtol=1e-12, atol=1e-12, msg=name)
+    assert int(model[1].num_batches_tracked) == 3
+    for (x, _), out in zip(parts, seen):  # BN-ReLU's statistics are the worker's own
+        alone = build_norm_act("bn_relu", 4).double()
+        torch.testing.assert_close(out, alone(twin[0](x)), rtol=1e-12, atol=1e-12)
+
+
+def test_ghost_batches_change_nothing_without_batch_statistics():
+    """A model whose layers use no batch statistics gives the same step with any number of workers, in one pass."""
+    def model():
+        torch.manual_seed(1)
+        return nn.Sequential(nn.Conv2d(1, 4, 3, bias=False), build_norm_act("gn_relu", 4, groups=2),
+                             nn.Flatten(), nn.Linear(36, 3)).double()
+
+    images, labels = torch.randn(8, 1, 5, 5, dtype=torch.float64), torch.arange(8) % 3
+    one, four = model(), model()
+    calls = []
+    four[1].register_forward_hook(lambda *args: calls.append(1))
+    trainers = [Trainer(m, OptimizerSettings(lr=0.1), CONSTANT, workers=w) for m, w in ((one, 1), (four, 4))]
+    assert not trainers[1].ghost_batches
+    assert trainers[0].step(images, labels) == pytest.approx(trainers[1].step(images, labels), rel=1e-12)
+    assert len(calls) == 1
+    for a, b in zip(one.parameters(), four.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

@@ -11,8 +11,10 @@ units once and feed it batches:
 * the layer search's proxy task from :class:`TensorBatches`, in-memory images with vectorised
   random crops, stopping after the quality steps and continuing to the fitness steps.
 
-A non-finite loss is reported by :meth:`Trainer.step` (it returns it and skips the update)
-instead of being raised from deep inside autograd; :func:`evaluate` gives accuracy and mean
+``Trainer(..., workers=W)`` simulates W data-parallel workers in one process (ghost batches,
+the paper's "images per worker" of Table 3 without W machines). A non-finite loss is reported
+by :meth:`Trainer.step` (it returns it and skips the update) instead of being raised from deep
+inside autograd; :func:`evaluate` gives accuracy and mean
 loss, optionally after recomputing moving averages (:func:`evonorm_core.running_stats.recalibrate`).
 """
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..running_stats import recalibrate
+from ..running_stats import batch_stat_layers, recalibrate
 from .optimizer import OptimizerSettings, build_optimizer
 from .schedule import ScheduleLR, ScheduleSettings
 
@@ -34,6 +36,18 @@ class Trainer:
 
     ``label_smoothing`` is the cross-entropy's; ``module`` is what runs forward (e.g. the DDP
     wrapper of ``model``).
+
+    ``workers`` simulates that many data-parallel workers (ghost batches): every training batch
+    is split into ``workers`` equal consecutive parts, each run through ``module`` on its own,
+    so that every batch-statistics layer normalizes a worker's images with that worker's
+    statistics, as the paper's workers do; the loss is the mean over the whole batch and one
+    backward gives the gradient the workers would all-reduce (the mean of their gradients).
+    Moving averages are updated once per worker, in worker order, with the layer's momentum:
+    an average over the latest worker batches instead of one worker's latest batches, with
+    the same expected value (each is an average of per-worker statistics). A model without
+    batch statistics computes the same thing in one pass, and takes it. Ghost batches call
+    ``module`` several times before one backward: not for a DDP wrapper (one worker per process
+    there).
     """
 
     def __init__(
@@ -43,10 +57,15 @@ class Trainer:
         schedule: ScheduleSettings,
         label_smoothing: float = 0.0,
         module: nn.Module | None = None,
+        workers: int = 1,
     ) -> None:
         if not 0.0 <= label_smoothing <= 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing!r}")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be a positive int, got {workers!r}")
         self.model, self.module, self.label_smoothing = model, module or model, label_smoothing
+        self.workers = workers
+        self.ghost_batches = workers > 1 and bool(batch_stat_layers(model))
         self.optimizer = build_optimizer(model, optimizer)
         self.scheduler = ScheduleLR(self.optimizer, schedule)
         self.steps = 0
@@ -59,7 +78,7 @@ class Trainer:
         """One optimizer step on a batch; returns the loss. A non-finite loss is returned
         without updating anything (the caller decides: a diverged run, a rejected layer)."""
         self.model.train()
-        loss = F.cross_entropy(self.module(images), labels, label_smoothing=self.label_smoothing)
+        loss = self.loss(images, labels)
         value = loss.item()
         if not math.isfinite(value):
             return value
@@ -69,6 +88,17 @@ class Trainer:
         self.scheduler.step()
         self.steps += 1
         return value
+
+    def loss(self, images: Tensor, labels: Tensor) -> Tensor:
+        """The cross-entropy over the whole batch, each worker's images run through the model on their own."""
+        if len(images) % self.workers:
+            raise ValueError(f"a batch of {len(images)} images does not split into {self.workers} workers: "
+                             f"give a multiple of {self.workers}")
+        if self.ghost_batches:
+            logits = torch.cat([self.module(part) for part in images.chunk(self.workers)])
+        else:
+            logits = self.module(images)
+        return F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
 
     def state_dict(self) -> dict:
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "steps": self.steps}
