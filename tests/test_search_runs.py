@@ -435,7 +435,7 @@ def test_calibration_summary_by_hand():
     rows = [row("bn_relu", 0, {"a": 0.5, "b": 0.7}, cpu=2.0), row("bn_relu", 1, {"a": 0.9, "b": 0.7}, cpu=4.0),
             row("bn_relu", 2, {"a": 0.1}, "quality", cpu=3.0), row("random0", 0, {"a": 0.3, "b": 0.3}),
             row("random1", 0, {"a": 0.1}, "quality"), row("random2", 0, {}, "stability", cpu=4.0)]
-    summary = calibration_summary(rows, ["bn_relu"], [], "B", 0.1)
+    summary = calibration_summary(rows, ["bn_relu"], [], 0.1)
     assert summary["layers"]["bn_relu"] == {
         "accepted_seeds": 2, "seeds": 3, "mean": 0.7, "std": round(0.02 ** 0.5, 4), "min_anchor_accuracy": 0.5,
         "rejections": ["seed 2: quality: low"], "rejected_by": ["quality"]}
@@ -476,22 +476,28 @@ def test_calibration_says_whether_the_proxy_discriminates():
     rows = [row("bn_relu", s, {"r": 0.8, "m": 0.7}) for s in (0, 1)]
     rows += [row("no_norm_tanh", 0, {"r": 0.64, "m": 0.64}), row("no_norm_tanh", 1, stage="quality")]
     rows += [{**row("unstable_example", s, {"r": 0.3}, stage="stability"), "stability_alone": "inf"} for s in (0, 1)]
-    checks = summarize(rows, ["bn_relu"], ["no_norm_tanh", "unstable_example"], "B", 0.10)["discrimination"]
+    checks = summarize(rows, ["bn_relu"], ["no_norm_tanh", "unstable_example"], 0.10)["discrimination"]
     assert checks["baseline_mean"] == pytest.approx(0.75)
     assert checks["references_accepted"] and checks["controls_apart"] == {"no_norm_tanh": True, "unstable_example": True}
     assert checks["unstable_rejected_by_stability"] and checks["discriminates"]
     close = [*rows[:2], row("no_norm_tanh", 0, {"r": 0.66, "m": 0.66}), rows[3], *rows[4:]]  # 0.09 below: too close
-    checks = summarize(close, ["bn_relu"], ["no_norm_tanh", "unstable_example"], "B", 0.10)["discrimination"]
+    checks = summarize(close, ["bn_relu"], ["no_norm_tanh", "unstable_example"], 0.10)["discrimination"]
     assert checks["controls_apart"]["no_norm_tanh"] is False and not checks["discriminates"]
     by_quality = [*rows[:4], {**row("unstable_example", 0, stage="quality"), "stability_alone": "inf"}, rows[5]]
-    checks = summarize(by_quality, ["bn_relu"], ["no_norm_tanh", "unstable_example"], "B", 0.10)["discrimination"]
+    checks = summarize(by_quality, ["bn_relu"], ["no_norm_tanh", "unstable_example"], 0.10)["discrimination"]
     assert checks["unstable_rejected_by_stability"] and checks["discriminates"]  # quality first, stability also
     passes = [*rows[:4], {**rows[4], "stability_alone": None}, rows[5]]
-    checks = summarize(passes, ["bn_relu"], ["no_norm_tanh", "unstable_example"], "B", 0.10)["discrimination"]
+    checks = summarize(passes, ["bn_relu"], ["no_norm_tanh", "unstable_example"], 0.10)["discrimination"]
     assert checks["unstable_rejected_by_stability"] is False and not checks["discriminates"]
     lost = [row("bn_relu", 0, {"r": 0.8}), row("bn_relu", 1, stage="quality"), *rows[2:]]
-    assert not summarize(lost, ["bn_relu"], ["no_norm_tanh", "unstable_example"], "B", 0.1)["discrimination"][
+    assert not summarize(lost, ["bn_relu"], ["no_norm_tanh", "unstable_example"], 0.1)["discrimination"][
         "references_accepted"]
+    # mode S: BN-ReLU is measured beside the references and stays the baseline; it need not be accepted itself
+    gn = [row("gn_relu", s, {"r": 0.9, "m": 0.9}) for s in (0, 1)]
+    checks = summarize([*gn, *rows[:4]], ["gn_relu"], ["no_norm_tanh"], 0.1)["discrimination"]
+    assert (checks["baseline"], checks["baseline_mean"]) == ("bn_relu", pytest.approx(0.75))
+    assert checks["references_accepted"] and checks["controls_apart"] == {"no_norm_tanh": True}
+    assert "discrimination" not in summarize([*gn, *rows[2:4]], ["gn_relu"], ["no_norm_tanh"], 0.1)  # no BN-ReLU
 
 
 def test_the_papers_proxy_without_its_data_says_how_to_get_it():
