@@ -291,13 +291,14 @@ def test_durations_and_threads_of_the_run_settings():
 
 
 def test_mode_s_starts_from_the_s_preset():
-    """``--mode S`` picks the preset's S configuration: cosine fitness schedule, GN-ReLU and the S series
-    as references (Table 3), S-mode evolution; flags given still win."""
+    """``--mode S`` picks the preset's S configuration: GN-ReLU and the S series as references (Table 3),
+    S-mode evolution (with ``--preset paper``: its cosine fitness schedule); flags given still win."""
     from evonorm_suite.search import evolve
 
     config = evolve.resolve_config(evolve.build_parser().parse_args(["--mode", "S", "--lr", "0.05"]))
-    assert config.evolution.mode == "S" and config.proxy.schedule == "cosine"
-    assert config.references == DEFAULT_REFERENCES["S"] and config.proxy.lr == 0.05
+    assert config.evolution.mode == "S" and config.references == DEFAULT_REFERENCES["S"] and config.proxy.lr == 0.05
+    paper_s = evolve.resolve_config(evolve.build_parser().parse_args(["--mode", "S", "--preset", "paper"]))
+    assert (paper_s.proxy.schedule, paper_s.proxy.train_steps) == ("cosine", 5000)
     paper = evolve.resolve_config(evolve.build_parser().parse_args(["--preset", "paper"]))
     assert (paper.proxy.train_steps, paper.evolution.window, paper.preset) == (2000, 2500, "paper")
 
