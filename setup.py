@@ -91,7 +91,7 @@ EXTRAS = {
     # releases need numpy>=2, which the offline Detectron2 forbids: tools/constraints.txt pins a set
     # that works with numpy<2.
     "export": ["onnx", "onnxscript", "onnx-ir", "onnxruntime", "ml-dtypes"],
-    "dev": ["pytest>=7", "pytest-timeout"],
+    "dev": ["pytest>=7", "pytest-timeout", "ruff"],
 }
 EXTRAS["all"] = sorted({req for reqs in EXTRAS.values() for req in reqs})
 

@@ -10,9 +10,9 @@ import warnings
 # as deprecated on every command; the warning is about detectron2's code, not the user's.
 warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
 
-from evonorm_suite.detection.backbone import build_norm_act_resnet_fpn_backbone
-from evonorm_suite.detection.config import add_evonorm_config, load_config
-from evonorm_suite.detection.heads import NormActConvFCHead, NormActMaskHead
+from evonorm_suite.detection.backbone import build_norm_act_resnet_fpn_backbone  # noqa: E402
+from evonorm_suite.detection.config import add_evonorm_config, load_config  # noqa: E402
+from evonorm_suite.detection.heads import NormActConvFCHead, NormActMaskHead  # noqa: E402
 
 __all__ = [
     "NormActConvFCHead",

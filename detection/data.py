@@ -5,11 +5,15 @@ import copy
 import os
 from pathlib import Path
 
-import pycocotools.mask as mask_util
-
 import detectron2.data.transforms as T
-from detectron2.data import DatasetCatalog, DatasetMapper, MetadataCatalog, build_detection_train_loader
-from detectron2.data import detection_utils
+import pycocotools.mask as mask_util
+from detectron2.data import (
+    DatasetCatalog,
+    DatasetMapper,
+    MetadataCatalog,
+    build_detection_train_loader,
+    detection_utils,
+)
 
 from evonorm_suite.detection.shapes import DATASET_PREFIX, register_shapes_dataset
 

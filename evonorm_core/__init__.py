@@ -12,9 +12,9 @@
 torchvision, is not imported here: import its modules by name.
 """
 from . import running_stats
+from .convert import ConversionReport, convert_norm_act
 from .layers import *  # noqa: F401,F403  (registers every layer)
 from .layers import __all__ as _layer_names
-from .convert import ConversionReport, convert_norm_act
 from .registry import (
     NormActMaker,
     build_norm_act,

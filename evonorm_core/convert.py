@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import Counter
+
 import torch
 import torch.nn.functional as F
 from torch import fx, nn

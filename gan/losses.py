@@ -1,6 +1,6 @@
 """BigGAN's hinge loss (Lim & Ye, 2017; Miyato et al., 2018)."""
-from torch import Tensor
 import torch.nn.functional as F
+from torch import Tensor
 
 
 def discriminator_hinge_loss(real_logits: Tensor, fake_logits: Tensor) -> Tensor:

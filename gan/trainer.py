@@ -270,8 +270,9 @@ class Trainer:
         """Drop log lines written after the checkpoint this run continues from."""
         log = self.run_dir / LOG_FILE
         if self.ctx.is_main and log.exists():
-            from evonorm_core.experiment.files import atomic_write_text
             import json
+
+            from evonorm_core.experiment.files import atomic_write_text
 
             kept = [r for r in read_jsonl(log) if r["step"] <= self.step]
             atomic_write_text(log, "".join(json.dumps(r) + "\n" for r in kept))

@@ -6,7 +6,6 @@ import torchvision
 from evonorm_core.classifiers.models import build_model
 from evonorm_suite.classification.tradeoff import SplitAffine, count_flops, fold_for_inference, main
 
-
 # These models see tiny batches: a second intra-op thread only adds contention.
 pytestmark = pytest.mark.usefixtures("one_thread")
 

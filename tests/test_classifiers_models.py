@@ -11,7 +11,6 @@ from evonorm_core.classifiers.mbconv import EFFICIENTNET_SCALING, efficientnet_c
 from evonorm_core.classifiers.models import MODEL_NAMES, MODEL_RESOLUTIONS, build_model
 from evonorm_core.classifiers.resnet import PreActBottleneck
 
-
 # These models see tiny batches: a second intra-op thread only adds contention.
 pytestmark = pytest.mark.usefixtures("one_thread")
 

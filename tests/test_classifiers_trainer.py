@@ -256,7 +256,7 @@ def test_ghost_batches_are_the_workers_run_apart_with_one_whole_batch_gradient()
     parts = list(zip(images.chunk(3), labels.chunk(3)))
     worker_losses = [nn.functional.cross_entropy(twin(x), y) for x, y in parts]  # one worker at a time
     gradients = torch.autograd.grad(sum(worker_losses) / 3, list(twin.parameters()))
-    assert loss == pytest.approx(sum(l.item() for l in worker_losses) / 3, rel=1e-12)
+    assert loss == pytest.approx(sum(part.item() for part in worker_losses) / 3, rel=1e-12)
     for (name, updated), before, gradient in zip(model.named_parameters(), twin.parameters(), gradients):
         nesterov_first_step = 0.1 * (1 + 0.9) * gradient  # the momentum buffer starts at the gradient
         torch.testing.assert_close(updated, before - nesterov_first_step, rtol=1e-12, atol=1e-12, msg=name)

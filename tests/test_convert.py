@@ -136,7 +136,7 @@ def test_functional_activation_and_shared_use():
         def forward(self, x):
             a = F.silu(self.bn_a(self.conv(x)))
             b = self.bn_b(self.conv(x))
-            return torch.relu(b) + b  # b has two consumers: its ReLU cannot be folded
+            return a + torch.relu(b) + b  # b has two consumers: its ReLU cannot be folded
 
     gm = evonorm_core.convert_norm_act(Net(), "gn_relu", groups=4)
     entries = {e.name: e.folded_activation for e in gm.norm_act_report.entries}

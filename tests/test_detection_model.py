@@ -15,12 +15,12 @@ from detectron2.structures import BitMasks, Boxes, Instances  # noqa: E402
 from detectron2.utils.events import EventStorage  # noqa: E402
 from torch import nn  # noqa: E402
 
+from evonorm_core import build_norm_act  # noqa: E402
+from evonorm_core.layers import NormAct2d  # noqa: E402
 from evonorm_suite.detection import load_config  # noqa: E402
 from evonorm_suite.detection.norm import EmptyBatchSafe  # noqa: E402
 from evonorm_suite.detection.optimizer import optimizer_param_groups  # noqa: E402
 from evonorm_suite.detection.paper import CONFIG_ROWS, TABLE4  # noqa: E402
-from evonorm_core import build_norm_act  # noqa: E402
-from evonorm_core.layers import NormAct2d  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "detection" / "configs"
 PAPER_CONFIGS = sorted(CONFIG_ROWS)

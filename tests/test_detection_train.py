@@ -14,11 +14,17 @@ pytest.importorskip("detectron2", reason="detectron2 is not installed (tools/ins
 pytestmark = pytest.mark.detectron2
 
 from pycocotools.coco import COCO  # noqa: E402
-from tests.test_detection_model import TINY as TINY_MODEL  # noqa: E402
 
 from evonorm_suite.detection import data, load_config, report, train_net  # noqa: E402
 from evonorm_suite.detection.cost import count_parameters, model_cost  # noqa: E402
-from evonorm_suite.detection.shapes import CLASSES, SPLITS, ensure_shapes_dataset, register_shapes_dataset, shape_polygon  # noqa: E402
+from evonorm_suite.detection.shapes import (  # noqa: E402
+    CLASSES,
+    SPLITS,
+    ensure_shapes_dataset,
+    register_shapes_dataset,
+    shape_polygon,
+)
+from tests.test_detection_model import TINY as TINY_MODEL  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "detection" / "configs"
@@ -263,8 +269,8 @@ R-101-FPN EvoNorm-S0 44.5 65.3 48.7 39.6 62.3 42.6 409.7 65.38
 def test_table4_holds_the_papers_numbers_and_each_config_its_row():
     from evonorm_suite.detection.paper import CONFIG_ROWS, TABLE4, paper_cells
 
-    expected = {(b, l): tuple(float(v) for v in values)
-                for b, l, *values in (line.split() for line in PAPER_TABLE4.strip().splitlines())}
+    expected = {(backbone, layer): tuple(float(v) for v in values)
+                for backbone, layer, *values in (line.split() for line in PAPER_TABLE4.strip().splitlines())}
     assert dict(TABLE4.rows) == expected and list(TABLE4.rows) == list(expected)
     assert TABLE4.columns == ("box AP", "box AP50", "box AP75", "mask AP", "mask AP50", "mask AP75", "MAdds (B)",
                               "params (M)")

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from evonorm_core.experiment import config as cfg
-from evonorm_core.experiment.arguments import MAX_SEED, DistinctValues, output_file, seed
 from evonorm_core.experiment import data, files, progress, rundir, tables
+from evonorm_core.experiment.arguments import MAX_SEED, DistinctValues, output_file, seed
 
 
 @dataclass(frozen=True)

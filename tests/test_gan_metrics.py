@@ -1,6 +1,7 @@
 """IS/FID through torch-fidelity against closed forms, with small feature extractors registered offline."""
 import json
 import os
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,8 +13,6 @@ from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY, register_featur
 
 from evonorm_core.experiment.rundir import RunDir, RunDirError
 from evonorm_suite.gan import evaluate
-from dataclasses import replace
-
 from evonorm_suite.gan.config import PRESETS
 from evonorm_suite.gan.data import digits_dataset
 from evonorm_suite.gan.metrics import GeneratorSampler, fidelity_metrics

@@ -4,12 +4,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from evonorm_core import build_norm_act, list_norm_acts
+from evonorm_core import ConditionalNormAct2d, build_norm_act, list_norm_acts
 from evonorm_core.layers import BatchNormAct2d
 from evonorm_suite.gan.biggan_deep import DBlock, Discriminator, GBlock, Generator, GeneratorSpec
-from evonorm_core import ConditionalNormAct2d
 from evonorm_suite.gan.layers import SelfAttention
-
 
 
 def tiny_generator(norm="evonorm_s0", resolution=32, channels=16, depth=2, **options):

@@ -25,9 +25,9 @@ from evonorm_suite.gan.checkpoint import RUN_KIND
 from evonorm_suite.gan.config import PRESETS
 from evonorm_suite.gan.data import digits_dataset
 from evonorm_suite.gan.ema import EMA
+from evonorm_suite.gan.layers import SelfAttention
 from evonorm_suite.gan.losses import discriminator_hinge_loss, generator_hinge_loss
 from evonorm_suite.gan.sampling import grid_latents, sample_latents, standing_statistics
-from evonorm_suite.gan.layers import SelfAttention
 from evonorm_suite.gan.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from ..experiment.config import config_from_dict, config_to_dict
-from ..experiment.files import CorruptFileError, append_jsonl, atomic_write_json, atomic_write_text, read_json, read_jsonl
+from ..experiment.files import (
+    CorruptFileError,
+    append_jsonl,
+    atomic_write_json,
+    atomic_write_text,
+    read_json,
+    read_jsonl,
+)
 from .equivalence import EquivalenceCache, fingerprint
 from .evolution import EvolutionConfig, Member, Proposer
 from .expression import to_infix

@@ -2,8 +2,6 @@
 replaces a BatchNorm without activation during the search (paper footnote 3)."""
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 from torch import Tensor, nn
 

@@ -22,6 +22,7 @@ from .equivalence import probe_outputs
 from .genome import Genome
 from .layer import GraphLayer
 
+
 def static_rejection(genome: Genome) -> str | None:
     """Why ``genome`` fails the static checks, or ``None`` if it passes."""
     first, second, evaluated = probe_outputs(genome)
