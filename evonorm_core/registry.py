@@ -5,7 +5,7 @@ Names are case- and separator-insensitive: ``evonorm_s0``, ``EvoNormS0`` and
 
     @register_norm_act("my_norm")
     class MyNorm(nn.Module):
-        uses_batch_stats = False
+        uses_batch_statistics = False
         def __init__(self, num_channels, nonlinearity=True, **options): ...
 
 Models take a :data:`NormActMaker`, ``make(num_channels, nonlinearity) -> nn.Module``, made
@@ -47,13 +47,13 @@ def normalize_name(name: str) -> str:
 
 def _declared_batch_statistics(constructor: _Constructor) -> Callable[[bool], bool] | None:
     """``nonlinearity -> uses batch statistics`` from a layer class's metadata, if it declares it:
-    a classmethod ``batch_stats_for(nonlinearity)`` or a class attribute ``uses_batch_stats``."""
+    a classmethod ``uses_batch_statistics_for(nonlinearity)`` or a class attribute ``uses_batch_statistics``."""
     target = constructor.func if isinstance(constructor, functools.partial) else constructor
     if not inspect.isclass(target):
         return None
-    if callable(getattr(target, "batch_stats_for", None)):
-        return target.batch_stats_for
-    declared = inspect.getattr_static(target, "uses_batch_stats", None)
+    if callable(getattr(target, "uses_batch_statistics_for", None)):
+        return target.uses_batch_statistics_for
+    declared = inspect.getattr_static(target, "uses_batch_statistics", None)
     if isinstance(declared, bool):
         return lambda nonlinearity: declared
     return None
@@ -69,7 +69,7 @@ def register_norm_act(
     alias that is already taken raises ``ValueError`` unless ``override=True`` (then it
     points to the new layer for every caller). ``batch_statistics`` declares whether the
     layer uses batch statistics, for a constructor that is not a class declaring it itself
-    (``batch_stats_for(nonlinearity)`` or ``uses_batch_stats``), see :func:`uses_batch_statistics`.
+    (``uses_batch_statistics_for(nonlinearity)`` or ``uses_batch_statistics``), see :func:`uses_batch_statistics`.
     """
     keys = {normalize_name(n) for n in (name, *aliases)}
 
@@ -152,7 +152,7 @@ def norm_act_factory(spec: str | NormActMaker, **options) -> NormActMaker:
     ``spec`` is a registered name (``options`` are bound to it and checked now, so a bad
     name or option fails before any model is built) or already such a callable, e.g. one
     that builds a searched layer from a genome. Models take this so one argument selects
-    any layer. The maker of a name carries ``uses_batch_stats`` (see
+    any layer. The maker of a name carries ``uses_batch_statistics`` (see
     :func:`uses_batch_statistics`).
     """
     if callable(spec):
@@ -167,7 +167,7 @@ def norm_act_factory(spec: str | NormActMaker, **options) -> NormActMaker:
     make.__name__ = make.__qualname__ = f"make_{canonical}"
     declared = _BATCH_STATISTICS[canonical]
     if declared is not None:
-        make.uses_batch_stats = bool(declared(True))
+        make.uses_batch_statistics = bool(declared(True))
     return make
 
 
@@ -192,24 +192,24 @@ def uses_batch_statistics(spec: str | NormActMaker | nn.Module, nonlinearity: bo
 
     ``spec`` is a registered name (answered from the layer's declared metadata, for the
     layer built with ``nonlinearity``; nothing is built), a :data:`NormActMaker` carrying a
-    ``uses_batch_stats`` attribute (those of :func:`norm_act_factory` and of the search's
+    ``uses_batch_statistics`` attribute (those of :func:`norm_act_factory` and of the search's
     ``genome_norm_act`` do), or a module: a layer, or a whole model (True if any of its
     layers does, native ``nn.BatchNorm*`` included).
     """
     if isinstance(spec, nn.Module):
-        return bool(running_stats.batch_stat_layers(spec))
+        return bool(running_stats.batch_statistics_layers(spec))
     if isinstance(spec, str):
         canonical = resolve_name(spec)
         declared = _BATCH_STATISTICS[canonical]
         if declared is None:
             raise ValueError(
                 f"norm-act layer {canonical!r} does not declare whether it uses batch statistics; register it "
-                "with batch_statistics=True/False or give its class a uses_batch_stats attribute"
+                "with batch_statistics=True/False or give its class a uses_batch_statistics attribute"
             )
         return bool(declared(nonlinearity))
-    if callable(spec) and isinstance(getattr(spec, "uses_batch_stats", None), bool):
-        return spec.uses_batch_stats
+    if callable(spec) and isinstance(getattr(spec, "uses_batch_statistics", None), bool):
+        return spec.uses_batch_statistics
     raise TypeError(
         f"cannot tell whether {spec!r} uses batch statistics without building a layer: pass a registered "
-        "name, a layer or model, or a maker with a boolean uses_batch_stats attribute"
+        "name, a layer or model, or a maker with a boolean uses_batch_statistics attribute"
     )

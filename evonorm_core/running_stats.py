@@ -63,18 +63,18 @@ def update_running_(running: Tensor, batch_value: Tensor, factor: float, count: 
     running.lerp_(value.to(running.dtype), factor)
 
 
-def uses_batch_stats(module: nn.Module) -> bool:
+def is_batch_statistics_layer(module: nn.Module) -> bool:
     """Whether ``module`` itself (not its children) keeps moving averages of batch statistics:
-    a layer of the suite declaring ``uses_batch_stats``, or a native ``nn.BatchNorm*`` that
+    a layer of the suite declaring ``uses_batch_statistics``, or a native ``nn.BatchNorm*`` that
     tracks running statistics."""
     if isinstance(module, nn.modules.batchnorm._BatchNorm):
         return bool(module.track_running_stats)
-    return getattr(module, "uses_batch_stats", False) is True
+    return getattr(module, "uses_batch_statistics", False) is True
 
 
-def batch_stat_layers(model: nn.Module) -> list[nn.Module]:
+def batch_statistics_layers(model: nn.Module) -> list[nn.Module]:
     """The submodules of ``model`` (itself included) that keep moving averages of batch statistics."""
-    return [m for m in model.modules() if uses_batch_stats(m)]
+    return [m for m in model.modules() if is_batch_statistics_layer(m)]
 
 
 @torch.no_grad()
@@ -89,7 +89,7 @@ def recalibrate(
     ``model(batch)``), then modes and momenta are restored. Returns the number of layers
     recalibrated (0: the model has no batch statistics and nothing is run).
     """
-    layers = batch_stat_layers(model)
+    layers = batch_statistics_layers(model)
     if not layers:
         return 0
     forward = forward or (lambda m, batch: m(batch))

@@ -34,7 +34,7 @@ import torch
 
 from evonorm_core.experiment.files import atomic_write_json
 from evonorm_core.experiment.rundir import RunDirError, open_run
-from evonorm_core.running_stats import batch_stat_layers
+from evonorm_core.running_stats import batch_statistics_layers
 from evonorm_suite.gan import digits_classifier
 from evonorm_suite.gan.checkpoint import RUN_KIND, checkpoint_dir, load_ema_generator, resolve_checkpoint
 from evonorm_suite.gan.data import UInt8Images, build_dataset, digits_dataset
@@ -63,7 +63,7 @@ def prepare_sampling(generator: torch.nn.Module, standing_stats: int, standing_b
     """Recompute standing statistics if asked; returns how batch-statistics layers will sample."""
     if standing_statistics(generator, standing_stats, standing_batch, seed):
         return f"eval mode, standing statistics over {standing_stats} batches of {standing_batch}"
-    if batch_stat_layers(generator):
+    if batch_statistics_layers(generator):
         return "eval mode, moving statistics"
     return "eval mode, no batch statistics"
 

@@ -19,7 +19,7 @@ from torch import nn
 from evonorm_core.experiment.config import ConfigError
 from evonorm_core.experiment.files import load_checkpoint
 from evonorm_core.experiment.rundir import RunDirError, open_run
-from evonorm_core.running_stats import batch_stat_layers
+from evonorm_core.running_stats import batch_statistics_layers
 from evonorm_suite.gan import train_biggan
 from evonorm_suite.gan.checkpoint import RUN_KIND
 from evonorm_suite.gan.config import PRESETS
@@ -146,7 +146,7 @@ def test_standing_statistics_average_batch_statistics(tmp_path, digits):
     layer = conditional.norm
     inputs = []
     handle = conditional.register_forward_pre_hook(lambda module, args: inputs.append(args[0].detach().double()))
-    assert standing_statistics(generator, num_batches=3, batch_size=4, seed=5) == len(batch_stat_layers(generator))
+    assert standing_statistics(generator, num_batches=3, batch_size=4, seed=5) == len(batch_statistics_layers(generator))
     handle.remove()
     assert len(inputs) == 3 and not generator.training  # mode restored
     expected_var = torch.stack([x.var(dim=(0, 2, 3), unbiased=True) for x in inputs]).mean(0)

@@ -67,7 +67,7 @@ def test_matches_paper_formula(name, impl, training, nonlinearity):
 
 
 @pytest.mark.parametrize("shape", [(3, 8, 5, 4), (1, 8, 1, 1)], ids=["batch", "one-value-per-channel"])
-@pytest.mark.parametrize("name", [n for n in NAMES if build(n).uses_batch_stats])
+@pytest.mark.parametrize("name", [n for n in NAMES if build(n).uses_batch_statistics])
 def test_training_with_buffers_in_another_dtype_matches_paper_formula(name, shape):
     """Float32 moving averages under a float64 input, or one value per channel, leave ``F.batch_norm``
     for composed ops: the same formula must come out."""
@@ -330,7 +330,7 @@ def test_uses_batch_statistics_is_declared_metadata(name, nonlinearity):
     expected = name in ref.BATCH_DEPENDENT and (nonlinearity or not name.startswith("evonorm_b"))
     assert evonorm_core.uses_batch_statistics(name, nonlinearity) is expected  # nothing built
     layer = build(name, nonlinearity=nonlinearity)
-    assert layer.uses_batch_stats is expected
+    assert layer.uses_batch_statistics is expected
     assert evonorm_core.uses_batch_statistics(layer) is expected
     assert any(n.startswith("running_") for n, _ in layer.named_buffers()) is expected
     if nonlinearity:

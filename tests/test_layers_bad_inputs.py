@@ -98,7 +98,7 @@ def test_empty_batch_keeps_the_cumulative_average():
 
 def test_register_refuses_a_taken_name_unless_override(scratch_registry):
     class Mine(nn.Module):
-        uses_batch_stats = False
+        uses_batch_statistics = False
 
         def __init__(self, num_channels, nonlinearity=True):
             super().__init__()

@@ -132,23 +132,23 @@ def test_accepted_options_follow_kwargs_up_the_class_chain():
 
 def test_makers_carry_their_options_name_and_batch_statistics():
     make_b0 = evonorm_core.norm_act_factory("EvoNorm-B0", eps=1e-3, momentum=0.2)
-    assert make_b0.__name__ == "make_evonorm_b0" and make_b0.uses_batch_stats is True
+    assert make_b0.__name__ == "make_evonorm_b0" and make_b0.uses_batch_statistics is True
     layer = make_b0(16, False)
     assert (layer.eps, layer.momentum, layer.nonlinearity, layer.num_channels) == (1e-3, 0.2, False, 16)
-    assert evonorm_core.norm_act_factory("evonorm_s0").uses_batch_stats is False
-    assert evonorm_core.norm_act_factory("bn").uses_batch_stats is True
+    assert evonorm_core.norm_act_factory("evonorm_s0").uses_batch_statistics is False
+    assert evonorm_core.norm_act_factory("bn").uses_batch_statistics is True
     assert evonorm_core.uses_batch_statistics(make_b0) is True
 
 
 def test_override_points_every_spelling_to_the_new_layer(scratch_registry):
     class First(nn.Module):
-        uses_batch_stats = True
+        uses_batch_statistics = True
 
         def __init__(self, num_channels, nonlinearity=True):
             super().__init__()
 
     class Second(First):
-        uses_batch_stats = False
+        uses_batch_statistics = False
 
     evonorm_core.register_norm_act("test_override_layer", "test-override-alias")(First)
     evonorm_core.register_norm_act("test_override_layer", "test-override-alias", override=True)(Second)
@@ -158,9 +158,9 @@ def test_override_points_every_spelling_to_the_new_layer(scratch_registry):
 
 def test_an_explicit_batch_statistics_declaration_wins_over_the_class(scratch_registry):
     """``register_norm_act(..., batch_statistics=False)`` is what ``uses_batch_statistics`` answers, also
-    for a class that declares the opposite (``uses_batch_stats = True``) or nothing at all."""
+    for a class that declares the opposite (``uses_batch_statistics = True``) or nothing at all."""
     class DeclaresBatchStatistics(nn.Module):
-        uses_batch_stats = True
+        uses_batch_statistics = True
 
         def __init__(self, num_channels, nonlinearity=True):
             super().__init__()

@@ -87,15 +87,15 @@ def test_a_model_without_batch_statistics_is_not_run():
     calls = []
     assert running_stats.recalibrate(model, [torch.randn(1, 3, 2, 2)], forward=lambda m, b: calls.append(b)) == 0
     assert calls == []
-    assert running_stats.batch_stat_layers(model) == []
+    assert running_stats.batch_statistics_layers(model) == []
 
 
-def test_batch_stat_layers_finds_every_kind():
+def test_batch_statistics_layers_finds_every_kind():
     model = model_with_every_kind()
-    found = running_stats.batch_stat_layers(model)
+    found = running_stats.batch_statistics_layers(model)
     assert [type(m).__name__ for m in found] == ["EvoNormB0", "BatchNorm2d", "GraphLayer"]
     untracked = nn.BatchNorm2d(8, track_running_stats=False)
-    assert running_stats.batch_stat_layers(untracked) == []
+    assert running_stats.batch_statistics_layers(untracked) == []
 
 
 @pytest.mark.parametrize("momentum,expected", [(1, 1.0), (1.0, 1.0), (0.5, 0.5), (1e-6, 1e-6), (None, None)])

@@ -91,9 +91,9 @@ def test_cumulative_momentum_averages_every_batch_since_reset():
     assert int(layer.num_batches_tracked) == 0 and torch.equal(layer.running_var_4, torch.ones(4, dtype=torch.float64))
 
 
-def test_uses_batch_stats_follows_the_live_graph():
-    assert GraphLayer(parse(B0), 8).uses_batch_stats
-    assert not GraphLayer(parse(S0), 8).uses_batch_stats
+def test_uses_batch_statistics_follows_the_live_graph():
+    assert GraphLayer(parse(B0), 8).uses_batch_statistics
+    assert not GraphLayer(parse(S0), 8).uses_batch_statistics
     assert evonorm_core.uses_batch_statistics(genome_norm_act(parse(B0))) is True
     assert evonorm_core.uses_batch_statistics(genome_norm_act(parse(S0))) is False
 

@@ -55,7 +55,7 @@ def x():
 def test_table1_has_12_elementwise_and_12_aggregation_ops():
     assert len(PRIMITIVES) == 24
     assert sum(op.aggregation for op in PRIMITIVES.values()) == 12
-    assert {op.name for op in PRIMITIVES.values() if op.batch_dependent} == {"batch_mean", "batch_std", "batch_rms"}
+    assert {op.name for op in PRIMITIVES.values() if op.uses_batch_statistics} == {"batch_mean", "batch_std", "batch_rms"}
     assert set(ops_for_mode("S")) == set(PRIMITIVES) - {"batch_mean", "batch_std", "batch_rms"}
 
 

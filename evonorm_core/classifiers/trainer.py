@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..running_stats import batch_stat_layers, recalibrate
+from ..running_stats import batch_statistics_layers, recalibrate
 from .optimizer import OptimizerSettings, build_optimizer
 from .schedule import ScheduleLR, ScheduleSettings
 
@@ -65,7 +65,7 @@ class Trainer:
             raise ValueError(f"workers must be a positive int, got {workers!r}")
         self.model, self.module, self.label_smoothing = model, module or model, label_smoothing
         self.workers = workers
-        self.ghost_batches = workers > 1 and bool(batch_stat_layers(model))
+        self.ghost_batches = workers > 1 and bool(batch_statistics_layers(model))
         self.optimizer = build_optimizer(model, optimizer)
         self.scheduler = ScheduleLR(self.optimizer, schedule)
         self.steps = 0

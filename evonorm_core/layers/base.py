@@ -13,7 +13,7 @@ The contract (``NormAct2d``):
 * ``layer(x) == layer.forward_affine(x, layer.weight, layer.bias)``; ``forward_affine``
   takes ``weight``/``bias`` ``None``, per channel ``(C,)`` or per sample ``(N, C)``
   (class-conditional layers), through the same (fused where the layer is fused) path.
-* ``layer.uses_batch_stats`` (instance) and ``type(layer).batch_stats_for(nonlinearity)``
+* ``layer.uses_batch_statistics`` (instance) and ``type(layer).uses_batch_statistics_for(nonlinearity)``
   (class metadata, read without building a layer).
 * ``layer.folded_affine()``: ``(scale, shift)`` when the layer, in its current mode, is a
   per-channel affine followed by :meth:`NormAct2d.activation_module` (inference folding).
@@ -145,14 +145,14 @@ class NormAct2d(nn.Module, abc.ABC):
             self.register_channel_param(*ACTIVATIONS[self.activation][1], device=device, dtype=dtype)
 
     @classmethod
-    def batch_stats_for(cls, nonlinearity: bool = True) -> bool:
+    def uses_batch_statistics_for(cls, nonlinearity: bool = True) -> bool:
         """Whether a layer of this class built with ``nonlinearity`` uses batch statistics."""
         return cls.batch_statistics
 
     @property
-    def uses_batch_stats(self) -> bool:
+    def uses_batch_statistics(self) -> bool:
         """Whether this layer normalizes with batch statistics (and keeps moving averages)."""
-        return type(self).batch_stats_for(self.nonlinearity)
+        return type(self).uses_batch_statistics_for(self.nonlinearity)
 
     def register_channel_param(
         self, name: str, init: float, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
@@ -263,7 +263,7 @@ class BatchStatsNormAct2d(NormAct2d):
     :mod:`evonorm_core.running_stats` (``nn.BatchNorm2d``'s rule: ``momentum``, or a
     cumulative average with ``momentum=None``; variances stored unbiased). In eval the
     moving averages are used. Buffers exist only when the layer uses batch statistics
-    (:attr:`uses_batch_stats`); e.g. EvoNorm-B0 with ``nonlinearity=False`` is a plain affine.
+    (:attr:`uses_batch_statistics`); e.g. EvoNorm-B0 with ``nonlinearity=False`` is a plain affine.
     """
 
     batch_statistics = True
@@ -289,7 +289,7 @@ class BatchStatsNormAct2d(NormAct2d):
         self.momentum = running_stats.check_momentum(momentum)
         self.sync = bool(sync)
         self.process_group = process_group
-        if self.uses_batch_stats:
+        if self.uses_batch_statistics:
             factory = {"device": device, "dtype": dtype}
             if self.track_mean:
                 self.register_buffer("running_mean", torch.zeros(num_channels, **factory))
@@ -298,7 +298,7 @@ class BatchStatsNormAct2d(NormAct2d):
 
     def reset_running_stats(self) -> None:
         """Moving averages back to mean 0, variance 1, no batch counted."""
-        if self.uses_batch_stats:
+        if self.uses_batch_statistics:
             if self.track_mean:
                 self.running_mean.zero_()
             self.running_var.fill_(1)

@@ -82,7 +82,7 @@ class _EvoNormB(_EvoNorm, BatchStatsNormAct2d):
         self._init_evonorm(impl, device, dtype)
 
     @classmethod
-    def batch_stats_for(cls, nonlinearity: bool = True) -> bool:
+    def uses_batch_statistics_for(cls, nonlinearity: bool = True) -> bool:
         return bool(nonlinearity)  # without it, the affine x * gamma + beta
 
     def _call(self, x: Tensor, weight: Tensor | None, bias: Tensor | None, impl: str) -> Tensor:

@@ -72,7 +72,7 @@ class Genome:
         return [self.node(i).op for i in self.live_nodes() if i >= len(INITIAL_NODES)]
 
     def uses_batch_statistics(self) -> bool:
-        return any(PRIMITIVES[op].batch_dependent for op in self.live_ops())
+        return any(PRIMITIVES[op].uses_batch_statistics for op in self.live_ops())
 
     def pruned(self) -> "Genome":
         """The same function with the dead nodes removed and the live ones renumbered."""

@@ -124,27 +124,22 @@ class GraphLayer(NormAct2d):
                 self._running[name] = _BATCH_STAT_INIT[kind]
                 init = torch.full((num_channels,), _BATCH_STAT_INIT[kind], device=device, dtype=dtype)
                 self.register_buffer(name, init)
-        self._uses_batch_stats = bool(self._running)
-        if self._uses_batch_stats:
+        self._uses_batch_statistics = bool(self._running)
+        if self._uses_batch_statistics:
             self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long, device=device))
         self._contexts = {index: _NodeContext(self, index) for index in self._live}
 
     @property
-    def uses_batch_stats(self) -> bool:
-        """Whether a live node of the genome is a batch aggregation (moving averages in eval)."""
-        return self._uses_batch_stats
-
-    @property
     def uses_batch_statistics(self) -> bool:
-        """Deprecated name of :attr:`uses_batch_stats` (kept until ``search/proxy.py`` switches)."""
-        return self._uses_batch_stats
+        """Whether a live node of the genome is a batch aggregation (moving averages in eval)."""
+        return self._uses_batch_statistics
 
     def reset_running_stats(self) -> None:
         """Moving averages back to their initial values (mean 0, variance and mean square 1)."""
         with torch.no_grad():
             for name, init in self._running.items():
                 getattr(self, name).fill_(init)
-            if self._uses_batch_stats:
+            if self._uses_batch_statistics:
                 self.num_batches_tracked.zero_()
 
     def reset_parameters(self) -> None:
@@ -160,7 +155,7 @@ class GraphLayer(NormAct2d):
         )
 
     def transform(self, x: Tensor) -> Tensor:
-        if self.training and self._uses_batch_stats:
+        if self.training and self._uses_batch_statistics:
             x = counted_batch(x, self.num_batches_tracked)
         values: dict[int, Tensor] = {INPUT: x, ZERO: x.new_zeros(1, 1, 1, 1)}
         for index, name in ((V0, "v0"), (V1, "v1")):
@@ -185,7 +180,7 @@ def genome_norm_act(genome: Genome, **options) -> NormActMaker:
     """A norm-act spec for the suite's models: a :class:`GraphLayer` where the model has
     BN + activation, a :class:`ChannelAffine2d` where it has a BN alone (footnote 3).
     ``options`` go to :class:`GraphLayer` (``eps``, ``groups``, ``momentum``, ``affine``,
-    ``device``, ``dtype``). The maker's ``uses_batch_stats`` says whether its layers (with
+    ``device``, ``dtype``). The maker's ``uses_batch_statistics`` says whether its layers (with
     nonlinearity) use batch statistics."""
     affine_options = {k: v for k, v in options.items() if k in ("eps", "affine", "device", "dtype")}
 
@@ -194,5 +189,5 @@ def genome_norm_act(genome: Genome, **options) -> NormActMaker:
             return GraphLayer(genome, num_channels, **options)
         return ChannelAffine2d(num_channels, **affine_options)
 
-    make.uses_batch_stats = genome.uses_batch_statistics()
+    make.uses_batch_statistics = genome.uses_batch_statistics()
     return make

@@ -45,7 +45,7 @@ class Primitive:
     function: Callable[..., Tensor]
     infix: str
     latex: str
-    batch_dependent: bool = False
+    uses_batch_statistics: bool = False
     aggregation: bool = False
 
 
@@ -149,4 +149,4 @@ def ops_for_mode(mode: str) -> tuple[str, ...]:
     """Op names allowed in a search ``mode``: ``"B"`` all of Table 1, ``"S"`` no batch-dependent op."""
     if mode not in MODES:
         raise ValueError(f"unknown search mode {mode!r}; accepted: {list(MODES)}")
-    return tuple(name for name, op in PRIMITIVES.items() if mode == "B" or not op.batch_dependent)
+    return tuple(name for name, op in PRIMITIVES.items() if mode == "B" or not op.uses_batch_statistics)
