@@ -214,7 +214,8 @@ def test_cpu_preset_is_the_documented_table(mode):
             proxy.stability_lr, proxy.stability_threshold) == (10, ("mobilenetv2_cifar",), 1.0, 8, 0.05, 1e8)
     assert (proxy.recalibration_batches, proxy.bn_momentum) == (4, 0.1)
     assert (evolution.window, evolution.tournament_fraction, evolution.initial_population) == (100, 0.05, 4)
-    assert evolution.admit_quality_rejected is True
+    assert (evolution.admit_quality_rejected, evolution.population_from_references) == (False, True)
+    assert proxy.schedule == "constant"
     assert (config.time_budget, config.time_limit, config.preset) == (780.0, 600.0, "cpu")
     assert (config.workers, config.torch_threads, config.references) == (2, 1, DEFAULT_REFERENCES[mode])
 
