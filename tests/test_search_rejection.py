@@ -267,3 +267,21 @@ def test_anchor_training_crops_for_training_and_validates_on_full_images():
     seen.clear()
     run.accuracy()
     assert seen == [16] * 4  # 3 recalibration batches, then the 7 validation images in one batch
+
+
+def test_centre_validation_frames_validation_and_recalibration_as_the_crops():
+    """``validation="centre"``: the validation images and every recalibration batch are the centre
+    ``crop_size`` crop of the full images (the training crops' framing), the same pixels, not a resize."""
+    from evonorm_suite.search.proxy import ProxyEvaluator, _AnchorTraining
+
+    config = ProxyConfig(data="mnist", image_size=28, crop_size=24, validation="centre", batch_size=5,
+                         recalibration_batches=2)
+    full = ProxyEvaluator(ProxyConfig(data="mnist", image_size=28)).data()
+    train_x, train_y, val_x, val_y = ProxyEvaluator(config).data()
+    assert torch.equal(val_x, full[2][..., 2:26, 2:26]) and torch.equal(val_y, full[3])
+    assert torch.equal(train_x, full[0])  # training images stay whole: the random crops are taken per batch
+    run = _AnchorTraining(torch.nn.Conv2d(1, 1, 1), config, (train_x, train_y, val_x, val_y), seed=0)
+    batch = run.validation_batch()
+    assert batch.shape[-2:] == (24, 24)
+    whole = [image for image in train_x if torch.equal(image[..., 2:26, 2:26], batch[0])]
+    assert whole, "a recalibration image is the centre crop of a training image"
