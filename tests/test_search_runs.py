@@ -17,7 +17,13 @@ import pytest
 from evonorm_core.experiment.config import save_config
 from evonorm_core.experiment.rundir import RunDir, open_run
 from evonorm_core.search import (
-    CandidateRecord, CandidateResult, EvolutionConfig, LayerSearch, Stage, parse, read_checkpoint,
+    CandidateRecord,
+    CandidateResult,
+    EvolutionConfig,
+    LayerSearch,
+    Stage,
+    parse,
+    read_checkpoint,
 )
 from evonorm_suite.search import backends, evolve
 from evonorm_suite.search.compare import collect, run_cell, run_folder, value_at
@@ -353,12 +359,12 @@ def test_compare_reads_each_run_at_the_budget_and_compares_over_seeds(tmp_path):
 
 
 def test_compare_runs_each_strategy_and_seed_as_a_grid_cell_that_resumes_once_started(tmp_path):
-    """Fig. 10's runs: a fresh search with the given flags, or the started one resumed with its own settings; a run
-    is finished once it has evaluated the budget (a longer budget continues it)."""
+    """Fig. 10's runs: a fresh search from random graphs with the given flags (which win), or the started one resumed
+    with its own settings; a run is finished once it has evaluated the budget (a longer budget continues it)."""
     cell = run_cell(tmp_path, "random", 3, 2, ["--mode", "S"])
     folder = run_folder(tmp_path, "random", 3)
     assert cell.id == "random_seed3" and cell.commands[0][1:3] == ("-m", "evonorm_suite.search.evolve")
-    assert cell.commands[0][3:] == ("--mode", "S", "--strategy", "random", "--seed", "3", "--max-candidates", "2",
+    assert cell.commands[0][3:] == ("--no-population-from-references", "--mode", "S", "--strategy", "random", "--seed", "3", "--max-candidates", "2",
                                     "--time-budget", "none", "--output-dir", str(folder))
     assert not cell.finished()
     open_run(folder, RUN_KIND, preset("cpu", "S")).close()
