@@ -20,6 +20,7 @@ same and the kernels are built just in time on first use (see
 ``evonorm_core/ops/extension.py``).
 """
 import importlib.util
+import logging
 import os
 import sys
 
@@ -34,9 +35,7 @@ def say(message: str) -> None:
 
 def kernel_build():
     """``(ext_modules, cmdclass)`` that build ``evonorm_core.ops._C``, or ``([], {})`` without torch."""
-    try:
-        import logging
-
+    try:  # torch is imported here, not at the top: without it the package installs without the kernels
         import torch  # noqa: F401
 
         cpp_log = logging.getLogger("torch.utils.cpp_extension")

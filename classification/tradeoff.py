@@ -26,11 +26,14 @@ import copy
 from pathlib import Path
 
 import torch
+from fvcore.nn import FlopCountAnalysis
+from fvcore.nn.jit_handles import elementwise_flop_counter
 from torch import Tensor, nn
 
 from evonorm_core import EvoNormB0, NormAct2d
 from evonorm_core.classifiers.models import build_model
 from evonorm_core.experiment.files import CorruptFileError, read_json
+from evonorm_core.experiment.tables import pyplot
 
 WIDTHS = (0.9, 1.0, 1.1)
 LAYERS = ("bn_relu", "evonorm_b0")
@@ -120,9 +123,6 @@ def fold_for_inference(model: nn.Module) -> nn.Module:
 
 def count_flops(model: nn.Module, resolution: int = 224) -> int:
     """fvcore FLOPs of one ``resolution``-sized image through ``model`` (MACs + elementwise ops)."""
-    from fvcore.nn import FlopCountAnalysis
-    from fvcore.nn.jit_handles import elementwise_flop_counter
-
     analysis = FlopCountAnalysis(model, torch.zeros(1, 3, resolution, resolution))
     for op in ELEMENTWISE_OPS:
         analysis.set_op_handle(op, elementwise_flop_counter(0, 1))
@@ -168,11 +168,7 @@ def measured_top1(runs_dir: Path) -> dict[tuple[str, float], float]:
 
 def plot(rows: list[dict], top1: dict[tuple[str, float], float], path: Path) -> None:
     """Accuracy vs params and vs FLOPs, one line per layer (Fig. 11)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, key, unit in ((axes[0], "params", 1e6), (axes[1], "flops", 1e9)):
         for i, layer in enumerate(LAYERS):

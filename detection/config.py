@@ -1,6 +1,9 @@
 """Config keys the EvoNorm Mask R-CNN adds to detectron2's defaults."""
 from __future__ import annotations
 
+import os
+
+import yaml
 from detectron2.config import CfgNode as CN
 from detectron2.config import get_cfg
 
@@ -40,8 +43,6 @@ def load_config(config_file: str, opts: list[str] | None = None) -> CN:
     ``merge_from_file`` allows Python-object tags by default, which would run code from a
     config file; here such a file is refused with a ``ValueError`` naming it.
     """
-    import yaml
-
     cfg = add_evonorm_config(get_cfg())
     _check_base_chain(config_file)
     try:
@@ -59,10 +60,6 @@ def _check_base_chain(config_file: str) -> None:
     """Follow the ``_BASE_`` chain of ``config_file``: a file that includes itself (directly or
     through others) or names a missing base is a ``ValueError`` naming the files, instead of
     fvcore's unbounded recursion or a bare assertion."""
-    import os
-
-    import yaml
-
     seen: list[str] = []
     path = config_file
     while path:

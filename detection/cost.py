@@ -22,6 +22,8 @@ from fvcore.nn import FlopCountAnalysis
 from torch import nn
 
 from evonorm_core.experiment.tables import format_number, markdown_table
+from evonorm_suite.detection.config import load_config
+from evonorm_suite.detection.paper import paper_cells
 
 
 class ModelCost(NamedTuple):
@@ -90,9 +92,6 @@ def model_cost(cfg, image_size: int = 1024) -> ModelCost:
 
 def main(argv: list[str] | None = None) -> int:
     """Print MAdds (fvcore, one square image) and parameters of configs next to paper Table 4."""
-    from evonorm_suite.detection.config import load_config
-    from evonorm_suite.detection.paper import paper_cells
-
     parser = argparse.ArgumentParser(
         prog="python tools/model_cost.py", description=main.__doc__,
         epilog="e.g. python tools/model_cost.py --config detection/configs/mask_rcnn_R50_*.yaml",

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from evonorm_core.experiment.tables import markdown_table
+from evonorm_core.experiment.tables import markdown_table, pyplot
 from evonorm_suite.detection.paper import BOX, MASK, paper_cells
 
 RESULTS_FILE = "final_results.json"
@@ -50,11 +50,7 @@ def training_curve(output_dir: Path) -> tuple[list[int], list[float]]:
 
 def plot_training_curves(output_dirs: list[Path], path: Path) -> None:
     """PNG of each run's total training loss against iterations."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for output_dir in output_dirs:
         ax.plot(*training_curve(output_dir), label=Path(output_dir).name)

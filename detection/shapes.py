@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 
 import numpy as np
+from detectron2.data import DatasetCatalog
+from detectron2.data.datasets import register_coco_instances
 from PIL import Image, ImageDraw
 
 CLASSES = ("circle", "square", "triangle")
@@ -126,9 +128,6 @@ def ensure_shapes_dataset(root: Path | None = None, size: int = 128, seed: int =
 
 def register_shapes_dataset(root: Path | None = None, size: int = 128) -> list[str]:
     """Write (if needed) and register ``evonorm_shapes_{train,val}`` with ``register_coco_instances``."""
-    from detectron2.data import DatasetCatalog
-    from detectron2.data.datasets import register_coco_instances
-
     names = []
     for split, json_path in ensure_shapes_dataset(root, size).items():
         name = f"{DATASET_PREFIX}_{split}"

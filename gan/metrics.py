@@ -28,7 +28,7 @@ from torch_fidelity.generative_model_base import GenerativeModelBase
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY, register_feature_extractor
 
 from evonorm_suite.gan import digits_classifier
-from evonorm_suite.gan.data import UInt8Images, to_uint8
+from evonorm_suite.gan.data import UInt8Images, digits_dataset, to_uint8
 
 INCEPTION = "inception-v3-compat"
 DIGITS = digits_classifier.NAME
@@ -147,8 +147,6 @@ def digits_fidelity(generator: nn.Module, resolution: int, num_samples: int, see
                     cache_root: str | None = None) -> dict[str, float]:
     """Digits-classifier IS/FID of ``generator`` against the digits' training split (see
     :mod:`evonorm_suite.gan.digits_classifier`; FID floor and noise ceiling in docs/gan.md)."""
-    from evonorm_suite.gan.data import digits_dataset
-
     weights = digits_classifier.weights_file(resolution)
     reference = UInt8Images(digits_dataset(resolution, "train"))
     metrics = fidelity_metrics(
@@ -190,8 +188,6 @@ def digits_calibration(resolution: int, cache_root: str | None = None) -> dict[s
     """The scale of digits-classifier IS/FID: the held-out real digits against the training
     digits (the floor a perfect generator reaches with as many samples) and uniform noise
     (the ceiling), each with as many images as the held-out split has."""
-    from evonorm_suite.gan.data import digits_dataset
-
     weights = str(digits_classifier.weights_file(resolution))
     reference = UInt8Images(digits_dataset(resolution, "train"))
     held_out = UInt8Images(digits_dataset(resolution, "val"))

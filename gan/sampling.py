@@ -53,7 +53,7 @@ def grid_latents(dim_z: int, num_classes: int, per_class: int = 8, seed: int = 0
 def save_sample_grid(generator: nn.Module, path: str, z: Tensor, y: Tensor, per_row: int = 8) -> Tensor:
     """Generate images for ``(z, y)`` in eval mode, save them as one PNG grid (one row per
     class) and return the grid (3, H, W; greyscale images are repeated over 3 channels)."""
-    from torchvision.utils import make_grid, save_image
+    from torchvision.utils import make_grid, save_image  # ~2 s to import, for the sample grids only
 
     was_training = generator.training
     generator.eval()

@@ -8,6 +8,8 @@ Rank 0 writes TensorBoard scalars, sample grids and checkpoints.
 from __future__ import annotations
 
 import contextlib
+import copy
+import json
 import math
 from pathlib import Path
 from typing import Iterator
@@ -16,18 +18,27 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.tensorboard import SummaryWriter
 
 from evonorm_core.experiment.config import ConfigError, config_to_dict
 from evonorm_core.experiment.distributed import DistributedContext
-from evonorm_core.experiment.files import append_jsonl, load_checkpoint, read_jsonl, require_keys, save_checkpoint
+from evonorm_core.experiment.files import (
+    append_jsonl,
+    atomic_write_text,
+    load_checkpoint,
+    read_jsonl,
+    require_keys,
+    save_checkpoint,
+)
 from evonorm_core.experiment.progress import Progress
 from evonorm_core.experiment.rundir import open_run
+from evonorm_core.experiment.tables import Series, plot_series
 from evonorm_suite.gan.checkpoint import LAST, RUN_KIND, build_discriminator, build_generator, checkpoint_dir
 from evonorm_suite.gan.config import GanConfig
 from evonorm_suite.gan.data import num_classes_of
 from evonorm_suite.gan.ema import EMA
 from evonorm_suite.gan.losses import discriminator_hinge_loss, generator_hinge_loss
-from evonorm_suite.gan.sampling import grid_latents, sample_latents, save_sample_grid
+from evonorm_suite.gan.sampling import grid_latents, sample_latents, save_sample_grid, standing_statistics
 
 LOG_FILE = "log.jsonl"
 
@@ -244,9 +255,7 @@ class Trainer:
     def sampling_generator(self) -> nn.Module:
         """A copy of G_ema with BigGAN's standing statistics (a no-op for batch-independent layers),
         computed in this process only (the copy's layers do not synchronize: only rank 0 samples)."""
-        from evonorm_suite.gan.sampling import standing_statistics
-
-        generator = copy_module(self.ema.model)
+        generator = copy.deepcopy(self.ema.model)
         for module in generator.modules():
             if getattr(module, "sync", False):
                 module.sync = False
@@ -257,23 +266,18 @@ class Trainer:
         """Digits-classifier (or Inception, when the data are not the digits: skipped) IS/FID of G_ema."""
         if self.config.dataset != "digits":
             return {}
+        # imported here: torch-fidelity and torchvision take about 2 s to import, and only digits runs evaluate
         from evonorm_suite.gan.metrics import digits_fidelity
 
         return digits_fidelity(self.sampling_generator(), self.config.resolution, num_samples, seed=self.step)
 
     def _writer(self):
-        from torch.utils.tensorboard import SummaryWriter
-
         return SummaryWriter(str(self.run_dir / "tb"))
 
     def _truncate_log(self) -> None:
         """Drop log lines written after the checkpoint this run continues from."""
         log = self.run_dir / LOG_FILE
         if self.ctx.is_main and log.exists():
-            import json
-
-            from evonorm_core.experiment.files import atomic_write_text
-
             kept = [r for r in read_jsonl(log) if r["step"] <= self.step]
             atomic_write_text(log, "".join(json.dumps(r) + "\n" for r in kept))
 
@@ -286,16 +290,8 @@ class Trainer:
         progress.update(done, **{k: v for k, v in scalars.items()})
 
 
-def copy_module(module: nn.Module) -> nn.Module:
-    import copy
-
-    return copy.deepcopy(module)
-
-
 def plot_curves(run_dir: Path) -> Path | None:
     """``RUN/curves.png``: losses and (where measured) IS/FID against steps, from ``log.jsonl``."""
-    from evonorm_core.experiment.tables import Series, plot_series
-
     log = run_dir / LOG_FILE
     if not log.exists():
         return None

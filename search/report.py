@@ -20,6 +20,7 @@ from torch import Tensor
 from evonorm_core.experiment.config import ConfigError, command_line
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
 from evonorm_core.experiment.progress import format_duration
+from evonorm_core.experiment.tables import pyplot
 from evonorm_core.search.driver import member_from_record, read_checkpoint
 from evonorm_core.search.equivalence import DistinctLayers, initial_response
 from evonorm_core.search.evolution import pareto_frontier
@@ -219,11 +220,7 @@ def write_summary(output_dir: str, summary: dict) -> Path:
 
 def write_progress_plot(output_dirs: list[str], path: str | Path, k: int = 10) -> Path:
     """One curve (mean +- std of the top-``k``) per run; the BN-ReLU reference dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     for output_dir in output_dirs:
         state = read_checkpoint(output_dir)

@@ -56,6 +56,7 @@ import evonorm_core
 from evonorm_core import functional, ops
 from evonorm_core.convert import convert_norm_act
 from evonorm_core.experiment.config import command_line
+from evonorm_core.experiment.tables import pyplot
 
 # The block outputs of ResNet-50's four stages at batch 16 (224 x 224 input).
 DEFAULT_SHAPES = ["16x256x56x56", "16x512x28x28", "16x1024x14x14", "16x2048x7x7"]
@@ -375,11 +376,7 @@ def format_targets(rows: list[dict]) -> str:
 def plot(results: list[LayerResult], models: list[ModelResult], path: str) -> None:
     """Bar panels: eager and compiled time ratios of the fused EvoNorms per shape, bytes kept for
     backward, and the ResNet-50 step (time and peak memory ratios), each with its target."""
-    import matplotlib  # an optional dependency, needed only for --plot
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()  # matplotlib: an optional dependency, imported only for --plot
     shapes = list(dict.fromkeys(r.shape for r in results))
     panels = [
         ("fwd+bwd time / baseline (eager)", lambda r: not r.compiled, "ratio"),

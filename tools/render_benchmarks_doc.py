@@ -72,7 +72,7 @@ def kernels_note(kernels: str) -> str:
     match = re.search(r"(evonorm_ops_[0-9a-f]{16})", kernels)
     if not match:
         return f"EvoNorm CPU kernels: {kernels}"
-    try:
+    try:  # imported here: the renderer itself runs without torch and the package
         from evonorm_core.ops import extension
 
         now = extension.jit_name()
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", type=Path, default=ROOT / "docs" / "results", help="folder of the JSON results")
     p.add_argument("--out", default=None, help="write here instead of over --doc ('-': standard output)")
     args = p.parse_args(argv)
-    try:
+    try:  # imported here: the renderer itself runs without torch and the package
         from evonorm_core import functional
 
         actual = functional.COMPILED_OPERATOR_MIN_NUMEL.get("cpu")

@@ -59,7 +59,7 @@ def digits(image_size: int = 8, channels: int = 1) -> ImageSplit:
         raise ValueError(f"image_size must be an int >= 8 (the digits are 8x8), got {image_size!r}")
     if channels not in (1, 3):
         raise ValueError(f"channels must be 1 (grey) or 3 (grey repeated), got {channels!r}")
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # optional dependency, imported on use (~0.7 s)
 
     raw = load_digits()
     images = torch.from_numpy(raw.images).float().div(16.0).unsqueeze(1)
@@ -107,7 +107,7 @@ def mnist(image_size: int = 28, channels: int = 1) -> ImageSplit:
 def cifar10(root: str | Path) -> ImageSplit:
     """CIFAR-10's 50,000 training and 10,000 test images from ``root`` (the folder holding
     ``cifar-10-batches-py``, or that folder itself); ``FileNotFoundError`` saying the layout."""
-    from torchvision.datasets import CIFAR10
+    from torchvision.datasets import CIFAR10  # optional dependency, imported on use (~2 s)
 
     path = Path(root).expanduser()
     folder = path.parent if path.name == CIFAR10.base_folder else path
@@ -128,7 +128,7 @@ def cifar10(root: str | Path) -> ImageSplit:
 
 def image_folder(path: str | Path, transform: Callable | None = None) -> Dataset:
     """``torchvision.datasets.ImageFolder`` of ``path`` (one sub-folder per class)."""
-    from torchvision.datasets import ImageFolder
+    from torchvision.datasets import ImageFolder  # optional dependency, imported on use (~2 s)
 
     path = Path(path).expanduser()
     if not path.is_dir() or not any(p.is_dir() for p in path.iterdir()):

@@ -129,6 +129,20 @@ class Series:
     dashed: bool = False
 
 
+def pyplot():
+    """``matplotlib.pyplot`` with the file-only ``Agg`` backend, for every figure of the suite.
+
+    Imported on first use, not at a module top: matplotlib is optional for the core (which
+    needs only torch at import), and choosing a backend at import would impose it on every
+    program that imports the module."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def plot_series(
     path: str | Path,
     panels: Mapping[str, Sequence[Series]],
@@ -142,12 +156,7 @@ def plot_series(
 ) -> Path:
     """A PNG with one panel per entry of ``panels`` (title -> curves); ``hlines[title]`` adds
     labelled horizontal reference lines to a panel. Returns the path written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
+    plt = pyplot()
     count = max(1, len(panels))
     ncols = min(columns, count)
     nrows = (count + ncols - 1) // ncols
@@ -167,7 +176,7 @@ def plot_series(
             xs = sorted({x for s in curves for x in s.x})
             if xs:
                 ax.set_xticks(xs)
-            ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            ax.get_xaxis().set_major_formatter(plt.ScalarFormatter())
         if invert_x:
             ax.invert_xaxis()
         ax.set(xlabel=xlabel, ylabel=ylabel, title=title)

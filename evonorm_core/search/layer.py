@@ -9,6 +9,7 @@ from .. import functional, running_stats
 from .. import statistics as stats
 from ..layers.base import NormAct2d
 from ..registry import NormActMaker
+from .expression import to_infix
 from .genome import INITIAL_NODES, INPUT, V0, V1, ZERO, Genome
 from .primitives import PRIMITIVES
 
@@ -171,8 +172,6 @@ class GraphLayer(NormAct2d):
         return values[self.genome.output].expand_as(x)
 
     def extra_repr(self) -> str:
-        from .expression import to_infix
-
         return f"{super().extra_repr()}, groups={self.groups}, expression={to_infix(self.genome)!r}"
 
 
