@@ -36,6 +36,9 @@ from evonorm_core.experiment.files import CorruptFileError, load_checkpoint
 from evonorm_core.experiment.rundir import RunDir
 from evonorm_core.search.expression import parse
 from evonorm_core.search.genome import Genome, Node
+from evonorm_suite.classification import tables, tradeoff, train
+from evonorm_suite.gan import evaluate
+from evonorm_suite.search import compare
 
 from .tool_scripts import load
 
@@ -460,7 +463,6 @@ def test_classification_resume_of_a_damaged_or_other_run_names_the_file_or_setti
 
 
 def test_a_moved_classification_run_resumes_where_it_lies(run_copy, tmp_path):
-    from evonorm_suite.classification import train
     moved = tmp_path / "moved"
     shutil.move(run_copy("classification"), moved)
     assert train.main(["--resume", "--output-dir", str(moved), "--max-steps", "2"]) == 0
@@ -469,7 +471,6 @@ def test_a_moved_classification_run_resumes_where_it_lies(run_copy, tmp_path):
 
 
 def test_classification_refuses_a_checkpoint_that_would_run_code(run_copy, tmp_path):
-    from evonorm_suite.classification import train
     folder, marker = run_copy("classification"), tmp_path / "pwned"
     evil_checkpoint(folder / "checkpoint.pt", marker)
     with pytest.raises(SystemExit, match=r"checkpoint.pt' holds Python objects .* refused"):
@@ -529,7 +530,6 @@ def test_gan_evaluate_flags_and_folders(run_copy, tmp_path, capsys):
 
 
 def test_gan_evaluate_names_a_checkpoint_whose_weights_do_not_fit(run_copy):
-    from evonorm_suite.gan import evaluate
     seed = run_copy("gan") / "seed0"
     narrowed(seed / "checkpoints" / "last.pt", "G_ema")
     with pytest.raises(SystemExit, match=r"last.pt' does not fit its own configuration"):
@@ -548,7 +548,6 @@ def test_gan_report_names_a_truncated_metrics_file(tmp_path, capsys):
 def test_classification_kill_and_resume_is_the_uninterrupted_run(tmp_path, one_thread):
     """kill -9 mid-run, then --resume: the resumed run ends with the weights of a run never
     interrupted (checkpoints are atomic, so the last one is whole)."""
-    from evonorm_suite.classification import train
     args = [*CLS_TINY, "--epochs", "300", "--schedule", "constant"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     killed = tmp_path / "killed"
@@ -581,14 +580,12 @@ def test_classification_kill_and_resume_is_the_uninterrupted_run(tmp_path, one_t
 
 
 def test_a_layer_option_that_does_not_fit_the_model_is_a_clear_error(tmp_path, capsys):
-    from evonorm_suite.classification import train
     with pytest.raises(SystemExit, match=r"--groups 3: num_channels=16 is not divisible by groups=3"):
         train.main([*CLS_TINY, "--groups", "3", "--output-dir", str(tmp_path / "run")])
 
 
 @pytest.mark.parametrize("content", ['{"final_top1": ', '{"final_top1": 50.0}', "[1, 2]"])
 def test_tables_and_tradeoff_name_a_damaged_result_json(tmp_path, content):
-    from evonorm_suite.classification import tables, tradeoff
     cell = tmp_path / "t3" / "resnet50" / "bn_relu" / "seed0"
     cell.mkdir(parents=True)
     (cell / "result.json").write_text(content)
@@ -603,7 +600,6 @@ def test_tables_and_tradeoff_name_a_damaged_result_json(tmp_path, content):
 
 # ----------------------------------------------------------------------------- search
 def test_compare_does_not_read_seed_as_seeds(tmp_path, capsys):
-    from evonorm_suite.search import compare
     with pytest.raises(SystemExit):
         compare.main(["--max-candidates", "2", "--seed", "3", "--output-dir", str(tmp_path)])
     assert "--seed is set by this program for each run" in capsys.readouterr().err
@@ -652,6 +648,7 @@ def test_detection_refuses_a_tag_in_a_base_config(tmp_path, detection_env, capsy
 
 
 def test_detection_refuses_pickled_weights_before_loading_them(tmp_path, detection_env):
+    # here, not at the top: needs detectron2, and detection_env skips this test without it
     from evonorm_suite.detection import train_net
 
     class Evil:
@@ -675,7 +672,7 @@ def test_detection_refuses_pickled_weights_before_loading_them(tmp_path, detecti
 
 
 def test_detection_checkpoints_are_written_atomically_and_read_safely(tmp_path, detection_env):
-    from evonorm_suite.detection.checkpoint import SafeCheckpointer, UnsafeWeightsError
+    from evonorm_suite.detection.checkpoint import SafeCheckpointer, UnsafeWeightsError  # needs detectron2, as above
     model = nn.Linear(3, 2)
     SafeCheckpointer(model, save_dir=str(tmp_path)).save("model_0000001", iteration=1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last_checkpoint", "model_0000001.pth"]

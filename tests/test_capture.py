@@ -9,12 +9,17 @@ models when onnxruntime is installed. Inductor itself is compiled for S0 and B0,
 whole models (torchvision ResNet-50, MobileNetV2, EfficientNet-B0 converted, the suite's
 anchors) are captured at a tiny input.
 """
+import contextlib
+import io
+import json
+
 import pytest
 import torch
 from torch import nn
 
 import evonorm_core
 from evonorm_core import functional as EF
+from evonorm_core.classifiers.anchors import build_anchor
 
 from .tool_scripts import load
 
@@ -111,8 +116,6 @@ def test_onnx_of_eval_layers_runs_in_onnxruntime(name, impl):
 def test_onnx_exports_plain_ops():
     """The fused layers export their composed formula: no custom op in the ONNX graph."""
     pytest.importorskip("onnxscript")
-    import contextlib
-    import io
 
     model = tiny("evonorm_b0", "fused", False).float()
     with contextlib.redirect_stdout(io.StringIO()):
@@ -198,8 +201,6 @@ def test_converted_mobile_models_capture(model_name, layer):
 @pytest.mark.parametrize("anchor,layer", [("resnet50_cifar", "evonorm_b2"), ("mobilenetv2_cifar", "evonorm_s1"),
                                           ("efficientnet_cifar", "evonorm_b0")])
 def test_suite_anchors_capture(anchor, layer):
-    from evonorm_core.classifiers.anchors import build_anchor
-
     torch.manual_seed(0)
     model = build_anchor(anchor, layer, depth_multiplier=0.01).double().train()
     x = torch.randn(2, 3, 16, 16, dtype=torch.float64)  # small enough for float64 and AOTAutograd
@@ -213,7 +214,6 @@ def test_report_command_prints_and_writes_json(tmp_path, capsys):
                      "--size", "32", "--batch", "1", "--threads", "1", "--json", str(out)])
     printed = capsys.readouterr().out
     assert status == 0 and "2 of 2 checks passed" in printed
-    import json
 
     rows = json.loads(out.read_text())["results"]
     assert [(r["layer"], r["check"], r["ok"]) for r in rows] == [("evonorm_s1", "export", True), ("evonorm_s1", "jit_trace", True)]

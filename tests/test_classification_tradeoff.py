@@ -1,10 +1,21 @@
 """Fig. 11 support: exact inference folding and fvcore FLOP counts."""
+import json
+
 import pytest
 import torch
 import torchvision
+from fvcore.nn import FlopCountAnalysis
 
 from evonorm_core.classifiers.models import build_model
-from evonorm_suite.classification.tradeoff import SplitAffine, count_flops, fold_for_inference, main
+from evonorm_suite.classification.paper_tables import TABLES
+from evonorm_suite.classification.tradeoff import (
+    PAPER_TOP1,
+    SplitAffine,
+    count_flops,
+    fold_for_inference,
+    main,
+    measured_top1,
+)
 
 # These models see tiny batches: a second intra-op thread only adds contention.
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -44,8 +55,6 @@ def test_folding_is_exact_in_float64(layer):
 
 
 def test_folded_bn_relu_flops_match_torchvision_convolutions():
-    from fvcore.nn import FlopCountAnalysis
-
     ours = count_flops(fold_for_inference(build_model("mobilenetv2", "bn_relu")), 64)
     reference = FlopCountAnalysis(torchvision.models.mobilenet_v2().eval(), torch.zeros(1, 3, 64, 64))
     reference.unsupported_ops_warnings(False)
@@ -91,9 +100,6 @@ def test_evonorm_b0_costs_more_flops_than_bn_relu_and_grows_with_width(capsys):
 
 
 def test_paper_points_are_table2s_mobilenetv2_column():
-    from evonorm_suite.classification.paper_tables import TABLES
-    from evonorm_suite.classification.tradeoff import PAPER_TOP1
-
     table2 = TABLES["table2"]
     assert PAPER_TOP1 == {("bn_relu", 1.0): table2.paper_value("mobilenetv2", "BN-ReLU"),
                           ("evonorm_b0", 1.0): table2.paper_value("mobilenetv2", "EvoNorm-B0")} == {
@@ -101,10 +107,6 @@ def test_paper_points_are_table2s_mobilenetv2_column():
 
 
 def test_measured_points_are_keyed_by_layer_and_width(tmp_path):
-    import json
-
-    from evonorm_suite.classification.tradeoff import measured_top1
-
     for layer, width, top1 in (("bn_relu", 0.9, 70.5), ("evonorm_b0", 1.1, 74.0)):
         folder = tmp_path / layer / f"w{width}"
         folder.mkdir(parents=True)

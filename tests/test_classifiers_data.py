@@ -5,8 +5,10 @@ import pickle
 import numpy as np
 import pytest
 import torch
+import torchvision.datasets.cifar as cifar
 
 from evonorm_core.classifiers.data import TensorImages, load_cifar10, load_digits_proxy
+from evonorm_core.experiment import data
 
 
 def test_digits_proxy_shapes_split_and_normalization():
@@ -26,8 +28,6 @@ def test_digits_proxy_rejects_tiny_images():
 
 def write_fake_cifar(folder, monkeypatch, per_batch=4):
     """torchvision's layout with random images; its MD5 checks (of the real files) pass for this test."""
-    import torchvision.datasets.cifar as cifar
-
     monkeypatch.setattr(cifar, "check_integrity", lambda *args, **kwargs: True)
     monkeypatch.setattr(cifar.CIFAR10, "_check_integrity", lambda self: True)
     folder.mkdir(parents=True)
@@ -75,8 +75,6 @@ def test_cifar10_normalizes_each_rgb_channel_with_the_cifar10_statistics(tmp_pat
 def test_digits_validation_is_standardized_with_the_training_statistics():
     """One affine map for both splits (the training split's mean and std): the validation images are not
     re-centred on their own statistics, so mapping them back gives the raw digits of the fixed split."""
-    from evonorm_core.experiment import data
-
     raw = data.digits(16, channels=3)
     train_x, _, val_x, _ = load_digits_proxy(16)
     mean, std = raw.train_images.mean(), raw.train_images.std()

@@ -3,6 +3,8 @@ import pytest
 import torch
 import torchvision
 from torch import nn
+from torchvision.models._utils import _make_divisible
+from torchvision.ops import StochasticDepth
 
 from evonorm_core import list_norm_acts
 from evonorm_core.classifiers.anchors import ANCHOR_NAMES, build_anchor
@@ -10,6 +12,7 @@ from evonorm_core.classifiers.blocks import StridePlan, make_divisible
 from evonorm_core.classifiers.mbconv import EFFICIENTNET_SCALING, efficientnet_config
 from evonorm_core.classifiers.models import MODEL_NAMES, MODEL_RESOLUTIONS, build_model
 from evonorm_core.classifiers.resnet import PreActBottleneck
+from evonorm_core.search import genome_norm_act, parse
 
 # These models see tiny batches: a second intra-op thread only adds contention.
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -153,8 +156,6 @@ def test_anchor_depth_multiplier_keeps_one_block_per_stage():
 def test_depthwise_init_keeps_the_signal_without_normalization(anchor):
     """He fan-out per group: a depthwise k x k starts with std sqrt(2 / k^2), not sqrt(2 / k^2 C),
     so an unnormalized layer (tanh) still carries signal to the head."""
-    from evonorm_core.search import genome_norm_act, parse
-
     torch.manual_seed(0)
     model = build_anchor(anchor, genome_norm_act(parse("tanh(x)")), depth_multiplier=0.01)
     depthwise = [m for m in model.modules() if isinstance(m, nn.Conv2d) and m.groups == m.in_channels > 1]
@@ -223,8 +224,6 @@ def test_convolutions_start_he_normal_fan_out_and_the_classifier_small():
 def test_make_divisible_rounds_as_torchvision():
     """MobileNetV2's ``_make_divisible`` (torchvision's copy of the TF code): nearest multiple of 8, at
     least 8, bumped up one step when rounding down lost more than 10%."""
-    from torchvision.models._utils import _make_divisible
-
     for value in [x / 4 for x in range(1, 4000)]:
         assert make_divisible(value) == _make_divisible(value, 8), value
     assert make_divisible(20, 16) == _make_divisible(20, 16) == 32
@@ -265,8 +264,6 @@ def test_mbconv_kernels_strides_and_residuals_match_torchvision(name, reference)
 def test_efficientnet_stochastic_depth_and_dropout_as_torchvision():
     """EfficientNet-B0's drop-connect rate grows linearly to 0.2 over the blocks (block i of 16 drops
     0.2 * i / 16; only residual blocks have it) and its classifier dropout is 0.2; MobileNetV2's is 0.2."""
-    from torchvision.ops import StochasticDepth
-
     ours = build_model("efficientnet_b0", "bn_swish1")
     theirs = torchvision.models.efficientnet_b0()
     rates = [m.p for m in theirs.modules() if isinstance(m, StochasticDepth)]

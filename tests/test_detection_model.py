@@ -9,18 +9,22 @@ import torch
 pytest.importorskip("detectron2", reason="detectron2 is not installed (tools/install.sh installs it)")
 pytestmark = pytest.mark.detectron2
 
-from detectron2.layers import Conv2d  # noqa: E402
-from detectron2.modeling import build_model  # noqa: E402
-from detectron2.structures import BitMasks, Boxes, Instances  # noqa: E402
-from detectron2.utils.events import EventStorage  # noqa: E402
-from torch import nn  # noqa: E402
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from detectron2.config import get_cfg
+from detectron2.layers import Conv2d, ShapeSpec
+from detectron2.modeling import BACKBONE_REGISTRY, build_model
+from detectron2.structures import BitMasks, Boxes, Instances
+from detectron2.utils.events import EventStorage
+from torch import nn
 
-from evonorm_core import build_norm_act  # noqa: E402
-from evonorm_core.layers import NormAct2d  # noqa: E402
-from evonorm_suite.detection import load_config  # noqa: E402
-from evonorm_suite.detection.norm import EmptyBatchSafe  # noqa: E402
-from evonorm_suite.detection.optimizer import optimizer_param_groups  # noqa: E402
-from evonorm_suite.detection.paper import CONFIG_ROWS, TABLE4  # noqa: E402
+from evonorm_core import build_norm_act
+from evonorm_core.layers import NormAct2d
+from evonorm_suite.detection import add_evonorm_config, load_config
+from evonorm_suite.detection.backbone import BLOCKS_PER_STAGE
+from evonorm_suite.detection.norm import EmptyBatchSafe, norm_act_maker
+from evonorm_suite.detection.optimizer import build_optimizer, optimizer_param_groups
+from evonorm_suite.detection.paper import CONFIG_ROWS, TABLE4
 
 CONFIGS = Path(__file__).resolve().parents[1] / "detection" / "configs"
 PAPER_CONFIGS = sorted(CONFIG_ROWS)
@@ -217,8 +221,6 @@ def test_every_demo_config_builds():
 
 
 def _synced_empty_rank_worker(rank: int, init_file: str, results) -> None:
-    import torch.distributed as dist
-
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     torch.manual_seed(0)
     layer = EmptyBatchSafe(build_norm_act("evonorm_b0", 8, sync=True)).train()
@@ -231,8 +233,6 @@ def _synced_empty_rank_worker(rank: int, init_file: str, results) -> None:
 @pytest.mark.slow
 def test_synchronized_b0_with_zero_rois_on_one_process(tmp_path):
     """A process without RoIs joins the all-reduce: no deadlock, and both get the other's statistics."""
-    import torch.multiprocessing as mp
-
     results = mp.Manager().dict()
     mp.spawn(_synced_empty_rank_worker, args=(str(tmp_path / "init"), results), nprocs=2, join=True)
     torch.manual_seed(0)
@@ -257,10 +257,6 @@ def test_add_evonorm_config_adds_every_key_with_its_default():
     """``MODEL.NORM_ACT``: EvoNorm-S0, unsynchronized, 0 = the layer's own groups (32, section 5.1), eps
     (1e-5) and implementation; ``INPUT.LSJ``: off by default, 1024x1024 crops (the paper's resolution), scales
     0.8-1.25; nothing else of detectron2's defaults changes."""
-    from detectron2.config import get_cfg
-
-    from evonorm_suite.detection import add_evonorm_config
-
     cfg = add_evonorm_config(get_cfg())
     assert dict(cfg.MODEL.NORM_ACT) == {"NAME": "evonorm_s0", "SYNC": False, "GROUPS": 0, "EPS": 0.0, "IMPL": ""}
     assert dict(cfg.INPUT.LSJ) == {"ENABLED": False, "IMAGE_SIZE": 1024, "MIN_SCALE": 0.8, "MAX_SCALE": 1.25}
@@ -273,11 +269,6 @@ def test_add_evonorm_config_adds_every_key_with_its_default():
 def test_norm_act_options_reach_the_layer_only_when_set():
     """The defaults build the registered layer as it is (32 groups, eps 1e-5, unsynchronized, fused); GROUPS,
     EPS, IMPL and SYNC each reach it when set."""
-    from detectron2.config import get_cfg
-
-    from evonorm_suite.detection import add_evonorm_config
-    from evonorm_suite.detection.norm import norm_act_maker
-
     cfg = add_evonorm_config(get_cfg())
     layer = norm_act_maker(cfg)(64, True)
     assert (type(layer).__name__, layer.groups, layer.eps, layer.impl) == ("EvoNormS0", 32, 1e-5, "fused")
@@ -332,11 +323,6 @@ def test_backbone_convolutions_are_detectron2s_resnet_fpn(name, opts):
     """Every convolution of the norm-act ResNet-FPN (weight shape, stride, padding, groups) and every output
     level (channels, stride) is that of detectron2's own ``build_resnet_fpn_backbone`` for the same
     MODEL.RESNETS/FPN settings; only the norms differ. Also the block counts of He et al.'s Table 1."""
-    from detectron2.layers import ShapeSpec
-    from detectron2.modeling import BACKBONE_REGISTRY
-
-    from evonorm_suite.detection.backbone import BLOCKS_PER_STAGE
-
     assert BLOCKS_PER_STAGE == RESNET_BLOCKS
     cfg = config(name, *opts)
     ours = BACKBONE_REGISTRY.get("build_norm_act_resnet_fpn_backbone")(cfg, ShapeSpec(channels=3))
@@ -354,9 +340,6 @@ def test_backbone_convolutions_are_detectron2s_resnet_fpn(name, opts):
 
 def test_freeze_at_freezes_the_stem_and_first_stages():
     """``MODEL.BACKBONE.FREEZE_AT`` k freezes the stem (1) and res2..res(k) (the paper's configs: 0, nothing)."""
-    from detectron2.layers import ShapeSpec
-    from detectron2.modeling import BACKBONE_REGISTRY
-
     build = BACKBONE_REGISTRY.get("build_norm_act_resnet_fpn_backbone")
     frozen = build(config("demo_shapes_evonorm_s0", "MODEL.BACKBONE.FREEZE_AT", "2"), ShapeSpec(channels=3))
     trainable = {name.split(".")[1] for name, p in frozen.named_parameters() if p.requires_grad}
@@ -370,8 +353,6 @@ def test_optimizer_groups_follow_every_solver_setting():
     """Norm-act parameters (gamma, beta, v1 of backbone, FPN, RPN and heads) take WEIGHT_DECAY_NORM, other
     biases WEIGHT_DECAY_BIAS, all other weights WEIGHT_DECAY; biases (norm betas included) run at
     BASE_LR * BIAS_LR_FACTOR; SGD takes MOMENTUM and NESTEROV from the config."""
-    from evonorm_suite.detection.optimizer import build_optimizer
-
     cfg = config("demo_shapes_evonorm_b0", *TINY, "SOLVER.WEIGHT_DECAY", "1e-4", "SOLVER.WEIGHT_DECAY_NORM", "0.5",
                  "SOLVER.WEIGHT_DECAY_BIAS", "0.25", "SOLVER.BIAS_LR_FACTOR", "2.0", "SOLVER.BASE_LR", "0.1",
                  "SOLVER.MOMENTUM", "0.8", "SOLVER.NESTEROV", "True")

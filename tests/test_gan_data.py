@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -23,8 +24,6 @@ def test_prepared_npz_dataset(tmp_path):
 
 
 def test_prepared_hdf5_dataset_reads_lazily(tmp_path):
-    import h5py
-
     images = np.random.default_rng(1).integers(0, 256, size=(5, 3, 16, 16), dtype=np.uint8)
     with h5py.File(tmp_path / "I16.hdf5", "w") as f:
         f["imgs"], f["labels"] = images, np.array([3, 1, 0, 2, 1])

@@ -1,7 +1,9 @@
 """IS/FID through torch-fidelity against closed forms, with small feature extractors registered offline."""
+import copy
 import json
 import os
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,10 +14,12 @@ from torch_fidelity.feature_extractor_base import FeatureExtractorBase
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY, register_feature_extractor
 
 from evonorm_core.experiment.rundir import RunDir, RunDirError
-from evonorm_suite.gan import evaluate
+from evonorm_suite.gan import digits_classifier, evaluate, metrics
+from evonorm_suite.gan.biggan_deep import Generator, GeneratorSpec
+from evonorm_suite.gan.checkpoint import load_ema_generator
 from evonorm_suite.gan.config import PRESETS
-from evonorm_suite.gan.data import digits_dataset
-from evonorm_suite.gan.metrics import GeneratorSampler, fidelity_metrics
+from evonorm_suite.gan.data import digits_dataset, to_uint8
+from evonorm_suite.gan.metrics import GeneratorSampler, class_accuracy, digits_calibration, fidelity_metrics
 from evonorm_suite.gan.trainer import Trainer
 
 
@@ -198,8 +202,6 @@ def test_peak_over_snapshots(trained_run, tmp_path):
 
 
 def test_generator_sampler_samples_labels_itself(trained_run):
-    from evonorm_suite.gan.checkpoint import load_ema_generator
-
     generator, _, _ = load_ema_generator(str(trained_run))
     sampler = GeneratorSampler(generator, seed=3)
     assert sampler.num_classes == 0 and sampler.z_size == 8
@@ -217,9 +219,6 @@ def test_foreign_inception_weights_are_refused_before_unpickling(trained_run, tm
 
 
 def test_digits_classifier_scale_real_digits_far_below_noise():
-    from evonorm_suite.gan import digits_classifier
-    from evonorm_suite.gan.metrics import digits_calibration
-
     weights = digits_classifier.weights_file(16)
     assert digits_classifier.load_checkpoint(weights)["held_out_accuracy"] > 0.95
     calibration = digits_calibration(16)
@@ -246,9 +245,6 @@ class _Replay(torch.nn.Module):
 
 
 def test_class_accuracy_counts_samples_of_the_requested_class():
-    from evonorm_suite.gan import digits_classifier
-    from evonorm_suite.gan.metrics import class_accuracy
-
     classifier = digits_classifier.load_classifier(digits_classifier.weights_file(16))
     assert class_accuracy(_Replay(ignore_labels=False), classifier, 200) > 0.9
     assert abs(class_accuracy(_Replay(ignore_labels=True), classifier, 200) - 0.1) < 0.05  # one class in ten
@@ -258,11 +254,6 @@ def test_generator_sampler_samples_with_moving_statistics():
     """IS/FID sample the generator as it is used, in eval mode: a generator with batch statistics (BN-ReLU)
     handed over in training mode samples from its moving averages, so each image depends on its own
     latent only, as a copy of the generator put in eval mode by hand gives."""
-    import copy
-
-    from evonorm_suite.gan.biggan_deep import Generator, GeneratorSpec
-    from evonorm_suite.gan.data import to_uint8
-
     torch.manual_seed(0)
     spec = GeneratorSpec(resolution=16, channels=8, num_classes=10, dim_z=8, shared_dim=8, depth=1, attention=(),
                          image_channels=1)
@@ -278,10 +269,6 @@ def test_generator_sampler_samples_with_moving_statistics():
 def test_digits_fidelity_compares_samples_with_the_training_digits(monkeypatch):
     """In-training IS/FID: the generator's uint8 samples against the 1,438 training digits (not the held-out
     359), through the digits classifier, torch-fidelity seeded with seed + 2020; IS mean, FID and class accuracy."""
-    from pathlib import Path
-
-    from evonorm_suite.gan import metrics
-
     seen = {}
     monkeypatch.setattr(metrics.digits_classifier, "weights_file",
                         lambda resolution: Path(f"/nowhere/w{resolution}.pt"))
@@ -318,8 +305,6 @@ def test_generator_sampler_draws_normal_latents_and_every_class():
 def test_evaluation_records_the_training_seed_and_the_sampling_mode(trained_run, monkeypatch):
     """Without --num-samples Inception uses 50,000 samples; metrics.json names the run's training seed (not
     the sampling seed), the layer and its options; a batch-independent layer samples with no batch statistics."""
-    from evonorm_suite.gan.biggan_deep import Generator, GeneratorSpec
-
     monkeypatch.setattr(evaluate, "feature_extractor_for", lambda config, options: (evaluate.INCEPTION, "w.pth"))
     monkeypatch.setattr(evaluate, "fidelity_metrics", lambda generated, reference, num, **kw: {
         "is_mean": 1.0, "is_std": 0.0, "fid": float(num)})

@@ -1,13 +1,17 @@
 """BigGAN-deep shapes, norm swapping and the class-conditional norm-act against float64 formulas."""
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from evonorm_core import ConditionalNormAct2d, build_norm_act, list_norm_acts
-from evonorm_core.layers import BatchNormAct2d
+from evonorm_core.layers import BatchNormAct2d, EvoNormS0
 from evonorm_suite.gan.biggan_deep import DBlock, Discriminator, GBlock, Generator, GeneratorSpec
-from evonorm_suite.gan.layers import SelfAttention
+from evonorm_suite.gan.checkpoint import build_discriminator, build_generator
+from evonorm_suite.gan.config import PRESETS
+from evonorm_suite.gan.layers import SelfAttention, sn_conv, sn_embedding, sn_linear
 
 
 def tiny_generator(norm="evonorm_s0", resolution=32, channels=16, depth=2, **options):
@@ -66,10 +70,6 @@ def test_every_norm_builds_without_batchnorm_relu_pair(norm):
 
 
 def test_gn_relu_defaults_and_bad_options():
-    from dataclasses import replace
-
-    from evonorm_suite.gan.config import PRESETS
-
     assert replace(PRESETS["imagenet128"], norm="gn_relu").norm_options == {"groups": 16}
     with pytest.raises(ValueError, match="groups"):
         tiny_generator("gn_relu", channels=8, groups=16)  # 8 hidden channels: 16 groups cannot divide them
@@ -94,9 +94,6 @@ def test_conditional_gamma_beta_depend_on_class():
 
 @pytest.mark.slow
 def test_paper_preset_is_biggan_deep_128():
-    from evonorm_suite.gan.checkpoint import build_discriminator, build_generator
-    from evonorm_suite.gan.config import PRESETS
-
     config = PRESETS["imagenet128"]
     assert (config.resolution, config.channels, config.dim_z, config.shared_dim, config.depth) == (128, 128, 128, 128, 2)
     assert (config.g_lr, config.d_lr, config.betas, config.d_steps, config.batch_size) == (5e-5, 2e-4, (0.0, 0.999), 2, 2048)
@@ -108,8 +105,6 @@ def test_paper_preset_is_biggan_deep_128():
 
 
 def test_norm_act_can_be_a_callable_like_everywhere_in_the_suite():
-    from evonorm_core.layers import EvoNormS0
-
     built = []
 
     def make(num_channels, nonlinearity):
@@ -214,8 +209,6 @@ def test_self_attention_against_the_sagan_formula():
 
 def test_spectral_norm_eps_power_iterations_and_orthogonal_init():
     """BigGAN-deep's launch script: SN_eps 1e-6, one power iteration per forward, orthogonal init (G_init=ortho)."""
-    from evonorm_suite.gan.layers import sn_conv, sn_embedding, sn_linear
-
     torch.manual_seed(0)
     for module in (sn_conv(4, 6, 3), sn_linear(4, 6), sn_embedding(6, 4)):
         (norm,) = module.parametrizations.weight

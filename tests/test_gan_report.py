@@ -4,7 +4,9 @@ import json
 import pytest
 
 from evonorm_core.experiment.grid import GridResult
-from evonorm_suite.gan import report
+from evonorm_core.experiment.rundir import open_run
+from evonorm_suite.gan import report, table5
+from evonorm_suite.gan.checkpoint import RUN_KIND
 
 
 def write_run(root, norm, seed, is_mean, fid, **options):
@@ -93,10 +95,6 @@ def test_table_shows_dash_for_layers_the_paper_lacks_and_plot_puts_fid_on_x(tmp_
 
 
 def test_table5_trains_each_missing_run_with_four_snapshots_then_evaluates_its_peak(tmp_path):
-    from evonorm_core.experiment.rundir import open_run
-    from evonorm_suite.gan import table5
-    from evonorm_suite.gan.checkpoint import RUN_KIND
-
     cell = table5.run_cell("evonorm_s0", 2, tmp_path, 1500)
     train, evaluate = cell.commands
     flags = dict(zip(train[3::2], train[4::2]))
@@ -114,8 +112,6 @@ def test_table5_trains_each_missing_run_with_four_snapshots_then_evaluates_its_p
 
 
 def test_table5_defaults_are_the_six_layers_times_three_seeds_and_finished_runs_are_kept(tmp_path, monkeypatch):
-    from evonorm_suite.gan import table5
-
     ran = []
 
     def fake_grid(cells, folder, *, jobs, name):

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,21 +15,25 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from PIL import Image
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from evonorm_core.experiment.config import ConfigError
+from evonorm_core.experiment.distributed import DistributedContext
 from evonorm_core.experiment.files import load_checkpoint
 from evonorm_core.experiment.rundir import RunDirError, open_run
 from evonorm_core.running_stats import batch_statistics_layers
-from evonorm_suite.gan import train_biggan
-from evonorm_suite.gan.checkpoint import RUN_KIND
-from evonorm_suite.gan.config import PRESETS
+from evonorm_suite.gan import metrics, train_biggan
+from evonorm_suite.gan import trainer as trainer_module
+from evonorm_suite.gan.checkpoint import RUN_KIND, build_discriminator, build_generator, load_ema_generator
+from evonorm_suite.gan.config import PRESET_OF_DATASET, PRESETS, preset
 from evonorm_suite.gan.data import digits_dataset
 from evonorm_suite.gan.ema import EMA
 from evonorm_suite.gan.layers import SelfAttention
 from evonorm_suite.gan.losses import discriminator_hinge_loss, generator_hinge_loss
-from evonorm_suite.gan.sampling import grid_latents, sample_latents, standing_statistics
-from evonorm_suite.gan.trainer import Trainer
+from evonorm_suite.gan.sampling import grid_latents, sample_latents, save_sample_grid, standing_statistics
+from evonorm_suite.gan.trainer import Trainer, infinite_batches, sync_on_last
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(channels=8, dim_z=8, shared_dim=8, depth=1, micro_batch=8, batch_size=8, total_steps=2, ema_start=0,
@@ -391,8 +396,6 @@ def test_cifar10_and_digits_presets_as_documented():
 
 
 def test_preset_of_each_dataset_and_unknown_presets():
-    from evonorm_suite.gan.config import PRESET_OF_DATASET, preset
-
     assert PRESET_OF_DATASET == {"digits": "digits", "cifar10": "cifar10", "imagenet": "imagenet128",
                                  "array": "imagenet128"}  # array: BigGAN-PyTorch's prepared ImageNet file
     assert preset("cifar10") is PRESETS["cifar10"]
@@ -452,8 +455,6 @@ def test_non_finite_losses_stop_training(tmp_path, digits):
 
 
 def test_seed_sets_initialization_and_latents_distinct_per_process(tmp_path, digits):
-    from evonorm_core.experiment.distributed import DistributedContext
-
     a, b, c = (tiny_trainer(tmp_path / name, digits, seed=seed) for name, seed in (("a", 3), ("b", 3), ("c", 4)))
     assert all(torch.equal(p, q) for p, q in zip(a.generator.parameters(), b.generator.parameters()))
     assert not all(torch.equal(p, q) for p, q in zip(a.generator.parameters(), c.generator.parameters()))
@@ -471,9 +472,6 @@ def _dataset_of_indices(count):
 
 
 def test_infinite_batches_are_full_shuffled_micro_batches_reshuffled_every_epoch():
-    from evonorm_core.experiment.distributed import DistributedContext
-    from evonorm_suite.gan.trainer import infinite_batches
-
     config = tiny_config(micro_batch=4, num_workers=0)
     stream = infinite_batches(_dataset_of_indices(10), config, DistributedContext())
     batches = [next(stream)[0].view(-1).long().tolist() for _ in range(4)]
@@ -493,12 +491,6 @@ def test_infinite_batches_are_full_shuffled_micro_batches_reshuffled_every_epoch
 
 
 def test_gradients_are_all_reduced_on_the_last_micro_batch_only():
-    from contextlib import nullcontext
-
-    from torch.nn.parallel import DistributedDataParallel
-
-    from evonorm_suite.gan.trainer import sync_on_last
-
     class FakeDDP(DistributedDataParallel):
         def __init__(self):
             nn.Module.__init__(self)
@@ -577,8 +569,6 @@ class RecordingWriter:
 
 def quiet_trainer(monkeypatch, run_dir, dataset, **overrides):
     """A tiny trainer writing to a :class:`RecordingWriter` and drawing no curves (fast)."""
-    from evonorm_suite.gan import trainer as trainer_module
-
     monkeypatch.setattr(trainer_module, "plot_curves", lambda run_dir: None)
     trainer = tiny_trainer(run_dir, dataset, **overrides)
     trainer.writer = RecordingWriter()
@@ -644,8 +634,6 @@ def test_sampling_generator_is_an_eval_copy_of_g_ema_with_standing_statistics(tm
 
 
 def test_in_training_evaluation_measures_the_sampling_generator_of_the_digits_only(tmp_path, digits, monkeypatch):
-    from evonorm_suite.gan import metrics
-
     calls = []
     monkeypatch.setattr(metrics, "digits_fidelity", lambda generator, resolution, num, seed: calls.append(
         (generator.training, resolution, num, seed)) or {"fid": 1.0})
@@ -691,10 +679,6 @@ class ClassShade(nn.Module):
 def test_sample_grid_has_a_row_per_class_mapped_from_minus_one_one_to_black_white(tmp_path):
     """One row per class, per_row samples per row; [-1, 1] shown as [0, 1] (make_grid's padding 2); generated in
     eval mode and the mode restored; the PNG holds the grid."""
-    from PIL import Image
-
-    from evonorm_suite.gan.sampling import save_sample_grid
-
     generator = ClassShade().train()
     z, y = grid_latents(dim_z=2, num_classes=10, per_class=3)
     grid = save_sample_grid(generator, str(tmp_path / "g" / "grid.png"), z, y, per_row=3)
@@ -725,8 +709,6 @@ def test_standing_statistics_use_the_requested_batches_and_none_skips(tmp_path, 
 
 
 def test_models_are_built_from_every_size_in_the_config():
-    from evonorm_suite.gan.checkpoint import build_discriminator, build_generator
-
     config = tiny_config("evonorm_s0", dim_z=6, shared_dim=10, depth=3, channels=16, attention=(16,), image_channels=1)
     generator = build_generator(config, 7)
     assert (generator.spec.dim_z, generator.spec.shared_dim, generator.spec.num_classes) == (6, 10, 7)
@@ -741,8 +723,6 @@ def test_models_are_built_from_every_size_in_the_config():
 
 
 def test_evaluation_loads_g_ema_not_g(tmp_path, digits):
-    from evonorm_suite.gan.checkpoint import load_ema_generator
-
     trainer = tiny_trainer(tmp_path, digits, "evonorm_s0", ema_start=0, ema_decay=0.5)
     trainer.train_step()
     trainer.train_step()

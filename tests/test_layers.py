@@ -6,7 +6,9 @@ import pytest
 import torch
 
 import evonorm_core
+from evonorm_core import statistics as S
 from evonorm_core.layers import BatchStatsNormAct2d, GroupedNormAct2d
+from evonorm_core.statistics import resolve_groups
 
 from . import paper_reference as ref
 
@@ -432,8 +434,6 @@ def test_extra_repr_names_the_settings(name):
 def test_aggregation_statistics_match_table_1():
     """Each statistic is the paper's mu_I / s2_I over its index set I, in a shape that broadcasts:
     (N, C, 1, 1) for instance and group statistics, (N, 1, 1, 1) layer, (N, 1, H, W) pixel, (C,) batch."""
-    from evonorm_core import statistics as S
-
     x = torch.randn(3, 8, 5, 4, dtype=torch.float64) * 2 + torch.arange(8, dtype=torch.float64).view(1, -1, 1, 1)
 
     def same(got, want):
@@ -462,8 +462,6 @@ def test_aggregation_statistics_match_table_1():
 
 @pytest.mark.parametrize("channels,expected", [(32, 32), (33, 11), (31, 31), (100, 25), (1, 1), (512, 32)])
 def test_resolve_groups_default_is_the_largest_divisor_up_to_32(channels, expected):
-    from evonorm_core.statistics import resolve_groups
-
     assert resolve_groups(channels, None) == expected
     assert resolve_groups(channels, channels) == channels and resolve_groups(channels, 1) == 1
 

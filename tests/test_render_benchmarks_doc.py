@@ -1,5 +1,6 @@
 """tools/render_benchmarks_doc.py: docs/benchmarks.md's result blocks come from the committed JSON."""
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,6 @@ def test_placeholders_become_blocks_and_rendering_is_stable():
 
 def test_blocks_report_what_the_json_says():
     doc = render.render_all("RESULTS_CAPTURE\nRESULTS_BENCHMARK\nRESULTS_COMPILED\n", RESULTS)
-    import json
 
     bench = json.loads((RESULTS / "benchmark_layers.json").read_text())
     missed = [t for t in bench["targets"] if not t["met"]]
