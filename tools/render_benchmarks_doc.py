@@ -25,9 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = ("RESULTS_CAPTURE", "RESULTS_BENCHMARK", "RESULTS_COMPILED")
 # the code whose change makes a result stale (kernels, layers, the measuring code)
-CODE = ["evonorm_core/ops", "evonorm_core/functional.py", "evonorm_core/layers", "evonorm_core/statistics.py",
-        "evonorm_core/running_stats.py", "evonorm_core/convert.py", "tools/benchmark_layers.py",
-        "tools/check_capture.py"]
+CODE = ["evonorm_core/ops", "evonorm_core/functional.py", "evonorm_core/formulas.py", "evonorm_core/layers",
+        "evonorm_core/statistics.py", "evonorm_core/running_stats.py", "evonorm_core/convert.py",
+        "tools/benchmark_layers.py", "tools/check_capture.py"]
 EVONORMS = ["evonorm_s0", "evonorm_s1", "evonorm_s2", "evonorm_b0", "evonorm_b1", "evonorm_b2"]
 COMPILED_OPERATOR_MIN_NUMEL = 65536  # evonorm_core.functional.COMPILED_OPERATOR_MIN_NUMEL["cpu"], checked below
 
