@@ -98,7 +98,7 @@ def _jit() -> KernelStatus:
     cpp_log = logging.getLogger("torch.utils.cpp_extension")
     level = cpp_log.level
     cpp_log.setLevel(logging.ERROR)  # its import warns that no CUDA runtime exists (irrelevant for CPU code)
-    try:
+    try:  # imported for this build only: it costs every `import evonorm_core` ~50 ms and setuptools
         from torch.utils import cpp_extension
     finally:
         cpp_log.setLevel(level)
