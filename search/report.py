@@ -133,7 +133,8 @@ def _row(name: str, record: CandidateRecord, anchors: list[str], references: Dis
     mean = f"{record.mean_accuracy:.3f}" if record.accuracies else "  -  "
     status = "" if record.accepted else f"  [rejected: {record.stage}: {record.reason}]"
     same = same_as(record, references)
-    return f"  {name:<12} {accs}  {mean}  {record.expression}{status}" + (f"  (= {same})" if same else "")
+    pointwise = "" if Genome.from_dict(record.genome).aggregates_input() else "  (pointwise: no statistic of x)"
+    return f"  {name:<12} {accs}  {mean}  {record.expression}{status}" + (f"  (= {same})" if same else "") + pointwise
 
 
 def _config_or_none(output_dir: str) -> SearchConfig | None:
@@ -169,8 +170,15 @@ def format_report(output_dir: str, k: int = 10) -> str:
     known = reference_layers(state)
     lines += [_row(f"#{r.candidate_id}", r, anchors, known) for r in frontier(records)] or ["  (no accepted candidate)"]
     lines.append(f"top {k} by mean accuracy:")
-    lines += [_row(f"#{r.candidate_id}", r, anchors, known) for r in top_k(records, k)] or ["  (no accepted candidate)"]
+    top = top_k(records, k)
+    lines += [_row(f"#{r.candidate_id}", r, anchors, known) for r in top] or ["  (no accepted candidate)"]
+    lines.append(f"pointwise layers (no statistic of x) among the best {min(5, len(top))}: {pointwise_count(top[:5])}")
     return "\n".join(lines)
+
+
+def pointwise_count(records: list[CandidateRecord]) -> int:
+    """How many of ``records`` are pointwise functions of ``x`` (bare activations)."""
+    return sum(not Genome.from_dict(r.genome).aggregates_input() for r in records)
 
 
 def print_report(output_dirs: list[str], k: int = 10) -> None:
@@ -186,8 +194,10 @@ def _layer(record: CandidateRecord) -> dict:
 
 
 def _found(record: CandidateRecord, references: DistinctLayers) -> dict:
-    """A found layer as plain data; ``same_as``: the reference layer it is, if any."""
-    return {**_layer(record), "same_as": same_as(record, references)}
+    """A found layer as plain data; ``same_as``: the reference layer it is, if any; ``pointwise``: no
+    statistic of ``x`` on a live path (:meth:`~evonorm_core.search.genome.Genome.aggregates_input`)."""
+    return {**_layer(record), "same_as": same_as(record, references),
+            "pointwise": not Genome.from_dict(record.genome).aggregates_input()}
 
 
 def summarize(output_dir: str, k: int = 10) -> dict:
@@ -207,6 +217,7 @@ def summarize(output_dir: str, k: int = 10) -> dict:
         "references": {name: _layer(r) for name, r in state["baselines"].items()},
         "top": [_found(r, known) for r in top], "frontier": [_found(r, known) for r in frontier(records)],
         f"top{k}_mean": round(statistics.fmean(r.mean_accuracy for r in top), 4) if top else None,
+        "pointwise_in_top5": pointwise_count(top[:5]),
         "curve": [[x, round(m, 4)] for x, m in zip(xs, means)],
         "rerank": read_json(rerank, what="rerank result") if rerank.is_file() else None,
     }

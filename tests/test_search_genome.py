@@ -6,8 +6,17 @@ import pytest
 import torch
 
 from evonorm_core.search import (
-    INITIAL_NODES, Genome, GraphLayer, Node, check_mode, fingerprint, mutate, parse, random_genome,
-    to_infix, to_latex,
+    INITIAL_NODES,
+    Genome,
+    GraphLayer,
+    Node,
+    check_mode,
+    fingerprint,
+    mutate,
+    parse,
+    random_genome,
+    to_infix,
+    to_latex,
 )
 
 
@@ -202,3 +211,16 @@ def test_precedence_and_associativity(text, expected):
 def test_more_parse_errors_say_what_is_wrong(text, message):
     with pytest.raises(ValueError, match=message):
         parse(text)
+
+
+@pytest.mark.parametrize("expression, aggregates", [
+    ("x / max(batch_std(x), v1 * x + instance_std(x))", True),  # EvoNorm-B0
+    ("tanh(x + batch_mean(-x))", True),  # a statistic of x, even inside an activation
+    ("x / group_rms(max(batch_mean(square(v1)), x))", True),  # the outer statistic reads x
+    ("tanh(x)", False),
+    ("tanh(x + log(square(v1)))", False),  # a constant shift: no aggregation at all
+    ("tanh(x + channel_rms(group_rms(v0)))", False),  # statistics of parameters only: a constant
+    ("max(x, x)", False),
+])
+def test_aggregates_input_tells_statistics_of_x_from_pointwise_layers(expression, aggregates):
+    assert parse(expression).aggregates_input() is aggregates

@@ -285,7 +285,10 @@ def test_report_counts_rates_and_best_first_lists(tmp_path):
     assert "candidates 7, accepted 4 (3 distinct functions)" in text and "cache hits 1" in text
     assert "5 candidates trained, 0.56 trained per CPU-minute" in text and "on 6 core(s)" in text
     top = text.split("top 3 by mean accuracy:")[1].splitlines()[1:]
-    assert [line.split()[0] for line in top] == ["#4", "#0", "#6"]
+    assert [line.split()[0] for line in top[:3]] == ["#4", "#0", "#6"]
+    assert all(line.endswith("(pointwise: no statistic of x)") for line in top[:3])  # sigmoid, tanh, relu
+    assert top[3] == "pointwise layers (no statistic of x) among the best 3: 3"
+    assert summary["pointwise_in_top5"] == 2 and summary["top"][0]["pointwise"] is True
 
 
 def test_top_k_curve_mean_and_spread_of_the_best_so_far():

@@ -74,6 +74,17 @@ class Genome:
     def uses_batch_statistics(self) -> bool:
         return any(PRIMITIVES[op].uses_batch_statistics for op in self.live_ops())
 
+    def aggregates_input(self) -> bool:
+        """Whether a live aggregation op (a statistic) reads ``x``: without one the layer is a
+        pointwise function of ``x`` (an activation), whatever constants it computes."""
+        reads_x = {INITIAL_NODES.index("x")}
+        for index in self.live_nodes():
+            if index >= len(INITIAL_NODES) and reads_x.intersection(self.node(index).inputs):
+                if PRIMITIVES[self.node(index).op].aggregation:
+                    return True
+                reads_x.add(index)
+        return False
+
     def pruned(self) -> "Genome":
         """The same function with the dead nodes removed and the live ones renumbered."""
         live = [i for i in self.live_nodes() if i >= len(INITIAL_NODES)]
