@@ -1,4 +1,4 @@
-"""Train a classifier with any norm-act layer: ImageNet, CIFAR-10, or the embedded digits.
+"""Train a classifier with any norm-act layer: ImageNet, CIFAR-10, or the embedded digits or MNIST.
 
     python classification/train.py                                  # digits demo, CPU
     python classification/train.py --model resnet50 --norm-act evonorm_b0 \\
@@ -6,10 +6,14 @@
     torchrun --nproc_per_node 8 classification/train.py --model resnet50 --table table11 ...   # DDP
 
 Without ``--data`` the model trains on scikit-learn's digits (real, embedded, tiny) and
-says so. ``--table`` takes a paper table's whole training setup (e.g. Table 11's 180
-epochs with RandAugment and stages at 60/120/160); the recipe flags override single
-fields. The output folder belongs to the run: ``config.json`` (the resolved settings),
-``checkpoint.pt`` every epoch, ``result.json`` and TensorBoard scalars in ``tb/``.
+says so; ``--data mnist`` takes the embedded 5,000 MNIST digits (28 px), hard enough that
+normalization layers differ. ``--workers W`` simulates W data-parallel workers in this process
+(ghost batches: batch statistics over each worker's ``--batch-size`` images, one gradient over
+all W x ``--batch-size``), as the paper's Table 3 runs its workers. ``--table`` takes a paper
+table's whole training setup (e.g. Table 11's 180 epochs with RandAugment and stages at
+60/120/160); the recipe flags override single fields. The output folder belongs to the run:
+``config.json`` (the resolved settings), ``checkpoint.pt`` every epoch, ``result.json`` (with
+the last fifth's flatness of the validation curve) and TensorBoard scalars in ``tb/``.
 ``--resume`` continues the run in the folder with its own settings (flags given with it
 may change only how long it trains and how it reports); without it a folder that holds
 files is refused. Installed as the ``evonorm-train`` command.
@@ -31,11 +35,11 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 from evonorm_core import list_norm_acts, norm_act_factory, norm_act_options, resolve_name
 from evonorm_core.classifiers.anchors import ANCHOR_NAMES, ANCHORS, build_anchor
-from evonorm_core.classifiers.data import TensorImages, load_cifar10, load_digits_proxy
+from evonorm_core.classifiers.data import Split, TensorImages, load_cifar10, load_digits_proxy, load_mnist_proxy
 from evonorm_core.classifiers.models import MODEL_NAMES, MODEL_RESOLUTIONS, build_model
 from evonorm_core.classifiers.proxy_task import PROXY_TRAINING
 from evonorm_core.classifiers.schedule import SCHEDULES
-from evonorm_core.classifiers.trainer import Trainer
+from evonorm_core.classifiers.trainer import Trainer, centre_crops
 from evonorm_core.experiment.config import (
     ConfigError,
     add_config_arguments,
@@ -45,6 +49,7 @@ from evonorm_core.experiment.config import (
     replace_config,
     validate,
 )
+from evonorm_core.experiment.convergence import last_fifth_flatness
 from evonorm_core.experiment.distributed import DistributedContext, shutdown
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, load_checkpoint, save_checkpoint
 from evonorm_core.experiment.progress import Progress
@@ -54,7 +59,9 @@ from evonorm_suite.classification.imagenet import load_imagenet
 from evonorm_suite.classification.paper_tables import TABLES, table_recipe
 from evonorm_suite.classification.recipes import PROXY_RECIPE, Recipe, recipe_for
 
-DATASETS = ("digits", "cifar10", "imagenet")
+DATASETS = ("digits", "mnist", "cifar10", "imagenet")
+VALIDATION_FRAMINGS = ("full", "centre")
+MNIST_SIZE = 28
 CHECKPOINT_FILE, RESULT_FILE = "checkpoint.pt", "result.json"
 RUN_KIND = RunKind("classification/train.py")
 
@@ -71,14 +78,25 @@ class TrainConfig:
                                  min=0, max=1, min_open=True)
     groups: int | None = option(None, "groups of grouped layers (none: 32, lowered until it divides)", min=1)
     sync_batch_stats: bool = option(False, "all-reduce batch statistics across DDP workers (BN, B series)")
-    data: str = option("digits", "dataset; imagenet and cifar10 need --data-dir", choices=DATASETS)
+    data: str = option("digits", "dataset: digits (sklearn, 8x8 upsampled), mnist (the embedded 5,000 MNIST digits, "
+                       "28 px), cifar10 or imagenet (these two need --data-dir)", choices=DATASETS)
     data_dir: str | None = option(None, "ImageNet folder (train/, val/) or CIFAR-10's parent folder", resumable=True)
     holdout_fraction: float = option(0.0, "evaluate on this seeded fraction of ImageNet-train (reranking: 0.1)",
                                      min=0, max=1, max_open=True)
     train_subset: int | None = option(None, "train on the first N training images only (quick checks)", min=1)
-    image_size: int | None = option(None, "training/eval resolution (none: the model's; 32 for anchors/digits)", min=8)
+    image_size: int | None = option(None, "image resolution (none: 28 for mnist; 32 for anchors, digits and cifar10; "
+                                    "the model's on imagenet)", min=8)
+    crop_size: int | None = option(None, "in-memory data: train on random crops of this size (none: the whole images; "
+                                   "cifar10 at 32 px: the proxy task's 24)", min=8)
+    validation: str = option("full", "in-memory data: what is validated: full, the whole images; centre, their "
+                             "centre crop of the training crops' size (MNIST's digits sit in a black frame: crops "
+                             "change per-sample statistics, so per-sample layers need the crops' framing)",
+                             choices=VALIDATION_FRAMINGS)
     table: str | None = option(None, "take the whole training setup of this paper table", choices=tuple(TABLES))
     batch_size: int | None = option(None, "images per worker (none: the recipe's)", min=1)
+    workers: int = option(1, "simulated data-parallel workers in this process (ghost batches): a step trains on "
+                          "--batch-size x this many images, batch statistics are each worker's own; under torchrun "
+                          "every process is a worker: 1", min=1)
     epochs: float | None = option(None, "training epochs (none: the recipe's)", min=0, min_open=True)
     max_steps: int | None = option(None, "stop after this many steps (the schedule still spans --epochs)", min=1,
                                    resumable=True)
@@ -102,7 +120,7 @@ class TrainConfig:
             resolve_name(self.norm_act)
         except ValueError as error:
             raise ConfigError(f"--norm-act: {error}") from None
-        if self.data != "digits" and not self.data_dir:
+        if self.data in ("cifar10", "imagenet") and not self.data_dir:
             raise ConfigError(f"--data {self.data} needs --data-dir (nothing is downloaded)")
         if self.model in ANCHORS and self.width_multiplier != 1.0:
             raise ConfigError("--width-multiplier is fixed by the paper for anchors; use the ImageNet model name")
@@ -110,6 +128,38 @@ class TrainConfig:
             raise ConfigError(f"--anchor-depth applies to the CIFAR anchors ({', '.join(ANCHOR_NAMES)}), not {self.model}")
         if self.table is not None and self.model not in TABLES[self.table].models:
             raise ConfigError(f"--table {self.table} has no {self.model!r} column; it has {', '.join(TABLES[self.table].models)}")
+        self._check_framing()
+
+    def _check_framing(self) -> None:
+        """Crops and validation framing: for in-memory data, within the image, centre only with crops."""
+        if self.data == "imagenet" and (self.crop_size is not None or self.validation != "full"):
+            raise ConfigError("--crop-size and --validation are for in-memory data (digits, mnist, cifar10); "
+                              "ImageNet has its own transforms")
+        if self.crop_size is not None and self.crop_size > self.resolution:
+            raise ConfigError(f"--crop-size {self.crop_size} is larger than the {self.resolution} px images; "
+                              f"accepted: 8..{self.resolution}")
+        if self.validation == "centre" and self.training_crop is None:
+            raise ConfigError("--validation centre validates the centre crop of the training crops' size: "
+                              "give --crop-size (or use --validation full)")
+
+    @property
+    def resolution(self) -> int:
+        """The images' size: ``image_size``, else 28 for MNIST, 32 for anchors and small data, the model's on ImageNet."""
+        if self.image_size is not None:
+            return self.image_size
+        if self.data == "mnist":
+            return MNIST_SIZE
+        at_proxy_size = self.model in ANCHORS or self.data != "imagenet"
+        return PROXY_TRAINING.image_size if at_proxy_size else MODEL_RESOLUTIONS[self.model]
+
+    @property
+    def training_crop(self) -> int | None:
+        """The random training crops' size: ``crop_size``, else the proxy task's 24 for CIFAR-10 at 32 px; None:
+        whole images."""
+        if self.crop_size is not None:
+            return self.crop_size
+        at_proxy_size = self.data == "cifar10" and self.resolution == PROXY_TRAINING.image_size
+        return PROXY_TRAINING.crop_size if at_proxy_size else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,17 +201,28 @@ def resolve_recipe(config: TrainConfig) -> Recipe:
     return dataclasses.replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def build_datasets(config: TrainConfig, recipe: Recipe, resolution: int) -> tuple[Dataset, Dataset, int]:
-    """``(train, val, num_classes)`` for ``config.data``."""
+def build_datasets(config: TrainConfig, recipe: Recipe) -> tuple[Dataset, Dataset, int]:
+    """``(train, val, num_classes)`` for ``config.data``: in-memory sets with the training crops and the
+    validation framing of ``config``, flipped only for CIFAR-10 (a mirrored digit is another shape)."""
     if config.data == "imagenet":
-        train, val = load_imagenet(config.data_dir, resolution, recipe.randaugment, config.holdout_fraction, config.seed)
+        train, val = load_imagenet(config.data_dir, config.resolution, recipe.randaugment, config.holdout_fraction,
+                                   config.seed)
         return train, val, 1000
+    train_x, train_y, val_x, val_y = load_in_memory(config)
+    crop = config.training_crop
+    if config.validation == "centre":
+        val_x = centre_crops(val_x, crop)
+    train = TensorImages(train_x, train_y, crop=crop, flip=config.data == "cifar10")
+    return train, TensorImages(val_x, val_y), 10
+
+
+def load_in_memory(config: TrainConfig) -> Split:
+    """The normalized CIFAR-10, MNIST or digits split of ``config``."""
     if config.data == "cifar10":
-        train_x, train_y, val_x, val_y = load_cifar10(config.data_dir)
-        crop = PROXY_TRAINING.crop_size if resolution == PROXY_TRAINING.image_size else None  # the proxy task's crops
-        return TensorImages(train_x, train_y, crop=crop, flip=True), TensorImages(val_x, val_y), 10
-    train_x, train_y, val_x, val_y = load_digits_proxy(resolution)
-    return TensorImages(train_x, train_y), TensorImages(val_x, val_y), 10
+        return load_cifar10(config.data_dir)
+    if config.data == "mnist":
+        return load_mnist_proxy(config.resolution)
+    return load_digits_proxy(config.resolution)
 
 
 @torch.no_grad()
@@ -196,9 +257,10 @@ def build(config: TrainConfig, env: DistributedContext) -> TrainingSetup:
     """Model, recipe, data loaders and trainer for ``config``."""
     make = norm_act_factory(config.norm_act, **norm_act_options(groups=config.groups, sync=config.sync_batch_stats))
     recipe = resolve_recipe(config)
-    at_proxy_size = config.model in ANCHORS or config.data != "imagenet"
-    resolution = config.image_size or (PROXY_TRAINING.image_size if at_proxy_size else MODEL_RESOLUTIONS[config.model])
-    train_set, val_set, num_classes = build_datasets(config, recipe, resolution)
+    if config.workers > 1 and env.distributed:
+        raise ConfigError(f"--workers {config.workers} simulates workers in one process; under torchrun every "
+                          "process is a worker: use --workers 1")
+    train_set, val_set, num_classes = build_datasets(config, recipe)
     if config.train_subset is not None:
         if config.train_subset > len(train_set):
             raise ConfigError(f"--train-subset must be in 1..{len(train_set)}, got {config.train_subset}")
@@ -212,19 +274,20 @@ def build(config: TrainConfig, env: DistributedContext) -> TrainingSetup:
         raise ConfigError(f"--model {config.model} with --norm-act {config.norm_act}"
                           f"{'' if config.groups is None else f' --groups {config.groups}'}: {error}") from None
     model.to(env.device)
-    total_batch = recipe.batch_per_worker * env.world_size
+    process_batch = recipe.batch_per_worker * config.workers
+    total_batch = process_batch * env.world_size
     sampler = DistributedSampler(train_set, env.world_size, env.rank, shuffle=True, seed=config.seed, drop_last=True)
-    workers = config.num_workers if config.data == "imagenet" else 0
-    train_loader = DataLoader(train_set, recipe.batch_per_worker, sampler=sampler, drop_last=True,
-                              num_workers=workers, pin_memory=env.device.type == "cuda", persistent_workers=workers > 0)
+    loaders = config.num_workers if config.data == "imagenet" else 0
+    train_loader = DataLoader(train_set, process_batch, sampler=sampler, drop_last=True,
+                              num_workers=loaders, pin_memory=env.device.type == "cuda", persistent_workers=loaders > 0)
     if len(train_loader) == 0:
-        raise ConfigError(f"batch size {recipe.batch_per_worker} x {env.world_size} workers exceeds the "
-                          f"{len(train_set)} training images")
+        raise ConfigError(f"batch size {recipe.batch_per_worker} x {config.workers * env.world_size} workers exceeds "
+                          f"the {len(train_set)} training images")
     val_shard = Subset(val_set, range(env.rank, len(val_set), env.world_size))
-    val_loader = DataLoader(val_shard, max(recipe.batch_per_worker, 256), num_workers=workers)
+    val_loader = DataLoader(val_shard, max(process_batch, 256), num_workers=loaders)
     module = nn.parallel.DistributedDataParallel(model) if env.distributed else model
     trainer = Trainer(model, recipe.optimizer_settings(total_batch), recipe.schedule_in_steps(len(train_loader)),
-                      recipe.label_smoothing, module=module)
+                      recipe.label_smoothing, module=module, workers=config.workers)
     return TrainingSetup(model, recipe, sampler, train_loader, val_loader, trainer)
 
 
@@ -256,10 +319,13 @@ def train(config: TrainConfig) -> dict:
             if env.is_main:
                 print(f"resumed {out / CHECKPOINT_FILE} at epoch {start_epoch}, step {step}")
         history = _train_epochs(config, setup, env, out, start_epoch, step, history)
+        total_batch = setup.recipe.batch_per_worker * config.workers * env.world_size
         result = {"config": config_to_dict(config), "recipe": dataclasses.asdict(setup.recipe),
                   "steps": history[-1]["step"] if history else step, "world_size": env.world_size,
+                  "total_batch": total_batch, "peak_lr": setup.recipe.peak_lr(total_batch),
                   "history": history, "final_top1": history[-1]["top1"] if history else None,
-                  "best_top1": max((h["top1"] for h in history), default=None)}
+                  "best_top1": max((h["top1"] for h in history), default=None),
+                  "flatness": last_fifth_flatness([h["top1"] for h in history])}
         if env.is_main:
             atomic_write_json(out / RESULT_FILE, result)
         return result

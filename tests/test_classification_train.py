@@ -2,12 +2,12 @@
 import dataclasses
 import json
 import math
+import re
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from evonorm_core import build_norm_act
 from evonorm_core.classifiers.anchors import build_anchor
 from evonorm_core.classifiers.data import load_digits_proxy
 from evonorm_core.classifiers.optimizer import OptimizerSettings
@@ -19,11 +19,18 @@ from evonorm_core.experiment.files import load_checkpoint
 from evonorm_core.experiment.rundir import RunDirError
 from evonorm_suite.classification import train as train_module
 from evonorm_suite.classification.recipes import PROXY_RECIPE, recipe_for, scaled_lr
-from evonorm_suite.classification.train import TrainConfig, build, build_datasets, config_from_argv, evaluate, main, \
-    resolve_recipe, train
+from evonorm_suite.classification.train import (
+    TrainConfig,
+    build,
+    build_datasets,
+    config_from_argv,
+    evaluate,
+    main,
+    resolve_recipe,
+    train,
+)
 
 from .test_classifiers_data import write_fake_cifar
-
 
 # These models see tiny batches: a second intra-op thread only adds contention.
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -347,14 +354,51 @@ def test_datasets_crop_and_flip_cifar10_training_images_only(tmp_path, monkeypat
     write_fake_cifar(tmp_path / "cifar-10-batches-py", monkeypatch)
     config = TrainConfig(data="cifar10", data_dir=str(tmp_path))
     recipe = recipe_for("resnet50")
-    train_set, val_set, classes = build_datasets(config, recipe, 32)
+    train_set, val_set, classes = build_datasets(config, recipe)
     assert classes == 10 and (train_set.crop, train_set.flip) == (24, True)
     assert (val_set.crop, val_set.flip) == (None, False)
     assert train_set[0][0].shape == (3, 24, 24) and val_set[0][0].shape == (3, 32, 32)
-    train_set, _, _ = build_datasets(config, recipe, 16)
+    train_set, _, _ = build_datasets(TrainConfig(data="cifar10", data_dir=str(tmp_path), image_size=16), recipe)
     assert train_set.crop is None
-    digits, digits_val, classes = build_datasets(TrainConfig(), recipe, 16)
+    digits, digits_val, classes = build_datasets(TrainConfig(image_size=16), recipe)
     assert classes == 10 and (digits.crop, digits.flip, digits_val.flip) == (None, False, False)
+
+
+def test_mnist_crops_and_validation_framing():
+    """--data mnist: the embedded 4,000 / 1,000 MNIST digits at 28 px, never flipped; --crop-size 24 trains on
+    random 24 px crops; --validation full validates the whole 28 px images, centre their centre 24 px crop."""
+    recipe = recipe_for("resnet50")
+    full = TrainConfig(data="mnist", crop_size=24)
+    train_set, val_set, classes = build_datasets(full, recipe)
+    assert (len(train_set), len(val_set), classes) == (4000, 1000, 10)
+    assert (train_set.crop, train_set.flip) == (24, False) and train_set[0][0].shape == (3, 24, 24)
+    assert val_set.images.shape[-2:] == (28, 28)
+    _, centre, _ = build_datasets(TrainConfig(data="mnist", crop_size=24, validation="centre"), recipe)
+    assert torch.equal(centre.images, val_set.images[..., 2:26, 2:26])
+    whole, _, _ = build_datasets(TrainConfig(data="mnist"), recipe)
+    assert whole.crop is None and whole[0][0].shape == (3, 28, 28)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"data": "mnist", "validation": "centre"}, "--validation centre validates the centre crop of the training "
+                                                "crops' size: give --crop-size"),
+    ({"data": "mnist", "crop_size": 30}, "--crop-size 30 is larger than the 28 px images; accepted: 8..28"),
+    ({"model": "resnet50", "data": "imagenet", "data_dir": "/in", "crop_size": 24}, "ImageNet has its own transforms"),
+])
+def test_bad_framing_names_the_flag(options, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        TrainConfig(**options)
+
+
+def test_simulated_workers_multiply_the_batch_and_scale_the_lr(tmp_path):
+    """--workers 4 --batch-size 4: the loader gives 16 images a step (64 training images: 4 steps), the LR is
+    scaled to the total batch of 16, and the trainer splits each step into 4 ghost batches of 4; under
+    torchrun (one worker per process) simulated workers are refused."""
+    setup = build(quick_config(tmp_path, batch_size=4, workers=4), DistributedContext())
+    assert setup.train_loader.batch_size == 16 and len(setup.train_loader) == 4
+    assert setup.trainer.lr == pytest.approx(0.4 * 16 / 256) and setup.trainer.workers == 4
+    with pytest.raises(ConfigError, match="under torchrun every process is a worker: use --workers 1"):
+        build(quick_config(tmp_path, batch_size=4, workers=4), DistributedContext(rank=0, world_size=2))
 
 
 def test_imagenet_datasets_get_the_recipes_resolution_augmentation_and_holdout(monkeypatch):
@@ -362,8 +406,8 @@ def test_imagenet_datasets_get_the_recipes_resolution_augmentation_and_holdout(m
     1,000 classes."""
     seen = []
     monkeypatch.setattr(train_module, "load_imagenet", lambda *args: seen.append(args) or ("train", "val"))
-    config = TrainConfig(model="resnet50", data="imagenet", data_dir="/in", holdout_fraction=0.1, seed=3)
-    assert train_module.build_datasets(config, recipe_for("resnet50", randaugment=True), 160) == ("train", "val", 1000)
+    config = TrainConfig(model="resnet50", data="imagenet", data_dir="/in", holdout_fraction=0.1, seed=3, image_size=160)
+    assert train_module.build_datasets(config, recipe_for("resnet50", randaugment=True)) == ("train", "val", 1000)
     assert seen == [("/in", 160, True, 0.1, 3)]
 
 

@@ -16,6 +16,7 @@ and matplotlib are imported by the functions that need them):
 * :mod:`.distributed`: the process's place in a ``torchrun`` job;
 * :mod:`.data`: the embedded digits, CIFAR-10 and ImageNet folders, one loader each;
 * :mod:`.tables`: the paper's numbers as typed records, rendered to markdown and PNG;
+* :mod:`.convergence`: whether a training curve has flattened (its last fifth's range and slope);
 * :mod:`.progress`: durations, and progress lines with rate and ETA;
 * :mod:`.seeding`: seeding every random number generator a run uses.
 """
