@@ -4,6 +4,10 @@ Numbers are ImageNet top-1 (%) copied from "Evolving Normalization-Activation La
 (Table 2 and Table 3 of the full paper) and its NeurIPS appendix (Tables 9-13). "1e-3" in
 Table 2 (a layer that does not train) is stored as 0.001.
 
+Controls: the miniatures also run rows the paper does not have, negative controls without
+normalization (:data:`CONTROLS`), so that a miniature shows whether it can tell a normalization
+layer from none at all. They carry no paper number and are not part of the paper-scale grids.
+
 Which appendix table is which: the appendix text lays Tables 9 and 10 side by side. Table 9
 ("90 training epochs, original learning rate schedule") is the one whose EvoNorm-S0 row reads
 76.2 ... 76.4; Table 10 ("90 training epochs with RandAugment") repeats the ResNet-50 rows of
@@ -17,14 +21,18 @@ from dataclasses import dataclass, field
 from evonorm_suite.classification.recipes import Recipe, recipe_for
 
 BATCHES = (128, 64, 32, 16, 8, 4)  # images per worker, Tables 3 and 9-13
-# paper row label -> registry name; None: not a registered layer (random search samples)
+# paper row label -> registry name; None: not a registered layer (Random: a different sample per model)
 LAYERS = {
     "BN-ReLU": "bn_relu", "BN-PReLU": "bn_prelu", "BN-Swish-1": "bn_swish1", "BN-Swish": "bn_swish",
-    "Random": None, "Random + rej": None, "RS + rej": "rs_rej",
+    "Random": None, "Random + rej": "random_rej", "RS + rej": "rs_rej",
     "EvoNorm-B0": "evonorm_b0", "EvoNorm-B1": "evonorm_b1", "EvoNorm-B2": "evonorm_b2",
     "GN-ReLU": "gn_relu", "GN-Swish": "gn_swish", "FRN": "frn",
     "EvoNorm-S0": "evonorm_s0", "EvoNorm-S1": "evonorm_s1", "EvoNorm-S2": "evonorm_s2",
+    "ReLU (no norm)": "no_norm_relu",
 }
+# The negative controls (layers without normalization): Table 2's "Random + rej" (a paper row) and a
+# BN-ReLU without its normalization (no paper number).
+CONTROLS = ("ReLU (no norm)", "Random + rej")
 # paper column label -> model name in evonorm_core.classifiers.models
 MODELS = {
     "R-50": "resnet50", "R-101": "resnet101", "MobileNetV2": "mobilenetv2", "MnasNet-B1": "mnasnet_b1",
@@ -35,7 +43,8 @@ WORKERS = {"resnet50": 8, "resnet101": 8}  # everything else: 32 (section 5.1)
 
 @dataclass(frozen=True)
 class PaperTable:
-    """One table: ``accuracy[(model, layer label)]`` is a row over ``batches`` (or one value)."""
+    """One table: ``accuracy[(model, layer label)]`` is a row over ``batches`` (or one value);
+    ``controls`` are the labels of rows the miniature adds for every model (no paper number)."""
 
     key: str
     title: str
@@ -43,6 +52,7 @@ class PaperTable:
     accuracy: dict[tuple[str, str], tuple[float, ...]]
     recipe: dict[str, dict] = field(default_factory=dict)  # model -> recipe overrides
     note: str = ""
+    controls: tuple[str, ...] = ()
 
     @property
     def models(self) -> list[str]:
@@ -51,6 +61,12 @@ class PaperTable:
     @property
     def layers(self) -> list[str]:
         return list(dict.fromkeys(label for _, label in self.accuracy))
+
+    def row_labels(self, model: str, with_controls: bool = False) -> list[str]:
+        """The layer labels of ``model``'s rows in table order, then (``with_controls``) the miniature's
+        controls that the table does not have already."""
+        rows = [label for m, label in self.accuracy if m == model]
+        return rows + [label for label in self.controls if with_controls and label not in rows]
 
     @property
     def is_batch_sweep(self) -> bool:
@@ -113,13 +129,15 @@ _MOBILENETV2_TABLE3 = {"base_lr": 0.03}
 TABLES = {
     "table2": PaperTable(
         "table2", "Table 2: ImageNet top-1 of batch-statistics layers across six models", (), _table2(),
-        note="Random and Random + rej are sampled layers, not in the registry: paper numbers only.",
+        note="Random is a different random sample per model, not in the registry: paper numbers only.",
+        controls=CONTROLS,
     ),
     "table3": PaperTable(
         "table3", "Table 3: batch-independent layers as images/worker shrink (R-50 x8, MobileNetV2 x32 workers)",
         BATCHES, {**_rows("resnet50", TABLE3_RESNET50), **_rows("mobilenetv2", TABLE3_MOBILENETV2)},
         recipe={"resnet50": _RANDAUGMENT, "mobilenetv2": _MOBILENETV2_TABLE3},
         note="LR scaled linearly with the total batch; MobileNetV2 base LR 0.03 for every row.",
+        controls=CONTROLS,
     ),
     "table9": PaperTable(
         "table9", "Table 9: ResNet-50 vs images/worker (90 epochs, original LR schedule)", BATCHES,

@@ -2,18 +2,19 @@
 
     python classification/tables.py list
     python classification/tables.py run table3 --dry-run                 # paper-scale commands
-    python classification/tables.py run table3 --scale mini --runs-dir runs/t3   # runs here, on digits
+    python classification/tables.py run table3 --scale mini --runs-dir runs/t3   # runs here, on MNIST
     python classification/tables.py report table3 runs/t3               # markdown + PNG
 
 ``--scale paper`` is the paper's grid: one ``torchrun`` command per cell (ImageNet, the
 paper's workers and images per worker, LR scaled linearly); it executes them one after
 another unless ``--dry-run``. ``--scale mini`` maps ResNet-50/MobileNetV2/EfficientNet-B0
-to their CIFAR anchors and trains every cell on the embedded digits data here, ``--jobs``
-at a time (each in a child process of one thread), so the paper's claims can be checked in
-miniature on a CPU (models without an anchor are skipped, and said so). Each cell's output
-goes to ``RUNS_DIR/<cell>.log``. Finished cells (``result.json`` present) are skipped and
-started ones resume, so an interrupted grid continues where it stopped; a cell that fails is
-named at the end and the others go on.
+to their CIFAR anchors and trains every cell, with the no-normalization controls, on the
+embedded MNIST digits here, ``--jobs`` at a time (each in a child process of one thread), so
+the paper's claims can be checked in miniature on a CPU (models without an anchor are
+skipped, and said so). Each cell's output goes to ``RUNS_DIR/<cell>.log``. Finished cells
+(``result.json`` present) are skipped and started ones resume, so an interrupted grid
+continues where it stopped; a finished cell trained with other settings (:data:`SETTING_KEYS`)
+is refused, not reused; a cell that fails is named at the end and the others go on.
 """
 from __future__ import annotations
 
@@ -31,38 +32,77 @@ import torch
 
 from evonorm_core.experiment import data
 from evonorm_core.experiment.config import config_to_dict
+from evonorm_core.experiment.convergence import last_fifth_flatness
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
 from evonorm_core.experiment.grid import Cell as GridCell
 from evonorm_core.experiment.grid import run_grid
 from evonorm_core.experiment.rundir import holds_run
 from evonorm_core.experiment.tables import Series, format_mean_std, markdown_table, mean_std_fields, plot_series
-from evonorm_suite.classification.paper_tables import LAYERS, TABLES, WORKERS, PaperTable
+from evonorm_suite.classification.paper_tables import CONTROLS, LAYERS, TABLES, WORKERS, PaperTable
+from evonorm_suite.classification.recipes import scaled_lr
 from evonorm_suite.classification.train import TrainConfig, train
 
 MINI_MODELS = {"resnet50": "resnet50_cifar", "mobilenetv2": "mobilenetv2_cifar", "efficientnet_b0": "efficientnet_cifar"}
 SCALES = ("paper", "mini")
+MINI_DATA = ("mnist", "cifar10")
 DIVERGED = float("nan")  # a run whose loss became NaN/inf
+# --data cifar10 at mini scale: the proxy task's framing (24 px crops of the 32 px images, validated whole)
+CIFAR10_FRAMING = {"image_size": 32, "crop_size": 24, "validation": "full"}
+# The settings of a mini-scale run that make its result comparable with another cell's (TrainConfig fields)
+SETTING_KEYS = ("data", "image_size", "crop_size", "validation", "anchor_depth", "batch_size", "workers", "epochs",
+                "base_lr", "schedule", "warmup_epochs")
 
 
 @dataclass(frozen=True)
 class MiniScale:
-    """The reduced grid that runs on the embedded digits, chosen by measurement (docs/classification.md).
+    """The reduced grid that runs here on the embedded MNIST digits (issue 29's settings; its grids have not
+    been run yet, so these values are not yet confirmed by measurement).
 
-    CIFAR anchors with one block per stage (``anchor_depth``), 16x16 images (MobileNetV2-CIFAR
-    ends at 2x2, not 1x1), 10 epochs at every batch size (BN-ReLU reaches 96-99% at batch 128
-    by epoch 7-10), the paper's ImageNet base LR of 0.1 per 256 images scaled linearly with the
-    batch (Table 3's rule; at 0.2 per 256, the search proxy's rate, EvoNorm-B0 diverged within
-    20 steps), cosine schedule without warmup, three seeds.
+    The CIFAR anchors at ``anchor_depth`` (0.34: 2-3 blocks per stage) on the 4,000 training
+    digits, trained on 24 px random crops of the 28 px images and validated on the centre 24 px
+    crop of the 1,000 validation digits (the crops' framing: MNIST's digits sit in a black frame,
+    so validating the whole image changes per-sample statistics and breaks GN and EvoNorm-S);
+    SGD with Nesterov momentum at the paper's base LR per 256 images scaled linearly with the
+    total batch (Table 3's MobileNetV2 block at the paper's 0.03, every row), cosine without
+    warmup, ``epochs`` at every batch size.
+
+    Table 2 trains one worker of ``table2_batch`` images (the paper's 128 per worker). Table 3
+    trains ``workers`` simulated workers (ghost batches, ``classification/train.py --workers``)
+    of ``batches`` images each: the total batch is ``workers`` x images per worker, as the paper
+    keeps its workers fixed and varies the images per worker from 128 to 4. The paper has 8 workers
+    for ResNet-50 and 32 for MobileNetV2; the miniature keeps 8 for both (32 x 32 images would be a
+    quarter of the 4,000 training digits in one step).
     """
 
-    batches: tuple[int, ...] = (128, 16, 4, 2)
-    seeds: tuple[int, ...] = (0, 1, 2)
-    epochs: float = 10.0
-    data: str = "digits"  # or "cifar10" (with data_dir)
+    batches: tuple[int, ...] = (32, 16, 8, 4)
+    workers: int = 8
+    table2_batch: int = 128
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    epochs: float = 15.0
+    data: str = "mnist"  # or "cifar10" (with data_dir and CIFAR10_FRAMING)
     data_dir: str | None = None
-    image_size: int = 16
+    image_size: int = 28
+    crop_size: int | None = 24
+    validation: str = "centre"
     base_lr: float = 0.1
-    anchor_depth: float = 0.01
+    anchor_depth: float = 0.34
+
+    def workers_of(self, table: PaperTable) -> int:
+        """Simulated workers of ``table``'s cells: ``workers`` for a batch sweep (Table 3), else one."""
+        return self.workers if table.is_batch_sweep else 1
+
+    def base_lr_of(self, table: PaperTable, model: str) -> float:
+        """LR per 256 images of ``model``'s cells: the paper table's where it sets one (Table 3's
+        MobileNetV2: 0.03 for every row), else ``base_lr``."""
+        return table.recipe.get(model, {}).get("base_lr", self.base_lr)
+
+    def setting(self, table: PaperTable, model: str, batch: int | None) -> dict[str, str | int | float | None]:
+        """The :data:`SETTING_KEYS` (and ``data_dir``) of ``model``'s cells of ``table`` at ``batch`` images
+        per worker (None: Table 2's one worker of ``table2_batch``), as TrainConfig fields."""
+        return {"data": self.data, "data_dir": self.data_dir, "image_size": self.image_size,
+                "crop_size": self.crop_size, "validation": self.validation, "anchor_depth": self.anchor_depth,
+                "batch_size": batch or self.table2_batch, "workers": self.workers_of(table), "epochs": self.epochs,
+                "base_lr": self.base_lr_of(table, model), "schedule": "cosine", "warmup_epochs": 0.0}
 
 
 @dataclass(frozen=True)
@@ -85,14 +125,18 @@ class Cell:
 
 
 def cells(table: PaperTable, batches: tuple[int, ...] | None, seeds: tuple[int, ...],
-          models: list[str] | None = None, layers: list[str] | None = None) -> list[Cell]:
-    """Every runnable cell of ``table`` (rows with a registered layer), filtered."""
+          models: list[str] | None = None, layers: list[str] | None = None, with_controls: bool = False) -> list[Cell]:
+    """Every runnable cell of ``table`` (rows with a registered layer, and the miniature's controls
+    ``with_controls``), filtered, model by model."""
     out = []
-    for model, label in table.accuracy:
-        if LAYERS[label] is None or (models and model not in models) or (layers and LAYERS[label] not in layers):
+    for model in table.models:
+        if models and model not in models:
             continue
-        for batch in (batches or table.batches or (None,)):
-            out.extend(Cell(model, label, batch, seed) for seed in seeds)
+        for label in table.row_labels(model, with_controls):
+            if LAYERS[label] is None or (layers and LAYERS[label] not in layers):
+                continue
+            for batch in (batches or table.batches or (None,)):
+                out.extend(Cell(model, label, batch, seed) for seed in seeds)
     return out
 
 
@@ -111,16 +155,41 @@ def paper_command(table: PaperTable, cell: Cell, runs_dir: Path, data_dir: str) 
     return cmd
 
 
-def mini_config(cell: Cell, scale: MiniScale, runs_dir: Path) -> TrainConfig:
-    """The training run of one mini-scale cell; a started cell resumes."""
+def mini_config(table: PaperTable, cell: Cell, scale: MiniScale, runs_dir: Path) -> TrainConfig:
+    """The training run of one mini-scale cell of ``table``; a started cell resumes."""
     return TrainConfig(
-        model=MINI_MODELS[cell.model], norm_act=LAYERS[cell.label], data=scale.data, data_dir=scale.data_dir,
-        image_size=scale.image_size,
-        anchor_depth=scale.anchor_depth,
-        batch_size=cell.batch or 128, epochs=scale.epochs, base_lr=scale.base_lr, schedule="cosine",
-        warmup_epochs=0.0, seed=cell.seed, output_dir=str(cell.run_dir(runs_dir)),
-        resume=holds_run(cell.run_dir(runs_dir)), progress=False,
+        model=MINI_MODELS[cell.model], norm_act=LAYERS[cell.label], **scale.setting(table, cell.model, cell.batch),
+        seed=cell.seed, output_dir=str(cell.run_dir(runs_dir)), resume=holds_run(cell.run_dir(runs_dir)),
+        progress=False,
     )
+
+
+def setting_of(config: dict) -> dict:
+    """The :data:`SETTING_KEYS` of a run's saved config (None where the run did not record one)."""
+    return {key: config.get(key) for key in SETTING_KEYS}
+
+
+def check_finished_setting(config: TrainConfig) -> None:
+    """Exit with an error if ``config``'s folder holds a finished run of other settings (it would be skipped
+    as done and reported as if it had these)."""
+    path = Path(config.output_dir) / "result.json"
+    if not path.exists():
+        return
+    saved = read_json(path, what="run result")
+    found = setting_of(saved.get("config", {}) if isinstance(saved, dict) else {})
+    wanted = setting_of(config_to_dict(config))
+    if differing := [f"{key} {found[key]!r} (wanted {wanted[key]!r})" for key in SETTING_KEYS
+                     if found[key] != wanted[key]]:
+        raise SystemExit(f"error: {path} is a finished run of other settings: {', '.join(differing)}; give another "
+                         "--runs-dir (or remove that folder) so that it is not reused as this setting's result")
+
+
+def step_settings(config: TrainConfig) -> dict[str, int | float]:
+    """What one optimizer step of ``config`` trains on: workers, images per worker, their product (the
+    total batch) and the peak LR, linear in the total batch."""
+    total = config.workers * config.batch_size
+    return {"workers": config.workers, "images_per_worker": config.batch_size, "total_batch": total,
+            "peak_lr": scaled_lr(config.base_lr, total)}
 
 
 def check_selection(flag: str, chosen: list[str] | None, accepted: list[str]) -> None:
@@ -133,7 +202,8 @@ def check_selection(flag: str, chosen: list[str] | None, accepted: list[str]) ->
 def run_table(args: argparse.Namespace) -> int:
     table = TABLES[args.table]
     check_selection("--models", args.models, table.models)
-    check_selection("--layers", args.layers, [LAYERS[label] for label in table.layers if LAYERS[label]])
+    labels = table.layers + list(table.controls if args.scale == "mini" else ())
+    check_selection("--layers", args.layers, list(dict.fromkeys(LAYERS[label] for label in labels if LAYERS[label])))
     run = run_paper_scale if args.scale == "paper" else run_mini_scale
     return run(table, args, Path(args.runs_dir))
 
@@ -153,35 +223,51 @@ def run_paper_scale(table: PaperTable, args: argparse.Namespace, runs_dir: Path)
     return run_grid(jobs, runs_dir, jobs=1, name=f"{table.key} paper").exit_status
 
 
+def mini_scale(args: argparse.Namespace) -> MiniScale:
+    """The :class:`MiniScale` of ``run --scale mini``: the defaults, CIFAR-10's framing with ``--data cifar10``,
+    and the flags given."""
+    given = {"batches": tuple(args.batches or ()), "seeds": tuple(args.seeds or ()), "epochs": args.epochs,
+             "workers": args.workers, "anchor_depth": args.anchor_depth}
+    framing = {"data": "cifar10", "data_dir": args.data_dir, **CIFAR10_FRAMING} if args.data == "cifar10" else {}
+    return MiniScale(**framing, **{k: v for k, v in given.items() if v})
+
+
 def run_mini_scale(table: PaperTable, args: argparse.Namespace, runs_dir: Path) -> int:
     """Train the mini-scale grid here, ``--jobs`` cells at a time (``--dry-run``: list the cells)."""
-    scale = MiniScale(**{k: v for k, v in (("batches", tuple(args.batches or ())), ("seeds", tuple(args.seeds or ())),
-                                           ("epochs", args.epochs), ("image_size", args.image_size),
-                                           ("data", args.data), ("data_dir", args.data_dir if args.data != "digits" else None))
-                          if v})
+    scale = mini_scale(args)
     if scale.data == "cifar10":
         data.cifar10(scale.data_dir)  # a missing folder is one clear error here, not one per cell
     models = [m for m in table.models if m in MINI_MODELS and (not args.models or m in args.models)]
     skipped = [m for m in table.models if m not in MINI_MODELS]
     if skipped:
         print(f"mini scale: no CIFAR anchor for {', '.join(skipped)}; those columns stay paper-only")
-    grid = cells(table, scale.batches if table.is_batch_sweep else None, scale.seeds, models, args.layers)
-    configs = {cell: mini_config(cell, scale, runs_dir) for cell in grid}
+    grid = cells(table, scale.batches if table.is_batch_sweep else None, scale.seeds, models, args.layers,
+                 with_controls=True)
+    configs = {cell: mini_config(table, cell, scale, runs_dir) for cell in grid}
+    for config in configs.values():
+        check_finished_setting(config)
     jobs = [GridCell(cell.name, done=Path(config.output_dir) / "result.json",
                      function=functools.partial(run_mini_cell, config)) for cell, config in configs.items()]
     if args.dry_run:
         finished = [job.finished() for job in jobs]
         print(f"{table.key} mini: {len(jobs)} runs, {sum(finished)} done, {len(jobs) - sum(finished)} to train")
         for i, (c, done) in enumerate(zip(configs.values(), finished), 1):
-            print(f"[{i}/{len(jobs)}] {c.model} {c.norm_act} batch {c.batch_size} seed {c.seed}{' (done)' * done}")
+            print(f"[{i}/{len(jobs)}] {describe(c)}{' (done)' * done}")
         return 0
     return run_grid(jobs, runs_dir, jobs=args.jobs, name=f"{table.key} mini").exit_status
+
+
+def describe(config: TrainConfig) -> str:
+    """``model layer W workers x B images = T, LR x, seed k``: one cell in a line."""
+    step = step_settings(config)
+    return (f"{config.model} {config.norm_act} {step['workers']} x {step['images_per_worker']} images = "
+            f"{step['total_batch']}, LR {step['peak_lr']:.4g}, seed {config.seed}")
 
 
 def run_mini_cell(config: TrainConfig) -> None:
     """Train one mini-scale cell on one thread; a diverged run is recorded as such (the paper's "1e-3")."""
     torch.set_num_threads(1)
-    name = f"{config.model} {config.norm_act} batch {config.batch_size} seed {config.seed}"
+    name = describe(config)
     try:
         result = train(config)
     except FloatingPointError as error:
@@ -214,42 +300,83 @@ def load_results(runs_dir: Path) -> dict[tuple[str, str, int | None], list[float
             for key, runs in load_runs(runs_dir).items()}
 
 
+def label_of(layer: str) -> str:
+    """The paper's row label of registry name ``layer`` (the name itself if the paper has none)."""
+    return next((label for label, name in LAYERS.items() if name == layer), layer)
+
+
+def curve_of(run: dict) -> list[float]:
+    """The per-epoch validation top-1 of one ``result.json``."""
+    return [h["top1"] for h in run.get("history", [])]
+
+
 def summary(table: PaperTable, runs_dir: Path) -> dict:
-    """Every measured cell of ``table`` with per-seed final top-1, mean, spread and learning curves (JSON-ready)."""
+    """Every measured cell of ``table`` with per-seed final top-1, mean, spread, learning curves and their
+    flatness over the last fifth of training, its step settings and :data:`SETTING_KEYS` (``setting``), and
+    whether it is a control (JSON-ready)."""
     cells_out = []
     for (model, layer, batch), runs in sorted(load_runs(runs_dir).items(), key=lambda kv: (kv[0][0], kv[0][1], -(kv[0][2] or 0))):
         finals = [r["final_top1"] for r in runs if r["final_top1"] is not None]
-        label = next((lbl for lbl, name in LAYERS.items() if name == layer), layer)
+        label = label_of(layer)
+        curves = [curve_of(r) for r in runs]
+        flatness = [last_fifth_flatness(curve) for curve in curves]
+        ranges = [f["range"] for f in flatness if f is not None]
         cells_out.append({
-            "model": model, "layer": layer, "label": label, "batch": batch,
+            "model": model, "layer": layer, "label": label, "control": label in CONTROLS, "batch": batch,
+            "workers": runs[0]["config"].get("workers", 1), "total_batch": first_of(runs, "total_batch"),
+            "peak_lr": first_of(runs, "peak_lr"), "epochs": runs[0]["config"].get("epochs"),
+            "setting": cell_setting(runs, f"{runs_dir}: {model} {layer} batch {batch}"),
             "seeds": [r["config"]["seed"] for r in runs], "final_top1": [r["final_top1"] for r in runs],
             **mean_std_fields(finals),
             "diverged": sum(r["final_top1"] is None for r in runs),
             "paper": table.paper_value(model, label, batch) if label in LAYERS else None,
-            "curves": [[h["top1"] for h in r.get("history", [])] for r in runs],
+            "curves": curves, "flatness": flatness, "last_fifth_range_max": max(ranges, default=None),
         })
-    return {"table": table.key, "title": table.title, "runs_dir": str(runs_dir), "cells": cells_out}
+    return {"table": table.key, "title": table.title, "runs_dir": str(runs_dir), "flatness": FLATNESS_MEANING,
+            "cells": cells_out}
+
+
+def first_of(runs: list[dict], key: str) -> float | int | None:
+    """``key`` of the first run that recorded it (a diverged run records only its config)."""
+    return next((run[key] for run in runs if key in run), None)
+
+
+def cell_setting(runs: list[dict], where: str) -> dict:
+    """The :data:`SETTING_KEYS` the seeds of one cell share (an error names the cell if they differ)."""
+    settings = [setting_of(run["config"]) for run in runs]
+    if any(other != settings[0] for other in settings[1:]):
+        raise CorruptFileError(f"{where}: its seeds were trained with different settings ({settings}); "
+                               "rerun the cell in one setting")
+    return settings[0]
+
+
+FLATNESS_MEANING = ("per seed, the last fifth of the per-epoch validation top-1 curve (at least 2 epochs): "
+                    "range = max - min and slope = least-squares points per epoch; None for a diverged run; "
+                    "last_fifth_range_max is the largest range over the cell's seeds")
+
+
+def mean_curve(runs: list[dict], label: str) -> Series | None:
+    """Validation top-1 per epoch, mean and std over the seeds of ``runs`` (None without histories)."""
+    histories = [curve for curve in map(curve_of, runs) if curve]
+    if not histories:
+        return None
+    length = min(map(len, histories))
+    points = [[h[e] for h in histories] for e in range(length)]
+    return Series(label, list(range(1, length + 1)), [statistics.mean(p) for p in points],
+                  [statistics.stdev(p) if len(p) > 1 else 0.0 for p in points], dashed=label in CONTROLS)
 
 
 def plot_curves(table: PaperTable, results: dict[tuple[str, str, int | None], list[dict]], path: Path) -> Path:
-    """Validation top-1 per epoch (mean and std over seeds) of every layer at the largest batch measured."""
+    """Validation top-1 per epoch (mean and std over seeds) of every layer, controls dashed: one panel per
+    model at the largest batch measured and, for a batch sweep, one at the smallest."""
     panels = {}
     for model in table.models:
-        batches = [b for (m, _, b) in results if m == model]
-        if not batches:
-            continue
-        batch = max(batches, key=lambda b: b or 0)
-        curves = []
-        for label in table.layers:
-            runs = results.get((model, LAYERS[label], batch), [])
-            histories = [[h["top1"] for h in r.get("history", [])] for r in runs if r.get("history")]
-            if not histories:
-                continue
-            length = min(map(len, histories))
-            points = [[h[e] for h in histories] for e in range(length)]
-            curves.append(Series(label, list(range(1, length + 1)), [statistics.mean(p) for p in points],
-                                 [statistics.stdev(p) if len(p) > 1 else 0.0 for p in points]))
-        panels[f"{MINI_MODELS.get(model, model)}, batch {batch}"] = curves
+        batches = sorted({b for (m, _, b) in results if m == model}, key=lambda b: b or 0, reverse=True)
+        for batch in dict.fromkeys([batches[0], batches[-1]] if batches else []):
+            curves = [mean_curve(results.get((model, LAYERS[label], batch), []), label)
+                      for label in table.row_labels(model, with_controls=True) if LAYERS[label]]
+            where = f"{batch} images per worker" if batch else "recipe batch"
+            panels[f"{MINI_MODELS.get(model, model)}, {where}"] = [c for c in curves if c is not None]
     return plot_series(path, panels, xlabel="epoch", ylabel="validation top-1 (%)")
 
 
@@ -261,8 +388,12 @@ def format_measured(values: list[float] | None) -> str:
     return format_mean_std(values)
 
 
+def row_name(label: str) -> str:
+    return f"{label} (control)" if label in CONTROLS else label
+
+
 def report_markdown(table: PaperTable, results: dict) -> str:
-    """Paper and measured top-1 side by side, one markdown table per model."""
+    """Paper and measured top-1 side by side, one markdown table per model; the controls' rows marked."""
     lines = [f"## {table.title}", ""]
     if table.note:
         lines += [table.note, ""]
@@ -270,18 +401,53 @@ def report_markdown(table: PaperTable, results: dict) -> str:
     for model in table.models:
         measured_any = any(m == model for (m, _, _) in results)
         lines.append(f"### {model}" + ("" if measured_any else " (not measured)"))
+        labels = shown_rows(table, model, results)
         if table.is_batch_sweep:
             header = ["layer"] + [f"{b} paper" for b in table.batches] + [f"{b} measured" for b in batches]
-            rows = [[label, *(f"{v:g}" for v in table.accuracy[(model, label)]),
+            rows = [[row_name(label), *(format_paper(table.paper_value(model, label, b)) for b in table.batches),
                      *(format_measured(results.get((model, LAYERS[label], b))) for b in batches)]
-                    for label in table.layers if (model, label) in table.accuracy]
+                    for label in labels]
         else:
             header = ["layer", "paper", "measured"]
-            rows = [[label, f"{table.paper_value(model, label):g}",
+            rows = [[row_name(label), format_paper(table.paper_value(model, label)),
                      format_measured(results.get((model, LAYERS[label], None))) if LAYERS[label] else "n/a"]
-                    for label in table.layers]
+                    for label in labels]
         lines += [markdown_table(header, rows), ""]
     return "\n".join(lines)
+
+
+def shown_rows(table: PaperTable, model: str, results: dict) -> list[str]:
+    """``model``'s row labels in table order, then the controls that were measured."""
+    measured = {layer for (m, layer, _) in results if m == model}
+    return [label for label in table.row_labels(model, with_controls=True)
+            if (model, label) in table.accuracy or LAYERS[label] in measured]
+
+
+def format_paper(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def flatness_markdown(table: PaperTable, runs: dict[tuple[str, str, int | None], list[dict]]) -> str:
+    """Per model, the largest range (max - min, points) of validation top-1 over the last fifth of
+    training among each cell's seeds: how flat the curves ended."""
+    lines = ["### Convergence: range of validation top-1 over the last fifth of training (max over seeds)", ""]
+    for model in table.models:
+        batches = sorted({b for (m, _, b) in runs if m == model}, key=lambda b: b or 0, reverse=True)
+        if not batches:
+            continue
+        rows = []
+        for label in table.row_labels(model, with_controls=True):
+            cell_runs = [runs.get((model, LAYERS[label], b), []) for b in batches] if LAYERS[label] else []
+            if any(cell_runs):
+                rows.append([row_name(label), *(format_range(r) for r in cell_runs)])
+        header = [model, *(f"{b} images/worker" if b else "range" for b in batches)]
+        lines += [markdown_table(header, rows), ""]
+    return "\n".join(lines)
+
+
+def format_range(runs: list[dict]) -> str:
+    ranges = [f["range"] for f in map(last_fifth_flatness, map(curve_of, runs)) if f is not None]
+    return f"{max(ranges):.2f}" if ranges else "-"
 
 
 def plot_batch_sweep(table: PaperTable, results: dict, path: Path) -> Path:
@@ -290,10 +456,9 @@ def plot_batch_sweep(table: PaperTable, results: dict, path: Path) -> Path:
     panels = {}
     for model in table.models:
         paper, ours = [], []
-        for label in table.layers:
-            if (model, label) not in table.accuracy:
-                continue
-            paper.append(Series(label, list(table.batches), list(table.accuracy[(model, label)])))
+        for label in table.row_labels(model, with_controls=True):
+            if (model, label) in table.accuracy:
+                paper.append(Series(label, list(table.batches), list(table.accuracy[(model, label)])))
             measured = sorted((b, v) for (m, n, b), v in results.items() if m == model and n == LAYERS[label] and b)
             finite = [(b, [x for x in v if not math.isnan(x)]) for b, v in measured]
             finite = [(b, v) for b, v in finite if v]
@@ -310,15 +475,17 @@ def report(args: argparse.Namespace) -> None:
     runs_dir = Path(args.runs_dir)
     if not runs_dir.is_dir():
         raise SystemExit(f"error: runs directory {str(runs_dir)!r} does not exist")
-    results = load_results(runs_dir)
+    results, runs = load_results(runs_dir), load_runs(runs_dir)
     print(report_markdown(table, results))
+    print(flatness_markdown(table, runs))
     print(f"measured: final top-1 of the runs under {runs_dir} (mean ± std over seeds); mini-scale runs are the "
-          "CIFAR anchors trained on the embedded digits, not ImageNet, so compare trends, not values.")
+          "CIFAR anchors trained on the embedded MNIST digits, not ImageNet, so compare trends, not values; rows "
+          "marked (control) have no normalization.")
     if table.is_batch_sweep:
         png = Path(args.png or runs_dir / f"{table.key}.png")
         plot_batch_sweep(table, results, png)
         print(f"accuracy vs batch size: {png}")
-    curves = plot_curves(table, load_runs(runs_dir), Path(args.curves or runs_dir / f"{table.key}_curves.png"))
+    curves = plot_curves(table, runs, Path(args.curves or runs_dir / f"{table.key}_curves.png"))
     print(f"learning curves: {curves}")
     if args.json:
         atomic_write_json(args.json, summary(table, runs_dir))
@@ -331,6 +498,8 @@ def list_tables(_: argparse.Namespace) -> None:
         grid = f"{len(table.models)} models x {len(table.layers)} layers ({runnable} runnable)"
         if table.is_batch_sweep:
             grid += f" x {len(table.batches)} batch sizes {table.batches}"
+        if table.controls:
+            grid += f"; miniature controls: {', '.join(table.controls)}"
         print(f"{table.key:8s} {grid}\n         {table.title}")
 
 
@@ -338,6 +507,20 @@ def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def depth_multiplier(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
     return value
 
 
@@ -349,23 +532,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     run = sub.add_parser("run", help="run (or print) a table's grid")
     run.add_argument("table", choices=sorted(TABLES))
     run.add_argument("--scale", choices=SCALES, default="paper",
-                     help="paper: ImageNet torchrun commands; mini: anchors on the embedded digits, runs here")
+                     help="paper: ImageNet torchrun commands; mini: anchors on the embedded MNIST digits, runs here "
+                          "(with the no-normalization controls)")
     run.add_argument("--runs-dir", default="runs/tables", help="one sub-folder per cell with result.json")
     run.add_argument("--data-dir", default=os.environ.get("IMAGENET", "/path/to/imagenet"),
                      help="ImageNet folder for --scale paper (default: $IMAGENET); CIFAR-10's parent folder for "
                           "--scale mini --data cifar10")
-    run.add_argument("--data", choices=("digits", "cifar10"), default="digits",
-                     help="mini scale: the embedded digits (default) or CIFAR-10 from --data-dir")
+    run.add_argument("--data", choices=MINI_DATA, default="mnist",
+                     help="mini scale: the embedded MNIST digits (default: 24 px crops of 28, validated on the centre "
+                          "24) or CIFAR-10 from --data-dir (24 px crops of 32, validated whole)")
     run.add_argument("--dry-run", action="store_true", help="print the cells/commands without training")
-    run.add_argument("--batches", type=int, nargs="+", help="images per worker to run (default: the table's / mini's)")
+    run.add_argument("--batches", type=positive_int, nargs="+",
+                     help=f"images per worker to run (default: the table's at paper scale, "
+                          f"{' '.join(map(str, MiniScale.batches))} at mini scale)")
     run.add_argument("--seeds", type=int, nargs="+",
                      help=f"seeds per cell (default: 0 at paper scale, {' '.join(map(str, MiniScale.seeds))} at mini scale)")
     run.add_argument("--jobs", type=positive_int, default=2,
                      help="mini scale: cells trained at once, one thread each (paper scale runs one cell at a time)")
     run.add_argument("--models", nargs="+", help="only these paper models (e.g. resnet50 mobilenetv2)")
     run.add_argument("--layers", nargs="+", help="only these layers (registry names)")
-    run.add_argument("--epochs", type=float, help=f"mini scale: epochs per run (default {MiniScale.epochs})")
-    run.add_argument("--image-size", type=int, help=f"mini scale: digit image size (default {MiniScale.image_size})")
+    run.add_argument("--epochs", type=positive_float, help=f"mini scale: epochs per run (default {MiniScale.epochs:g})")
+    run.add_argument("--workers", type=positive_int,
+                     help=f"mini scale: simulated workers of a batch-sweep cell (ghost batches; default "
+                          f"{MiniScale.workers}); the total batch is this x the images per worker")
+    run.add_argument("--anchor-depth", type=depth_multiplier,
+                     help=f"mini scale: the anchors' blocks per stage scaled by this, rounded up (default "
+                          f"{MiniScale.anchor_depth:g}; 1: the paper's depth)")
     run.set_defaults(func=run_table)
     rep = sub.add_parser("report", help="paper vs measured as markdown (+ PNG for batch-size tables)")
     rep.add_argument("table", choices=sorted(TABLES))

@@ -4,12 +4,27 @@ from pathlib import Path
 
 import pytest
 
+from evonorm_core.experiment.config import config_to_dict
+from evonorm_core.experiment.files import CorruptFileError
 from evonorm_core.experiment.rundir import open_run
 from evonorm_suite.classification.paper_tables import LAYERS, TABLES
-from evonorm_suite.classification.train import RUN_KIND
+from evonorm_suite.classification.tables import (
+    CIFAR10_FRAMING,
+    SETTING_KEYS,
+    Cell,
+    MiniScale,
+    cells,
+    load_results,
+    main,
+    mini_config,
+    paper_command,
+    report_markdown,
+    step_settings,
+    summary,
+)
+from evonorm_suite.classification.train import RUN_KIND, config_from_argv, resolve_recipe
 
 from . import paper_classification_tables as paper
-from evonorm_suite.classification.tables import Cell, cells, load_results, main, paper_command, report_markdown
 
 
 def printed(value: float) -> str:
@@ -50,7 +65,12 @@ def test_grid_shapes():
     for key in ("table9", "table10", "table11", "table12", "table13"):
         assert len(TABLES[key].accuracy) == 6 and TABLES[key].batches == (128, 64, 32, 16, 8, 4)
     assert len(cells(TABLES["table3"], None, (0, 1))) == 2 * 7 * 6 * 2
-    assert len(cells(TABLES["table2"], None, (0,))) == 6 * 8  # Random and Random + rej are not layers
+    assert len(cells(TABLES["table2"], None, (0,))) == 6 * 9  # Random is not a layer; Random + rej is
+    # the miniature adds the controls: the no-norm ReLU to Table 2, both to Table 3
+    assert len(cells(TABLES["table2"], None, (0,), with_controls=True)) == 6 * 10
+    assert len(cells(TABLES["table3"], (4,), (0,), with_controls=True)) == 2 * 9
+    assert [c.label for c in cells(TABLES["table3"], (4,), (0,), ["resnet50"], with_controls=True)][-2:] == [
+        "ReLU (no norm)", "Random + rej"]
 
 
 def test_paper_commands_pass_the_table_and_batch():
@@ -94,6 +114,7 @@ def test_table2_report_and_missing_dir(tmp_path, capsys):
     main(["report", "table2", str(tmp_path)])
     out = capsys.readouterr().out
     assert "| EvoNorm-B0 | 76.8 | 80.0 (n=1) |" in out and "| Random | 0.001 | n/a |" in out
+    assert "| Random + rej (control) | 0.001 | - |" in out and "ReLU (no norm)" not in out  # not measured
     with pytest.raises(SystemExit, match="does not exist"):
         main(["report", "table2", str(tmp_path / "nope")])
 
@@ -107,17 +128,18 @@ def test_mini_scale_maps_models_to_anchors(capsys):
     main(["run", "table2", "--scale", "mini", "--dry-run", "--layers", "bn_relu", "evonorm_b0"])
     out = capsys.readouterr().out
     assert "no CIFAR anchor for resnet101, mnasnet_b1, efficientnet_b5" in out
-    assert "[18/18] efficientnet_cifar evonorm_b0 batch 128 seed 2" in out
+    assert "[30/30] efficientnet_cifar evonorm_b0 1 x 128 images = 128, LR 0.05, seed 4" in out  # 3 models x 2 x 5 seeds
     main(["run", "table3", "--scale", "mini", "--dry-run", "--models", "mobilenetv2", "--layers", "frn",
           "--batches", "128", "2", "--seeds", "0", "1"])
-    assert "[4/4] mobilenetv2_cifar frn batch 2 seed 1" in capsys.readouterr().out
+    assert "[4/4] mobilenetv2_cifar frn 8 x 2 images = 16, LR 0.001875, seed 1" in capsys.readouterr().out
 
 
 def test_mini_scale_on_cifar10_needs_its_folder(tmp_path):
-    from evonorm_suite.classification.tables import Cell, MiniScale, mini_config
 
-    config = mini_config(Cell("resnet50", "BN-ReLU", 16), MiniScale(data="cifar10", data_dir="/data/c10"), tmp_path)
+    scale = MiniScale(data="cifar10", data_dir="/data/c10", **CIFAR10_FRAMING)
+    config = mini_config(TABLES["table3"], Cell("resnet50", "BN-ReLU", 16), scale, tmp_path)
     assert (config.data, config.data_dir, config.batch_size) == ("cifar10", "/data/c10", 16)
+    assert (config.image_size, config.crop_size, config.validation) == (32, 24, "full")
     with pytest.raises(SystemExit, match="CIFAR-10 not found at .*nope"):
         main(["run", "table3", "--scale", "mini", "--data", "cifar10", "--data-dir", str(tmp_path / "nope"),
               "--runs-dir", str(tmp_path / "runs")])
@@ -165,7 +187,6 @@ def all_cells():
                          f"{v.model}-{v.label}-{v.batch}")
 def test_every_cell_trains_with_the_papers_whole_recipe(key, cell, tmp_path):
     """The command a cell runs, parsed by classification/train.py, resolves every recipe field as the paper says."""
-    from evonorm_suite.classification.train import config_from_argv, resolve_recipe
 
     command = paper_command(TABLES[key], cell, tmp_path / "runs", str(tmp_path))
     argv = command[command.index("evonorm_suite.classification.train") + 1:]
@@ -200,41 +221,117 @@ def test_report_writes_a_json_summary_and_learning_curves(fixture_runs, tmp_path
     assert bn2["seeds"] == [0, 1] and bn2["final_top1"] == [60.0, 62.0] and bn2["mean"] == 61.0
     assert bn2["paper"] is None and bn2["curves"] == [[55.0, 60.0], [57.0, 62.0]]  # the paper stops at 4
     assert next(c for c in cells_out if c["layer"] == "bn_relu" and c["batch"] == 128)["paper"] == 76.1
+    assert bn2["flatness"] == [{"points": 2, "range": 5.0, "slope": 5.0}] * 2 and bn2["last_fifth_range_max"] == 5.0
+    assert not bn2["control"] and bn2["workers"] == 1  # a result without workers: one
     assert (fixture_runs / "table3_curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_controls_are_reported_as_such(fixture_runs, tmp_path, capsys):
+    """A measured control row appears after the table's rows, marked "(control)", without a paper number, and
+    its JSON cell says control; the convergence table shows each cell's largest last-fifth range."""
+    for seed, curve in ((0, [10.0, 11.0, 10.5, 12.0, 11.0]), (1, [10.0, 10.0, 10.0, 10.0, 10.0])):
+        write_run(fixture_runs, "resnet50_cifar", "no_norm_relu", "b128", seed, curve[-1])
+        result = fixture_runs / "resnet50_cifar" / "no_norm_relu" / "b128" / f"seed{seed}" / "result.json"
+        data = json.loads(result.read_text())
+        data["config"].update(workers=8)
+        data["history"] = [{"epoch": e + 1, "top1": v} for e, v in enumerate(curve)]
+        result.write_text(json.dumps(data))
+    for result in fixture_runs.rglob("result.json"):
+        data = json.loads(result.read_text())
+        data["config"]["seed"] = int(result.parent.name[4:])
+        result.write_text(json.dumps(data))
+    main(["report", "table3", str(fixture_runs), "--json", str(tmp_path / "t3.json")])
+    out = capsys.readouterr().out
+    assert "| ReLU (no norm) (control) | - | - | - | - | - | - | 10.5 ± 0.7 (n=2) | - |" in out
+    assert "| ReLU (no norm) (control) | 1.00 | - |" in out  # last two epochs of seed 0: 12 and 11
+    assert "Random + rej" not in out  # not measured
+    control = next(c for c in json.loads((tmp_path / "t3.json").read_text())["cells"] if c["layer"] == "no_norm_relu")
+    assert control["control"] and control["label"] == "ReLU (no norm)" and control["workers"] == 8
+    assert control["last_fifth_range_max"] == 1.0
+
+
 def test_mini_scale_cells_train_the_documented_reduced_recipe(tmp_path):
-    """MiniScale (docs/classification.md): batches 128, 16, 4, 2 per step, seeds 0-2, 10 epochs of cosine
-    without warmup at the paper's 0.1 per 256 images, 16x16 digits, one block per anchor stage; a cell of
-    Table 2 (no batch sweep) trains at 128, and every cell trains in its own folder, resuming once started."""
-    from evonorm_suite.classification.tables import MiniScale, mini_config
+    """MiniScale (docs/classification.md): Table 3 at 32, 16, 8, 4 images per worker on 8 simulated workers,
+    5 seeds, 15 epochs of cosine without warmup at the paper's 0.1 per 256 images, 24 px crops of the 28 px MNIST
+    digits validated on the centre 24, anchors at depth 0.34; Table 2 trains one worker of 128 images; every cell
+    trains in its own folder, resuming once started."""
 
     scale = MiniScale()
-    assert (scale.batches, scale.seeds, scale.epochs, scale.base_lr) == ((128, 16, 4, 2), (0, 1, 2), 10.0, 0.1)
-    assert (scale.image_size, scale.anchor_depth, scale.data) == (16, 0.01, "digits")
-    config = mini_config(Cell("mobilenetv2", "EvoNorm-S0", 4, seed=2), scale, tmp_path)
-    assert (config.model, config.norm_act, config.batch_size, config.seed) == ("mobilenetv2_cifar", "evonorm_s0", 4, 2)
-    assert (config.epochs, config.base_lr, config.schedule, config.warmup_epochs) == (10.0, 0.1, "cosine", 0.0)
-    assert (config.image_size, config.anchor_depth, config.resume) == (16, 0.01, False)
-    assert config.output_dir == str(tmp_path / "mobilenetv2" / "evonorm_s0" / "b4" / "seed2")
+    assert (scale.batches, scale.workers, scale.table2_batch) == ((32, 16, 8, 4), 8, 128)
+    assert (scale.seeds, scale.epochs, scale.base_lr) == ((0, 1, 2, 3, 4), 15.0, 0.1)
+    assert (scale.data, scale.image_size, scale.crop_size, scale.validation, scale.anchor_depth) == (
+        "mnist", 28, 24, "centre", 0.34)
+    config = mini_config(TABLES["table3"], Cell("resnet50", "EvoNorm-S0", 4, seed=2), scale, tmp_path)
+    assert (config.model, config.norm_act, config.batch_size, config.workers, config.seed) == (
+        "resnet50_cifar", "evonorm_s0", 4, 8, 2)
+    assert (config.epochs, config.base_lr, config.schedule, config.warmup_epochs) == (15.0, 0.1, "cosine", 0.0)
+    assert (config.data, config.image_size, config.crop_size, config.validation) == ("mnist", 28, 24, "centre")
+    assert (config.anchor_depth, config.resume) == (0.34, False)
+    assert config.output_dir == str(tmp_path / "resnet50" / "evonorm_s0" / "b4" / "seed2")
     open_run(config.output_dir, RUN_KIND, config).close()  # started
-    assert mini_config(Cell("mobilenetv2", "EvoNorm-S0", 4, seed=2), scale, tmp_path).resume
-    table2 = mini_config(Cell("efficientnet_b0", "BN-Swish", None), scale, tmp_path)
-    assert table2.model == "efficientnet_cifar" and table2.batch_size == 128
+    assert mini_config(TABLES["table3"], Cell("resnet50", "EvoNorm-S0", 4, seed=2), scale, tmp_path).resume
+    table2 = mini_config(TABLES["table2"], Cell("efficientnet_b0", "BN-Swish", None), scale, tmp_path)
+    assert (table2.model, table2.batch_size, table2.workers) == ("efficientnet_cifar", 128, 1)
     assert table2.output_dir == str(tmp_path / "efficientnet_b0" / "bn_swish" / "recipe" / "seed0")
 
 
+@pytest.mark.parametrize("table, model, label, batch, expected", [
+    # Table 3: 8 workers x images per worker; LR = base x total / 256, MobileNetV2's base 0.03 for every row
+    ("table3", "resnet50", "BN-ReLU", 32, (8, 32, 256, 0.1)),
+    ("table3", "resnet50", "GN-ReLU", 4, (8, 4, 32, 0.0125)),
+    ("table3", "mobilenetv2", "BN-ReLU", 32, (8, 32, 256, 0.03)),
+    ("table3", "mobilenetv2", "EvoNorm-S0", 4, (8, 4, 32, 0.00375)),
+    ("table3", "mobilenetv2", "ReLU (no norm)", 8, (8, 8, 64, 0.0075)),
+    # Table 2: one worker of 128 images at the paper's 0.1 per 256, MobileNetV2 included
+    ("table2", "resnet50", "EvoNorm-B0", None, (1, 128, 128, 0.05)),
+    ("table2", "mobilenetv2", "Random + rej", None, (1, 128, 128, 0.05)),
+])
+def test_mini_grid_cells_have_the_stated_workers_batches_and_lr(table, model, label, batch, expected, tmp_path):
+
+    config = mini_config(TABLES[table], Cell(model, label, batch), MiniScale(), tmp_path)
+    step = step_settings(config)
+    assert (step["workers"], step["images_per_worker"], step["total_batch"]) == expected[:3]
+    assert step["peak_lr"] == pytest.approx(expected[3], rel=1e-12)
+
+
 def test_the_mini_grid_trains_each_cell_once_with_its_log(tmp_path, capsys):
-    argv = ["run", "table3", "--scale", "mini", "--models", "resnet50", "--layers", "evonorm_s0", "--batches", "128",
-            "--seeds", "0", "--epochs", "0.2", "--runs-dir", str(tmp_path)]
+    argv = ["run", "table3", "--scale", "mini", "--models", "resnet50", "--layers", "evonorm_s0", "--batches", "16",
+            "--seeds", "0", "--epochs", "0.2", "--anchor-depth", "0.01", "--runs-dir", str(tmp_path)]
     assert main(argv) == 0
-    cell = tmp_path / "resnet50" / "evonorm_s0" / "b128" / "seed0"
+    cell = tmp_path / "resnet50" / "evonorm_s0" / "b16" / "seed0"
     result = json.loads((cell / "result.json").read_text())
-    assert result["steps"] == 11 and result["config"]["model"] == "resnet50_cifar"  # one (partial) epoch
-    assert "resnet50_cifar evonorm_s0 batch 128 seed 0: top-1" in (cell.parent / "seed0.log").read_text()
+    # one epoch of 4,000 digits at 8 x 16 = 128 images per step: 31 steps (0.2 epochs of cosine, then LR 0)
+    assert result["steps"] == 31 and result["config"]["model"] == "resnet50_cifar" and result["total_batch"] == 128
+    assert "resnet50_cifar evonorm_s0 8 x 16 images = 128, LR 0.05, seed 0: top-1" in (
+        cell.parent / "seed0.log").read_text()
     assert "[table3 mini] 1/1 cells (100%)" in capsys.readouterr().out
     assert main(argv) == 0
     assert "1 cells: 1 finished before, 0 to run" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"b16/seed0/result.json is a finished run of other settings: epochs 0.2 "
+                                         r"\(wanted 0.4\); give another --runs-dir"):
+        main([*argv, "--epochs", "0.4"])  # not skipped as if it were the longer run
+
+
+def test_each_summary_cell_records_the_settings_it_was_trained_with(tmp_path):
+    """A cell's ``setting`` is its seeds' SETTING_KEYS, None where a run did not record one (runs of an earlier
+    grid); seeds of one cell trained with different settings are an error naming the cell."""
+
+    wanted = MiniScale().setting(TABLES["table3"], "resnet50", 4)
+    config = config_to_dict(mini_config(TABLES["table3"], Cell("resnet50", "GN-ReLU", 4), MiniScale(), tmp_path))
+    for seed, epochs in ((0, 15.0), (1, 15.0)):
+        write_run(tmp_path, "resnet50_cifar", "gn_relu", "b4", seed, 90.0)
+        result = tmp_path / "resnet50_cifar" / "gn_relu" / "b4" / f"seed{seed}" / "result.json"
+        result.write_text(json.dumps({"config": {**config, "seed": seed, "epochs": epochs}, "final_top1": 90.0}))
+    write_run(tmp_path, "resnet50_cifar", "bn_relu", "b4", 0, 80.0)  # an earlier grid's run: no settings recorded
+    earlier = tmp_path / "resnet50_cifar" / "bn_relu" / "b4" / "seed0" / "result.json"
+    earlier.write_text(json.dumps({"config": {"model": "resnet50_cifar", "norm_act": "bn_relu", "seed": 0},
+                                   "final_top1": 80.0}))
+    cells_out = {c["layer"]: c for c in summary(TABLES["table3"], tmp_path)["cells"]}
+    assert cells_out["gn_relu"]["setting"] == {key: wanted[key] for key in SETTING_KEYS}
+    assert cells_out["bn_relu"]["setting"] == dict.fromkeys(SETTING_KEYS)
+    result.write_text(json.dumps({"config": {**config, "seed": 1, "epochs": 10.0}, "final_top1": 90.0}))
+    with pytest.raises(CorruptFileError, match="resnet50 gn_relu batch 4: its seeds were trained with different"):
+        summary(TABLES["table3"], tmp_path)
 
 
 def test_paper_value_reads_the_column_of_the_batch():
@@ -251,7 +348,6 @@ def test_paper_value_reads_the_column_of_the_batch():
 def test_summary_lists_cells_largest_batch_first_and_averages_finite_runs(fixture_runs):
     """Per (model, layer): batches from largest to smallest; mean and std over the finished seeds, a diverged
     seed counted apart (not averaged as 0 or NaN)."""
-    from evonorm_suite.classification.tables import summary
 
     folder = fixture_runs / "resnet50_cifar" / "bn_relu" / "b16" / "seed0"
     folder.mkdir(parents=True)
@@ -274,6 +370,6 @@ def test_summary_lists_cells_largest_batch_first_and_averages_finite_runs(fixtur
 def test_list_names_every_table_with_its_grid(capsys):
     main(["list"])
     out = capsys.readouterr().out
-    assert "table2   6 models x 10 layers (8 runnable)" in out
-    assert "table3   2 models x 7 layers (7 runnable) x 6 batch sizes (128, 64, 32, 16, 8, 4)" in out
+    assert "table2   6 models x 10 layers (9 runnable); miniature controls: ReLU (no norm), Random + rej" in out
+    assert "table3   2 models x 7 layers (7 runnable) x 6 batch sizes (128, 64, 32, 16, 8, 4); miniature controls" in out
     assert "table13  1 models x 6 layers (6 runnable)" in out
