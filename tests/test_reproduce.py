@@ -1,32 +1,379 @@
-"""tools/reproduce.py: the verdict rule, the commands it runs, and a report from no results."""
+"""The verdict rule (evonorm_core.experiment.verdicts) on data whose answer is known, the paper's
+claims as data (tools/paper_claims.json), and tools/reproduce.py: its report, its verdicts.json
+(recomputed here from the JSON alone), its commands and its CPU measurement."""
 from __future__ import annotations
 
-import importlib.util
+import json
+import math
+import random
+import statistics
 import sys
 from pathlib import Path
 
 import pytest
+from scipy import stats
 
-ROOT = Path(__file__).resolve().parents[1]
+from evonorm_core.experiment.verdicts import (
+    CANNOT_RESOLVE,
+    CONTRADICTED,
+    HOLDS,
+    NOT_MEASURED,
+    NOT_RESOLVED,
+    NOT_SEPARATED,
+    PAIRED,
+    SEPARATED,
+    WELCH,
+    Comparison,
+    Constant,
+    Question,
+    Sample,
+    holm,
+    judge,
+    run_test,
+)
+from tests.tool_scripts import load
+
+PAPER = Path("/work/shared/paper")  # the source documents, outside the repository (not every machine has them)
 
 
 @pytest.fixture(scope="module")
 def reproduce():
-    spec = importlib.util.spec_from_file_location("reproduce_tool", ROOT / "tools" / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load("reproduce")
 
 
-def test_verdict_needs_the_difference_to_exceed_the_larger_spread(reproduce):
-    wide, narrow = [70.0, 80.0, 90.0], [74.0, 75.0, 76.0]  # stdev 10 and 1
-    assert reproduce.verdict([92.0, 93.0, 94.0], narrow) == "holds"
-    assert reproduce.verdict(narrow, [92.0, 93.0, 94.0]) == "does not hold"
-    assert reproduce.verdict(wide, narrow) == "not resolved at this scale"
-    assert reproduce.verdict(narrow, wide, no_worse=True) == "holds"  # 5 below, within the spread of 10
-    assert reproduce.verdict([60.0, 61.0, 62.0], narrow, no_worse=True) == "does not hold"
-    assert reproduce.verdict([], narrow) == "not measured"
+def sample(label: str, values: list[float], seeds: list[int] | None = None) -> Sample:
+    return Sample(label, tuple(values), tuple(range(len(values)) if seeds is None else seeds))
+
+
+def claim(qid: str, a: list[float], b: list[float], *, margin: float = 0.0, gates: tuple[str, ...] = ()) -> Question:
+    return Question(qid, (Comparison(sample("a", a), sample("b", b), margin=margin),), gates)
+
+
+BASE = [97.0, 98.0, 96.5, 97.5, 98.5]
+
+
+# ------------------------------------------------------------------------------ one comparison
+def test_a_clear_win_holds_a_clear_loss_is_contradicted_and_noise_is_not_resolved():
+    win = [v + 2 + 0.1 * i for i, v in enumerate(BASE)]  # paired differences 2.0 ... 2.4
+    noise = [v + d for v, d in zip(BASE, [0.3, -0.4, 0.1, -0.2, 0.25])]
+    _, verdicts, hypotheses = judge([], [claim("win", win, BASE), claim("loss", BASE, win), claim("noise", noise, BASE)])
+    assert hypotheses == 6  # each claim and its opposite
+    assert [verdicts[q].outcome for q in ("win", "loss", "noise")] == [HOLDS, CONTRADICTED, NOT_RESOLVED]
+
+
+def test_runs_sharing_their_seeds_are_paired_by_seed_and_others_get_welch():
+    a = sample("a", [1.0, 2.0, 3.5, 4.0], [3, 1, 2, 0])  # listed in another seed order than b
+    b = sample("b", [0.5, 0.9, 2.2, 3.1], [0, 1, 2, 3])
+    paired = run_test(Comparison(a, b))
+    by_seed = [4.0, 2.0, 3.5, 1.0]  # a's values for seeds 0, 1, 2, 3
+    assert (paired.test, paired.paired_seeds) == (PAIRED, (0, 1, 2, 3))
+    assert paired.p == pytest.approx(stats.ttest_rel(by_seed, b.values, alternative="greater").pvalue)
+    other = sample("b", list(b.values), [0, 1, 2, 7])  # one seed differs: not paired
+    welch = run_test(Comparison(a, other))
+    assert (welch.test, welch.paired_seeds) == (WELCH, ())
+    expected = stats.ttest_ind(a.values, other.values, equal_var=False, alternative="greater")
+    assert (welch.statistic, welch.df, welch.p) == pytest.approx((expected.statistic, expected.df, expected.pvalue))
+    assert welch.p + welch.p_opposite == pytest.approx(1.0)
+
+
+def test_non_inferiority_uses_the_margin_both_ways():
+    slightly_worse = [v - 0.3 + 0.05 * i for i, v in enumerate(BASE)]  # 0.3 to 0.1 below, margin 1
+    far_worse = [v - 2.5 + 0.05 * i for i, v in enumerate(BASE)]  # 2.5 to 2.3 below
+    test = run_test(Comparison(sample("a", slightly_worse), sample("b", BASE), margin=1.0))
+    d = [x - y + 1.0 for x, y in zip(slightly_worse, BASE)]
+    assert test.statistic == pytest.approx(statistics.fmean(d) / (statistics.stdev(d) / math.sqrt(5)))
+    _, verdicts, _ = judge([], [claim("ni", slightly_worse, BASE, margin=1.0), claim("sup", slightly_worse, BASE),
+                                claim("far", far_worse, BASE, margin=1.0)])
+    assert verdicts["ni"].outcome == HOLDS  # at most 1 point worse
+    assert verdicts["sup"].outcome == CONTRADICTED  # but worse: superiority fails the other way
+    assert verdicts["far"].outcome == CONTRADICTED  # worse by more than the margin
+
+
+def test_a_constant_side_is_a_one_sample_test_on_either_side():
+    near_chance = sample("diverged", [0.0, 10.2, 9.8, 10.4, 0.0])
+    works = sample("works", [70.0, 72.0, 71.0])
+    chance = Constant("chance", 10.0)
+    above = run_test(Comparison(works, chance))
+    assert above.test == "one-sample t" and above.difference == pytest.approx(61.0)
+    assert above.p == pytest.approx(stats.ttest_1samp(works.values, 10.0, alternative="greater").pvalue)
+    at_most = run_test(Comparison(chance, near_chance, margin=1.0))  # the layer at most 1 point above chance
+    assert at_most.p == pytest.approx(stats.ttest_1samp(near_chance.values, 11.0, alternative="less").pvalue)
+    assert run_test(Comparison(chance, works, margin=1.0)).p_opposite < 1e-4  # it works: far above chance
+
+
+def test_lower_is_better_flips_the_direction():
+    fid_low, fid_high = sample("low", [5.0, 6.0, 5.5]), sample("high", [9.0, 10.5, 9.4])
+    test = run_test(Comparison(fid_low, fid_high, higher_is_better=False))
+    assert test.difference > 0 and test.p < 0.05 < test.p_opposite
+
+
+def test_values_without_spread_leave_the_test_undefined():
+    steps = [98.05013927576601, 97.49303621169916, 98.32869080779945]  # accuracies on 359 images
+    plus_one_image = [v + 100 / 359 for v in steps]  # the same difference on every seed, up to rounding
+    test = run_test(Comparison(sample("a", plus_one_image), sample("b", steps)))
+    assert math.isnan(test.statistic) and (test.p, test.p_opposite) == (1.0, 1.0)
+
+
+def test_bad_samples_are_refused_naming_the_value():
+    with pytest.raises(ValueError, match=r"a seed appears twice in \[0, 0\]"):
+        sample("cell", [1.0, 2.0], [0, 0])
+    with pytest.raises(ValueError, match=r"cell: values must be finite numbers, got \[1.0, nan\]"):
+        sample("cell", [1.0, math.nan])
+    with pytest.raises(ValueError, match="margin must be a finite number >= 0, got -1"):
+        Comparison(sample("a", BASE), sample("b", BASE), margin=-1)
+
+
+# ------------------------------------------------------------------------------ many claims
+def test_holm_adjusts_in_step_down_order():
+    # sorted: 0.005 x4 = 0.02, 0.01 x3 = 0.03, 0.03 x2 = 0.06, 0.04 x1 = 0.04 -> kept at 0.06 (monotone)
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert holm([]) == []
+
+
+def test_the_family_holds_every_claim_and_its_opposite_and_every_gate():
+    win = [v + 2 + 0.1 * i for i, v in enumerate(BASE)]
+    gate = Question("gate", (Comparison(sample("bn", win), sample("control", BASE)),))
+    claims = [claim("first", win, BASE, gates=("gate",)), claim("second", BASE, win)]
+    gates, verdicts, hypotheses = judge([gate], claims)
+    assert hypotheses == 5
+    p = [gates["gate"].p, verdicts["first"].p, verdicts["first"].p_opposite, verdicts["second"].p,
+         verdicts["second"].p_opposite]
+    adjusted = holm(p)
+    assert [gates["gate"].p_holm, verdicts["first"].p_holm, verdicts["first"].p_opposite_holm,
+            verdicts["second"].p_holm, verdicts["second"].p_opposite_holm] == pytest.approx(adjusted)
+    assert gates["gate"].p_opposite is None  # a gate asserts one direction only
+
+
+def test_a_claim_holds_only_if_every_comparison_does():
+    win = [v + 2 + 0.1 * i for i, v in enumerate(BASE)]
+    noise = [v + d for v, d in zip(BASE, [0.3, -0.4, 0.1, -0.2, 0.25])]
+    both = Question("both", (Comparison(sample("a", win), sample("b", BASE)),
+                             Comparison(sample("a2", noise), sample("b2", BASE))))
+    _, verdicts, _ = judge([], [both])
+    first, second = verdicts["both"].tests
+    assert verdicts["both"].p == max(first.p, second.p)
+    assert verdicts["both"].p_opposite == pytest.approx(min(1.0, 2 * min(first.p_opposite, second.p_opposite)))
+    assert verdicts["both"].outcome == NOT_RESOLVED
+
+
+def test_a_gate_that_fails_or_has_no_control_stops_its_claims():
+    win = [v + 2 + 0.1 * i for i, v in enumerate(BASE)]
+    apart = Question("apart", (Comparison(sample("bn", win), sample("control", BASE)),))
+    together = Question("together", (Comparison(sample("bn", BASE), sample("control", BASE[::-1])),))
+    missing = Question("missing", (Comparison(sample("bn", BASE), sample("control", [])),))
+    claims = [claim(f"needs {g}", win, BASE, gates=(g,)) for g in ("apart", "together", "missing")]
+    gates, verdicts, hypotheses = judge([apart, together, missing], claims)
+    assert [gates[g].outcome for g in ("apart", "together", "missing")] == [SEPARATED, NOT_SEPARATED, NOT_MEASURED]
+    assert hypotheses == 2 + 3 * 2  # the gates with data, and every claim with data whatever its gate says
+    assert verdicts["needs apart"].outcome == HOLDS
+    assert verdicts["needs together"].outcome == CANNOT_RESOLVE
+    assert "not separated from the no-normalization control: together" in verdicts["needs together"].reason
+    assert verdicts["needs missing"].outcome == NOT_MEASURED
+    assert "control is not measured: missing" in verdicts["needs missing"].reason
+
+
+def test_missing_data_is_not_measured_and_stays_out_of_the_family():
+    _, verdicts, hypotheses = judge([], [claim("none", [], BASE), claim("one", [97.0], BASE)])
+    assert [verdicts[q].outcome for q in ("none", "one")] == [NOT_MEASURED, NOT_MEASURED]
+    assert "no data for a vs b" in verdicts["one"].reason and verdicts["one"].p is None
+    assert hypotheses == 0
+
+
+def test_judge_refuses_unknown_gates_and_repeated_ids():
+    with pytest.raises(ValueError, match=r"c: unknown gates \['nope'\]"):
+        judge([], [claim("c", BASE, BASE, gates=("nope",))])
+    with pytest.raises(ValueError, match=r"question ids must be unique, got \['c'\]"):
+        judge([], [claim("c", BASE, BASE), claim("c", BASE, BASE)])
+
+
+def test_the_false_positive_rate_under_the_null_is_at_most_alpha():
+    """300 reports of 8 claims whose layers are all equal (3 seeds, normal noise): the share of reports
+    with any "holds" or "contradicted" stays within 5 % (plus two standard errors of the estimate)."""
+    rng = random.Random(0)
+    false = 0
+    for _ in range(300):
+        claims = [claim(f"c{i}", [rng.gauss(97, 0.5) for _ in range(3)], [rng.gauss(97, 0.5) for _ in range(3)])
+                  for i in range(8)]
+        false += any(v.outcome != NOT_RESOLVED for v in judge([], claims)[1].values())
+    assert false / 300 <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 300)
+
+
+# ------------------------------------------------------------------------------ the claims as data
+def test_the_claims_file_round_trips(reproduce):
+    raw = json.loads(reproduce.CLAIMS_FILE.read_text())
+    claims = reproduce.load_claims()
+    assert [c.to_dict() for c in claims] == [{**entry, "note": entry.get("note", "")} for entry in raw]
+    assert [reproduce.Claim.from_dict(c.to_dict()) for c in claims] == claims
+
+
+def test_the_claims_cover_every_table_and_the_unfavourable_statements(reproduce):
+    claims = {c.id: c for c in reproduce.load_claims()}
+    assert {c.table for c in claims.values()} == {"table2", "table3", "table4", "table5", "fig10"}
+    assert claims["T2-B0-no-worse"].kind == "non-inferiority" and claims["T2-B0-no-worse"].margin == 1.0
+    assert claims["T2-B0-exception"].better == ("bn_swish",)  # the paper's own 0.2 % drop
+    assert claims["T3-GN-only"].worse == ("gn_relu",) and claims["T3-GN-only"].kind == "non-inferiority"
+    assert claims["T4-S0-clear-box"].kind == "superiority" and claims["T5-worse-IS"].better == ("bn_relu",)
+    assert {claims["T5-S0-per-sample-IS"].metric, claims["T5-S0-per-sample-FID"].metric} == {"is", "fid"}
+    assert claims["T2-improve"].gates == ("bn_relu",) and claims["T3-S0-original"].gates == ("gn_relu",)
+    assert claims["T4-S0-clear-box"].gates == ("bn_relu", "gn_relu") and claims["F10-evolution"].gates == ()
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"kind": "better"}, "kind must be one of ('superiority', 'non-inferiority'), got 'better'"),
+    ({"metric": "fid"}, "metric must be one of ('top1',), got 'fid'"),
+    ({"colour": "red"}, "unknown fields ['colour']"),
+    ({"cells": [{"paper": "R-50", "batches": [4]}]}, "batches are Table 3's"),
+    ({"worse": ["chance"], "table": "table4", "metric": "box_ap"}, "chance is a top-1 level"),
+])
+def test_a_bad_claim_is_refused_naming_the_value(reproduce, change, message):
+    entry = {"id": "x", "section": "5.3", "quote": "q", "table": "table2", "metric": "top1", "kind": "superiority",
+             "better": ["evonorm_b0"], "worse": ["bn_relu"], "cells": [{"paper": "R-50"}], "note": ""}
+    with pytest.raises(ValueError, match="^claim 'x': .*" + message.replace("(", r"\(").replace(")", r"\)")
+                       .replace("[", r"\[").replace("]", r"\]")):
+        reproduce.Claim.from_dict({**entry, **change})
+
+
+# ------------------------------------------------------------------------------ the tool
+def current_setting(reproduce, table: str, model: str, batch: int | None) -> dict:
+    """What classification/tables.py's summary records for a cell trained by the grid's MiniScale now."""
+    wanted = reproduce.MINI_SCALE.setting(reproduce.PAPER_TABLES[table], model, batch)
+    return {key: wanted[key] for key in reproduce.SETTING_KEYS}
+
+
+def table2_summary(reproduce, cells: dict[tuple[str, str], list[float | None]], earlier: bool = False) -> dict:
+    """A Table 2 summary of these cells, trained in the current setting (``earlier``: recorded without one)."""
+    return {"cells": [{"model": model, "layer": layer, "label": layer, "batch": None, "seeds": [0, 1, 2],
+                       "final_top1": values, "paper": None,
+                       **({} if earlier else {"setting": current_setting(reproduce, "table2", model, None)})}
+                      for (model, layer), values in cells.items()]}
+
+
+def write(root, path, data) -> None:
+    (root / path).parent.mkdir(parents=True, exist_ok=True)
+    (root / path).write_text(json.dumps(data))
+
+
+SEPARATED_TABLE2 = {
+    ("resnet50", "bn_relu"): [97.0, 97.6, 97.2], ("resnet50", "no_norm_relu"): [80.0, 81.5, 79.0],
+    ("resnet50", "evonorm_b0"): [97.2, 97.5, 97.4], ("resnet50", "bn_swish"): [97.1, 97.9, 97.0],
+    ("resnet50", "random_rej"): [60.0, None, 65.0],
+    ("mobilenetv2", "bn_relu"): [96.0, 96.3, 96.1], ("mobilenetv2", "no_norm_relu"): [96.1, 96.0, 96.4],
+    ("mobilenetv2", "evonorm_b0"): [97.0, 97.3, 97.2], ("mobilenetv2", "bn_swish"): [96.2, 96.1, 96.6],
+}
+
+
+def test_report_gates_each_model_and_writes_recomputable_verdicts(reproduce, monkeypatch, tmp_path):
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    write(tmp_path, reproduce.STEPS["table2"].summary, table2_summary(reproduce, SEPARATED_TABLE2))
+    assert reproduce.main(["--report-only"]) == 0
+    document = json.loads((tmp_path / reproduce.VERDICTS).read_text())
+    gates = {g["cell"]: g["outcome"] for g in document["gates"] if g["table"] == "table2"}
+    assert gates == {"resnet50": SEPARATED, "mobilenetv2": NOT_SEPARATED}
+    claims = {c["id"]: c for c in document["claims"]}
+    assert claims["T2-B0-no-worse"]["outcome"] == CANNOT_RESOLVE  # MobileNetV2's BN-ReLU is not above the control
+    works = claims["T2-rej-works"]  # ResNet-50 only: its gate passed; the diverged seed counts as 0
+    assert works["comparisons"][0]["a"]["values"] == [60.0, 0.0, 65.0] and works["outcome"] == NOT_RESOLVED
+    assert claims["T3-GN-small"]["outcome"] == NOT_MEASURED and claims["T2-B0-exception"]["outcome"] == NOT_MEASURED
+    recompute(document)
+    text = (tmp_path / reproduce.REPORT).read_text()
+    assert reproduce.rule_text() in text and "## The verdict rule" in text
+    assert f"{document['rule']['hypotheses']} hypotheses in Holm's family" in text
+
+
+def test_cells_of_an_earlier_setting_are_shown_apart_and_read_by_no_verdict(reproduce, monkeypatch, tmp_path):
+    """The same numbers, recorded without their settings (the digits grid before issue 29) or with other epochs:
+    every Table 2 verdict is "not measured under the new settings", the cells are listed under "Earlier setting",
+    and verdicts.json counts them as set aside."""
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    summary = table2_summary(reproduce, SEPARATED_TABLE2, earlier=True)
+    summary["cells"][0]["setting"] = {**current_setting(reproduce, "table2", "resnet50", None), "epochs": 3.0}
+    write(tmp_path, reproduce.STEPS["table2"].summary, summary)
+    assert reproduce.main(["--report-only"]) == 0
+    document = json.loads((tmp_path / reproduce.VERDICTS).read_text())
+    assert {c["outcome"] for c in document["claims"] if c["table"] == "table2"} == {NOT_MEASURED}
+    assert document["summaries"]["table2"] == {"path": str(reproduce.STEPS["table2"].summary), "found": True,
+                                               "cells_read": 0, "cells_set_aside": len(SEPARATED_TABLE2)}
+    assert document["rule"]["hypotheses"] == 0
+    text = (tmp_path / reproduce.REPORT).read_text()
+    section = text[text.index("## Table 2"):text.index("## Table 3")]
+    assert "**Not measured under the new settings**: run `python tools/reproduce.py --only table2`" in section
+    assert "No-normalization control (`no_norm_relu`): **not measured** under the new settings" in section
+    assert "not measured under the new settings (the summary holds only an earlier setting's runs)" in section
+    earlier = section[section.index("### Earlier setting (not used for any verdict)"):]
+    assert "the digits grid of classification/tables.py before issue 29" in earlier and '"epochs": 3.0' in earlier
+    assert "| resnet50 | no_norm_relu | - / 80.2 ± 1.3 (n=3) |" in earlier
+    assert f"{len(SEPARATED_TABLE2)} cells (27 runs)" in text
+
+
+def test_a_measured_control_is_a_row_of_its_section(reproduce, monkeypatch, tmp_path):
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    summary = table2_summary(reproduce, SEPARATED_TABLE2)
+    for cell in summary["cells"]:
+        cell["control"] = cell["layer"] == "no_norm_relu"
+    write(tmp_path, reproduce.STEPS["table2"].summary, summary)
+    assert reproduce.main(["--report-only"]) == 0
+    text = (tmp_path / reproduce.REPORT).read_text()
+    section = text[text.index("## Table 2"):text.index("## Table 3")]
+    assert "| resnet50 | no_norm_relu (control) | - / 80.2 ± 1.3 (n=3) |" in section
+    assert "No-normalization control (`no_norm_relu`): the row marked (control) above." in section
+    assert "Earlier setting" not in section
+    assert "No-normalization control (`no_norm_relu`): **not measured** (no results)" in text  # Tables 4 and 5
+
+
+def recompute(document: dict) -> None:
+    """Every verdict again from verdicts.json alone: the tests, the claims' p, Holm's family, the outcomes."""
+    def one_sided(c: dict, alternative: str) -> float:
+        sign, a, b, margin = (1 if c["higher_is_better"] else -1), c["a"], c["b"], c["margin"]
+        if "constant" in a:  # "constant - B > -margin" is "(-B) - (-constant) > -margin"
+            return stats.ttest_1samp([-sign * v for v in b["values"]], -sign * a["constant"] - margin,
+                                     alternative=alternative).pvalue
+        if "constant" in b:
+            return stats.ttest_1samp([sign * v for v in a["values"]], sign * b["constant"] - margin,
+                                     alternative=alternative).pvalue
+        if c["paired_seeds"]:
+            by_seed = [dict(zip(s["seeds"], s["values"])) for s in (a, b)]
+            xa, xb = ([sign * values[seed] for seed in c["paired_seeds"]] for values in by_seed)
+            return stats.ttest_rel([v + margin for v in xa], xb, alternative=alternative).pvalue
+        xa, xb = ([sign * v for v in s["values"]] for s in (a, b))
+        return stats.ttest_ind([v + margin for v in xa], xb, equal_var=False, alternative=alternative).pvalue
+
+    def test(c: dict) -> tuple[float, float]:
+        return (1.0, 1.0) if c["statistic"] is None else (one_sided(c, "greater"), one_sided(c, "less"))
+
+    family = []
+    for kind, entries in (("gate", document["gates"]), ("claim", document["claims"])):
+        for entry in entries:
+            if all("test" in c for c in entry["comparisons"]):
+                p = [test(c) for c in entry["comparisons"]]
+                claimed, opposite = max(x for x, _ in p), min(1.0, len(p) * min(y for _, y in p))
+                assert (entry["p"], entry["p_opposite"] if kind == "claim" else opposite) == pytest.approx(
+                    (claimed, opposite))
+                family += [(entry, "p_holm", claimed)] + ([(entry, "p_opposite_holm", opposite)] if kind == "claim" else [])
+    assert len(family) == document["rule"]["hypotheses"]
+    m, running = len(family), 0.0
+    for rank, (entry, key, p) in enumerate(sorted(family, key=lambda f: f[2])):
+        running = max(running, min(1.0, (m - rank) * p))
+        assert entry[key] == pytest.approx(running)
+
+
+def test_report_from_no_results_names_the_command_of_each_experiment(reproduce, monkeypatch, tmp_path):
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    assert reproduce.main(["--report-only"]) == 0
+    text = (tmp_path / "docs" / "reproduction.md").read_text()
+    for command in ("python tools/reproduce.py --only table2", "python tools/reproduce.py --only table3",
+                    "python tools/reproduce.py --only table4", "python gan/table5.py", "python search/compare.py"):
+        assert f"**Not measured yet**: run `{command}" in text
+    document = json.loads((tmp_path / reproduce.VERDICTS).read_text())
+    assert {c["outcome"] for c in document["claims"]} == {NOT_MEASURED} and document["rule"]["hypotheses"] == 0
+
+
+def test_the_docstring_states_the_constants_the_rule_uses(reproduce):
+    rule = " ".join(reproduce.rule_text().split())
+    for stated in ("alpha = 0.05", "Holm-Bonferroni", "ttest_rel", "equal_var=False", "ttest_1samp",
+                   f"{reproduce.CHANCE_TOP1:g} %", "counts as 0 %", "1e-9", f"{reproduce.METRICS['is'].margin} IS",
+                   f"{reproduce.METRICS['top1'].margin:g} point of top-1", reproduce.CONTROLS["table2"]):
+        assert stated in rule, stated
 
 
 def test_dry_run_shows_the_selected_models_and_layers(reproduce, capsys):
@@ -37,13 +384,38 @@ def test_dry_run_shows_the_selected_models_and_layers(reproduce, capsys):
     assert "classification/tables.py report table3" in report and "--json docs/results/classification/table3.json" in report
 
 
-def test_report_from_no_results_names_the_command_of_each_experiment(reproduce, monkeypatch, tmp_path):
+def test_a_step_run_with_new_settings_keeps_the_earlier_entry_apart(reproduce, monkeypatch, tmp_path):
+    """A classification step's log entry records the MiniScale it ran with; an entry of other settings (or of
+    none, the tool before issue 29) moves to "earlier settings" and the report names it as the earlier setting's."""
     monkeypatch.setattr(reproduce, "ROOT", tmp_path)
-    assert reproduce.main(["--report-only"]) == 0
-    text = (tmp_path / "docs" / "reproduction.md").read_text()
-    for command in ("python tools/reproduce.py --only table2", "python tools/reproduce.py --only table3",
-                    "python tools/reproduce.py --only table4", "python gan/table5.py", "python search/compare.py"):
-        assert f"**Not measured yet**: run `{command}" in text
+    old = {"commands": ["python -m classification.tables run table2"], "wall_seconds": 10.0, "cpu_seconds": 20.0}
+    log: dict = {"table2": dict(old)}
+    step = reproduce.Step("table2", ((sys.executable, "-c", "pass"),), tmp_path / "none.json", {"epochs": 15.0})
+    reproduce.run_step(step, log)
+    assert log[reproduce.EARLIER] == {"table2": [old]} and log["table2"]["setting"] == {"epochs": 15.0}
+    assert reproduce.current_entry(log, step) is log["table2"] and reproduce.earlier_entries(log, step) == [old]
+    assert reproduce.current_entry({"table2": old}, step) is None
+
+
+def test_the_quotes_are_the_papers_words(reproduce):
+    """Every claim's quote is in the paper's text, up to white space (the paper's folder, where it exists)."""
+    texts = sorted(PAPER.glob("*.txt"))
+    if not texts:
+        pytest.skip(f"the paper's text is not at {PAPER}")
+    paper = " ".join(" ".join(path.read_text(encoding="utf-8").split()) for path in texts)
+    missing = [c.id for c in reproduce.load_claims() if " ".join(c.quote.split()) not in paper]
+    assert not missing
+
+
+def test_a_step_records_the_cpu_time_its_processes_used(reproduce, monkeypatch, tmp_path):
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    burn = (sys.executable, "-c", "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass")
+    log: dict = {"old": {"commands": [], "wall_seconds": 10.0, "cpu_seconds": 20.0}}  # estimated by the old tool
+    reproduce.run_step(reproduce.Step("burn", (burn,), tmp_path / "none.json"), log)
+    assert log["burn"]["cpu_measured"] and 0.25 <= log["burn"]["cpu_seconds"] <= 5
+    assert json.loads((tmp_path / reproduce.STEPS_FILE).read_text())["burn"]["cpu_seconds"] == log["burn"]["cpu_seconds"]
+    text = "\n".join(reproduce.provenance(log["old"], reproduce.STEPS["table2"].summary, "cmd"))
+    assert "recorded before CPU time was measured" in text
 
 
 def test_fig10_row_shows_how_many_layers_each_seed_accepted(reproduce):

@@ -18,5 +18,7 @@ and matplotlib are imported by the functions that need them):
 * :mod:`.tables`: the paper's numbers as typed records, rendered to markdown and PNG;
 * :mod:`.convergence`: whether a training curve has flattened (its last fifth's range and slope);
 * :mod:`.progress`: durations, and progress lines with rate and ETA;
+* :mod:`.verdicts`: the verdict rule of the reproduction report (one-sided t-tests, Holm's
+  correction, gates, outcomes);
 * :mod:`.seeding`: seeding every random number generator a run uses.
 """
