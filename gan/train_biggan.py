@@ -14,6 +14,9 @@ preset. Each seed trains in ``RUN_DIR/seed<k>``, a folder it owns: ``run.json``,
 is refused unless ``--resume``, which continues the run's seeds (every ``seed<k>`` run in
 RUN_DIR, or those ``--seed``/``--seeds`` name) from their checkpoints with the run's saved
 settings (flags given with it may change only how long it trains and how it reports).
+A non-finite loss stops the run with one line naming the step and what to try, recorded in
+``seed<k>/diverged.json`` (exit status 3); SIGINT and SIGTERM stop it with one line (exit
+status 130 or 143), and ``--resume`` continues from the last checkpoint.
 Installed as the ``evonorm-gan`` command.
 """
 from __future__ import annotations
@@ -28,10 +31,15 @@ import torch
 from evonorm_core.experiment.config import add_config_arguments, explicit_values, replace_config
 from evonorm_core.experiment.distributed import DistributedContext, shutdown
 from evonorm_core.experiment.rundir import RunDirError, holds_run, resumed_config
+from evonorm_core.experiment.stopping import StopCleanly
 from evonorm_suite.gan.checkpoint import RUN_KIND
 from evonorm_suite.gan.config import PRESET_OF_DATASET, PRESETS, GanConfig, preset
 from evonorm_suite.gan.data import build_dataset
 from evonorm_suite.gan.trainer import Trainer
+
+COMMAND = "python gan/train_biggan.py"
+DIVERGENCE_ADVICE = ("lower learning rates (--g-lr, --d-lr), a larger --adam-eps or another --seed (a layer that "
+                     "diverges at every setting is a result of its own)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,10 +95,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{base.resolution}x{base.resolution}, greyscale) on the CPU; use --dataset imagenet --data-root PATH "
               "for the paper's setting", flush=True)
     root = Path(args.run_dir or Path("runs", "gan", f"{name}_{base.norm}"))
-    ctx = DistributedContext.from_env()
+    with StopCleanly(COMMAND, DIVERGENCE_ADVICE, f"{COMMAND} --resume --run-dir {root}") as stop:
+        return train_seeds(args, given, base, root, stop)
+
+
+def train_seeds(args: argparse.Namespace, given: dict, base: GanConfig, root: Path, stop: StopCleanly) -> int:
+    """Train (or resume) each seed's run in ``root/seed<k>``; ``stop`` learns where each one is."""
     try:
+        ctx = DistributedContext.from_env()
         for seed in seeds_to_train(root, given.get("seed", base.seed), args.seeds, args.resume, "seed" in given):
-            run_dir = root / f"seed{seed}"
+            run_dir = stop.run_dir = root / f"seed{seed}"
             config = seed_config(base, given, seed, run_dir, args.resume)
             trainer = Trainer(config, build_dataset(config.dataset, config.data_root, config.resolution), run_dir, ctx,
                               resume=args.resume)

@@ -1,0 +1,123 @@
+"""How a training job ends when it cannot go on: one line, an exit status, and what was kept.
+
+:class:`StopCleanly` wraps a training command's work (``with StopCleanly(...) as stop:``):
+
+* **A diverged run** (a ``FloatingPointError``: a non-finite loss) is a result, not a crash:
+  one line names the step and what to try, ``RUN/diverged.json`` records it (the step, the
+  error and the advice; written under the folder's lock) and the command exits with
+  :data:`EXIT_DIVERGED`. The run's checkpoints hold the last state before the divergence
+  (nothing diverged is saved: the step that diverged raises before its checkpoint).
+* **SIGINT (Ctrl-C) and SIGTERM** stop the job with one line saying how to resume (from the
+  run's last checkpoint, as after a kill; an interrupted checkpoint write leaves the previous
+  one whole) and exit status 130 or 143, with no ``KeyboardInterrupt`` traceback.
+* **A full disk** (:class:`~evonorm_core.experiment.files.DiskFullError`) is one line naming
+  the file; the files being replaced are left whole.
+
+Only the main thread can take signals; elsewhere the handlers are left as they are.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType, TracebackType
+
+from .files import DiskFullError, atomic_write_json
+from .rundir import RunDir, RunDirError
+
+EXIT_DIVERGED = 3
+DIVERGED_FILE = "diverged.json"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived while a :class:`StopCleanly` block ran."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class Diverged(FloatingPointError):
+    """A non-finite loss at ``step`` (``values``: the losses of that step)."""
+
+    def __init__(self, step: int, values: dict[str, float]) -> None:
+        shown = ", ".join(f"{name} {value}" for name, value in values.items())
+        super().__init__(f"non-finite loss at step {step} ({shown})")
+        self.step = step
+
+
+def divergence_step(error: FloatingPointError) -> int | None:
+    """The step a divergence happened at: :attr:`Diverged.step`, else the ``step N`` its message names."""
+    step = getattr(error, "step", None)
+    if isinstance(step, int):
+        return step
+    found = re.search(r"\bstep (\d+)", str(error))
+    return int(found[1]) if found else None
+
+
+class StopCleanly:
+    """Run a training command's work so that divergence, signals and a full disk end it with one line.
+
+    ``command`` is how the user starts it (``python gan/train_biggan.py``), ``advice`` what a new
+    run could change after a divergence ("lower learning rates (--g-lr, --d-lr)"), ``resume`` the
+    command line that continues an interrupted run. ``run_dir`` (may be set as the work goes on) is the folder where a
+    divergence is recorded. Leaving the block with one of these raises ``SystemExit`` with the
+    status; any other exception passes through.
+    """
+
+    def __init__(self, command: str, advice: str, resume: str, run_dir: str | Path | None = None) -> None:
+        self.command, self.advice, self.resume = command, advice, resume
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> "StopCleanly":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {signum: signal.signal(signum, self._interrupt) for signum in STOP_SIGNALS}
+        return self
+
+    @staticmethod
+    def _interrupt(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(signum)
+
+    def __exit__(self, kind: type | None, error: BaseException | None, trace: TracebackType | None) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+        if isinstance(error, KeyboardInterrupt):
+            signum = getattr(error, "signum", signal.SIGINT)
+            _say(f"{self.command}: stopped by {signal.Signals(signum).name}; the run resumes from its last "
+                 f"checkpoint with: {self.resume}")
+            raise SystemExit(128 + signum) from None
+        if isinstance(error, FloatingPointError):
+            raise SystemExit(self._diverged(error)) from None
+        if isinstance(error, DiskFullError):
+            _say(f"{self.command}: error: {error}")
+            raise SystemExit(1) from None
+
+    def _diverged(self, error: FloatingPointError) -> int:
+        step = divergence_step(error)
+        what = str(error) if step is None or re.search(rf"\bstep {step}\b", str(error)) else f"{error} at step {step}"
+        recorded = self._record(error, step)
+        _say(f"{self.command}: the run diverged: {what}. Try a new run with {self.advice}. {recorded}")
+        return EXIT_DIVERGED
+
+    def _record(self, error: FloatingPointError, step: int | None) -> str:
+        """Write ``RUN/diverged.json`` under the folder's lock; say where it went (or why not)."""
+        kept = "Its checkpoints (if any) hold the state before the divergence."
+        if self.run_dir is None or os.environ.get("RANK", "0") != "0" or not self.run_dir.is_dir():
+            return kept
+        record = {"diverged": True, "step": step, "error": str(error), "advice": f"try a new run with {self.advice}"}
+        try:
+            with RunDir(self.run_dir, resume=True):
+                atomic_write_json(self.run_dir / DIVERGED_FILE, record)
+        except (RunDirError, OSError) as failure:
+            return f"It could not be recorded in {str(self.run_dir)!r} ({failure}). {kept}"
+        return f"Recorded in {str(self.run_dir / DIVERGED_FILE)!r}. {kept}"
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,130 @@
+"""A diverged run, SIGINT/SIGTERM and a full disk end a training command with one line, no traceback and a
+resumable state (evonorm_core.experiment.stopping; docs/reliability.md, "Divergence, signals, a full disk")."""
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evonorm_core.experiment import files
+from evonorm_core.experiment.files import DiskFullError
+from evonorm_core.experiment.rundir import RunDir
+from evonorm_core.experiment.stopping import EXIT_DIVERGED, Diverged, StopCleanly, divergence_step
+from evonorm_suite.classification import train
+from evonorm_suite.gan import train_biggan
+
+ROOT = Path(__file__).resolve().parents[1]
+GAN_TINY = ["--norm", "evonorm_s0", "--channels", "8", "--dim-z", "8", "--shared-dim", "8", "--depth", "1",
+            "--batch-size", "8", "--micro-batch", "8", "--eval-every", "0", "--sample-every", "100000", "--threads", "1"]
+CLS_TINY = ["--model", "mobilenetv2_cifar", "--norm-act", "evonorm_b0", "--image-size", "8", "--train-subset", "16",
+            "--batch-size", "16", "--warmup-epochs", "0", "--no-progress", "--epochs", "50"]
+
+
+def stop(run_dir: Path | None = None) -> StopCleanly:
+    return StopCleanly("python prog.py", "a lower --lr", "python prog.py --resume", run_dir)
+
+
+def test_a_divergence_is_one_line_a_record_and_exit_status_3(tmp_path, capsys):
+    with RunDir(tmp_path / "run"):
+        pass
+    with pytest.raises(SystemExit) as info, stop(tmp_path / "run"):
+        raise Diverged(12, {"loss": float("nan")})
+    assert info.value.code == EXIT_DIVERGED == 3
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("python prog.py: the run diverged: non-finite loss at step 12 (loss nan). Try a new run "
+                           "with a lower --lr. Recorded in ")
+    record = json.loads((tmp_path / "run" / "diverged.json").read_text())
+    assert record == {"diverged": True, "step": 12, "error": "non-finite loss at step 12 (loss nan)",
+                      "advice": "try a new run with a lower --lr"}
+    assert divergence_step(FloatingPointError("loss became nan at step 4 (evonorm_b0, m)")) == 4
+
+
+def test_a_divergence_in_a_folder_another_process_holds_is_not_recorded_there(tmp_path, capsys):
+    with RunDir(tmp_path / "run"), pytest.raises(SystemExit), stop(tmp_path / "run"):
+        raise FloatingPointError("non-finite loss at step 3")
+    assert "could not be recorded in" in capsys.readouterr().err and not (tmp_path / "run" / "diverged.json").exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_sigint_and_sigterm_are_one_line_and_128_plus_the_signal(signum, capsys):
+    before = signal.getsignal(signum)
+    with pytest.raises(SystemExit) as info, stop():
+        os.kill(os.getpid(), signum)
+        time.sleep(5)  # the handler raises before this ends
+    assert info.value.code == 128 + signum
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"python prog.py: stopped by {signal.Signals(signum).name}; the run resumes from its last "
+                    "checkpoint with: python prog.py --resume")
+    assert signal.getsignal(signum) is before
+
+
+def test_a_full_disk_is_one_line_and_other_errors_pass_through(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info, stop():
+        raise DiskFullError(tmp_path / "last.pt", OSError(errno.ENOSPC, "full"))
+    assert info.value.code == 1 and capsys.readouterr().err.startswith("python prog.py: error: no space left to write")
+    with pytest.raises(KeyError), stop():
+        raise KeyError("not ours")
+
+
+def test_a_diverging_gan_stops_with_one_line_naming_the_step_and_what_to_try(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        train_biggan.main([*GAN_TINY, "--total-steps", "20", "--g-lr", "1e30", "--d-lr", "1e30",
+                           "--run-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert info.value.code == EXIT_DIVERGED and "Traceback" not in err
+    (line,) = err.splitlines()
+    assert "python gan/train_biggan.py: the run diverged: non-finite loss at step 1" in line
+    assert "Try a new run with lower learning rates (--g-lr, --d-lr)" in line
+    assert json.loads((tmp_path / "seed0" / "diverged.json").read_text())["step"] == 1
+
+
+def test_a_diverging_classifier_stops_with_one_line_naming_the_step(tmp_path, capsys):
+    """classification/train.py's loop raises FloatingPointError on a non-finite loss; StopCleanly around
+    its train() (as its main runs it) makes that one line, diverged.json and exit status 3."""
+    config = train.config_from_argv([*CLS_TINY, "--base-lr", "1e12", "--output-dir", str(tmp_path / "run")])
+    with pytest.raises(SystemExit) as info, StopCleanly("python classification/train.py", "a lower --base-lr",
+                                                        "...", config.output_dir):
+        train.train(config)
+    assert info.value.code == EXIT_DIVERGED
+    line = capsys.readouterr().err.splitlines()[-1]
+    record = json.loads((tmp_path / "run" / "diverged.json").read_text())
+    assert f"at step {record['step']}" in line and "Try a new run with a lower --base-lr" in line
+
+
+def test_a_full_disk_during_gan_training_is_one_line(tmp_path, capsys, monkeypatch):
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(files.os, "fsync", no_space)
+    with pytest.raises(SystemExit) as info:
+        train_biggan.main([*GAN_TINY, "--total-steps", "1", "--run-dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert info.value.code == 1 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("python gan/train_biggan.py: error: no space left to write")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signalled_gan_run_stops_with_one_line_and_resumes(signum, tmp_path, capsys):
+    """A real process: once it has saved a checkpoint it gets the signal, ends with exit status 128 + signal,
+    one line and no traceback; --resume then continues from the checkpoint."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    args = [*GAN_TINY, "--total-steps", "1000000", "--save-every", "1", "--run-dir", str(tmp_path)]
+    process = subprocess.Popen([sys.executable, str(ROOT / "gan" / "train_biggan.py"), *args], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    checkpoint = tmp_path / "seed0" / "checkpoints" / "last.pt"
+    deadline = time.monotonic() + 600
+    while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 128 + signum and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == (
+        f"python gan/train_biggan.py: stopped by {signal.Signals(signum).name}; the run resumes from its last "
+        f"checkpoint with: python gan/train_biggan.py --resume --run-dir {tmp_path}")
+    assert train_biggan.main(["--resume", "--run-dir", str(tmp_path), "--total-steps", "1"]) == 0
+    assert "resumed" in capsys.readouterr().out
