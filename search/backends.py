@@ -10,6 +10,7 @@ import concurrent.futures as futures
 import multiprocessing
 import os
 import signal
+import socket
 import threading
 import time
 import traceback
@@ -19,6 +20,7 @@ from evonorm_core.experiment.children import die_with_parent
 from evonorm_core.search.results import CandidateResult, Stage
 
 BACKENDS = ("local", "ray")
+RAY_CONNECT_SECONDS = 20.0
 Evaluator = Callable[[dict], CandidateResult]
 
 
@@ -132,6 +134,7 @@ class RayExecutor:
         self.ray = ray
         if not ray.is_initialized():
             if address:
+                check_ray_address(address)  # ray.init retries an address where nothing answers for ever
                 ray.init(address=address, log_to_driver=False)
             else:  # a Ray of its own, never a cluster found on disk
                 ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False)
@@ -170,6 +173,44 @@ class RayExecutor:
         for ref in list(self.running):
             self.ray.cancel(ref, force=True)
         self.running.clear()
+
+
+def check_ray_address(address: str, seconds: float | None = None) -> None:
+    """Return once something answers at the Ray address (``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``);
+    ``ConnectionError`` naming it after ``seconds`` (default :data:`RAY_CONNECT_SECONDS`), ``ValueError``
+    for an address of another form."""
+    seconds = RAY_CONNECT_SECONDS if seconds is None else seconds
+    target = _resolved_ray_address(address).removeprefix("ray://")
+    if target == "auto":  # this Ray cannot tell where "auto" points: ray.init finds out
+        return
+    host, colon, port = target.rpartition(":")
+    host = host.strip("[]")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--ray-address {address!r} is not 'auto', HOST:PORT or ray://HOST:PORT")
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=max(0.1, min(5.0, deadline - time.monotonic()))).close()
+            return
+        except OSError as error:
+            if time.monotonic() >= deadline:
+                raise ConnectionError(
+                    f"--ray-address {address!r}: nothing answered at {host}:{port} within {seconds:g} s "
+                    f"({error.strerror or error}); start the cluster there (ray start --head) or give its address, "
+                    "or leave --ray-address out and the search starts a Ray of its own") from None
+        time.sleep(0.5)
+
+
+def _resolved_ray_address(address: str) -> str:
+    """``auto`` as Ray resolves it (``RAY_ADDRESS``, else the cluster recorded on this machine; ``ConnectionError``
+    if there is none), other addresses as they are."""
+    if address != "auto":
+        return address
+    try:  # Ray's own resolution: a private API, so imported here and only if it is there
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:
+        return address
+    return canonicalize_bootstrap_address("auto") or address
 
 
 def make_executor(backend: str, evaluator: Evaluator, workers: int, time_limit: float | None,

@@ -19,7 +19,7 @@ from evonorm_core.experiment.config import ConfigError, add_config_arguments, ex
 from evonorm_core.experiment.files import CorruptFileError
 from evonorm_core.experiment.rundir import RunDirError, open_run, resumed_config
 from evonorm_core.search.driver import CHECKPOINT, LayerSearch, StopCondition, read_checkpoint
-from evonorm_suite.search.backends import make_executor
+from evonorm_suite.search.backends import check_ray_address, make_executor
 from evonorm_suite.search.config import RUN_KIND, SearchConfig
 from evonorm_suite.search.presets import DEFAULT_PRESET, PRESETS, preset
 from evonorm_suite.search.progress import ProgressPrinter
@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         config = resolve_config(args)
         evaluator = ProxyEvaluator(config.proxy, seed=config.seed, threads=config.torch_threads)
         evaluator.data()  # a missing dataset fails here, not in every candidate
+        if config.backend == "ray" and config.ray_address:
+            check_ray_address(config.ray_address)  # before the run folder is made
         run = open_run(args.output_dir, RUN_KIND, config, resume=args.resume)
         state = read_checkpoint(run.path) if args.resume else None
         executor = make_executor(config.backend, evaluator, config.workers, config.time_limit, config.ray_address)
