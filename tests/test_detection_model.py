@@ -28,7 +28,8 @@ from evonorm_suite.detection.paper import CONFIG_ROWS, TABLE4
 
 CONFIGS = Path(__file__).resolve().parents[1] / "detection" / "configs"
 PAPER_CONFIGS = sorted(CONFIG_ROWS)
-DEMO_CONFIGS = ["demo_shapes_gn", "demo_shapes_evonorm_s0", "demo_shapes_evonorm_b0"]
+DEMO_CONFIGS = ["demo_shapes_gn", "demo_shapes_evonorm_s0", "demo_shapes_evonorm_b0", "demo_shapes_bn",
+                "demo_shapes_no_norm_relu"]
 # The demo model at a quarter of its width, for quick forward/backward checks.
 TINY = [
     "MODEL.RESNETS.STEM_OUT_CHANNELS", "16", "MODEL.RESNETS.RES2_OUT_CHANNELS", "16", "MODEL.FPN.OUT_CHANNELS", "16",

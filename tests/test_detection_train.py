@@ -238,16 +238,44 @@ def test_miniature_commands_and_summary(tmp_path):
     assert command[1:3] == ["-m", "evonorm_suite.detection.train_net"] and "demo_shapes_bn.yaml" in command[command.index("--config") + 1]
     values = dict(zip(command[command.index("SEED")::2], command[command.index("SEED") + 1::2]))
     assert values["SEED"] == "2" and values["SOLVER.IMS_PER_BATCH"] == "2" and float(values["SOLVER.BASE_LR"]) == 0.005
-    assert values["SOLVER.STEPS"] == "(240, 279)" and values["OUTPUT_DIR"] == str(tmp_path / "batch2" / "bn" / "seed2")
+    # batch 2 sees batch 8's images: 4x the steps, warmup and decays scaled with them
+    assert values["SOLVER.MAX_ITER"] == "1200" and values["SOLVER.STEPS"] == "(960, 1116)"
+    assert values["SOLVER.WARMUP_ITERS"] == "200" and values["OUTPUT_DIR"] == str(tmp_path / "batch2" / "bn" / "seed2")
     for seed, ap in ((0, 20.0), (1, 24.0)):
         folder = miniature.Run(miniature.SETTINGS[0], "evonorm_s0", seed).output_dir(tmp_path)
         folder.mkdir(parents=True)
         (folder / report.RESULTS_FILE).write_text(json.dumps(
             {"bbox": {"AP": ap, "AP50": 40.0}, "segm": {"AP": ap - 2, "AP50": 38.0}}))
-    summary = miniature.summarize(tmp_path, (0, 1, 2))
+        # a resumed run logs iteration 19 twice: the last value counts; seed 1 logged one step more
+        write_metrics(folder, [{"iteration": 19, "total_loss": 9.0}, {"iteration": 19, "total_loss": 2.0 + seed},
+                               {"iteration": 39, "total_loss": 1.0 + seed}, {"iteration": 40, "bbox/AP": ap},
+                               *([{"iteration": 59, "total_loss": 0.5}] if seed else [])])
+    summary = miniature.summarize(tmp_path, (0, 1, 2), 300)
     s0 = next(c for c in summary["cells"] if c["setting"] == "batch8" and c["layer"] == "evonorm_s0")
     assert s0["box_ap_mean"] == 22.0 and s0["mask_ap_std"] == pytest.approx(2 ** 0.5 * 2) and len(s0["runs"]) == 2
+    assert (s0["iterations"], s0["images_seen"]) == (300, 2400)
+    assert s0["runs"][0]["loss"] == [[160, 2.0], [320, 1.0]]  # [images seen, loss]
+    bn2 = next(c for c in summary["cells"] if c["setting"] == "batch2" and c["layer"] == "bn")
+    assert (bn2["iterations"], bn2["images_seen"], bn2["runs"]) == (1200, 2400, [])
+    assert {c["layer"] for c in summary["cells"]} == {"bn", "gn", "evonorm_b0", "evonorm_s0", "no_norm_relu"}
     assert "| batch8 | EvoNorm-S0 | 22.0 ± 2.8 (n=2) | 20.0 ± 2.8 (n=2) |" in miniature.markdown(summary)
+    series = miniature.mean_loss_series(s0)  # the images seen that both seeds logged
+    assert (list(series.x), list(series.y), series.label) == ([160, 320], [2.5, 1.5], "EvoNorm-S0: box AP 22.0 ± 2.8 (n=2)")
+    assert list(series.err) == pytest.approx([2 ** -0.5] * 2) and miniature.mean_loss_series(bn2) is None
+    assert miniature.plot_losses(summary, tmp_path / "loss.png").stat().st_size > 0
+
+
+def test_miniature_main_writes_the_summary_and_the_loss_plot(tmp_path, capsys):
+    assert miniature.main(["--report-only", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"miniature.json", miniature.LOSS_PLOT}
+    summary = json.loads((tmp_path / "out" / "miniature.json").read_text())
+    assert summary["iterations"] == miniature.ITERATIONS == 300 and all(c["runs"] == [] for c in summary["cells"])
+    assert "training losses:" in capsys.readouterr().out
+
+
+def test_miniature_settings_must_divide_the_base_batch():
+    with pytest.raises(ValueError, match="images per step must divide 8, got 3"):
+        miniature.Setting("batch3", 3)
 
 
 # Table 4 of the full paper (002_*), typed from the text row by row: box AP/AP50/AP75, mask AP/AP50/AP75,
@@ -353,14 +381,16 @@ def test_train_mapper_recomputes_boxes_from_the_cropped_masks(tmp_path, monkeypa
 
 
 def test_demo_grid_scales_the_lr_with_the_batch_and_keeps_the_stage_fractions(tmp_path):
-    """Table 4 in miniature: batch 8 at the demo config's LR 0.02, batch 2 at 0.02 * 2 / 8 (linear scaling);
-    the 10x decays at 80% and 93% of the iterations (about the demo config's 240 and 280 of 300)."""
-    settings = [(s.name, s.images_per_step, s.lr) for s in miniature.SETTINGS]
-    assert settings == [("batch8", 8, 0.02), ("batch2", 2, 0.005)]
+    """Table 4 in miniature: batch 8 at the demo config's LR 0.02, batch 2 at 0.02 * 2 / 8 (linear scaling)
+    for 4x the steps (the same images); the 10x decays at 80% and 93% of the steps (about the demo config's
+    240 and 280 of 300) and the warmup over the demo's 50 steps of 8 images."""
+    settings = [(s.name, s.images_per_step, s.lr, s.iterations(300), s.warmup()) for s in miniature.SETTINGS]
+    assert settings == [("batch8", 8, 0.02, 300, 50), ("batch2", 2, 0.005, 1200, 200)]
     cfg = load_config(str(CONFIGS / "demo_shapes_bn.yaml"))
-    assert (cfg.SOLVER.IMS_PER_BATCH, cfg.SOLVER.BASE_LR, tuple(cfg.SOLVER.STEPS), cfg.SOLVER.MAX_ITER) == (
-        miniature.BASE_BATCH, miniature.BASE_LR, (240, 280), 300)
+    assert (cfg.SOLVER.IMS_PER_BATCH, cfg.SOLVER.BASE_LR, tuple(cfg.SOLVER.STEPS), cfg.SOLVER.MAX_ITER,
+            cfg.SOLVER.WARMUP_ITERS) == (miniature.BASE_BATCH, miniature.BASE_LR, (240, 280), 300, miniature.BASE_WARMUP)
     command = miniature.Run(miniature.SETTINGS[0], "gn", 0).command(tmp_path, 1000)
     values = dict(zip(command[command.index("SEED")::2], command[command.index("SEED") + 1::2]))
     assert values["SOLVER.STEPS"] == "(800, 930)" and values["SOLVER.MAX_ITER"] == "1000"
     assert float(values["SOLVER.BASE_LR"]) == 0.02 and values["SOLVER.IMS_PER_BATCH"] == "8"
+    assert values["SOLVER.WARMUP_ITERS"] == "50"
