@@ -69,7 +69,7 @@ def rank_agreement(chosen: dict[str, dict], ranked: list[dict]) -> dict:
         return {"layers": len(pairs), "kendall_tau_b": None, "p_value": None}
     result = kendalltau(*zip(*pairs))
     return {"layers": len(pairs), "kendall_tau_b": round(float(result.statistic), 3),
-            "p_value": round(float(result.pvalue), 4)}
+            "p_value": float(f"{result.pvalue:.3g}")}  # three significant digits: a small p is not 0
 
 
 def _evaluate(proxy: ProxyConfig, seed: int, threads: int, genome: dict) -> CandidateResult:
@@ -98,7 +98,7 @@ def rank(chosen: dict[str, dict], results: list[dict], anchors: tuple[str, ...])
         })
     reference = next((r for r in rows if r["name"] == "bn_relu" and r["mean"] is not None), None)
     for row in rows:
-        if reference is not None and row["mean"] is not None:
+        if reference is not None and row is not reference and row["mean"] is not None:
             row["at_least_bn_relu_on_every_anchor"] = all(
                 row["anchors"][a]["mean"] >= reference["anchors"][a]["mean"] for a in anchors)
     return sorted(rows, key=lambda r: -r["mean"] if r["mean"] is not None else 1.0)
