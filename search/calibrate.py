@@ -34,7 +34,12 @@ import torch
 
 from evonorm_core.experiment.arguments import DistinctValues, output_file, seed
 from evonorm_core.experiment.config import (
-    ConfigError, add_config_arguments, command_line, config_to_dict, explicit_values, replace_config,
+    ConfigError,
+    add_config_arguments,
+    command_line,
+    config_to_dict,
+    explicit_values,
+    replace_config,
 )
 from evonorm_core.experiment.files import atomic_write_json
 from evonorm_core.experiment.tables import mean_std_fields
