@@ -12,7 +12,8 @@ Samples ``--num-samples`` images (default: 50,000, standard for ImageNet 128; fo
 as many as the held-out digits, so the FID is comparable with the floor in docs/gan.md)
 from ``G_ema`` in eval mode. Batch-statistics layers (BN-ReLU, EvoNorm-B0) use their
 moving statistics unless ``--standing-stats N`` recomputes them over N batches first.
-The real training images are the FID reference; their statistics are cached. Each
+The real training images are the FID reference; their feature statistics are kept as plain
+arrays (never pickles) under ``--cache-root`` and checked when read back. Each
 evaluated checkpoint's numbers go to ``RUN_DIR/metrics/<checkpoint>.json`` and the peak
 (``--all-snapshots``: over ``last.pt`` and every kept ``step_N.pt``; lowest FID unless
 ``--peak-by is``) to ``RUN_DIR/metrics.json``, with everything needed to read them
@@ -101,7 +102,7 @@ def evaluate_checkpoint(run_dir: str, checkpoint: str | None, options: EvalOptio
         num_samples,
         feature_extractor=extractor,
         weights_path=weights,
-        reference_cache_name=f"{cache_name}-{extractor}-{Path(weights).stem if weights else ''}",
+        reference_cache_name=cache_name,  # the stored statistics' key adds the extractor and its weights' SHA-256
         cache_root=options.cache_root,
         batch_size=options.batch_size,
         seed=options.seed,
@@ -196,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--standing-batch", type=positive, default=64, help="batch size of the standing-stats passes")
     parser.add_argument("--reference-samples", type=int, help="real images for the FID reference (default: all)")
     parser.add_argument("--data-root", help="real data location if it moved since training")
-    parser.add_argument("--cache-root", help="where reference statistics are cached (default: $TORCH_HOME/fidelity_cache)")
+    parser.add_argument("--cache-root", help="where the real images' feature statistics are kept, as plain arrays "
+                        "(default: ~/.cache/evonorm_core/fid_reference)")
     parser.add_argument("--batch-size", type=positive, default=64, help="batch size of generation and feature extraction")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (latents and labels)")
     return parser

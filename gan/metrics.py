@@ -11,8 +11,9 @@ Two feature extractors:
 
 Class labels are sampled here (:class:`GeneratorSampler` reports ``num_classes = 0`` to
 torch-fidelity, whose own conditional path uses ``np.int`` and fails on current NumPy).
-Reference statistics of the real data are cached by torch-fidelity under ``cache_root``
-with a name that identifies the data.
+torch-fidelity's feature extractors, feature extraction and IS/FID formulas are used, never
+its cache (pickles it unpickles): the reference statistics of the real data are the suite's,
+stored as plain arrays under ``cache_root`` (:mod:`evonorm_suite.gan.reference_statistics`).
 """
 from __future__ import annotations
 
@@ -21,14 +22,22 @@ import os
 from pathlib import Path
 
 import torch
-import torch_fidelity
 from torch import Tensor, nn
 from torch.utils.data import Dataset
 from torch_fidelity.generative_model_base import GenerativeModelBase
+from torch_fidelity.metric_fid import fid_featuresdict_to_statistics, fid_statistics_to_metric
+from torch_fidelity.metric_isc import isc_featuresdict_to_metric
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY, register_feature_extractor
+from torch_fidelity.utils import (
+    create_feature_extractor,
+    get_featuresdict_from_dataset,
+    get_featuresdict_from_generative_model,
+    resolve_feature_layer_for_metric,
+)
 
 from evonorm_suite.gan import digits_classifier
 from evonorm_suite.gan.data import UInt8Images, digits_dataset, to_uint8
+from evonorm_suite.gan.reference_statistics import ReferenceKey, reference_statistics, weights_digest
 
 INCEPTION = "inception-v3-compat"
 DIGITS = digits_classifier.NAME
@@ -114,32 +123,36 @@ def fidelity_metrics(
     """IS of ``generated`` and FID between it and ``reference`` (both give uint8 NCHW images).
 
     ``feature_extractor`` is a torch-fidelity registered name; Inception needs
-    ``weights_path``. ``cache_root=None`` is torch-fidelity's ``$TORCH_HOME/fidelity_cache``;
+    ``weights_path``. ``reference_cache_name`` names the reference images: their statistics are
+    then stored under ``cache_root`` (default ``~/.cache/evonorm_core/fid_reference``) and read
+    back checked (:mod:`evonorm_suite.gan.reference_statistics`); ``None``: computed every time.
+    ``seed`` draws the latents and shuffles the IS splits, as torch-fidelity's ``rng_seed``;
     ``verbose`` shows its progress bars. Returns ``is_mean``, ``is_std`` and ``fid``.
     """
-    options = dict(
-        input1=generated,
-        input2=reference,
-        isc=True,
-        fid=True,
-        feature_extractor=feature_extractor,
-        input1_model_num_samples=num_samples,
-        input2_cache_name=reference_cache_name,
-        cache=reference_cache_name is not None,
-        cache_root=cache_root,
-        cuda=torch.cuda.is_available(),
-        batch_size=batch_size,
-        rng_seed=seed,
-        save_cpu_ram=True,
-        verbose=verbose,
-    )
-    if weights_path is not None:
-        options["feature_extractor_weights_path"] = weights_path
-    result = torch_fidelity.calculate_metrics(**options)
+    cuda = torch.cuda.is_available()
+    layer_is, layer_fid = (resolve_feature_layer_for_metric(m, feature_extractor=feature_extractor) for m in ("isc", "fid"))
+    options = {} if weights_path is None else {"feature_extractor_weights_path": weights_path}
+    extractor = create_feature_extractor(feature_extractor, sorted({layer_is, layer_fid}), cuda=cuda, verbose=verbose,
+                                         **options)
+    if isinstance(generated, GenerativeModelBase):
+        features = get_featuresdict_from_generative_model(generated, extractor, num_samples, batch_size, cuda, seed,
+                                                          verbose)
+    else:
+        features = get_featuresdict_from_dataset(generated, extractor, batch_size, cuda, True, verbose)
+    inception = isc_featuresdict_to_metric(features, layer_is, rng_seed=seed, verbose=verbose)
+    key = None if reference_cache_name is None else ReferenceKey(
+        reference_cache_name, len(reference), feature_extractor, layer_fid, weights_digest(weights_path))
+    stored = reference_statistics(reference, extractor, layer_fid, key, cache_root, batch_size, cuda, verbose)
+    ours = fid_featuresdict_to_statistics(features, layer_fid)
+    if stored["mu"].shape != ours["mu"].shape:
+        raise ValueError(f"the reference statistics have {stored['mu'].size} features, the {feature_extractor!r} "
+                         f"extractor's {layer_fid!r} layer gives {ours['mu'].size}")
+    theirs = {name: stored[name].astype(ours[name].dtype, copy=False) for name in ("mu", "sigma")}
+    fid = fid_statistics_to_metric(ours, theirs, verbose)
     return {
-        "is_mean": float(result["inception_score_mean"]),
-        "is_std": float(result["inception_score_std"]),
-        "fid": float(result["frechet_inception_distance"]),
+        "is_mean": float(inception["inception_score_mean"]),
+        "is_std": float(inception["inception_score_std"]),
+        "fid": float(fid["frechet_inception_distance"]),
     }
 
 
