@@ -16,7 +16,10 @@ table's whole training setup (e.g. Table 11's 180 epochs with RandAugment and st
 the last fifth's flatness of the validation curve) and TensorBoard scalars in ``tb/``.
 ``--resume`` continues the run in the folder with its own settings (flags given with it
 may change only how long it trains and how it reports); without it a folder that holds
-files is refused. Installed as the ``evonorm-train`` command.
+files is refused. A non-finite loss stops the run with one line naming the step and what to
+try, recorded in ``diverged.json`` (exit status 3); SIGINT and SIGTERM stop it with one line
+(exit status 130 or 143) and ``--resume`` continues from the last epoch's checkpoint.
+Installed as the ``evonorm-train`` command.
 """
 from __future__ import annotations
 
@@ -55,6 +58,7 @@ from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, l
 from evonorm_core.experiment.progress import Progress
 from evonorm_core.experiment.rundir import RunDirError, RunKind, open_run, resumed_config
 from evonorm_core.experiment.seeding import seed_everything
+from evonorm_core.experiment.stopping import StopCleanly
 from evonorm_suite.classification.imagenet import load_imagenet
 from evonorm_suite.classification.paper_tables import TABLES, table_recipe
 from evonorm_suite.classification.recipes import PROXY_RECIPE, Recipe, recipe_for
@@ -64,6 +68,9 @@ VALIDATION_FRAMINGS = ("full", "centre")
 MNIST_SIZE = 28
 CHECKPOINT_FILE, RESULT_FILE = "checkpoint.pt", "result.json"
 RUN_KIND = RunKind("classification/train.py")
+COMMAND = "python classification/train.py"
+DIVERGENCE_ADVICE = ("a lower learning rate (--base-lr), a longer warmup (--warmup-epochs) or another --seed (a layer "
+                     "that diverges at every setting is a result of its own)")
 
 
 @dataclass(frozen=True)
@@ -382,7 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     config = config_from_argv(argv)
     started = time.monotonic()
     try:
-        result = train(config)
+        with StopCleanly(COMMAND, DIVERGENCE_ADVICE, f"{COMMAND} --resume --output-dir {config.output_dir}",
+                         config.output_dir):
+            result = train(config)
     except (ConfigError, RunDirError, CorruptFileError, FileNotFoundError) as error:
         raise SystemExit(f"error: {error}") from None
     finally:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from evonorm_core.experiment import files
-from evonorm_core.experiment.files import DiskFullError
+from evonorm_core.experiment.files import DiskFullError, load_checkpoint
 from evonorm_core.experiment.rundir import RunDir
 from evonorm_core.experiment.stopping import EXIT_DIVERGED, Diverged, StopCleanly, divergence_step
 from evonorm_suite.classification import train
@@ -21,8 +21,8 @@ from evonorm_suite.gan import train_biggan
 ROOT = Path(__file__).resolve().parents[1]
 GAN_TINY = ["--norm", "evonorm_s0", "--channels", "8", "--dim-z", "8", "--shared-dim", "8", "--depth", "1",
             "--batch-size", "8", "--micro-batch", "8", "--eval-every", "0", "--sample-every", "100000", "--threads", "1"]
-CLS_TINY = ["--model", "mobilenetv2_cifar", "--norm-act", "evonorm_b0", "--image-size", "8", "--train-subset", "16",
-            "--batch-size", "16", "--warmup-epochs", "0", "--no-progress", "--epochs", "50"]
+CLS_TINY = ["--model", "mobilenetv2_cifar", "--image-size", "8", "--train-subset", "16", "--batch-size", "16",
+            "--warmup-epochs", "0", "--no-progress"]
 
 
 def stop(run_dir: Path | None = None) -> StopCleanly:
@@ -84,16 +84,15 @@ def test_a_diverging_gan_stops_with_one_line_naming_the_step_and_what_to_try(tmp
 
 
 def test_a_diverging_classifier_stops_with_one_line_naming_the_step(tmp_path, capsys):
-    """classification/train.py's loop raises FloatingPointError on a non-finite loss; StopCleanly around
-    its train() (as its main runs it) makes that one line, diverged.json and exit status 3."""
-    config = train.config_from_argv([*CLS_TINY, "--base-lr", "1e12", "--output-dir", str(tmp_path / "run")])
-    with pytest.raises(SystemExit) as info, StopCleanly("python classification/train.py", "a lower --base-lr",
-                                                        "...", config.output_dir):
-        train.train(config)
+    with pytest.raises(SystemExit) as info:
+        train.main([*CLS_TINY, "--norm-act", "evonorm_b0", "--epochs", "50", "--base-lr", "1e12", "--output-dir",
+                    str(tmp_path / "run")])
     assert info.value.code == EXIT_DIVERGED
-    line = capsys.readouterr().err.splitlines()[-1]
+    err = capsys.readouterr().err
+    (line,) = err.splitlines()
     record = json.loads((tmp_path / "run" / "diverged.json").read_text())
-    assert f"at step {record['step']}" in line and "Try a new run with a lower --base-lr" in line
+    assert line.startswith(f"python classification/train.py: the run diverged: loss became nan at step {record['step']}")
+    assert "Try a new run with a lower learning rate (--base-lr)" in line
 
 
 def test_a_full_disk_during_gan_training_is_one_line(tmp_path, capsys, monkeypatch):
@@ -128,3 +127,25 @@ def test_a_signalled_gan_run_stops_with_one_line_and_resumes(signum, tmp_path, c
         f"checkpoint with: python gan/train_biggan.py --resume --run-dir {tmp_path}")
     assert train_biggan.main(["--resume", "--run-dir", str(tmp_path), "--total-steps", "1"]) == 0
     assert "resumed" in capsys.readouterr().out
+
+
+def test_a_ctrl_c_of_classification_stops_with_one_line_and_resumes(tmp_path):
+    """A real process gets SIGINT after its first checkpoint: one line, exit status 130, no traceback; --resume
+    continues from the checkpoint and finishes."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    args = [*CLS_TINY, "--norm-act", "evonorm_s0", "--epochs", "100000", "--schedule", "constant"]
+    process = subprocess.Popen([sys.executable, str(ROOT / "classification" / "train.py"), *args, "--output-dir",
+                                str(out)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    deadline = time.monotonic() + 600
+    while not (out / "checkpoint.pt").exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == ("python classification/train.py: stopped by SIGINT; the run resumes from its "
+                                            f"last checkpoint with: python classification/train.py --resume --output-dir {out}")
+    step = load_checkpoint(out / "checkpoint.pt")["step"]
+    assert train.main(["--resume", "--output-dir", str(out), "--max-steps", str(step + 1)]) == 0
+    assert json.loads((out / "result.json").read_text())["steps"] == step + 1
