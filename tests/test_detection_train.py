@@ -269,7 +269,7 @@ def test_miniature_main_writes_the_summary_and_the_loss_plot(tmp_path, capsys):
     assert miniature.main(["--report-only", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"miniature.json", miniature.LOSS_PLOT}
     summary = json.loads((tmp_path / "out" / "miniature.json").read_text())
-    assert summary["iterations"] == miniature.ITERATIONS == 300 and all(c["runs"] == [] for c in summary["cells"])
+    assert summary["iterations"] == miniature.ITERATIONS == 900 and all(c["runs"] == [] for c in summary["cells"])
     assert "training losses:" in capsys.readouterr().out
 
 
