@@ -21,7 +21,8 @@ from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, 
 from evonorm_core.experiment.tables import PaperTable, Series, markdown_table, plot_series
 
 LABELS = {"bn_relu": "BN-ReLU", "evonorm_b0": "EvoNorm-B0", "gn_relu": "GN-ReLU", "ln_relu": "LayerNorm-ReLU",
-          "pixelnorm_relu": "PixelNorm-ReLU", "evonorm_s0": "EvoNorm-S0"}
+          "pixelnorm_relu": "PixelNorm-ReLU", "evonorm_s0": "EvoNorm-S0", "no_norm_relu": "ReLU (no norm)"}
+CONTROL = "no_norm_relu"  # not in the paper's Table 5: the no-normalization control (conditional affine, then ReLU)
 TABLE5 = PaperTable(
     key="table5",
     title="Table 5: BigGAN-deep 128x128 on ImageNet with different generator layers",
@@ -66,7 +67,10 @@ def measurement(metrics: dict) -> str:
 
 
 def aggregate(runs: list[dict]) -> dict[str, dict]:
-    """Per layer: the seeds, every seed's IS and FID, their median and best (highest IS, lowest FID)."""
+    """Per layer: the seeds, every seed's IS and FID, their median and best (highest IS, lowest FID), and the step
+    of each seed's reported snapshot (``steps``). Runs that name their last evaluated snapshot (``last_step``, as
+    gan/table5.py adds it) also give ``last_steps`` and ``best_at_last`` (the reported snapshot is the last: the run
+    was still improving when it stopped), and ``snapshots`` (each seed's evaluated steps with their FID and IS)."""
     groups: dict[str, list[dict]] = {}
     for run in runs:
         groups.setdefault(layer_key(run), []).append(run)
@@ -79,6 +83,10 @@ def aggregate(runs: list[dict]) -> dict[str, dict]:
                         "fid_median": statistics.median(fids), "fid_best": min(fids),
                         "class_accuracy": [r.get("class_accuracy") for r in group],
                         "measured_as": "; ".join(sorted({measurement(r) for r in group}))}
+        if all("last_step" in r for r in group):
+            results[key].update(last_steps=[r["last_step"] for r in group],
+                                best_at_last=[r["step"] >= r["last_step"] for r in group],
+                                snapshots=[r.get("snapshots", []) for r in group])
     return results
 
 

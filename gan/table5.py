@@ -1,78 +1,227 @@
-"""Table 5 in miniature: six generator layers x three seeds on the digits, digits-classifier IS/FID.
+"""Table 5 in miniature: the paper's six generator layers and a no-normalization control x three seeds on the
+digits, digits-classifier IS/FID, each run trained to a peak.
 
-    python gan/table5.py                        # the whole grid (about 2 h on 2 cores), resumable
+    python gan/table5.py                        # the whole grid, resumable (CPU cost: docs/gan.md)
     python gan/table5.py --report-only          # re-aggregate finished runs
 
-Every (layer, seed) trains the digits preset of ``gan/train_biggan.py`` for ``--steps`` in its
-own process (one thread, ``--jobs`` at once), keeping four snapshots, and is then evaluated by
-``gan/evaluate.py --all-snapshots`` (standing statistics, digits-classifier IS/FID against the
-training digits with as many samples as there are held-out digits); the paper reports each
-run at its peak, so each run's result is its best-FID snapshot. Each run's output goes to
-``RUNS_DIR/<layer>/seed<k>.log``. Finished runs (``metrics.json``) are not rerun, started ones
-resume; a run that fails is named at the end (no summary is written then) and the others go
-on. The per-layer median and best over seeds, the FID floor (held-out real digits)
-and ceiling (noise), the command and the CPU time go to ``--out/table5.json``; the markdown
-table to ``--out/table5.md``; seed 0's final sample grid of each layer to ``--out/<layer>.png``.
-Installed as ``evonorm-gan-table5``.
+Every (layer, seed) trains the digits preset of ``gan/train_biggan.py`` (G's layers 64 and 16 channels wide,
+grouped layers with 8 groups: 2 or more channels per group) in its own process (one thread, ``--jobs`` at once),
+keeping a snapshot every ``--snapshot-every`` steps, and is then evaluated by ``gan/evaluate.py --all-snapshots``
+(standing statistics, digits-classifier IS/FID against the training digits with as many samples as there are
+held-out digits). The paper reports each run at its peak, so each run's result is its best-FID snapshot, and a
+run is trained until that snapshot is behind it: a run trains ``--steps`` first; while fewer than ``--patience``
+of its evaluated snapshots come after its best one, it is resumed for ``--extend-by`` more steps and evaluated
+again, up to ``--max-steps``. Rounds of the grid repeat until every run is past its peak or at the cap. A run
+still best at its last snapshot (at the cap) was still improving when it stopped; the summary records, per run,
+the step of the best snapshot, the last one and every evaluated snapshot's FID and IS, and the report
+(tools/reproduce.py) reads such runs as "cannot resolve".
+
+Each run's output goes to ``RUNS_DIR/<layer>/seed<k>.log``. Finished runs are not rerun, started ones resume
+(with ``--groups`` for grouped layers, so that a run started with other groups is refused, not mixed in); a run
+that fails is named at the end (no summary is written then) and the others go on. The per-layer median and best
+over seeds, the FID floor (held-out real digits) and ceiling (noise), the command and the CPU time go to
+``--out/table5.json``; the markdown table to ``--out/table5.md``; seed 0's final sample grid of each layer to
+``--out/<layer>.png``. Installed as ``evonorm-gan-table5``.
 """
 from __future__ import annotations
 
 import argparse
 import shutil
 import sys
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json
 from evonorm_core.experiment.grid import Cell, run_grid
 from evonorm_core.experiment.rundir import holds_run
+from evonorm_core.registry import options_of
 from evonorm_suite.gan.config import PRESETS
 from evonorm_suite.gan.metrics import digits_calibration
 from evonorm_suite.gan.report import LABELS, aggregate, find_metrics, layer_name, markdown
 
-DEFAULT_STEPS = PRESETS["digits"].total_steps
+PRESET = PRESETS["digits"]
+DEFAULT_STEPS = PRESET.total_steps
 
 
-def run_cell(layer: str, seed: int, runs_dir: Path, steps: int) -> Cell:
-    """The grid cell that trains one (layer, seed) (resuming a started run) and evaluates its snapshots."""
-    run_dir = runs_dir / layer / f"seed{seed}"
+@dataclass(frozen=True)
+class Schedule:
+    """How long each run trains: ``steps`` first, then ``extend_by`` more while fewer than ``patience`` evaluated
+    snapshots follow its best-FID one, up to ``max_steps``; a snapshot every ``snapshot_every`` steps."""
+
+    steps: int = DEFAULT_STEPS
+    extend_by: int = 1000
+    max_steps: int = 6000
+    snapshot_every: int = 500
+    patience: int = 2
+
+    def check(self) -> str | None:
+        """What is wrong with the schedule, or None."""
+        if self.snapshot_every < 1 or self.steps < self.snapshot_every:
+            return f"--snapshot-every must be >= 1 and <= --steps, got {self.snapshot_every} and {self.steps}"
+        if self.extend_by < self.snapshot_every or self.max_steps < self.steps:
+            return (f"--extend-by must be >= --snapshot-every and --max-steps >= --steps, got {self.extend_by}, "
+                    f"{self.snapshot_every}, {self.max_steps} and {self.steps}")
+        if self.patience < 1:
+            return f"--patience must be >= 1, got {self.patience}"
+        return None
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Where one run stands: the steps it is set to train (``config.json``; None: not started) and its evaluated
+    snapshots (``metrics/*.json``, one per step, in step order)."""
+
+    target: int | None
+    snapshots: tuple[dict, ...]
+
+    @classmethod
+    def read(cls, run_dir: Path) -> RunState:
+        config = run_dir / "config.json"
+        target = read_json(config, what="run configuration")["total_steps"] if config.is_file() else None
+        by_step: dict[int, dict] = {}
+        for path in sorted((run_dir / "metrics").glob("*.json")):
+            record = read_json(path, what="snapshot metrics")
+            by_step.setdefault(record["step"], record)  # last.pt repeats the step of the last kept snapshot
+        return cls(target, tuple(by_step[step] for step in sorted(by_step)))
+
+    @property
+    def last_step(self) -> int | None:
+        """The step of the last evaluated snapshot."""
+        return self.snapshots[-1]["step"] if self.snapshots else None
+
+    @property
+    def peak(self) -> dict | None:
+        """The evaluated snapshot with the lowest FID (the earliest of equals), as gan/evaluate.py picks it."""
+        return min(self.snapshots, key=lambda record: record["fid"]) if self.snapshots else None
+
+    @property
+    def after_peak(self) -> int:
+        """How many evaluated snapshots come after the best one."""
+        return sum(record["step"] > self.peak["step"] for record in self.snapshots) if self.snapshots else 0
+
+    def next_target(self, schedule: Schedule) -> int | None:
+        """The steps the run must train to next (then be evaluated), or None when it is done: evaluated at its
+        target and either ``patience`` snapshots past its peak or at ``max_steps``."""
+        if self.target is None:
+            return schedule.steps
+        if self.target < schedule.steps:  # started by a shorter grid: the schedule's first length first
+            return schedule.steps
+        if self.last_step != self.target:  # not trained to its target yet, or not evaluated there
+            return self.target
+        if self.after_peak >= schedule.patience or self.target >= schedule.max_steps:
+            return None
+        return min(schedule.max_steps, self.target + schedule.extend_by)
+
+
+def run_dir_of(runs_dir: Path, layer: str, seed: int) -> Path:
+    return runs_dir / layer / f"seed{seed}"
+
+
+def run_cell(layer: str, seed: int, runs_dir: Path, schedule: Schedule) -> tuple[Cell, int | None]:
+    """The grid cell that trains one (layer, seed) to its next target (resuming a started run) and evaluates every
+    snapshot, and that target (None: the run is done)."""
+    run_dir = run_dir_of(runs_dir, layer, seed)
+    target = RunState.read(run_dir).next_target(schedule)
+    groups = ("--groups", str(PRESET.groups)) if PRESET.groups and "groups" in options_of(layer) else ()
     train = (sys.executable, "-m", "evonorm_suite.gan.train_biggan", "--norm", layer, "--seed", str(seed), "--run-dir",
-             str(runs_dir / layer), "--total-steps", str(steps), "--keep-every", str(max(1, steps // 4)),
-             "--eval-every", "0", "--threads", "1", *(["--resume"] if holds_run(run_dir) else []))
+             str(runs_dir / layer), "--total-steps", str(target or schedule.steps), "--keep-every",
+             str(schedule.snapshot_every), "--save-every", str(schedule.snapshot_every), "--eval-every", "0",
+             "--threads", "1", *groups, *(["--resume"] if holds_run(run_dir) else []))
     evaluate = (sys.executable, "-m", "evonorm_suite.gan.evaluate", str(run_dir), "--all-snapshots")
-    return Cell(f"{layer}/seed{seed}", done=run_dir / "metrics.json", commands=(train, evaluate))
+    return Cell(f"{layer}/seed{seed}", done=lambda: RunState.read(run_dir).next_target(schedule) is None,
+                commands=(train, evaluate)), target
+
+
+def train_to_peaks(layers: list[str], seeds: list[int], runs_dir: Path, schedule: Schedule,
+                   jobs: int) -> tuple[int, float]:
+    """Rounds of the grid until every run is done (past its peak or at the cap); (exit status, seconds of the
+    cells, one thread each)."""
+    seconds, round_ = 0.0, 0
+    while True:
+        planned = {(layer, seed): run_cell(layer, seed, runs_dir, schedule) for layer in layers for seed in seeds}
+        todo = {key: target for key, (_, target) in planned.items() if target is not None}
+        if not todo:
+            return 0, seconds
+        round_ += 1
+        targets = ", ".join(f"{n} runs to step {t}" for t, n in sorted(Counter(todo.values()).items()))
+        print(f"Table 5 miniature, round {round_}: {targets} (into {runs_dir})", flush=True)
+        result = run_grid([cell for cell, _ in planned.values()], runs_dir, jobs=jobs, name="table5")
+        seconds += sum(result.seconds.values())
+        if result.exit_status:
+            return result.exit_status, seconds
+        stuck = [f"{layer}/seed{seed}" for (layer, seed), target in todo.items()
+                 if RunState.read(run_dir_of(runs_dir, layer, seed)).next_target(schedule) == target]
+        if stuck:
+            raise SystemExit(f"error: {', '.join(stuck)} did not reach their target steps or have no evaluation there "
+                             f"after their commands succeeded; see their logs in {runs_dir}")
+
+
+def run_record(metrics_path: Path) -> dict:
+    """A run's ``metrics.json`` (its best-FID snapshot) with its last evaluated step and every evaluated snapshot."""
+    metrics = read_json(metrics_path, what="run metrics")
+    state = RunState.read(metrics_path.parent)
+    if not state.snapshots:
+        return metrics
+    snapshots = [{"step": r["step"], "fid": r["fid"], "is": r["is_mean"]} for r in state.snapshots]
+    return {**metrics, "last_step": state.last_step, "snapshots": snapshots}
+
+
+def still_improving(layers: dict[str, dict]) -> list[str]:
+    """``layer/seed<k>`` of every run whose reported (best) snapshot is its last."""
+    return [f"{key}/seed{seed}" for key, result in layers.items()
+            for seed, at_last in zip(result["seeds"], result.get("best_at_last", [])) if at_last]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python gan/table5.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--layers", nargs="+", choices=sorted(LABELS), default=list(LABELS), help="generator layers")
+    defaults = Schedule()
+    parser.add_argument("--layers", nargs="+", choices=sorted(LABELS), default=list(LABELS),
+                        help="generator layers (default: the paper's six and no_norm_relu, the control)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds per layer (Table 5: 3)")
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"G steps per run (default {DEFAULT_STEPS})")
+    parser.add_argument("--steps", type=int, default=defaults.steps,
+                        help=f"G steps every run trains first (default {defaults.steps})")
+    parser.add_argument("--extend-by", type=int, default=defaults.extend_by,
+                        help=f"G steps a run not yet past its peak trains further (default {defaults.extend_by})")
+    parser.add_argument("--max-steps", type=int, default=defaults.max_steps,
+                        help=f"no run trains beyond this (default {defaults.max_steps})")
+    parser.add_argument("--snapshot-every", type=int, default=defaults.snapshot_every,
+                        help=f"steps between kept, evaluated snapshots (default {defaults.snapshot_every})")
+    parser.add_argument("--patience", type=int, default=defaults.patience,
+                        help=f"evaluated snapshots after the best one that end a run (default {defaults.patience})")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each (default 2)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/gan_table5"), help="one folder per layer and seed")
     parser.add_argument("--out", type=Path, default=Path("docs/results/gan"), help="where table5.json/.md and grids go")
     parser.add_argument("--report-only", action="store_true", help="only aggregate the finished runs")
     args = parser.parse_args(argv)
+    schedule = Schedule(args.steps, args.extend_by, args.max_steps, args.snapshot_every, args.patience)
     if args.steps < 4 or args.jobs < 1 or min(args.seeds) < 0:
         parser.error(f"--steps must be >= 4, --jobs >= 1 and --seeds >= 0, got {args.steps}, {args.jobs}, {args.seeds}")
+    if problem := schedule.check():
+        parser.error(problem)
     summary_path = args.out / "table5.json"
     previous = read_json(summary_path, what="Table 5 summary") if summary_path.exists() else {}
     cpu_seconds = previous.get("cpu_seconds", 0.0)
     if not args.report_only:
-        cells = [run_cell(layer, seed, args.runs_dir, args.steps) for layer in args.layers for seed in args.seeds]
-        print(f"Table 5 miniature: runs of {args.steps} steps into {args.runs_dir}", flush=True)
-        result = run_grid(cells, args.runs_dir, jobs=args.jobs, name="table5")
-        if result.exit_status:
-            return result.exit_status
-        cpu_seconds += sum(result.seconds.values())  # one thread per run
-    layers = aggregate([read_json(p, what="run metrics") for p in find_metrics([args.runs_dir])])
-    resolution = PRESETS["digits"].resolution
+        status, seconds = train_to_peaks(args.layers, args.seeds, args.runs_dir, schedule, args.jobs)
+        cpu_seconds += seconds  # one thread per run
+        if status:
+            return status
+    layers = aggregate([run_record(p) for p in find_metrics([args.runs_dir])])
+    resolution = PRESET.resolution
     summary = {
         "experiment": "Table 5 miniature", "command": command_line("python gan/table5.py", argv),
-        "cpu_seconds": cpu_seconds, "steps": args.steps, "feature_extractor": "digits-classifier",
-        "description": f"class-conditional BigGAN-deep (digits preset, {resolution}x{resolution} greyscale) on the "
-                       f"embedded digits, {args.steps} steps per run",
+        "cpu_seconds": cpu_seconds, "steps": args.steps,
+        "schedule": {"steps": schedule.steps, "extend_by": schedule.extend_by, "max_steps": schedule.max_steps,
+                     "snapshot_every": schedule.snapshot_every, "patience": schedule.patience},
+        "feature_extractor": "digits-classifier",
+        "description": f"class-conditional BigGAN-deep (digits preset, {resolution}x{resolution} greyscale, "
+                       f"{PRESET.groups} groups in grouped layers) on the embedded digits, each run {args.steps} "
+                       f"steps, then {schedule.extend_by} more at a time until {schedule.patience} evaluated "
+                       f"snapshots (every {schedule.snapshot_every} steps) follow its best-FID one, at most "
+                       f"{schedule.max_steps}",
         **digits_calibration(resolution), "layers": layers,
     }
     args.out.mkdir(parents=True, exist_ok=True)
@@ -86,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(layers)
     atomic_write_text(args.out / "table5.md", table + "\n")
     print(table)
+    improving = still_improving(layers)
+    print(f"Runs best at their last snapshot (still improving: claims that read them cannot be resolved): "
+          f"{', '.join(improving) if improving else 'none'}")
     print(f"FID floor (held-out digits) {summary['fid_floor']:.2f}, noise {summary['fid_noise']:.2f}; "
           f"summary: {summary_path}")
     return 0

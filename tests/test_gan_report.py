@@ -1,12 +1,10 @@
-"""Table 5 aggregation: median/best over seeds per layer, next to the paper's numbers."""
+"""Table 5 aggregation: median/best over seeds per layer, next to the paper's numbers (gan/table5.py's grid:
+tests/test_gan_table5.py)."""
 import json
 
 import pytest
 
-from evonorm_core.experiment.grid import GridResult
-from evonorm_core.experiment.rundir import open_run
-from evonorm_suite.gan import report, table5
-from evonorm_suite.gan.checkpoint import RUN_KIND
+from evonorm_suite.gan import report
 
 
 def write_run(root, norm, seed, is_mean, fid, **options):
@@ -58,7 +56,7 @@ def test_paper_table5_and_layer_names_as_the_paper_prints_them():
     assert report.TABLE5.columns == ("IS median", "IS best", "FID median", "FID best")
     assert report.LABELS == {"bn_relu": "BN-ReLU", "evonorm_b0": "EvoNorm-B0", "gn_relu": "GN-ReLU",
                              "ln_relu": "LayerNorm-ReLU", "pixelnorm_relu": "PixelNorm-ReLU",
-                             "evonorm_s0": "EvoNorm-S0"}
+                             "evonorm_s0": "EvoNorm-S0", "no_norm_relu": "ReLU (no norm)"}  # the control last
 
 
 def test_aggregate_orders_seeds_numerically_takes_the_median_of_even_counts_and_sorts_layers(tmp_path):
@@ -89,49 +87,3 @@ def test_table_shows_dash_for_layers_the_paper_lacks_and_plot_puts_fid_on_x(tmp_
     report.plot([json.loads(path.read_text()) for path in report.find_metrics([tmp_path])], tmp_path / "p.png")
     (curve,) = next(iter(drawn["panels"].values()))
     assert (list(curve.x), list(curve.y), drawn["xlabel"], drawn["ylabel"]) == ([2.0, 3.25], [8.0, 9.5], "FID", "IS")
-
-
-# ---------------------------------------------------------- gan/table5.py: the miniature's runs
-
-
-def test_table5_trains_each_missing_run_with_four_snapshots_then_evaluates_its_peak(tmp_path):
-    cell = table5.run_cell("evonorm_s0", 2, tmp_path, 1500)
-    train, evaluate = cell.commands
-    flags = dict(zip(train[3::2], train[4::2]))
-    assert train[1:3] == ("-m", "evonorm_suite.gan.train_biggan") and "--resume" not in train
-    named = ("--norm", "--seed", "--run-dir", "--total-steps", "--keep-every", "--eval-every")
-    assert {k: flags[k] for k in named} == {
-        "--norm": "evonorm_s0", "--seed": "2", "--run-dir": str(tmp_path / "evonorm_s0"), "--total-steps": "1500",
-        "--keep-every": "375", "--eval-every": "0"}
-    assert evaluate[1:] == ("-m", "evonorm_suite.gan.evaluate", str(tmp_path / "evonorm_s0" / "seed2"), "--all-snapshots")
-    assert (cell.id, cell.done) == ("evonorm_s0/seed2", tmp_path / "evonorm_s0" / "seed2" / "metrics.json")
-    (tmp_path / "evonorm_s0" / "seed2").mkdir(parents=True)  # a folder without a run: nothing to resume
-    assert "--resume" not in table5.run_cell("evonorm_s0", 2, tmp_path, 1500).commands[0]
-    open_run(tmp_path / "evonorm_s0" / "seed2", RUN_KIND).close()
-    assert table5.run_cell("evonorm_s0", 2, tmp_path, 1500).commands[0][-1] == "--resume"  # a started run continues
-
-
-def test_table5_defaults_are_the_six_layers_times_three_seeds_and_finished_runs_are_kept(tmp_path, monkeypatch):
-    ran = []
-
-    def fake_grid(cells, folder, *, jobs, name):
-        result = GridResult()
-        for cell in (cell for cell in cells if not cell.finished()):
-            layer, seed = cell.id.split("/seed")
-            ran.append((layer, int(seed), int(cell.commands[0][cell.commands[0].index("--total-steps") + 1])))
-            write_run(folder, layer, int(seed), 10.0 + int(seed), 5.0 - int(seed))
-            result.seconds[cell.id] = 2.0
-        return result
-
-    monkeypatch.setattr(table5, "run_grid", fake_grid)
-    monkeypatch.setattr(table5, "digits_calibration", lambda resolution: {"fid_floor": 1.0, "fid_noise": 100.0})
-    write_run(tmp_path / "runs", "bn_relu", 1, 12.0, 3.0)  # finished before: not rerun
-    out = tmp_path / "out"
-    (out).mkdir()
-    (out / "table5.json").write_text(json.dumps({"cpu_seconds": 10.0}))
-    assert table5.main(["--runs-dir", str(tmp_path / "runs"), "--out", str(out), "--jobs", "1"]) == 0
-    assert len(ran) == 6 * 3 - 1 and ("bn_relu", 1, 2000) not in ran and {s for _, s, _ in ran} == {0, 1, 2}
-    assert {layer for layer, _, _ in ran} == set(report.LABELS) and {s for _, _, s in ran} == {2000}
-    summary = json.loads((out / "table5.json").read_text())
-    assert summary["cpu_seconds"] == 10.0 + 2.0 * 17 and summary["steps"] == 2000
-    assert summary["layers"]["evonorm_s0"]["fid_best"] == 3.0 and summary["fid_floor"] == 1.0

@@ -173,6 +173,21 @@ def test_a_gate_that_fails_or_has_no_control_stops_its_claims():
     assert "control is not measured: missing" in verdicts["needs missing"].reason
 
 
+def test_a_claim_given_a_reason_cannot_resolve_whatever_its_tests_say_and_stays_in_the_family():
+    win = [v + 2 + 0.1 * i for i, v in enumerate(BASE)]
+    improving = Question("improving", (Comparison(sample("a", win), sample("b", BASE)),),
+                         cannot_resolve="still improving at the last snapshot: a seed 1")
+    apart = Question("apart", (Comparison(sample("bn", BASE), sample("control", BASE[::-1])),))
+    both = Question("both", improving.comparisons, ("apart",), "still improving at the last snapshot: b seed 0")
+    _, verdicts, hypotheses = judge([apart], [improving, both, claim("plain", win, BASE)])
+    assert hypotheses == 1 + 3 * 2
+    assert (verdicts["improving"].outcome, verdicts["improving"].reason) == (
+        CANNOT_RESOLVE, "still improving at the last snapshot: a seed 1")
+    assert verdicts["improving"].p_holm is not None and verdicts["plain"].outcome == HOLDS
+    assert verdicts["both"].reason == ("not separated from the no-normalization control: apart; still improving at "
+                                       "the last snapshot: b seed 0")
+
+
 def test_missing_data_is_not_measured_and_stays_out_of_the_family():
     _, verdicts, hypotheses = judge([], [claim("none", [], BASE), claim("one", [97.0], BASE)])
     assert [verdicts[q].outcome for q in ("none", "one")] == [NOT_MEASURED, NOT_MEASURED]
@@ -355,6 +370,61 @@ def recompute(document: dict) -> None:
     for rank, (entry, key, p) in enumerate(sorted(family, key=lambda f: f[2])):
         running = max(running, min(1.0, (m - rank) * p))
         assert entry[key] == pytest.approx(running)
+
+
+def table5_summary(improving: dict[str, list[int]] | None = None) -> dict:
+    """A Table 5 summary: every layer 3 seeds, BN-ReLU and GN-ReLU far above the control, EvoNorm-B0 better than
+    BN-ReLU on every seed; the seeds in ``improving`` best at their last snapshot (None: not recorded)."""
+    fid = {"bn_relu": 10.0, "evonorm_b0": 6.0, "evonorm_s0": 7.0, "gn_relu": 9.0, "ln_relu": 11.0,
+           "pixelnorm_relu": 12.0, "no_norm_relu": 60.0}
+    layers = {}
+    for k, (layer, base) in enumerate(fid.items(), 1):
+        key = "gn_relu(groups=8)" if layer == "gn_relu" else layer
+        fids = [base + k * d for d in (0.1, -0.2, 0.15)]  # noise of another size per layer: paired differences vary
+        layers[key] = {"seeds": [0, 1, 2], "fid": fids, "is": [9.0 - f / 10 for f in fids], "steps": [2500] * 3,
+                       "is_median": 0.0, "is_best": 0.0, "fid_median": 0.0, "fid_best": 0.0}
+        if improving is not None:
+            at_last = [seed in improving.get(layer, []) for seed in (0, 1, 2)]
+            layers[key].update(last_steps=[2500 if last else 3500 for last in at_last], best_at_last=at_last)
+    return {"layers": layers, "fid_floor": 2.5, "fid_noise": 180.0, "cpu_seconds": 1.0, "command": "python gan/table5.py"}
+
+
+def test_table5_claims_reading_runs_still_improving_cannot_resolve(reproduce, monkeypatch, tmp_path):
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    write(tmp_path, reproduce.COLLECTED["table5"], table5_summary({"evonorm_s0": [1]}))
+    assert reproduce.main(["--report-only"]) == 0
+    document = json.loads((tmp_path / reproduce.VERDICTS).read_text())
+    gates = {g["id"]: g["outcome"] for g in document["gates"] if g["table"] == "table5"}
+    assert set(gates.values()) == {SEPARATED}
+    claims = {c["id"]: c for c in document["claims"] if c["table"] == "table5"}
+    reads_s0 = {cid for cid, c in claims.items() if "evonorm_s0" in (*c["better"], *c["worse"])}
+    assert reads_s0 == {"T5-comparable-IS", "T5-worse-IS", "T5-improved-FID", "T5-S0-per-sample-IS",
+                        "T5-S0-per-sample-FID"}
+    for cid in reads_s0:
+        assert claims[cid]["outcome"] == CANNOT_RESOLVE, cid
+        assert claims[cid]["reason"] == "still improving at the last snapshot (best snapshot = last): EvoNorm-S0 seed 1"
+    assert claims["T5-BN-cripples-FID"]["outcome"] == NOT_RESOLVED  # BN-ReLU is worse: neither way at 3 seeds
+    assert all(c["comparisons"][0]["test"] == "paired t" for c in claims.values())
+    recompute(document)
+    text = (tmp_path / reproduce.REPORT).read_text()
+    section = text[text.index("## Table 5"):text.index("## Fig. 10")]
+    assert "| ReLU (no norm) (control) | 3 |" in section and "2500 / 2500 (still improving)" in section
+    assert "| evonorm_b0 digits - bn_relu digits | FID (lower is better) | seed 0: -3.90, seed 1: -4.20, seed 2: " \
+           "-3.85 | -3.98 | 3 of 3 |" in section
+    assert section.count("evonorm_b0 digits - bn_relu digits | IS") + section.count(
+        "bn_relu digits - evonorm_b0 digits | IS") == 1  # each pair once
+
+
+def test_table5_claims_cannot_resolve_when_the_control_is_still_improving_or_peaks_are_not_recorded(
+        reproduce, monkeypatch, tmp_path):
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    for improving, reason in (({"no_norm_relu": [0, 2]}, "ReLU (no norm) seeds 0, 2"),
+                              (None, "does not record whether these runs peaked")):
+        write(tmp_path, reproduce.COLLECTED["table5"], table5_summary(improving))
+        assert reproduce.main(["--report-only"]) == 0
+        document = json.loads((tmp_path / reproduce.VERDICTS).read_text())
+        claims = [c for c in document["claims"] if c["table"] == "table5"]
+        assert {c["outcome"] for c in claims} == {CANNOT_RESOLVE} and all(reason in c["reason"] for c in claims)
 
 
 def test_report_from_no_results_names_the_command_of_each_experiment(reproduce, monkeypatch, tmp_path):

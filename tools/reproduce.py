@@ -28,8 +28,13 @@ CPU time on this project's 2-core machine; the report shows each step's measured
   the wall time is about half that with the 2 jobs the step runs.
 * table4: the earlier grid (8 cells x 3 seeds, no no-normalization backbone) took 29 min wall
   on 2 cores, about 58 CPU-minutes; with a control row: not measured.
-* table5, fig10 (their own commands): 3 h 09 min and 3 h 28 min CPU as their JSON records, Table
-  5 without a no-normalization generator; with one: not measured.
+* table5 (its own command, python gan/table5.py): not measured at its current settings (7 generators,
+  the paper's six and the no-normalization one, x 3 seeds; 8 groups in grouped layers; each run 2000
+  steps, then 1000 more at a time until two evaluated snapshots, every 500 steps, follow its best,
+  at most 6000). Estimated from the earlier grid (6 generators x 3 seeds x 1500 steps, 3 h 09 min
+  CPU in its JSON): 0.40 CPU-seconds a step and about 12 CPU-seconds an evaluated snapshot, so
+  0.25 to 0.8 CPU-hours a run, 5 to 17 CPU-hours for the 21 runs (2.5 to 8.6 h wall on 2 cores).
+* fig10 (its own command): 3 h 28 min CPU as its JSON records.
 
 The verdict rule
 ----------------
@@ -78,10 +83,17 @@ cells of an earlier setting are shown apart, labelled so, and count as not measu
   compared uses batch statistics and GN-ReLU if one does not (both where a claim compares the
   two kinds, so that no claim is won against a comparator that does not train). Fig. 10 is
   not a table and has no gate.
+* Peaks (Table 5): the paper reports each GAN run at its peak, and gan/table5.py reports each run
+  at its best-FID snapshot, IS taken at the same snapshot. A run whose best snapshot is its last
+  was still improving when it stopped: its peak was not measured. A Table 5 claim that reads such
+  a run (a layer it compares, or its gate's reference or control, on any seed), or a summary that
+  does not record where each run peaked, "cannot resolve". Runs of different layers share their
+  seeds, so the Table 5 tests are paired by seed; the report prints every per-seed difference.
 * Outcome, the first that applies: "not measured" (a comparison without data, or a gate with a
   comparison without data: its reference's or its control's); "cannot resolve" (a gate's
   reference is not separated from the control in this miniature: the gate's p, the largest over
-  its cells and images per worker, is above alpha after Holm); "holds" (Holm-adjusted p <= 0.05);
+  its cells and images per worker, is above alpha after Holm; or, in Table 5, still improving at
+  the last snapshot, above; such claims stay in Holm's family); "holds" (Holm-adjusted p <= 0.05);
   "contradicted" (Holm-adjusted opposite p <= 0.05); "not resolved".
 """
 from __future__ import annotations
@@ -370,6 +382,18 @@ def gan_values(summary: dict, cell: str, layer: str, batch: int | None, metric: 
     return (tuple(summary["layers"][keys[0]][metric]), tuple(summary["layers"][keys[0]]["seeds"])) if keys else ((), ())
 
 
+def gan_still_improving(summary: dict, layer: str) -> tuple[int, ...] | None:
+    """Table 5: the seeds of ``layer`` whose reported snapshot is their last (still improving when they stopped);
+    None where the summary does not record it, () for a layer it does not hold."""
+    keys = [key for key in summary["layers"] if layer_name(key) == layer]
+    if not keys:
+        return ()
+    result = summary["layers"][keys[0]]
+    if "best_at_last" not in result:
+        return None
+    return tuple(seed for seed, at_last in zip(result["seeds"], result["best_at_last"]) if at_last)
+
+
 def search_values(summary: dict, cell: str, layer: str, batch: int | None, metric: str) -> Values:
     result = summary["strategies"].get(layer, {"top10_final": [], "seeds": []})
     kept = [(100 * v, s) for v, s in zip(result["top10_final"], result["seeds"]) if v is not None]
@@ -470,6 +494,26 @@ class Expanded:
     outside: tuple[str, ...]  # the paper's cells with no counterpart in the miniature
 
 
+def peak_reason(claim: Claim, miniature: Miniature) -> str:
+    """Why a Table 5 claim cannot be resolved at the runs' peaks ("" if it can, or if it is not Table 5's or not
+    measured): runs it reads (its layers, its gates' references and control) best at their last snapshot."""
+    summary = miniature.summaries.get(claim.table)
+    if claim.table != "table5" or summary is None:
+        return ""
+    layers = {side(spec)[0] for spec in (*claim.better, *claim.worse)} | set(claim.gates)
+    layers |= {CONTROLS[claim.table]} if claim.gates else set()
+    found = {layer: gan_still_improving(summary, layer) for layer in sorted(layers)}
+    improving = [f"{GAN_LABELS.get(layer, layer)} seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+                 for layer, seeds in found.items() if seeds]
+    unrecorded = [GAN_LABELS.get(layer, layer) for layer, seeds in found.items() if seeds is None]
+    reasons = (["still improving at the last snapshot (best snapshot = last): " + "; ".join(improving)]
+               if improving else [])
+    if unrecorded:
+        reasons.append("the summary does not record whether these runs peaked before their last snapshot: "
+                       + ", ".join(unrecorded))
+    return "; ".join(reasons)
+
+
 def expand(claim: Claim, miniature: Miniature) -> Expanded:
     comparisons, gates, outside = [], [], []
     higher = METRICS[claim.metric].higher_is_better
@@ -500,8 +544,8 @@ def expand(claim: Claim, miniature: Miniature) -> Expanded:
     if not comparisons:  # no cell of the claim is in the miniature: not measured
         comparisons = [Comparison(Sample(f"{claim.better[0]} {c.paper}", (), ()), Sample(f"{claim.worse[0]} {c.paper}",
                                   (), ()), higher, claim.margin) for c in claim.cells]
-    return Expanded(claim, Question(claim.id, tuple(comparisons), tuple(g.id for g in gates)), tuple(gates),
-                    tuple(outside))
+    question = Question(claim.id, tuple(comparisons), tuple(g.id for g in gates), peak_reason(claim, miniature))
+    return Expanded(claim, question, tuple(gates), tuple(outside))
 
 
 @dataclass(frozen=True)
@@ -876,6 +920,41 @@ def table4_section(judged: Judged, steps_log: dict) -> list[str]:
             *provenance(steps_log.get("table4"), step.summary, shown(step.commands[0]))]
 
 
+def peak_steps(result: dict) -> str:
+    """Per seed: the step of the reported (best-FID) snapshot and of the last one, marked where they coincide."""
+    if "last_steps" not in result:
+        return "not recorded"
+    return ", ".join(f"{best} / {last}" + (" (still improving)" if at_last else "")
+                     for best, last, at_last in zip(result["steps"], result["last_steps"], result["best_at_last"]))
+
+
+def paired_differences(judged: Judged, table: str) -> list[str]:
+    """Every comparison of the table's gates and claims that is paired by seed, once (either way round): its
+    per-seed differences."""
+    questions = [(gate.metric, judged.gate_questions[gid]) for gid, gate in judged.gates.items() if gate.table == table]
+    questions += [(e.claim.metric, e.question) for e in judged.claims if e.claim.table == table]
+    rows, seen = [], set()
+    for metric, question in questions:
+        for c in question.comparisons:
+            key = (frozenset((c.a.label, c.b.label)), metric)
+            if key in seen or not (c.measured and c.paired):
+                continue
+            seen.add(key)
+            a, b = dict(zip(c.a.seeds, c.a.values)), dict(zip(c.b.seeds, c.b.values))
+            differences = [(seed, a[seed] - b[seed]) for seed in sorted(a)]
+            better = sum((d > 0) == c.higher_is_better for _, d in differences if d)
+            rows.append([f"{c.a.label} - {c.b.label}", METRICS[metric].name + ("" if c.higher_is_better else
+                                                                               " (lower is better)"),
+                         ", ".join(f"seed {seed}: {d:+.2f}" for seed, d in differences),
+                         f"{sum(d for _, d in differences) / len(differences):+.2f}", f"{better} of {len(differences)}"])
+    if not rows:
+        return []
+    return ["Per-seed paired differences (the runs of every layer share their seeds; each comparison of the gates and "
+            "claims below, once):", "",
+            markdown_table(["comparison", "metric", "difference per seed", "mean", "seeds where the first is better"],
+                           rows), ""]
+
+
 def table5_section(judged: Judged, _: dict) -> list[str]:
     summary, title = load(COLLECTED["table5"]), "Table 5: BigGAN-deep generator layers (IS / FID)"
     if summary is None:
@@ -890,7 +969,7 @@ def table5_section(judged: Judged, _: dict) -> list[str]:
         rows.append([GAN_LABELS.get(name, name) + layer[len(name):] + control, len(result["seeds"]),
                      f"{result['is_median']:.2f} / {result['is_best']:.2f}",
                      f"{result['fid_median']:.2f} / {result['fid_best']:.2f}",
-                     format_mean_std(accuracy) if accuracy else "-",
+                     format_mean_std(accuracy) if accuracy else "-", peak_steps(result),
                      f"{paper[0]} / {paper[1] or '-'}" if paper else "-", f"{paper[2]} / {paper[3] or '-'}" if paper else "-"])
     samples = [f"![{GAN_LABELS.get(layer_name(layer), layer)} samples, seed 0, one row per class]"
                f"(results/gan/{Path(r['grid_png']).name})" for layer, r in summary["layers"].items() if r.get("grid_png")]
@@ -900,10 +979,11 @@ def table5_section(judged: Judged, _: dict) -> list[str]:
             f"as the paper reports them. FID floor (held-out real digits) {summary['fid_floor']:.2f}, "
             f"noise {summary['fid_noise']:.2f}.", "",
             markdown_table(["layer", "seeds", "IS median / best", "FID median / best",
-                            "samples of the requested class (%)", "paper IS", "paper FID"], rows), "",
+                            "samples of the requested class (%)", "best / last snapshot step per seed",
+                            "paper IS", "paper FID"], rows), "",
             *control_line("table5", any(layer_name(layer) == CONTROLS["table5"] for layer in summary["layers"]),
                           "in this miniature (it has no such generator)"),
-            *verdict_lines(judged, "table5"), *samples, "",
+            *paired_differences(judged, "table5"), *verdict_lines(judged, "table5"), *samples, "",
             f"Command: `{summary.get('command', '?')}`. CPU time: {cpu}.",
             f"Numbers: [{COLLECTED['table5']}](results/gan/table5.json).", ""]
 

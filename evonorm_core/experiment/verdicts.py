@@ -18,8 +18,9 @@ Bonferroni). Holm's step-down correction runs over one family: every claim with 
 hypotheses (its own and the opposite), every gate with data one, whatever the gates decide.
 A gate is *separated* when its Holm-adjusted p is at most alpha. A claim is, in this order:
 *not measured* (a comparison or a gate without data), *cannot resolve* (a gate not
-separated), *holds* (adjusted p <= alpha), *contradicted* (adjusted opposite p <= alpha),
-*not resolved*.
+separated, or a reason given with the claim that its data cannot decide it whatever they say,
+such as runs still improving when they stopped; such a claim stays in the family),
+*holds* (adjusted p <= alpha), *contradicted* (adjusted opposite p <= alpha), *not resolved*.
 
 scipy is imported by :func:`run_test` only: the core imports nothing but torch and the
 standard library when it is imported.
@@ -172,11 +173,14 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 @dataclass(frozen=True)
 class Question:
-    """A claim or a gate: every comparison must hold; ``gates`` name the gates a claim needs first."""
+    """A claim or a gate: every comparison must hold; ``gates`` name the gates a claim needs first;
+    ``cannot_resolve``, when not empty, says why the claim's data cannot decide it (known before any test, e.g.
+    runs best at their last snapshot: still improving when they stopped), which makes it *cannot resolve*."""
 
     id: str
     comparisons: tuple[Comparison, ...]
     gates: tuple[str, ...] = ()
+    cannot_resolve: str = ""
 
     def __post_init__(self) -> None:
         if not self.comparisons:
@@ -256,8 +260,11 @@ def _claim_outcome(claim: Question, numbers: dict[str, float | None], gates: dic
     needed = [gates[g] for g in claim.gates]
     if unmeasured := [g.id for g in needed if g.outcome == NOT_MEASURED]:
         return NOT_MEASURED, "its no-normalization control is not measured: " + "; ".join(unmeasured)
-    if apart := [g.id for g in needed if g.outcome == NOT_SEPARATED]:
-        return CANNOT_RESOLVE, "not separated from the no-normalization control: " + "; ".join(apart)
+    apart = [g.id for g in needed if g.outcome == NOT_SEPARATED]
+    reasons = (["not separated from the no-normalization control: " + "; ".join(apart)] if apart else []) + (
+        [claim.cannot_resolve] if claim.cannot_resolve else [])
+    if reasons:
+        return CANNOT_RESOLVE, "; ".join(reasons)
     p, p_opposite = numbers["p_holm"], numbers["p_opposite_holm"]
     detail = f"Holm-adjusted p {p:.3g}, opposite {p_opposite:.3g} (alpha {alpha})"
     return (HOLDS if p <= alpha else CONTRADICTED if p_opposite <= alpha else NOT_RESOLVED), detail

@@ -1,0 +1,183 @@
+"""gan/table5.py, the Table 5 miniature: its layers (the paper's six and the no-normalization control), the widths
+and groups of its grouped layers, and its runs trained to a peak (extended while their best snapshot is too
+recent, recorded with the step of the best and of the last snapshot)."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from evonorm_core import GroupedNormAct2d, list_norm_acts
+from evonorm_core.experiment.files import load_checkpoint, read_jsonl
+from evonorm_core.experiment.grid import GridResult
+from evonorm_core.registry import options_of
+from evonorm_suite.gan import report, table5, train_biggan
+from evonorm_suite.gan.checkpoint import build_generator
+from evonorm_suite.gan.config import PRESETS
+
+GROUPED = [name for name in list_norm_acts() if "groups" in options_of(name)]
+
+
+# ---------------------------------------------------------- widths and groups
+@pytest.mark.parametrize("norm", GROUPED)
+def test_every_grouped_layer_of_the_miniature_has_more_than_one_channel_per_group(norm):
+    """The digits preset's G is 64 channels wide in its stages and 16 in its bottlenecks; with 8 groups every grouped
+    layer has 2 or 8 channels per group (with GN's 16 or EvoNorm-S's 32 the 16-channel layers were instance norms)."""
+    generator = build_generator(replace(PRESETS["digits"], norm=norm), 10)
+    grouped = [m for m in generator.modules() if isinstance(m, GroupedNormAct2d)]
+    assert grouped and all(m.num_channels // m.groups >= 2 for m in grouped)
+    assert {(m.num_channels, m.groups) for m in grouped} == {(16, 8), (64, 8)}
+
+
+def test_the_paper_preset_keeps_the_papers_groups_and_ungrouped_layers_ignore_groups():
+    paper, digits = PRESETS["imagenet128"], PRESETS["digits"]
+    assert paper.groups is None and replace(paper, norm="gn_relu").norm_options == {"groups": 16}
+    assert replace(paper, norm="evonorm_s0").norm_options == {}  # EvoNorm-S's default: 32 groups
+    assert digits.groups == 8
+    for norm in ("bn_relu", "ln_relu", "pixelnorm_relu", "no_norm_relu"):
+        assert "groups" not in replace(digits, norm=norm).norm_options
+
+
+# ---------------------------------------------------------- the no-normalization generator
+def test_no_norm_relu_is_a_layer_of_the_grid_and_trains_as_the_generator_norm_act(tmp_path):
+    assert "no_norm_relu" in table5.LABELS and report.CONTROL == "no_norm_relu"
+    args = ["--run-dir", str(tmp_path), "--norm", "no_norm_relu", "--channels", "8", "--batch-size", "8",
+            "--micro-batch", "8", "--total-steps", "3", "--log-every", "1", "--eval-every", "0", "--threads", "1"]
+    assert train_biggan.main(args) == 0
+    run = tmp_path / "seed0"
+    state = load_checkpoint(run / "checkpoints" / "last.pt")
+    assert state["step"] == 3 and state["config"]["norm"] == "no_norm_relu"
+    losses = read_jsonl(run / "log.jsonl")
+    assert [r["step"] for r in losses] == [1, 2, 3]
+    assert all(math.isfinite(r[k]) for r in losses for k in ("loss_d", "loss_g"))
+
+
+# ---------------------------------------------------------- runs trained to a peak
+SCHEDULE = table5.Schedule(steps=2000, extend_by=1000, max_steps=4000, snapshot_every=500, patience=2)
+
+
+def write_snapshots(run_dir: Path, target: int, fid_at, layer: str = "bn_relu", seed: int = 0) -> None:
+    """What train_biggan and evaluate --all-snapshots leave: config.json, metrics/<checkpoint>.json per snapshot
+    (last.pt repeating the last step) and metrics.json at the best FID."""
+    shutil.rmtree(run_dir / "metrics", ignore_errors=True)
+    (run_dir / "metrics").mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({"total_steps": target}))
+    records = []
+    kept = [(step, f"step_{step:07d}.pt") for step in range(SCHEDULE.snapshot_every, target + 1, SCHEDULE.snapshot_every)]
+    for step, checkpoint in [*kept, (target, "last.pt")]:
+        records.append(dict(is_mean=10.0 - fid_at(step) / 10, is_std=0.1, fid=fid_at(step), norm=layer,
+                            norm_options={}, step=step, num_samples=359, feature_extractor="digits-classifier",
+                            sampling="eval mode", seed=seed, dataset="digits", resolution=16, checkpoint=checkpoint))
+        (run_dir / "metrics" / checkpoint.replace(".pt", ".json")).write_text(json.dumps(records[-1]))
+    best = min(records, key=lambda r: r["fid"])
+    (run_dir / "metrics.json").write_text(json.dumps(best))
+
+
+def valley(bottom: int):
+    return lambda step: 10.0 + abs(step - bottom) / 100
+
+
+def test_a_run_is_extended_until_patience_snapshots_follow_its_best_or_it_reaches_the_cap(tmp_path):
+    run = tmp_path / "run"
+    assert table5.RunState.read(run).next_target(SCHEDULE) == 2000  # not started
+    write_snapshots(run, 2000, valley(2000))
+    assert table5.RunState.read(run).next_target(SCHEDULE) == 3000  # best at its last snapshot: train on
+    write_snapshots(run, 3000, valley(2500))
+    assert table5.RunState.read(run).after_peak == 1
+    assert table5.RunState.read(run).next_target(SCHEDULE) == 4000  # one snapshot after the best: not enough
+    write_snapshots(run, 4000, valley(9000))
+    state = table5.RunState.read(run)
+    assert (state.last_step, state.peak["step"], state.next_target(SCHEDULE)) == (4000, 4000, None)  # the cap
+    write_snapshots(run, 3000, valley(2000))
+    assert table5.RunState.read(run).next_target(SCHEDULE) is None  # 2500 and 3000 after the best: past its peak
+    (run / "config.json").write_text(json.dumps({"total_steps": 3500}))  # resumed, not yet evaluated there
+    assert table5.RunState.read(run).next_target(SCHEDULE) == 3500
+    write_snapshots(run, 1500, valley(500))  # an earlier, shorter grid's run: the schedule's first length first
+    assert table5.RunState.read(run).next_target(SCHEDULE) == 2000
+
+
+def test_each_cell_trains_to_its_next_target_with_kept_snapshots_and_the_grids_groups(tmp_path):
+    cell, target = table5.run_cell("evonorm_s0", 2, tmp_path, SCHEDULE)
+    train, evaluate = cell.commands
+    flags = dict(zip(train[3::2], train[4::2]))
+    assert train[1:3] == ("-m", "evonorm_suite.gan.train_biggan") and "--resume" not in train and target == 2000
+    assert {k: flags[k] for k in ("--norm", "--seed", "--run-dir", "--total-steps", "--keep-every", "--save-every",
+                                  "--eval-every", "--groups")} == {
+        "--norm": "evonorm_s0", "--seed": "2", "--run-dir": str(tmp_path / "evonorm_s0"), "--total-steps": "2000",
+        "--keep-every": "500", "--save-every": "500", "--eval-every": "0", "--groups": "8"}
+    assert evaluate[1:] == ("-m", "evonorm_suite.gan.evaluate", str(tmp_path / "evonorm_s0" / "seed2"),
+                            "--all-snapshots")
+    assert cell.id == "evonorm_s0/seed2" and not cell.finished()
+    assert "--groups" not in table5.run_cell("bn_relu", 0, tmp_path, SCHEDULE)[0].commands[0]  # no groups to set
+    run = tmp_path / "evonorm_s0" / "seed2"
+    write_snapshots(run, 2000, valley(2000))
+    (run / "run.json").write_text("{}")  # holds a run: the next round resumes it
+    cell, target = table5.run_cell("evonorm_s0", 2, tmp_path, SCHEDULE)
+    assert target == 3000 and cell.commands[0][-1] == "--resume" and "3000" in cell.commands[0]
+    write_snapshots(run, 2000, valley(500))
+    assert table5.run_cell("evonorm_s0", 2, tmp_path, SCHEDULE)[0].finished()
+
+
+def fake_grid(log: list):
+    """A run_grid that 'trains' each unfinished cell to its --total-steps with a FID valley per layer."""
+    bottoms = {"bn_relu": 1000, "no_norm_relu": 9000}  # no_norm_relu keeps improving to the cap
+
+    def run(cells, folder, *, jobs, name):
+        result = GridResult()
+        for cell in (c for c in cells if not c.finished()):
+            layer, seed = cell.id.split("/seed")
+            target = int(cell.commands[0][cell.commands[0].index("--total-steps") + 1])
+            log.append((layer, int(seed), target))
+            write_snapshots(folder / layer / f"seed{seed}", target, valley(bottoms.get(layer, 2500)), layer, int(seed))
+            result.seconds[cell.id] = 2.0
+        return result
+    return run
+
+
+def test_the_grid_runs_rounds_until_every_run_is_past_its_peak_and_records_where_each_peaked(tmp_path, monkeypatch):
+    ran: list = []
+    monkeypatch.setattr(table5, "run_grid", fake_grid(ran))
+    monkeypatch.setattr(table5, "digits_calibration", lambda resolution: {"fid_floor": 1.0, "fid_noise": 100.0})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "table5.json").write_text(json.dumps({"cpu_seconds": 10.0}))
+    argv = ["--runs-dir", str(tmp_path / "runs"), "--out", str(out), "--jobs", "1", "--max-steps", "4000"]
+    assert table5.main(argv) == 0
+    assert {layer for layer, _, _ in ran} == set(report.LABELS) and len(report.LABELS) == 7
+    by_layer = {layer: sorted({t for name, _, t in ran if name == layer}) for layer in report.LABELS}
+    assert by_layer["bn_relu"] == [2000]  # best at 1000: 1500 and 2000 after it
+    assert by_layer["evonorm_s0"] == [2000, 3000, 4000]  # best at 2500: one snapshot after it at 3000, so on
+    assert by_layer["no_norm_relu"] == [2000, 3000, 4000]  # still improving at the cap
+    summary = json.loads((out / "table5.json").read_text())
+    assert summary["cpu_seconds"] == 10.0 + 2.0 * len(ran) and summary["steps"] == 2000
+    assert summary["schedule"] == {"steps": 2000, "extend_by": 1000, "max_steps": 4000, "snapshot_every": 500,
+                                   "patience": 2}
+    layers = summary["layers"]
+    assert (layers["bn_relu"]["steps"], layers["bn_relu"]["last_steps"]) == ([1000] * 3, [2000] * 3)
+    assert layers["bn_relu"]["best_at_last"] == [False] * 3
+    assert layers["no_norm_relu"]["best_at_last"] == [True] * 3 and layers["no_norm_relu"]["steps"] == [4000] * 3
+    assert layers["bn_relu"]["snapshots"][0][:2] == [{"step": 500, "fid": 15.0, "is": 8.5},
+                                                     {"step": 1000, "fid": 10.0, "is": 9.0}]
+    ran.clear()
+    assert table5.main(argv) == 0 and ran == []  # every run is done: nothing reruns
+
+
+def test_a_cell_that_does_not_advance_stops_the_grid(tmp_path, monkeypatch):
+    monkeypatch.setattr(table5, "run_grid", lambda cells, folder, *, jobs, name: GridResult())
+    with pytest.raises(SystemExit, match="did not reach their target steps"):
+        table5.train_to_peaks(["bn_relu"], [0], tmp_path, SCHEDULE, 1)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--snapshot-every", "3000"], "--snapshot-every must be >= 1 and <= --steps, got 3000 and 2000"),
+    (["--max-steps", "1000"], "--max-steps >= --steps"),
+    (["--patience", "0"], "--patience must be >= 1, got 0"),
+])
+def test_a_bad_schedule_is_refused(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        table5.main([*argv, "--report-only"])
+    assert message in capsys.readouterr().err
