@@ -9,8 +9,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from evonorm_core.search import (
-    CandidateResult, EquivalenceCache, EvolutionConfig, Genome, LayerSearch, Member, Stage, StopCondition, fingerprint,
-    genome_norm_act, parse, pareto_frontier, read_checkpoint,
+    CandidateResult,
+    EquivalenceCache,
+    EvolutionConfig,
+    Genome,
+    LayerSearch,
+    Member,
+    Stage,
+    StopCondition,
+    fingerprint,
+    genome_norm_act,
+    pareto_frontier,
+    parse,
+    read_checkpoint,
 )
 from evonorm_core.search.evolution import Proposer
 from evonorm_suite.search.backends import ProcessPoolExecutor, SequentialExecutor

@@ -5,9 +5,8 @@ import torch.nn.functional as F
 
 from evonorm_core.classifiers.anchors import build_anchor
 from evonorm_core.classifiers.data import load_cifar10, load_digits_proxy
-from evonorm_core.search import genome_norm_act, parse, static_rejection, worst_case_gradient_norm
+from evonorm_core.search import Stage, genome_norm_act, parse, static_rejection, worst_case_gradient_norm
 from evonorm_suite.search.config import REFERENCE_LAYERS as BASELINES
-from evonorm_core.search import Stage
 from evonorm_suite.search.proxy import ProxyConfig, ProxyEvaluator, load_data
 
 from .test_classifiers_data import write_fake_cifar
