@@ -2,6 +2,7 @@
 design card's script invocations run as written (through the editable install, no sys.path edits)."""
 import ast
 import importlib
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -61,3 +62,21 @@ def test_no_module_edits_sys_path():
                                                          "detection", "tools")
                  for p in (ROOT / folder).rglob("*.py") if "sys.path.insert" in p.read_text()]
     assert offenders == []
+
+
+GENERIC_NAMES = ("search", "gan", "detection", "classification", "tools")
+
+
+def test_no_installed_distribution_puts_a_generic_name_at_the_top_of_site_packages():
+    """After tools/install.sh no distribution (this project's or a dependency's, e.g. detectron2's wheel and
+    its scripts) owns a top-level ``search``, ``gan``, ``detection``, ``classification`` or ``tools``."""
+    owners = {}
+    for dist in importlib.metadata.distributions():
+        for file in dist.files or ():
+            top = file.parts[0].removesuffix(".py")
+            if len(file.parts) > 1 or file.suffix == ".py":
+                owners.setdefault(top, set()).add(dist.metadata["Name"])
+    site = [Path(p) for p in sys.path if p.endswith("site-packages")]
+    found = {name: sorted(owners[name]) for name in GENERIC_NAMES if name in owners
+             and any((root / name).exists() or (root / f"{name}.py").exists() for root in site)}
+    assert found == {}

@@ -37,8 +37,7 @@ install_d2_offline() {
     # sal-detectron2 0.7.2 is upstream detectron2's Python code in a wheel mis-tagged
     # cp310-none-any (pure Python). pip on 3.11 refuses that file name, so we fetch it for
     # 3.10 and install a copy named py3-none-any. Its compiled _C is for 3.10 and is ignored:
-    # detectron2 then runs in pure-Python mode. Its top-level `tools` package is harmless:
-    # this project never imports its own tools/ as a package.
+    # detectron2 then runs in pure-Python mode. Its top-level `tools` package goes (below).
     local tmp; tmp="$(mktemp -d)"
     "$PY" -m pip download --disable-pip-version-check --no-deps --python-version 3.10 \
         --only-binary=:all: "$D2_OFFLINE_DIST" -d "$tmp"
@@ -57,6 +56,26 @@ else
     log "GitHub unreachable: installing detectron2 from the offline wheel $D2_OFFLINE_DIST"
     install_d2_offline
 fi
+
+# Detectron2's wheels may carry its scripts as a top-level `tools` package: a generic name that
+# shadows any other project's `tools` (this one's included), so it is removed. Checked on every
+# run, by the files the distribution records.
+"$PY" - <<'PYTHON'
+import importlib.metadata as metadata
+import shutil
+from pathlib import Path
+
+for name in ("sal-detectron2", "detectron2"):
+    try:
+        dist = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        continue
+    if any(f.parts[0] == "tools" for f in dist.files or ()):
+        path = Path(dist.locate_file("tools"))
+        if path.is_dir():
+            shutil.rmtree(path)
+            print(f"[install] removed {name}'s top-level 'tools' package ({path}): a generic module name")
+PYTHON
 
 # 3. This project with every extra (pycocotools, fvcore, torch-fidelity, ray, scikit-learn,
 #    timm, onnx/onnxruntime, pytest, ruff, ...), editable, with --no-build-isolation so that setup.py
