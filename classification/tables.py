@@ -55,8 +55,9 @@ SETTING_KEYS = ("data", "image_size", "crop_size", "validation", "anchor_depth",
 
 @dataclass(frozen=True)
 class MiniScale:
-    """The reduced grid that runs here on the embedded MNIST digits (issue 29's settings; its grids have not
-    been run yet, so these values are not yet confirmed by measurement).
+    """The reduced grid that runs here on the embedded MNIST digits (chosen to separate the layers from the
+    no-normalization controls; its grids have not been run yet, so these values are not yet confirmed by
+    measurement).
 
     The CIFAR anchors at ``anchor_depth`` (0.34: 2-3 blocks per stage) on the 4,000 training
     digits, trained on 24 px random crops of the 28 px images and validated on the centre 24 px

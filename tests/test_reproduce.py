@@ -297,7 +297,7 @@ def test_report_gates_each_model_and_writes_recomputable_verdicts(reproduce, mon
 
 
 def test_cells_of_an_earlier_setting_are_shown_apart_and_read_by_no_verdict(reproduce, monkeypatch, tmp_path):
-    """The same numbers, recorded without their settings (the digits grid before issue 29) or with other epochs:
+    """The same numbers, recorded without their settings (the digits grid before 2026-11-25) or with other epochs:
     every Table 2 verdict is "not measured under the new settings", the cells are listed under "Earlier setting",
     and verdicts.json counts them as set aside."""
     monkeypatch.setattr(reproduce, "ROOT", tmp_path)
@@ -316,7 +316,7 @@ def test_cells_of_an_earlier_setting_are_shown_apart_and_read_by_no_verdict(repr
     assert "No-normalization control (`no_norm_relu`): **not measured** under the new settings" in section
     assert "not measured under the new settings (the summary holds only an earlier setting's runs)" in section
     earlier = section[section.index("### Earlier setting (not used for any verdict)"):]
-    assert "the digits grid of classification/tables.py before issue 29" in earlier and '"epochs": 3.0' in earlier
+    assert "the digits grid of classification/tables.py before 2026-11-25" in earlier and '"epochs": 3.0' in earlier
     assert "| resnet50 | no_norm_relu | - / 80.2 ± 1.3 (n=3) |" in earlier
     assert f"{len(SEPARATED_TABLE2)} cells (27 runs)" in text
 
@@ -456,7 +456,7 @@ def test_dry_run_shows_the_selected_models_and_layers(reproduce, capsys):
 
 def test_a_step_run_with_new_settings_keeps_the_earlier_entry_apart(reproduce, monkeypatch, tmp_path):
     """A classification step's log entry records the MiniScale it ran with; an entry of other settings (or of
-    none, the tool before issue 29) moves to "earlier settings" and the report names it as the earlier setting's."""
+    none, the tool before 2026-11-25) moves to "earlier settings" and the report names it as the earlier setting's."""
     monkeypatch.setattr(reproduce, "ROOT", tmp_path)
     old = {"commands": ["python -m classification.tables run table2"], "wall_seconds": 10.0, "cpu_seconds": 20.0}
     log: dict = {"table2": dict(old)}

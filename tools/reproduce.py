@@ -843,7 +843,7 @@ def lr_words(table: str) -> str:
     return " / ".join(f"{rate:g} ({model})" for model, rate in rates.items())
 
 
-EARLIER_DIGITS = ("recorded without their settings, the digits grid of classification/tables.py before issue 29: "
+EARLIER_DIGITS = ("recorded without their settings, the digits grid of classification/tables.py before 2026-11-25: "
                   "scikit-learn's 8x8 digits upsampled to 16 px, anchors with one block per stage, 10 epochs, one "
                   "worker of 128 images (Table 3: 128 / 16 / 4 / 2), 3 seeds, LR 0.1 per 256 images for every model")
 
