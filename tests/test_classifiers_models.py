@@ -12,7 +12,10 @@ from evonorm_core.classifiers.blocks import StridePlan, make_divisible
 from evonorm_core.classifiers.mbconv import EFFICIENTNET_SCALING, efficientnet_config
 from evonorm_core.classifiers.models import MODEL_NAMES, MODEL_RESOLUTIONS, build_model
 from evonorm_core.classifiers.resnet import PreActBottleneck
+from evonorm_core.layers import EvoNormB0
 from evonorm_core.search import genome_norm_act, parse
+
+from . import paper_reference as ref
 
 # These models see tiny batches: a second intra-op thread only adds contention.
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -297,3 +300,37 @@ def test_anchor_widths_are_the_papers_multipliers():
     assert (mobilenet.num_features, efficientnet.num_features) == (1280, 640)
     stages = [(8, 1), (16, 2), (16, 3), (32, 4), (48, 3), (80, 3), (160, 1)]  # 16..320 x 0.5, to multiples of 8
     assert [b.body[-2].out_channels for b in mobilenet.blocks] == [c for c, n in stages for _ in range(n)]
+
+
+def test_evonorm_b0_on_a_1x1_map_divides_a_negative_input_by_the_batch_std_alone():
+    """Why EvoNorm-B0 diverges on 8 px images in MobileNetV2-CIFAR (docs/reliability.md): on a 1x1 map the
+    instance variance is 0, so for x < 0 the denominator is sqrt(s2_bwh(x) + eps) alone, and B0, which does not
+    subtract the batch mean, maps a channel with a large mean and a small spread to about |mean| / std."""
+    layer = EvoNormB0(1, dtype=torch.float64).train()
+    x = -5.0 + 0.01 * torch.randn(16, 1, 1, 1, dtype=torch.float64)
+    params = {"gamma": layer.weight.detach(), "beta": layer.bias.detach(), "v1": layer.v1.detach()}
+    y = layer(x)
+    torch.testing.assert_close(y, ref.evonorm_b0(x, params, layer.eps, training=True))
+    torch.testing.assert_close(y, x / torch.sqrt(ref.s2(x, ref.BATCH) + layer.eps))
+    assert y.abs().min() > 100
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_evonorm_b0_blows_up_only_on_the_1x1_maps_of_mobilenetv2_cifar_at_8_px(seed):
+    """At initialization, on 16 Gaussian 8 px images, the B0 layers on 1x1 maps give outputs 20x larger than on
+    any larger map; at 16 px (smallest map 2x2) no layer does."""
+    largest = {}
+    for size in (8, 16):
+        torch.manual_seed(seed)
+        model = build_anchor("mobilenetv2_cifar", "evonorm_b0", 10).train()
+        seen: dict[int, float] = {}
+        for module in model.modules():
+            if isinstance(module, EvoNormB0):
+                module.register_forward_hook(lambda m, inputs, out: seen.__setitem__(
+                    inputs[0].shape[-1], max(seen.get(inputs[0].shape[-1], 0.0), out.detach().abs().max().item())))
+        with torch.no_grad():
+            model(torch.randn(16, 3, size, size))
+        largest[size] = seen
+    assert set(largest[8]) == {1, 2, 4, 8} and min(largest[16]) == 2
+    assert largest[8][1] > 20 * max(v for k, v in largest[8].items() if k > 1)
+    assert max(largest[16].values()) < 2 * max(v for k, v in largest[8].items() if k > 1)
