@@ -127,3 +127,73 @@ def test_uses_batch_statistics_of_what_cannot_tell(scratch_registry):
     with pytest.raises(ValueError, match="does not declare whether it uses batch statistics"):
         evonorm_core.uses_batch_statistics("test_undeclared_layer")
     assert evonorm_core.uses_batch_statistics("test_declared_layer") is True
+
+
+IMPL_LAYERS = [name for name in NAMES if "impl" in evonorm_core.registry.options_of(name)]
+BAD_VALUES = [float("nan"), -1.0, float("inf"), 0.0]
+
+
+def both_impls(name, prepare):
+    """The layer's output with impl="reference" and impl="fused", the same parameters and state, ``prepare``
+    applied to each layer before the call."""
+    outputs = []
+    for impl in ("reference", "fused"):
+        torch.manual_seed(0)
+        layer = build(name, impl=impl)
+        with torch.no_grad():
+            for parameter in layer.parameters():
+                parameter.copy_(torch.randn_like(parameter) * 0.5 + 1)
+        x = prepare(layer)
+        with torch.no_grad():
+            outputs.append(layer(x))
+    return outputs
+
+
+@pytest.mark.parametrize("bad", BAD_VALUES)
+@pytest.mark.parametrize("name", sorted(ref.BATCH_DEPENDENT & set(IMPL_LAYERS)))
+def test_fused_and_reference_agree_on_a_bad_moving_variance_in_eval(name, bad):
+    """A NaN, negative, infinite or zero moving variance in eval: what the composed formula gives (NaN where the
+    square root of a negative is taken), the fused kernels give too, channel by channel; nothing is hidden."""
+    def prepare(layer):
+        layer.eval()
+        with torch.no_grad():
+            layer.running_var[1] = bad
+        return torch.randn(2, 8, 3, 3, generator=torch.Generator().manual_seed(1))
+
+    reference, fused = both_impls(name, prepare)
+    torch.testing.assert_close(fused, reference, equal_nan=True)
+    assert torch.isnan(reference[:, 1]).all() == (bad < 0 or bad != bad)
+    assert torch.isfinite(reference[:, [0, *range(2, 8)]]).all()
+
+
+def with_one_value(bad, training):
+    def prepare(layer):
+        layer.train(training)
+        x = torch.randn(2, 8, 3, 3, generator=torch.Generator().manual_seed(1))
+        x[0, 2, 1, 1] = bad
+        return x
+    return prepare
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("name", IMPL_LAYERS)
+def test_fused_and_reference_agree_on_a_nan_input(name, training):
+    """One NaN input value: both implementations give the same output, NaN wherever the formula spreads it."""
+    reference, fused = both_impls(name, with_one_value(float("nan"), training))
+    torch.testing.assert_close(fused, reference, equal_nan=True)
+    assert torch.isnan(reference[0, 2, 1, 1])
+
+
+@pytest.mark.parametrize("bad", [float("inf"), -float("inf")])
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("name", IMPL_LAYERS)
+def test_an_infinite_input_is_non_finite_in_both_and_touches_only_its_statistics(name, training, bad):
+    """One infinite input value is non-finite in the output of both implementations (NaN or infinite), and neither changes any channel
+    outside the statistics it enters (channels 2 and 3: its channel, its group of 2; its batch in training).
+    Within those, the composed formula gives 0 for the plane's finite values (x / inf) where the kernels' shifted
+    moments give NaN (inf - inf): both flag the input, and matching them would cost every call a check."""
+    reference, fused = both_impls(name, with_one_value(bad, training))
+    assert not torch.isfinite(reference[0, 2, 1, 1]) and not torch.isfinite(fused[0, 2, 1, 1])
+    others = [0, 1, *range(4, 8)]
+    torch.testing.assert_close(fused[:, others], reference[:, others])
+    assert torch.isfinite(reference[:, others]).all()

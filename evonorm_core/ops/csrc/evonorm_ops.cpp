@@ -51,7 +51,9 @@ inline float exp_fast(float x) {
 inline double exp_fast(double x) { return std::exp(x); }
 
 template <typename A> inline A sigmoid(A z) { return A(1) / (A(1) + exp_fast(-z)); }
-template <typename A> inline A max_of(A a, A b) { return a > b ? a : b; }
+// torch.maximum's rule, which the composed layers follow: a NaN in either operand is the result (a NaN or
+// negative moving variance must not be hidden in eval).
+template <typename A> inline A max_of(A a, A b) { return (a > b || a != a) ? a : b; }
 
 // Sums over long runs accumulate in the accumulation type within blocks of BLOCK
 // elements (vectorized) and in double across blocks.
