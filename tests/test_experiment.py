@@ -686,13 +686,14 @@ def test_imagenet_holdout_is_a_seeded_disjoint_fraction_of_train(tmp_path):
 
 
 def test_distributed_context_reads_torchruns_environment(monkeypatch):
-    monkeypatch.setenv("RANK", "2")
-    monkeypatch.setenv("LOCAL_RANK", "1")
+    """A one-process torchrun environment (a RANK above 0 with WORLD_SIZE 1 is refused: test_environment_errors)."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")  # one process: no process group to join
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     context = distributed.DistributedContext.from_env()
-    assert (context.rank, context.world_size, context.local_rank) == (2, 1, 1)
-    assert context.device == torch.device("cpu") and not context.is_main and not context.distributed
+    assert (context.rank, context.world_size, context.local_rank) == (0, 1, 0)
+    assert context.device == torch.device("cpu") and context.is_main and not context.distributed
     assert context.all_sum([1.5, 2.0]) == [1.5, 2.0]
     context.barrier()
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):

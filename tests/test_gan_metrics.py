@@ -224,9 +224,10 @@ def test_digits_classifier_scale_real_digits_far_below_noise():
     calibration = digits_calibration(16)
     assert calibration["fid_floor"] < 0.05 * calibration["fid_noise"]
     assert (calibration["samples"], calibration["reference_images"]) == (359, 1438)  # held-out vs training digits
-    # 10 classes: IS at most 10. Noise's IS depends on the machine's classifier (retrained per machine,
-    # 1.19 and 2.05 measured so far, docs/gan.md): far below the real digits', not below a fixed 2.0.
-    assert calibration["is_real"] > 8.0 and calibration["is_noise"] < calibration["is_real"] / 3
+    # 10 classes: IS at most 10. Both IS values depend on the machine's classifier (retrained per machine; real
+    # digits 8.41 and 7.86 measured so far, noise 1.19, 1.80 and 2.05, docs/gan.md): the real digits' close to
+    # 10, noise's far below them, not fixed values.
+    assert calibration["is_real"] > 7.5 and calibration["is_noise"] < calibration["is_real"] / 3
 
 
 class _Replay(torch.nn.Module):

@@ -185,6 +185,9 @@ def test_ray_without_an_address_starts_its_own_local_ray(monkeypatch):
             return {"CPU": 64}
 
     monkeypatch.setitem(sys.modules, "ray", FakeRay)
+    # Ray's own resolution of "auto" (a real ray._private imported by an earlier test would look for a running
+    # cluster): the fake has none, so "auto" stays "auto" and the fake's init gets it.
+    monkeypatch.setitem(sys.modules, "ray._private.services", None)
     executor = backends.RayExecutor(lambda genome: None, workers=3)
     assert calls[-1]["address"] == "local" and calls[-1]["num_cpus"] == 3 and executor.capacity == 3
     executor = backends.RayExecutor(lambda genome: None, workers=3, address="auto")
