@@ -22,7 +22,6 @@ from evonorm_core.experiment.tables import PaperTable, Series, markdown_table, p
 
 LABELS = {"bn_relu": "BN-ReLU", "evonorm_b0": "EvoNorm-B0", "gn_relu": "GN-ReLU", "ln_relu": "LayerNorm-ReLU",
           "pixelnorm_relu": "PixelNorm-ReLU", "evonorm_s0": "EvoNorm-S0", "no_norm_relu": "ReLU (no norm)"}
-CONTROL = "no_norm_relu"  # not in the paper's Table 5: the no-normalization control (conditional affine, then ReLU)
 TABLE5 = PaperTable(
     key="table5",
     title="Table 5: BigGAN-deep 128x128 on ImageNet with different generator layers",

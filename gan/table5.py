@@ -29,7 +29,7 @@ import argparse
 import shutil
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from evonorm_core.experiment.config import command_line
@@ -99,7 +99,10 @@ class RunState:
     @property
     def after_peak(self) -> int:
         """How many evaluated snapshots come after the best one."""
-        return sum(record["step"] > self.peak["step"] for record in self.snapshots) if self.snapshots else 0
+        if not self.snapshots:
+            return 0
+        peak_step = self.peak["step"]
+        return sum(record["step"] > peak_step for record in self.snapshots)
 
     def next_target(self, schedule: Schedule) -> int | None:
         """The steps the run must train to next (then be evaluated), or None when it is done: evaluated at its
@@ -214,8 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "experiment": "Table 5 miniature", "command": command_line("python gan/table5.py", argv),
         "cpu_seconds": cpu_seconds, "steps": args.steps,
-        "schedule": {"steps": schedule.steps, "extend_by": schedule.extend_by, "max_steps": schedule.max_steps,
-                     "snapshot_every": schedule.snapshot_every, "patience": schedule.patience},
+        "schedule": asdict(schedule),
         "feature_extractor": "digits-classifier",
         "description": f"class-conditional BigGAN-deep (digits preset, {resolution}x{resolution} greyscale, "
                        f"{PRESET.groups} groups in grouped layers) on the embedded digits, each run {args.steps} "
