@@ -375,20 +375,25 @@ def detection_values(summary: dict, cell: str, layer: str, batch: int | None, me
     return (), ()
 
 
-def gan_values(summary: dict, cell: str, layer: str, batch: int | None, metric: str) -> Values:
+def gan_result(summary: dict, layer: str) -> dict | None:
+    """Table 5: the summary's result for ``layer`` (whatever its options), None if it has none."""
     keys = [key for key in summary["layers"] if layer_name(key) == layer]
     if len(keys) > 1:
         raise ValueError(f"{COLLECTED['table5']}: {keys} are all {layer}; the report compares one of them")
-    return (tuple(summary["layers"][keys[0]][metric]), tuple(summary["layers"][keys[0]]["seeds"])) if keys else ((), ())
+    return summary["layers"][keys[0]] if keys else None
+
+
+def gan_values(summary: dict, cell: str, layer: str, batch: int | None, metric: str) -> Values:
+    result = gan_result(summary, layer)
+    return (tuple(result[metric]), tuple(result["seeds"])) if result else ((), ())
 
 
 def gan_still_improving(summary: dict, layer: str) -> tuple[int, ...] | None:
     """Table 5: the seeds of ``layer`` whose reported snapshot is their last (still improving when they stopped);
     None where the summary does not record it, () for a layer it does not hold."""
-    keys = [key for key in summary["layers"] if layer_name(key) == layer]
-    if not keys:
+    result = gan_result(summary, layer)
+    if result is None:
         return ()
-    result = summary["layers"][keys[0]]
     if "best_at_last" not in result:
         return None
     return tuple(seed for seed, at_last in zip(result["seeds"], result["best_at_last"]) if at_last)
