@@ -17,7 +17,6 @@ stored as plain arrays under ``cache_root`` (:mod:`evonorm_suite.gan.reference_s
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
@@ -56,7 +55,7 @@ def find_inception_weights(path: str | None = None) -> str:
     that it is torch-fidelity's file (its SHA-256); raises if neither exists or it is another file."""
     candidate = path or os.path.join(torch.hub.get_dir(), "checkpoints", INCEPTION_FILE)
     if os.path.isfile(candidate):
-        digest = hashlib.sha256(Path(candidate).read_bytes()).hexdigest()
+        digest = weights_digest(candidate)
         if not digest.startswith(INCEPTION_SHA256_PREFIX):
             raise InceptionWeightsMissing(
                 f"{candidate!r} is not torch-fidelity's {INCEPTION_FILE} (SHA-256 {digest[:16]}..., expected "
