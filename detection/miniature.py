@@ -40,9 +40,9 @@ LAYERS = {"bn": "BN-ReLU", "gn": "GN-ReLU", "evonorm_b0": "EvoNorm-B0", "evonorm
           "no_norm_relu": "ReLU (no norm)"}
 BASE_BATCH, BASE_LR, BASE_WARMUP = 8, 0.02, 50  # Base-Demo-Shapes.yaml
 LOSS_PLOT = "miniature_loss.png"
-# Steps of 8 images per run. BN-ReLU's training loss sits on a plateau for about its first 300 steps
-# and GN-ReLU's for about 150 (docs/detection.md); 300 steps, with the LR cut 10x at 240, stopped
-# BN-ReLU on it. 900 lets every layer of the grid leave its plateau before the LR decays.
+# Steps of 8 images per run. BN-ReLU's training loss stays on a plateau (about 1.3) to step 200 and falls
+# from about 250 (one seed, docs/results/detection/smoke_900_steps); 300 steps, with the LR cut 10x at 240,
+# stopped it there. At 900 it ends level with GN-ReLU's.
 ITERATIONS = 900
 DECAYS = (0.8, 0.93)  # the LR's 10x decays, as fractions of a run's steps (the demo's 240 and 280 of 300)
 
