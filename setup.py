@@ -90,7 +90,8 @@ EXTRAS = {
     # releases need numpy>=2, which the offline Detectron2 forbids: tools/constraints.txt pins a set
     # that works with numpy<2.
     "export": ["onnx", "onnxscript", "onnx-ir", "onnxruntime", "ml-dtypes"],
-    "dev": ["pytest>=7", "pytest-timeout", "ruff"],
+    # hypothesis: the property-based tests (tests/test_properties_*.py).
+    "dev": ["pytest>=7", "pytest-timeout", "hypothesis>=6.100", "ruff"],
 }
 EXTRAS["all"] = sorted({req for reqs in EXTRAS.values() for req in reqs})
 
