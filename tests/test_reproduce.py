@@ -391,7 +391,7 @@ def table5_summary(improving: dict[str, list[int]] | None = None) -> dict:
 
 def test_table5_claims_reading_runs_still_improving_cannot_resolve(reproduce, monkeypatch, tmp_path):
     monkeypatch.setattr(reproduce, "ROOT", tmp_path)
-    write(tmp_path, reproduce.COLLECTED["table5"], table5_summary({"evonorm_s0": [1]}))
+    write(tmp_path, reproduce.STEPS["table5"].summary, table5_summary({"evonorm_s0": [1]}))
     assert reproduce.main(["--report-only"]) == 0
     document = json.loads((tmp_path / reproduce.VERDICTS).read_text())
     gates = {g["id"]: g["outcome"] for g in document["gates"] if g["table"] == "table5"}
@@ -420,7 +420,7 @@ def test_table5_claims_cannot_resolve_when_the_control_is_still_improving_or_pea
     monkeypatch.setattr(reproduce, "ROOT", tmp_path)
     for improving, reason in (({"no_norm_relu": [0, 2]}, "ReLU (no norm) seeds 0, 2"),
                               (None, "does not record whether these runs peaked")):
-        write(tmp_path, reproduce.COLLECTED["table5"], table5_summary(improving))
+        write(tmp_path, reproduce.STEPS["table5"].summary, table5_summary(improving))
         assert reproduce.main(["--report-only"]) == 0
         document = json.loads((tmp_path / reproduce.VERDICTS).read_text())
         claims = [c for c in document["claims"] if c["table"] == "table5"]
@@ -431,9 +431,8 @@ def test_report_from_no_results_names_the_command_of_each_experiment(reproduce, 
     monkeypatch.setattr(reproduce, "ROOT", tmp_path)
     assert reproduce.main(["--report-only"]) == 0
     text = (tmp_path / "docs" / "reproduction.md").read_text()
-    for command in ("python tools/reproduce.py --only table2", "python tools/reproduce.py --only table3",
-                    "python tools/reproduce.py --only table4", "python gan/table5.py", "python search/compare.py"):
-        assert f"**Not measured yet**: run `{command}" in text
+    for step in reproduce.STEPS:
+        assert f"**Not measured yet**: run `python tools/reproduce.py --only {step}`" in text
     document = json.loads((tmp_path / reproduce.VERDICTS).read_text())
     assert {c["outcome"] for c in document["claims"]} == {NOT_MEASURED} and document["rule"]["hypotheses"] == 0
 
@@ -452,6 +451,16 @@ def test_dry_run_shows_the_selected_models_and_layers(reproduce, capsys):
     run, report = capsys.readouterr().out.splitlines()
     assert "classification/tables.py run table3 --scale mini --models resnet50 --layers bn_relu evonorm_s0" in run
     assert "classification/tables.py report table3" in report and "--json docs/results/classification/table3.json" in report
+
+
+def test_one_command_runs_every_experiment_the_report_reads(reproduce, capsys):
+    """``python tools/reproduce.py`` alone runs each experiment whose summary the report reads (Table 5 and
+    Fig. 10 included), each writing that summary."""
+    assert reproduce.main(["--dry-run"]) == 0
+    out = capsys.readouterr().out
+    for name, summary in reproduce.SUMMARIES.items():  # the summary's path or its folder (--out)
+        assert str(summary) in out or f"--out {summary.parent}" in out, name
+    assert "gan/table5.py" in out and "search/compare.py" in out
 
 
 def test_a_step_run_with_new_settings_keeps_the_earlier_entry_apart(reproduce, monkeypatch, tmp_path):

@@ -2,7 +2,7 @@
 """The paper's claims in miniature: run the experiments, then write docs/reproduction.md and
 docs/results/verdicts.json.
 
-    python tools/reproduce.py                  # classification + detection miniatures, then the report
+    python tools/reproduce.py                  # every experiment (Tables 2-5, Fig. 10), then the report
     python tools/reproduce.py --report-only    # only re-render the report from docs/results/
     python tools/reproduce.py --only table3    # one experiment (resumable), then the report
 
@@ -11,8 +11,7 @@ Each experiment is a command of its package, run as a subprocess that dies with 
 reproduction continues where it stopped and a finished one is not rerun. The CPU time of each
 step (user + system time of all its processes) is measured and kept in
 docs/results/reproduction_steps.json. Their summaries (JSON, with every seed's numbers) go to
-docs/results/<part>/; the GAN (Table 5) and search (Fig. 10) experiments are run by their own
-commands (named in the report) and collected from their JSON. The paper's claims are data, in
+docs/results/<part>/. The paper's claims are data, in
 tools/paper_claims.json; the report judges each by the rule below (needs scipy: the search and
 gan extras install it).
 
@@ -28,13 +27,13 @@ CPU time on this project's 2-core machine; the report shows each step's measured
   the wall time is about half that with the 2 jobs the step runs.
 * table4: the earlier grid (8 cells x 3 seeds, no no-normalization backbone) took 29 min wall
   on 2 cores, about 58 CPU-minutes; with a control row: not measured.
-* table5 (its own command, python gan/table5.py): not measured at its current settings (7 generators,
+* table5 (gan/table5.py): not measured at its current settings (7 generators,
   the paper's six and the no-normalization one, x 3 seeds; 8 groups in grouped layers; each run 2000
   steps, then 1000 more at a time until two evaluated snapshots, every 500 steps, follow its best,
   at most 6000). Estimated from the earlier grid (6 generators x 3 seeds x 1500 steps, 3 h 09 min
   CPU in its JSON): 0.40 CPU-seconds a step and about 12 CPU-seconds an evaluated snapshot, so
   0.25 to 0.8 CPU-hours a run, 5 to 17 CPU-hours for the 21 runs (2.5 to 8.6 h wall on 2 cores).
-* fig10 (its own command): 3 h 28 min CPU as its JSON records.
+* fig10 (search/compare.py, 2,000 candidates a search): 3 h 28 min CPU as its JSON records.
 
 The verdict rule
 ----------------
@@ -185,12 +184,15 @@ STEPS = {
     "table4": Step("table4", ((*PY, "detection/miniature.py", "--runs-dir", str(RUNS / "detection"),
                                "--out", str(RESULTS / "detection"), "--jobs", "2"),),
                    RESULTS / "detection" / "miniature.json"),
+    "table5": Step("table5", ((*PY, "gan/table5.py", "--runs-dir", str(RUNS / "gan"), "--out", str(RESULTS / "gan"),
+                               "--jobs", "2"),),
+                   RESULTS / "gan" / "table5.json"),
+    "fig10": Step("fig10", ((*PY, "search/compare.py", "--output-dir", str(RUNS / "fig10"), "--max-candidates", "2000",
+                             "--json", str(RESULTS / "search" / "fig10.json"),
+                             "--plot", str(RESULTS / "search" / "fig10.png")),),
+                  RESULTS / "search" / "fig10.json"),
 }
-COLLECTED = {  # long runs started by their own commands (named in the report); the report reads their JSON
-    "table5": RESULTS / "gan" / "table5.json",
-    "fig10": RESULTS / "search" / "fig10.json",
-}
-SUMMARIES = {**{name: step.summary for name, step in STEPS.items()}, **COLLECTED}
+SUMMARIES = {name: step.summary for name, step in STEPS.items()}
 
 
 def shown(command: tuple[str, ...]) -> str:
@@ -379,7 +381,7 @@ def gan_result(summary: dict, layer: str) -> dict | None:
     """Table 5: the summary's result for ``layer`` (whatever its options), None if it has none."""
     keys = [key for key in summary["layers"] if layer_name(key) == layer]
     if len(keys) > 1:
-        raise ValueError(f"{COLLECTED['table5']}: {keys} are all {layer}; the report compares one of them")
+        raise ValueError(f"{STEPS['table5'].summary}: {keys} are all {layer}; the report compares one of them")
     return summary["layers"][keys[0]] if keys else None
 
 
@@ -961,9 +963,9 @@ def paired_differences(judged: Judged, table: str) -> list[str]:
 
 
 def table5_section(judged: Judged, _: dict) -> list[str]:
-    summary, title = load(COLLECTED["table5"]), "Table 5: BigGAN-deep generator layers (IS / FID)"
+    summary, title = load(STEPS["table5"].summary), "Table 5: BigGAN-deep generator layers (IS / FID)"
     if summary is None:
-        return not_measured(title, "python gan/table5.py") + control_line("table5", False, "(no results)") + \
+        return not_measured(title, "python tools/reproduce.py --only table5") + control_line("table5", False, "(no results)") + \
             verdict_lines(judged, "table5")
     rows = []
     for layer, result in summary["layers"].items():
@@ -990,7 +992,7 @@ def table5_section(judged: Judged, _: dict) -> list[str]:
                           "in this miniature (it has no such generator)"),
             *paired_differences(judged, "table5"), *verdict_lines(judged, "table5"), *samples, "",
             f"Command: `{summary.get('command', '?')}`. CPU time: {cpu}.",
-            f"Numbers: [{COLLECTED['table5']}](results/gan/table5.json).", ""]
+            f"Numbers: [{STEPS['table5'].summary}](results/gan/table5.json).", ""]
 
 
 def fig10_row(strategy: str, result: dict) -> list:
@@ -1003,10 +1005,9 @@ def fig10_row(strategy: str, result: dict) -> list:
 
 
 def fig10_section(judged: Judged, _: dict) -> list[str]:
-    summary, title = load(COLLECTED["fig10"]), "Fig. 10: evolution vs random search"
+    summary, title = load(STEPS["fig10"].summary), "Fig. 10: evolution vs random search"
     if summary is None:
-        return not_measured(title, "python search/compare.py --output-dir runs/fig10 --max-candidates 2000 "
-                                   "--json docs/results/search/fig10.json --plot docs/results/search/fig10.png")
+        return not_measured(title, "python tools/reproduce.py --only fig10")
     rows = [fig10_row(name, s) for name, s in summary["strategies"].items()]
     cpu = format_duration(summary["cpu_seconds"]) if "cpu_seconds" in summary else "not recorded"
     return [f"## {title}", "", f"Mean accuracy (%) of the top-10 distinct accepted layers after "
@@ -1017,7 +1018,7 @@ def fig10_section(judged: Judged, _: dict) -> list[str]:
                             "best layer's accuracy"], rows), "",
             *verdict_lines(judged, "fig10"),
             f"Command: `{summary.get('command', '?')}`. CPU time: {cpu}.",
-            f"Numbers: [{COLLECTED['fig10']}](results/search/fig10.json).", ""]
+            f"Numbers: [{STEPS['fig10'].summary}](results/search/fig10.json).", ""]
 
 
 FIELDS = [
