@@ -346,7 +346,7 @@ def group_norm(x: Tensor, groups: int, weight: Tensor | None, bias: Tensor | Non
     """
     if x.numel() == 0:
         return apply_affine(x, weight, bias)
-    if x.numel() == 1:  # one element, its own group: x - mu is 0 (F.group_norm refuses a single value)
+    if x.numel() == groups:  # one sample, one value per group: x - mu is 0 (F.group_norm refuses it)
         return apply_affine(x - x, weight, bias)
     if _per_sample(weight, bias):
         return apply_affine(F.group_norm(x, groups, None, None, eps), weight, bias)

@@ -249,15 +249,18 @@ def test_no_nan_for_single_sample_or_pixel(name, shape):
         assert all(torch.isfinite(b).all() for b in layer.buffers() if b.is_floating_point())
 
 
+@pytest.mark.parametrize("channels", [1, 4])
 @pytest.mark.parametrize("nonlinearity", [True, False])
 @pytest.mark.parametrize("name", NAMES)
-def test_a_single_value_is_its_paper_formula(name, nonlinearity):
-    """One sample, one channel, a 1x1 map: every statistic is over one value (variance 0), in training and
-    eval. GroupNorm and LayerNorm give ``beta`` (x - mu = 0) where ``F.group_norm`` refuses one value."""
+def test_a_single_value_is_its_paper_formula(name, nonlinearity, channels):
+    """One sample, a 1x1 map, one channel (or 4 in 4 groups): every per-sample or per-group statistic is over
+    one value (variance 0), in training and eval. GroupNorm and LayerNorm give ``beta`` (x - mu = 0) where
+    ``F.group_norm`` refuses one value per group."""
+    options = {"groups": channels} if name in ref.GROUPED else {}
     for training in (True, False):
-        layer = evonorm_core.build_norm_act(name, 1, nonlinearity).double().train(training)
+        layer = evonorm_core.build_norm_act(name, channels, nonlinearity, **options).double().train(training)
         p = randomize(layer, torch.Generator().manual_seed(3))
-        x = torch.full((1, 1, 1, 1), -0.7, dtype=torch.float64, requires_grad=True)
+        x = torch.linspace(-0.7, 0.9, channels, dtype=torch.float64).view(1, channels, 1, 1).requires_grad_()
         expected = ref.reference(name, nonlinearity)(x.detach(), p, layer.eps, training=training, groups=groups_of(layer))
         y = layer(x)
         torch.testing.assert_close(y, expected, rtol=1e-10, atol=1e-10)
