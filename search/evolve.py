@@ -12,12 +12,14 @@ output folder as config.json, and ``--resume`` continues the run with it (flags 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
 from evonorm_core.experiment.config import ConfigError, add_config_arguments, explicit_values, replace_config
 from evonorm_core.experiment.files import CorruptFileError
 from evonorm_core.experiment.rundir import RunDirError, open_run, resumed_config
+from evonorm_core.experiment.stopping import stop_signals_interrupt
 from evonorm_core.search.driver import CHECKPOINT, LayerSearch, StopCondition, read_checkpoint
 from evonorm_suite.search.backends import check_ray_address, make_executor
 from evonorm_suite.search.config import RUN_KIND, SearchConfig
@@ -111,11 +113,15 @@ def _run(config: SearchConfig, folder: Path, state: dict | None, executor, argv:
                              metadata={"argv": sys.argv[1:] if argv is None else list(argv)})
         search.checkpoint()  # resumable from the first second
     print(describe(config, output_dir), flush=True)
+    received = None
     try:
-        search.run(stop)
+        with stop_signals_interrupt() as received:  # after the executor started: Ray's SIGTERM handler aborts
+            search.run(stop)
     except KeyboardInterrupt:
-        print(f"\ninterrupted; finished candidates are checkpointed: add --resume to continue in {output_dir}")
-        return 130
+        signum = received.signum if received and received.signum else signal.SIGINT
+        print(f"\nstopped by {signal.Signals(signum).name}; finished candidates are checkpointed: add --resume to "
+              f"continue in {output_dir}")
+        return 128 + signum
     finally:
         search.executor.close()
     print_report([output_dir])

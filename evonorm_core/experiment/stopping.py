@@ -17,11 +17,14 @@ Only the main thread can take signals; elsewhere the handlers are left as they a
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import re
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
 
@@ -59,6 +62,40 @@ def divergence_step(error: FloatingPointError) -> int | None:
     return int(found[1]) if found else None
 
 
+@dataclasses.dataclass
+class ReceivedSignal:
+    """The stop signal that arrived in a :func:`stop_signals_interrupt` block (``signum``; None: none).
+
+    Kept apart from the exception because code between the handler and the ``except`` may replace
+    the :class:`Interrupted` with a plain ``KeyboardInterrupt`` (Ray's ``wait`` does)."""
+
+    signum: int | None = None
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[ReceivedSignal]:
+    """While the block runs, SIGINT and SIGTERM raise :class:`Interrupted` (a ``KeyboardInterrupt``
+    carrying ``signum``) in the main thread and are recorded in the :class:`ReceivedSignal` it yields;
+    elsewhere the handlers are left as they are. The previous handlers come back on the way out. Enter
+    it after starting anything that installs handlers of its own: Ray's driver replaces SIGTERM's with
+    one that aborts the process."""
+    received = ReceivedSignal()
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        received.signum = signum
+        raise Interrupted(signum)
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in STOP_SIGNALS}
+    try:
+        yield received
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 class StopCleanly:
     """Run a training command's work so that divergence, signals and a full disk end it with one line.
 
@@ -72,23 +109,17 @@ class StopCleanly:
     def __init__(self, command: str, advice: str, resume: str, run_dir: str | Path | None = None) -> None:
         self.command, self.advice, self.resume = command, advice, resume
         self.run_dir = Path(run_dir) if run_dir is not None else None
-        self._previous: dict[int, object] = {}
+        self._signals = contextlib.ExitStack()
+        self._received = ReceivedSignal()
 
     def __enter__(self) -> "StopCleanly":
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {signum: signal.signal(signum, self._interrupt) for signum in STOP_SIGNALS}
+        self._received = self._signals.enter_context(stop_signals_interrupt())
         return self
 
-    @staticmethod
-    def _interrupt(signum: int, frame: FrameType | None) -> None:
-        raise Interrupted(signum)
-
     def __exit__(self, kind: type | None, error: BaseException | None, trace: TracebackType | None) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous = {}
+        self._signals.close()
         if isinstance(error, KeyboardInterrupt):
-            signum = getattr(error, "signum", signal.SIGINT)
+            signum = self._received.signum or getattr(error, "signum", signal.SIGINT)
             _say(f"{self.command}: stopped by {signal.Signals(signum).name}; the run resumes from its last "
                  f"checkpoint with: {self.resume}")
             raise SystemExit(128 + signum) from None
