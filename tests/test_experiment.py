@@ -430,6 +430,33 @@ def parse_bounds(argv):
     return cfg.replace_config(Bounds(), cfg.explicit_values(parser.parse_args(argv), Bounds))
 
 
+@dataclass(frozen=True)
+class Lists:
+    widths: tuple[int, ...] = cfg.option((3, 4), "widths", min=1)
+    anchors: tuple[str, ...] | None = cfg.option(("a",), "anchors (none: every anchor)", choices=("a", "b"))
+    layers: tuple[str, ...] = cfg.option(("x",), "layers ('none': skip)", choices=("x", "none"))
+
+    def __post_init__(self) -> None:
+        cfg.validate(self)
+
+
+def test_a_tuple_flag_takes_none_for_no_values():
+    """``--flag none`` (any case): the empty tuple, or None for an optional tuple, as the help shows an empty
+    default ('none'); a field whose own choices include 'none' reads it as that item; 'none' beside values is
+    refused."""
+    def parse_lists(argv):
+        parser = argparse.ArgumentParser(exit_on_error=False)
+        cfg.add_config_arguments(parser, Lists, Lists())
+        return cfg.replace_config(Lists(), cfg.explicit_values(parser.parse_args(argv), Lists))
+
+    assert parse_lists(["--widths", "none", "--anchors", "NONE", "--layers", "none"]) == Lists(
+        widths=(), anchors=None, layers=("none",))
+    assert parse_lists(["--widths", "5,6", "--anchors", "b"]) == Lists(widths=(5, 6), anchors=("b",))
+    with pytest.raises(SystemExit):
+        with contextlib.redirect_stderr(io.StringIO()):
+            parse_lists(["--widths", "none", "5"])
+
+
 def test_command_line_types_none_and_lists():
     assert parse_bounds(["--size", "NONE", "--kind", " None "]) == Bounds()
     assert parse_bounds(["--size", "4", "--kind", "x"]) == Bounds(size=4, kind="x")

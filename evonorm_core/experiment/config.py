@@ -135,8 +135,11 @@ def _parse_none(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return parse_optional
 
 
-def _split_items(parse: Callable[[str], Any]) -> Callable[[str], list]:
-    def parse_items(text: str) -> list:
+def _split_items(parse: Callable[[str], Any], none_is_empty: bool) -> Callable[[str], list | None]:
+    """Items of one word of a tuple flag (``a,b``); with ``none_is_empty`` the word ``none`` is None (no items)."""
+    def parse_items(text: str) -> list | None:
+        if none_is_empty and text.strip().lower() == "none":
+            return None
         return [parse(item.strip()) for item in text.split(",") if item.strip()]
 
     parse_items.__name__ = getattr(parse, "__name__", "value")
@@ -144,9 +147,19 @@ def _split_items(parse: Callable[[str], Any]) -> Callable[[str], list]:
 
 
 class _ExtendItems(argparse.Action):
-    """``--flag a b`` and ``--flag a,b`` both give ``(a, b)``."""
+    """``--flag a b`` and ``--flag a,b`` both give ``(a, b)``; ``--flag none`` gives ``empty`` (the
+    empty tuple, or None for an optional tuple)."""
+
+    def __init__(self, *args: Any, empty: tuple | None = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.empty = empty
 
     def __call__(self, parser, namespace, values, option_string=None):
+        if any(chunk is None for chunk in values):
+            if len(values) > 1:
+                parser.error(f"argument {option_string}: 'none' (no values) cannot be combined with values")
+            setattr(namespace, self.dest, self.empty)
+            return
         setattr(namespace, self.dest, tuple(item for chunk in values for item in chunk))
 
 
@@ -163,7 +176,9 @@ def add_config_arguments(
     Flags have no argparse default (absent flags are absent from the namespace, see
     :func:`explicit_values`); the help text shows the value of ``defaults`` (an instance,
     e.g. the default preset). Booleans get ``--flag/--no-flag``; tuples take several values
-    (or one comma-separated value); optional fields accept ``none``.
+    (or one comma-separated value); optional fields accept ``none``, and so do tuples (no
+    values: None for an optional tuple, else the empty tuple) unless ``none`` is one of the
+    field's own choices.
     """
     for path, f, tp in _leaf_fields(cls):
         if not f.metadata.get("cli", True) or f.name in exclude:
@@ -176,7 +191,9 @@ def add_config_arguments(
             kwargs["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(inner) is tuple:
             item = typing.get_args(inner)[0]
-            kwargs.update(nargs="+", type=_split_items(_scalar_parser(item, f)), action=_ExtendItems)
+            none_is_item = "none" in (f.metadata.get("choices") or ())  # e.g. search's --references none
+            kwargs.update(nargs="+", type=_split_items(_scalar_parser(item, f), none_is_empty=not none_is_item),
+                          action=_ExtendItems, empty=None if optional else ())
         else:
             parse = _scalar_parser(inner, f)
             kwargs["type"] = _parse_none(parse) if optional else parse
