@@ -86,6 +86,9 @@ EXTRAS = {
     "detection": ["pycocotools>=2.0.2", "fvcore", "iopath", "setuptools<81", "tensorboard"],
     "gan": ["torch-fidelity>=0.3", "scipy", "tensorboard", "tqdm", "matplotlib", "h5py"],
     "bench": ["timm"],
+    # timm models converted or built with the suite's layers (evonorm_core.timm_support); timm is never imported by
+    # evonorm_core itself
+    "timm": ["timm"],
     # torch.onnx.export + ONNX Runtime (tests/test_capture.py, tools/check_capture.py). Their newest
     # releases need numpy>=2, which the offline Detectron2 forbids: tools/constraints.txt pins a set
     # that works with numpy<2.

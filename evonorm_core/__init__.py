@@ -12,7 +12,7 @@
 torchvision, is not imported here: import its modules by name.
 """
 from . import running_stats
-from .convert import ConversionReport, convert_norm_act
+from .convert import ConversionReport, ConversionWarning, convert_norm_act, swap_timm_evonorms
 from .layers import *  # noqa: F401,F403  (registers every layer)
 from .layers import __all__ as _layer_names
 from .registry import (
@@ -25,9 +25,11 @@ from .registry import (
     resolve_name,
     uses_batch_statistics,
 )
+from .timm_support import timm_norm_act_layer
 
 __version__ = "0.1.0"
 __all__ = [
-    *_layer_names, "ConversionReport", "NormActMaker", "build_norm_act", "convert_norm_act", "list_norm_acts",
-    "norm_act_factory", "norm_act_options", "register_norm_act", "resolve_name", "running_stats", "uses_batch_statistics",
+    *_layer_names, "ConversionReport", "ConversionWarning", "NormActMaker", "build_norm_act", "convert_norm_act",
+    "list_norm_acts", "norm_act_factory", "norm_act_options", "register_norm_act", "resolve_name", "running_stats",
+    "swap_timm_evonorms", "timm_norm_act_layer", "uses_batch_statistics",
 ]

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torchvision import models
-from torchvision.ops.misc import Conv2dNormActivation
+from torchvision.ops.misc import Conv2dNormActivation, FrozenBatchNorm2d
 
 import evonorm_core
 from evonorm_core.layers import NormAct2d
@@ -138,9 +138,11 @@ def test_functional_activation_and_shared_use():
             b = self.bn_b(self.conv(x))
             return a + torch.relu(b) + b  # b has two consumers: its ReLU cannot be folded
 
-    gm = evonorm_core.convert_norm_act(Net(), "gn_relu", groups=4)
+    with pytest.warns(evonorm_core.ConversionWarning, match="'bn_b' feeds the activation relu and 1 other consumer"):
+        gm = evonorm_core.convert_norm_act(Net(), "gn_relu", groups=4)
     entries = {e.name: e.folded_activation for e in gm.norm_act_report.entries}
     assert entries == {"bn_a": "silu", "bn_b": None}
+    assert [e.warned for e in gm.norm_act_report.entries] == [False, True] and len(gm.norm_act_report.warnings) == 1
 
     class Other(nn.Module):  # the functional ReLU6 and the in-place method form
         def __init__(self):
@@ -172,13 +174,31 @@ def test_a_batchnorm_called_twice_is_refused():
 
 
 @pytest.mark.parametrize("bn, kind", [
-    (nn.BatchNorm1d(8), "BatchNorm1d"), (nn.BatchNorm3d(8), "BatchNorm3d"), (nn.SyncBatchNorm(8), "SyncBatchNorm"),
-    (nn.LazyBatchNorm2d(), "lazy BatchNorm"),
+    (nn.BatchNorm1d(8), "BatchNorm1d"), (nn.BatchNorm3d(8), "BatchNorm3d"), (nn.LazyBatchNorm2d(), "lazy BatchNorm"),
+    (FrozenBatchNorm2d(8), "frozen BatchNorm"),
 ])
 def test_refuses_what_it_cannot_convert(bn, kind):
     model = nn.Sequential(nn.Conv2d(3, 8, 1), nn.BatchNorm2d(8), nn.ReLU(), nn.Sequential(bn))
     with pytest.raises(ValueError, match=rf"cannot convert 1 BatchNorm layer.*'3.0' is a {kind}"):
         evonorm_core.convert_norm_act(model, "evonorm_b0")
+
+
+def test_a_sync_batchnorm_keeps_syncing():
+    """A SyncBatchNorm becomes a layer that synchronises its batch statistics over the same process group
+    (sync=True) where the layer uses batch statistics, a per-sample layer without; a maker that may use
+    batch statistics and cannot be told to sync is refused."""
+    group = object()  # stands for a torch.distributed process group; nothing runs distributed here
+    model = nn.Sequential(nn.Conv2d(3, 8, 1), nn.SyncBatchNorm(8, process_group=group), nn.ReLU(),
+                          nn.Conv2d(8, 8, 1), nn.SyncBatchNorm(8))
+    gm = evonorm_core.convert_norm_act(model, "evonorm_b0")
+    folded, affine = gm.get_submodule("1"), gm.get_submodule("4")
+    assert folded.sync and folded.process_group is group and folded.nonlinearity
+    assert not affine.sync and not affine.nonlinearity  # nonlinearity=False: the affine x * gamma + beta, no statistics
+    s0 = evonorm_core.convert_norm_act(model, "evonorm_s0", groups=4)
+    assert not hasattr(s0.get_submodule("1"), "sync")
+    maker = lambda c, nonlinearity: evonorm_core.build_norm_act("bn_relu", c, nonlinearity)  # noqa: E731
+    with pytest.raises(ValueError, match="'1': it is a SyncBatchNorm and .* may use batch statistics without a sync"):
+        evonorm_core.convert_norm_act(model, maker)
 
 
 @pytest.mark.parametrize("spec", ["evonorm_b0", evonorm_core.norm_act_factory("gn_relu", groups=2)])
