@@ -46,7 +46,8 @@ def entry_modules() -> list[str]:
 
 
 @pytest.mark.parametrize("script", [*entry_modules(), "tools/train_net.py", "tools/benchmark_layers.py",
-                                    "tools/check_capture.py", "tools/model_cost.py", "tools/render_benchmarks_doc.py"])
+                                    "tools/benchmark_timm.py", "tools/check_capture.py", "tools/model_cost.py",
+                                    "tools/render_benchmarks_doc.py"])
 def test_design_card_scripts_run_from_the_checkout(script):
     needs_detectron2(script.startswith("detection/") or script in ("tools/train_net.py", "tools/model_cost.py"))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
