@@ -276,3 +276,19 @@ def test_a_batchnorm_inside_a_module_timm_does_not_trace_is_named_and_kept():
     assert [e.name for e in report.entries] == ["1"] and [k.name for k in report.kept] == ["3.bn"]
     assert isinstance(gm.get_submodule("3.bn"), nn.BatchNorm2d)
     assert str(report).endswith("; 1 left as they were (BatchNorm2d x1); 1 warning(s), see .warnings")
+
+
+def test_timms_sync_norm_act_keeps_syncing_and_its_frozen_one_is_refused():
+    """timm.layers.convert_sync_batchnorm makes SyncBatchNormAct (its act carried over): converted with the act
+    folded in and sync=True on the same process group; freeze_batch_norm_2d makes FrozenBatchNormAct2d: refused."""
+    model = nn.Sequential(nn.Conv2d(3, 8, 1), BatchNormAct2d(8, act_layer=nn.SiLU), nn.Conv2d(8, 8, 1),
+                          BatchNormAct2d(8, apply_act=False))
+    synced = timm.layers.convert_sync_batchnorm(model)
+    assert type(synced[1]).__name__ == "SyncBatchNormAct"
+    gm = evonorm_core.convert_norm_act(synced, "evonorm_b0")
+    assert [(e.source, e.folded_activation) for e in gm.norm_act_report.entries] == [
+        ("SyncBatchNormAct", "silu"), ("SyncBatchNormAct", None)]
+    assert gm.get_submodule("1").sync and not gm.get_submodule("3").nonlinearity
+    frozen = timm.layers.freeze_batch_norm_2d(model)
+    with pytest.raises(ValueError, match="'1' is a frozen BatchNorm .*unfreeze_batch_norm_2d"):
+        evonorm_core.convert_norm_act(frozen, "evonorm_b0")
