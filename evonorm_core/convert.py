@@ -343,7 +343,7 @@ def _replace_submodule(root: nn.Module, qualname: str, new: nn.Module) -> None:
 
 
 def _frozen_classes() -> tuple[type, ...]:
-    return timm_support._classes("torchvision.ops.misc", ("FrozenBatchNorm2d",))
+    return timm_support.loaded_classes("torchvision.ops.misc", ("FrozenBatchNorm2d",))
 
 
 def _unconvertible(module: nn.Module) -> str | None:

@@ -65,7 +65,7 @@ PASS_THROUGH_CLASSES = {("timm.layers.drop", "DropPath"), ("timm.layers.drop", "
                         ("torchvision.ops.stochastic_depth", "StochasticDepth")}
 
 
-def _classes(module_name: str, names: tuple[str, ...]) -> tuple[type, ...]:
+def loaded_classes(module_name: str, names: tuple[str, ...]) -> tuple[type, ...]:
     """The classes ``names`` of ``module_name`` if that module is loaded (never imports it)."""
     module = sys.modules.get(module_name)
     return tuple(getattr(module, n) for n in names if hasattr(module, n)) if module is not None else ()
@@ -80,11 +80,11 @@ def _defined_in(module: nn.Module, module_names: tuple[str, ...] | str) -> str |
 def norm_act_kind(module: nn.Module) -> str | None:
     """``"batchnorm_act"``, ``"groupnorm_act"``, ``"frozen"``, ``"evonorm"`` for timm's norm-act
     modules of those kinds, None for anything else (also when timm is not loaded)."""
-    if isinstance(module, _classes(_NORM_ACT, _BATCH_NORM_ACTS)):
+    if isinstance(module, loaded_classes(_NORM_ACT, _BATCH_NORM_ACTS)):
         return "batchnorm_act"
-    if isinstance(module, _classes(_NORM_ACT, _GROUP_NORM_ACTS)):
+    if isinstance(module, loaded_classes(_NORM_ACT, _GROUP_NORM_ACTS)):
         return "groupnorm_act"
-    if isinstance(module, _classes(_NORM_ACT, _FROZEN)):
+    if isinstance(module, loaded_classes(_NORM_ACT, _FROZEN)):
         return "frozen"
     if _defined_in(module, "timm.layers.evo_norm") in EVONORM_MAPPING:
         return "evonorm"
@@ -109,7 +109,7 @@ def leaf_modules() -> tuple[type, ...]:
     classes: torch.fx keeps each as one call, as timm's feature extraction does."""
     fx_module = sys.modules.get("timm.layers._fx")
     registered = tuple(fx_module.get_notrace_modules()) if fx_module is not None else ()
-    return registered + _classes(_NORM_ACT, _BATCH_NORM_ACTS + _GROUP_NORM_ACTS + _FROZEN)
+    return registered + loaded_classes(_NORM_ACT, _BATCH_NORM_ACTS + _GROUP_NORM_ACTS + _FROZEN)
 
 
 def autowrap_functions() -> tuple[Callable, ...]:
