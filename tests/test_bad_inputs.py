@@ -307,7 +307,7 @@ FLAGS = [
     (MINIATURE, ["--layers", "nope", "--runs-dir", "{tmp}/m"],
      ["argument --layers: invalid choice: 'nope' (choose from 'bn'"]),
     ("tools/reproduce.py", ["--only", "table9", "--dry-run"],
-     ["argument --only: invalid choice: 'table9' (choose from 'table2', 'table3', 'table4')"]),
+     ["argument --only: invalid choice: 'table9' (choose from 'table2', 'table3', 'table4', 'table5', 'fig10')"]),
     ("tools/benchmark_layers.py", ["--shapes", "2x8x4", "--no-model", "--no-timm"],
      ["shape '2x8x4' is not NxCxHxW with positive integers"]),
     ("tools/benchmark_layers.py", ["--reps", "0", "--no-model"], ["--reps must be at least 1, got 0"]),

@@ -1070,7 +1070,7 @@ def report(steps_log: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python tools/reproduce.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", nargs="+", choices=sorted(STEPS), help="run only these experiments")
+    parser.add_argument("--only", nargs="+", choices=list(STEPS), help="run only these experiments")
     parser.add_argument("--report-only", action="store_true", help="run nothing; re-render the report")
     parser.add_argument("--dry-run", action="store_true", help="print the commands without running them")
     parser.add_argument("--models", nargs="+", choices=CLASSIFICATION_MODELS, default=CLASSIFICATION_MODELS,
