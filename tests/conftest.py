@@ -3,6 +3,7 @@ import os
 
 import pytest
 import torch
+from hypothesis import settings
 
 from evonorm_core import registry
 
@@ -10,6 +11,14 @@ from evonorm_core import registry
 # check (tools/plant_bugs.py), which fails when a refactor moves a planted line. Naming the
 # folder runs it: python -m pytest tests/mutation
 collect_ignore = ["mutation"]
+
+
+# The property tests draw the same examples on every run by default ("default": derandomized), so that
+# the README's test command and CI pass or fail reproducibly; HYPOTHESIS_PROFILE=explore draws new
+# examples each run (to look for counterexamples; a failing one is kept in .hypothesis/ and replayed).
+settings.register_profile("default", derandomize=True, deadline=None)
+settings.register_profile("explore", derandomize=False, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def pytest_configure(config):
