@@ -252,21 +252,21 @@ def test_controls_are_reported_as_such(fixture_runs, tmp_path, capsys):
 
 def test_mini_scale_cells_train_the_documented_reduced_recipe(tmp_path):
     """MiniScale (docs/classification.md): Table 3 at 32, 16, 8, 4 images per worker on 8 simulated workers,
-    5 seeds, 15 epochs of cosine without warmup at the paper's 0.1 per 256 images, 24 px crops of the 28 px MNIST
-    digits validated on the centre 24, anchors at depth 0.34; Table 2 trains one worker of 128 images; every cell
+    5 seeds, 15 epochs (the first a linear warmup, then cosine) at the paper's 0.1 per 256 images, 24 px crops of the
+    28 px MNIST digits validated on the centre 24, anchors at the paper's depth; Table 2 trains one worker of 128 images; every cell
     trains in its own folder, resuming once started."""
 
     scale = MiniScale()
     assert (scale.batches, scale.workers, scale.table2_batch) == ((32, 16, 8, 4), 8, 128)
     assert (scale.seeds, scale.epochs, scale.base_lr) == ((0, 1, 2, 3, 4), 15.0, 0.1)
     assert (scale.data, scale.image_size, scale.crop_size, scale.validation, scale.anchor_depth) == (
-        "mnist", 28, 24, "centre", 0.34)
+        "mnist", 28, 24, "centre", 1.0)
     config = mini_config(TABLES["table3"], Cell("resnet50", "EvoNorm-S0", 4, seed=2), scale, tmp_path)
     assert (config.model, config.norm_act, config.batch_size, config.workers, config.seed) == (
         "resnet50_cifar", "evonorm_s0", 4, 8, 2)
-    assert (config.epochs, config.base_lr, config.schedule, config.warmup_epochs) == (15.0, 0.1, "cosine", 0.0)
+    assert (config.epochs, config.base_lr, config.schedule, config.warmup_epochs) == (15.0, 0.1, "cosine", 1.0)
     assert (config.data, config.image_size, config.crop_size, config.validation) == ("mnist", 28, 24, "centre")
-    assert (config.anchor_depth, config.resume) == (0.34, False)
+    assert (config.anchor_depth, config.resume) == (1.0, False)
     assert config.output_dir == str(tmp_path / "resnet50" / "evonorm_s0" / "b4" / "seed2")
     open_run(config.output_dir, RUN_KIND, config).close()  # started
     assert mini_config(TABLES["table3"], Cell("resnet50", "EvoNorm-S0", 4, seed=2), scale, tmp_path).resume

@@ -20,11 +20,12 @@ Cost
 CPU time on this project's 2-core machine; the report shows each step's measured time once it ran.
 
 * table2, table3 (the MNIST miniatures of classification/tables.py's MiniScale, with their
-  no-normalization rows): not measured as grids yet. An estimate from four single cells timed
-  for one and for two epochs (one thread, on a busy machine; ResNet50- and MobileNetV2-CIFAR,
-  1 x 128 and 8 x 4 images a step): 8 to 17 CPU-seconds an epoch, so roughly 3.5 to 4.5
-  CPU-hours for table2 (100 cells of 15 epochs) and 12 to 25 CPU-hours for table3 (360 cells);
-  the wall time is about half that with the 2 jobs the step runs.
+  no-normalization rows): not measured as grids in the current setting (the paper's depth, one
+  epoch of warmup). Single runs of 15 epochs at 128 images a step, two one-thread runs at a time
+  (docs/classification.md): ResNet50-CIFAR 5.5-6 CPU-minutes, MobileNetV2-CIFAR about 9, so about
+  12.5 CPU-hours for table2 (100 runs) and at least 45 for table3 (360 runs; its small batches run
+  slower per image than these); the wall time is about half that with the 2 jobs the step runs.
+  Finished cells are committed (runs/reproduction/**/result.json), so a grid continues on any clone.
 * table4: the earlier grid (8 cells x 3 seeds, no no-normalization backbone) took 29 min wall
   on 2 cores, about 58 CPU-minutes; with a control row: not measured.
 * table5 (gan/table5.py): not measured at its current settings (7 generators,
@@ -838,7 +839,8 @@ def setting_words(table: str) -> str:
                f"batches)" if PAPER_TABLES[table].is_batch_sweep else f"one worker of {scale.table2_batch} images")
     return (f"the CIFAR anchors at depth {scale.anchor_depth:g} on the embedded MNIST digits ({scale.crop_size} px "
             f"random crops of the {scale.image_size} px images, validated on the {scale.validation} "
-            f"{scale.crop_size} px), {workers}, {scale.epochs:g} epochs of cosine at {lr_words(table)} per 256 images "
+            f"{scale.crop_size} px), {workers}, {scale.epochs:g} epochs ({scale.warmup_epochs:g} of linear warmup, then "
+            f"cosine) at {lr_words(table)} per 256 images "
             f"scaled with the total batch, {len(scale.seeds)} seeds")
 
 
