@@ -22,7 +22,7 @@ CPU time on this project's 2-core machine; the report shows each step's measured
 * table2, table3 (the MNIST miniatures of classification/tables.py's MiniScale, with their
   no-normalization rows): not measured as grids in the current setting (the paper's depth, one
   epoch of warmup). Single runs of 15 epochs at 128 images a step, two one-thread runs at a time
-  (docs/classification.md): ResNet50-CIFAR 5.5-6 CPU-minutes, MobileNetV2-CIFAR about 9, so about
+  (docs/classification.md): ResNet50-CIFAR 5.5-10 CPU-minutes, MobileNetV2-CIFAR about 8.5, so about
   12.5 CPU-hours for table2 (100 runs) and at least 45 for table3 (360 runs; its small batches run
   slower per image than these); the wall time is about half that with the 2 jobs the step runs.
   Finished cells are committed (runs/reproduction/**/result.json), so a grid continues on any clone.
