@@ -155,6 +155,36 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def training_steps(models: dict[str, nn.Module], images: Tensor, labels: Tensor, dtype: str, compiled: bool,
+                   lr: float) -> tuple[dict[str, Callable[[], None]], dict[str, float]]:
+    """One SGD training step (cross-entropy, autocast to ``dtype`` unless float32/64) per model, and, when
+    ``compiled``, each model's seconds to compile under ``torch.compile`` (its first step, synchronized)."""
+    autocast = dtype in ("bfloat16", "float16")
+
+    def train_step(forward: Callable[[Tensor], Tensor], optimizer: torch.optim.Optimizer) -> Callable[[], None]:
+        def step() -> None:
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(images.device.type, dtype=DTYPES[dtype], enabled=autocast):
+                loss = F.cross_entropy(forward(images), labels)
+            loss.backward()
+            optimizer.step()
+
+        return step
+
+    steps, compile_s = {}, {}
+    for name, model in models.items():
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+        forward = model
+        if compiled:
+            start = time.perf_counter()
+            forward = torch.compile(model)
+            train_step(forward, optimizer)()
+            synchronize(images.device)
+            compile_s[name] = time.perf_counter() - start
+        steps[name] = train_step(forward, optimizer)
+    return steps, compile_s
+
+
 def interleaved_times(steps: dict[str, Callable[[], None]], reps: int, warmup: int, device: torch.device) -> dict[str, list[float]]:
     """Seconds of each timed repetition of each step, running the steps round-robin ``warmup + reps`` times.
 
@@ -289,28 +319,7 @@ def bench_model(args, device: torch.device, compiled: bool) -> list[ModelResult]
     models = resnet50_models(device, layout)
     images = torch.randn(args.model_batch, 3, args.model_size, args.model_size, device=device).contiguous(memory_format=layout)
     labels = torch.randint(0, 1000, (args.model_batch,), device=device)
-    autocast = args.dtype in ("bfloat16", "float16")
-
-    def train_step(forward: Callable[[Tensor], Tensor], optimizer: torch.optim.Optimizer) -> Callable[[], None]:
-        def step() -> None:
-            optimizer.zero_grad(set_to_none=True)
-            with torch.autocast(device.type, dtype=DTYPES[args.dtype], enabled=autocast):
-                loss = F.cross_entropy(forward(images), labels)
-            loss.backward()
-            optimizer.step()
-
-        return step
-
-    steps, compile_s = {}, {}
-    for name, model in models.items():
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-        forward = model
-        if compiled:
-            start = time.perf_counter()
-            forward = torch.compile(model)
-            train_step(forward, optimizer)()
-            compile_s[name] = time.perf_counter() - start
-        steps[name] = train_step(forward, optimizer)
+    steps, compile_s = training_steps(models, images, labels, args.dtype, compiled, lr=1e-3)
     times = interleaved_times(steps, args.model_reps, 1, device)
     medians = {n: statistics.median(t) * 1e3 for n, t in times.items()}
     minima = {n: min(t) * 1e3 for n, t in times.items()}

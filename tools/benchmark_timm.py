@@ -26,8 +26,6 @@ import json
 import os
 import statistics
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -112,29 +110,7 @@ def bench(args, models: dict[str, nn.Module], compiled: bool) -> StepResult:
     layout = torch.channels_last if args.channels_last else torch.contiguous_format
     images = torch.randn(args.batch, 3, args.size, args.size, device=args.device).contiguous(memory_format=layout)
     labels = torch.randint(0, args.classes, (args.batch,), device=args.device)
-    autocast = args.dtype != "float32"
-
-    def train_step(forward: Callable[[torch.Tensor], torch.Tensor], optimizer) -> Callable[[], None]:
-        def step() -> None:
-            optimizer.zero_grad(set_to_none=True)
-            with torch.autocast(args.device.type, dtype=DTYPES[args.dtype], enabled=autocast):
-                loss = F.cross_entropy(forward(images), labels)
-            loss.backward()
-            optimizer.step()
-
-        return step
-
-    steps, compile_s = {}, {}
-    for name, model in models.items():
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
-        forward = model
-        if compiled:
-            start = time.perf_counter()
-            forward = torch.compile(model)
-            train_step(forward, optimizer)()
-            tools.synchronize(args.device)
-            compile_s[name] = time.perf_counter() - start
-        steps[name] = train_step(forward, optimizer)
+    steps, compile_s = tools.training_steps(models, images, labels, args.dtype, compiled, lr=1e-4)
     times = tools.interleaved_times(steps, args.reps, args.warmup, args.device)
     return StepResult(
         args.model, compiled, args.batch, args.size,
