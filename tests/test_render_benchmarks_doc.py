@@ -45,3 +45,19 @@ def test_committed_doc_has_the_blocks():
 def test_a_document_without_the_placeholder_is_a_clear_error():
     with pytest.raises(SystemExit, match="RESULTS_CAPTURE"):
         render.render_all("no placeholders here\n", RESULTS)
+
+
+def test_roofline_table_and_at_least_targets():
+    """A run that timed a copy_: each layer's fraction of the copy rate, the copy's rate (2 passes of 4 MB in
+    2 ms: 4 GB/s); a roofline target reads '>=' in percent; a run recorded before copy_ was timed has no table."""
+    layer = {"layer": "evonorm_s0 (fused)", "shape": [1, 1, 1024, 1024], "input_bytes": 4_000_000, "copy_ms": 2.0,
+             "ms": 16.0, "roofline": 0.5}
+    by = {(layer["layer"], render.shape_name(layer["shape"])): layer}
+    shape = render.shape_name(layer["shape"])
+    lines = render.render_roofline([layer], [shape], [layer["layer"]], by)
+    assert f"{shape}: 4.0 GB/s" in lines[1] and lines[-1] == "| evonorm_s0 (fused) | 50 % |"
+    old = {k: v for k, v in layer.items() if k not in ("roofline", "copy_ms")}
+    assert render.render_roofline([old], [shape], [layer["layer"]], by) == []
+    assert render.target_line({"target": "t", "ratio": 0.25, "limit": 0.5, "at_least": True}) == \
+        "t: 25 % (target >= 50 %)"
+    assert render.target_line({"target": "t", "ratio": 1.25, "limit": 1.0}) == "t: 1.25x (target <= 1.0x)"
