@@ -25,6 +25,10 @@
 #include <tuple>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 namespace evonorm {
 namespace {
 
@@ -80,9 +84,24 @@ Tensor like_layout(const Tensor& t, const Tensor& x) {
     return t.contiguous(format);
 }
 
+// An output of tens of MB is mmap'd fresh by the allocator and faulted in 4 KiB at a time on its first
+// write: at ResNet-50's 56 x 56 stage that was about half of a fwd+bwd (docs/benchmarks.md, "Roofline").
+// Advising transparent huge pages for the buffer's 2 MiB-aligned interior makes it 512x fewer faults.
+// Advice only: where THP is off, or the memory is reused, nothing changes.
+void advise_huge_pages(const Tensor& t) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    constexpr uintptr_t HUGE = uintptr_t(2) << 20;
+    const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
+    const uintptr_t first = (begin + HUGE - 1) & ~(HUGE - 1), last = (begin + t.nbytes()) & ~(HUGE - 1);
+    if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
+#endif
+}
+
 Tensor empty_like_layout(const Tensor& x, at::ScalarType dtype) {
     const auto format = x.is_contiguous() ? at::MemoryFormat::Contiguous : at::MemoryFormat::ChannelsLast;
-    return at::empty(x.sizes(), x.options().dtype(dtype).memory_format(format));
+    Tensor out = at::empty(x.sizes(), x.options().dtype(dtype).memory_format(format));
+    advise_huge_pages(out);
+    return out;
 }
 
 at::ScalarType acc_dtype(const Tensor& x) {
@@ -212,48 +231,44 @@ void plane_moments(const T* x, const Shape& s, std::vector<double>& mean, std::v
     });
 }
 
-// Group moments (N, G): for NCHW each group is one contiguous run, summed directly;
-// channels_last combines per-channel moments (Chan's formula).
+// Mean and biased variance of a contiguous run of L values. Sums are of x - k, k the run's first
+// value, so the variance stays exact for near-constant runs (|mean| >> std).
 template <typename T, typename A>
-void group_moments(const T* x, const Shape& s, i64 G, double* mean, double* var) {
-    const i64 Cg = s.C / G;
-    if (s.nhwc) {
-        std::vector<double> m, v;
-        plane_moments<T, A>(x, s, m, v);
-        for_each_index(s.N * G, 4 * Cg, [&](i64 ng) {
-            double mu = 0, within = 0, between = 0;
-            for (i64 c = 0; c < Cg; c++) mu += m[ng * Cg + c];
-            mu /= Cg;
-            for (i64 c = 0; c < Cg; c++) {
-                within += v[ng * Cg + c];
-                between += (m[ng * Cg + c] - mu) * (m[ng * Cg + c] - mu);
-            }
-            mean[ng] = mu;
-            var[ng] = (within + between) / Cg;
-        });
-        return;
-    }
-    const i64 L = Cg * s.HW;
-    at::parallel_for(0, s.N * G, grain(L), [&](i64 begin, i64 end) {
-        for (i64 ng = begin; ng < end; ng++) {
-            const T* run = x + ng * L;
-            const A k = static_cast<A>(run[0]);
-            double s1 = 0, s2 = 0;
-            for (i64 j0 = 0; j0 < L; j0 += BLOCK) {
-                const i64 j1 = std::min(j0 + BLOCK, L);
-                A b1 = 0, b2 = 0;
-                for (i64 j = j0; j < j1; j++) {
-                    const A d = static_cast<A>(run[j]) - k;
-                    b1 += d;
-                    b2 += d * d;
-                }
-                s1 += b1;
-                s2 += b2;
-            }
-            const double offset = s1 / L;
-            mean[ng] = k + offset;
-            var[ng] = std::max(s2 / L - offset * offset, 0.0);
+void run_moments(const T* __restrict run, i64 L, double& mean, double& var) {
+    const A k = static_cast<A>(run[0]);
+    double s1 = 0, s2 = 0;
+    for (i64 j0 = 0; j0 < L; j0 += BLOCK) {
+        const i64 j1 = std::min(j0 + BLOCK, L);
+        A b1 = 0, b2 = 0;
+        for (i64 j = j0; j < j1; j++) {
+            const A d = static_cast<A>(run[j]) - k;
+            b1 += d;
+            b2 += d * d;
         }
+        s1 += b1;
+        s2 += b2;
+    }
+    const double offset = s1 / L;
+    mean = k + offset;
+    var = std::max(s2 / L - offset * offset, 0.0);
+}
+
+// Group moments (N, G) of a channels_last x, combined from per-channel moments (Chan's formula).
+template <typename T, typename A>
+void group_moments_nhwc(const T* x, const Shape& s, i64 G, double* mean, double* var) {
+    const i64 Cg = s.C / G;
+    std::vector<double> m, v;
+    plane_moments<T, A>(x, s, m, v);
+    for_each_index(s.N * G, 4 * Cg, [&](i64 ng) {
+        double mu = 0, within = 0, between = 0;
+        for (i64 c = 0; c < Cg; c++) mu += m[ng * Cg + c];
+        mu /= Cg;
+        for (i64 c = 0; c < Cg; c++) {
+            within += v[ng * Cg + c];
+            between += (m[ng * Cg + c] - mu) * (m[ng * Cg + c] - mu);
+        }
+        mean[ng] = mu;
+        var[ng] = (within + between) / Cg;
     });
 }
 
@@ -295,6 +310,15 @@ void check_input(const Tensor& x, const char* op) {
 Tensor empty_vector() { return at::empty({0}, at::TensorOptions().dtype(at::kFloat)); }
 
 // ============================== S series ==============================================
+// y = x sigmoid(v x) a + b over one NCHW plane (a = gamma r).
+template <typename T, typename A>
+void s_output_plane(const T* __restrict x, T* __restrict y, i64 HW, A v, A a, A b) {
+    for (i64 i = 0; i < HW; i++) {
+        const A xi = static_cast<A>(x[i]);
+        y[i] = static_cast<T>(xi * sigmoid(v * xi) * a + b);
+    }
+}
+
 // y = x sigmoid(v x) r gamma + beta, r = (m2 + eps)^-1/2 per (n, group), m2 the group
 // variance (centered) or mean square. Returns (y, group mean (N, G), r (N, G)).
 std::tuple<Tensor, Tensor, Tensor> s_forward(const Tensor& x_in, const std::optional<Tensor>& weight,
@@ -312,15 +336,32 @@ std::tuple<Tensor, Tensor, Tensor> s_forward(const Tensor& x_in, const std::opti
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "evonorm_s_forward", [&] {
         using A = typename AccOf<scalar_t>::type;
         const scalar_t* xp = x.const_data_ptr<scalar_t>();
-        std::vector<double> var(s.N * G);
-        group_moments<scalar_t, A>(xp, s, G, mean.data(), var.data());
-        for (i64 ng = 0; ng < s.N * G; ng++)
-            rstd[ng] = 1.0 / std::sqrt((centered ? var[ng] : var[ng] + mean[ng] * mean[ng]) + eps);
-        std::vector<A> a = per_nc<A>(weight, s.N, s.C, A(1)), b = per_nc<A>(bias, s.N, s.C, A(0));
+        scalar_t* yp = y.data_ptr<scalar_t>();
+        const std::vector<A> w = per_nc<A>(weight, s.N, s.C, A(1)), b = per_nc<A>(bias, s.N, s.C, A(0));
         const std::vector<A> v = per_c<A>(v1, s.C, A(1));
+        auto rstd_of = [&](double m, double var) { return 1.0 / std::sqrt((centered ? var : var + m * m) + eps); };
+        if (!s.nhwc) {
+            // One task per (n, group): the group's C/G planes are one contiguous run; its moments, then its
+            // output while the run is still in cache, so x is read from memory once, not twice.
+            const i64 L = Cg * s.HW;
+            at::parallel_for(0, s.N * G, grain(L), [&](i64 begin, i64 end) {
+                for (i64 ng = begin; ng < end; ng++) {
+                    double var;
+                    run_moments<scalar_t, A>(xp + ng * L, L, mean[ng], var);
+                    rstd[ng] = rstd_of(mean[ng], var);
+                    for (i64 nc = ng * Cg; nc < (ng + 1) * Cg; nc++)
+                        s_output_plane<scalar_t, A>(xp + nc * s.HW, yp + nc * s.HW, s.HW, v[nc % s.C],
+                                                    w[nc] * static_cast<A>(rstd[ng]), b[nc]);
+                }
+            });
+            return;
+        }
+        std::vector<double> var(s.N * G);
+        group_moments_nhwc<scalar_t, A>(xp, s, G, mean.data(), var.data());
+        for (i64 ng = 0; ng < s.N * G; ng++) rstd[ng] = rstd_of(mean[ng], var[ng]);
+        std::vector<A> a(w);
         for_each_index(s.N * s.C, 4, [&](i64 nc) { a[nc] *= static_cast<A>(rstd[nc / Cg]); });
         const A *ap = a.data(), *bp = b.data(), *vp = v.data();
-        scalar_t* yp = y.data_ptr<scalar_t>();
         elementwise(s, [&](i64 j, i64 c, i64 nc) {
             const A xj = static_cast<A>(xp[j]);
             yp[j] = static_cast<scalar_t>(xj * sigmoid(vp[c] * xj) * ap[nc] + bp[nc]);
@@ -329,6 +370,36 @@ std::tuple<Tensor, Tensor, Tensor> s_forward(const Tensor& x_in, const std::opti
     fill(mean_t, mean);
     fill(rstd_t, rstd);
     return {y, mean_t, rstd_t};
+}
+
+// Over one NCHW plane with s = sigmoid(v x): t = (sum g x s, sum g, sum g x^2 s (1 - s)), and s into sig.
+template <typename T, typename A>
+void s_plane_sums(const T* __restrict x, const T* __restrict g, A* __restrict sig, i64 HW, A v, double (&t)[3]) {
+    t[0] = t[1] = t[2] = 0;
+    for (i64 j0 = 0; j0 < HW; j0 += BLOCK) {
+        const i64 j1 = std::min(j0 + BLOCK, HW);
+        A b0 = 0, b1 = 0, b2 = 0;
+        for (i64 j = j0; j < j1; j++) {
+            const A xj = static_cast<A>(x[j]), gj = static_cast<A>(g[j]), sj = sigmoid(v * xj), f = gj * xj * sj;
+            sig[j] = sj;
+            b0 += f;
+            b1 += gj;
+            b2 += f * xj * (A(1) - sj);
+        }
+        t[0] += b0;
+        t[1] += b1;
+        t[2] += b2;
+    }
+}
+
+// dx = g a s (1 + v x (1 - s)) + k x + k0 over one NCHW plane, s from s_plane_sums.
+template <typename T, typename A>
+void s_input_grad_plane(const T* __restrict x, const T* __restrict g, const A* __restrict sig, T* __restrict dx, i64 HW,
+                        A v, A a, A k, A k0) {
+    for (i64 j = 0; j < HW; j++) {
+        const A xj = static_cast<A>(x[j]), sj = sig[j];
+        dx[j] = static_cast<T>(static_cast<A>(g[j]) * a * sj * (A(1) + v * xj * (A(1) - sj)) + k * xj + k0);
+    }
 }
 
 // With s = sigmoid(v x), r the group's rstd, M = C/G HW:
@@ -355,46 +426,73 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
         const std::vector<A> w = per_nc<A>(weight, s.N, s.C, A(1));
         const A* vp = v.data();
         const bool need_dv = mask[2] && v1.has_value();
-        // sums[0] = sum g x s, sums[1] = sum g, sums[2] = sum g x^2 s (1 - s)
-        std::vector<double> sums;
-        if (need_dv) {
-            sums = plane_sums<3, A>(s, [&](i64 j, i64 c, i64, A* out) {
-                const A xj = static_cast<A>(xp[j]), gj = static_cast<A>(gp[j]);
-                const A sg = sigmoid(vp[c] * xj), f = gj * xj * sg;
-                out[0] += f;
-                out[1] += gj;
-                out[2] += f * xj * (A(1) - sg);
-            });
-        } else {
-            sums = plane_sums<2, A>(s, [&](i64 j, i64 c, i64, A* out) {
-                const A xj = static_cast<A>(xp[j]), gj = static_cast<A>(gp[j]);
-                out[0] += gj * xj * sigmoid(vp[c] * xj);
-                out[1] += gj;
-            });
-        }
-        std::vector<A> a(NC), k(s.N * s.C), k0(NC);
         std::vector<double> dgamma(NC), dbeta(NC), dvnc(need_dv ? NC : 0);
         const double M = static_cast<double>(Cg * s.HW);
-        for_each_index(s.N * G, 8 * Cg, [&](i64 ng) {
-            double dr = 0;
-            for (i64 nc = ng * Cg; nc < (ng + 1) * Cg; nc++) dr += sums[nc] * w[nc];
-            const double r = rstd[ng], kk = -dr * r * r * r / M, kk0 = centered ? -kk * mean[ng] : 0.0;
-            for (i64 nc = ng * Cg; nc < (ng + 1) * Cg; nc++) {
-                a[nc] = static_cast<A>(w[nc] * r);
-                k[nc] = static_cast<A>(kk);
-                k0[nc] = static_cast<A>(kk0);
-                dgamma[nc] = sums[nc] * r;
-                dbeta[nc] = sums[NC + nc];
-                if (need_dv) dvnc[nc] = sums[2 * NC + nc] * w[nc] * r;
-            }
-        });
-        const A *ap = a.data(), *kp = k.data(), *k0p = k0.data();
         scalar_t* dxp = dx.data_ptr<scalar_t>();
-        elementwise(s, [&](i64 j, i64 c, i64 nc) {
-            const A xj = static_cast<A>(xp[j]), sg = sigmoid(vp[c] * xj);
-            dxp[j] = static_cast<scalar_t>(static_cast<A>(gp[j]) * ap[nc] * sg * (A(1) + vp[c] * xj * (A(1) - sg)) +
-                                           kp[nc] * xj + k0p[nc]);
-        });
+        if (!s.nhwc) {
+            // One task per (n, group) run: per plane the sums (s kept for dx), then dx while the run's x and g
+            // are still in cache, so both are read from memory once and sigmoid is evaluated once.
+            const i64 L = Cg * s.HW;
+            at::parallel_for(0, s.N * G, grain(2 * L), [&](i64 begin, i64 end) {
+                std::vector<A> sig(L);
+                for (i64 ng = begin; ng < end; ng++) {
+                    const double r = rstd[ng];
+                    double dr = 0;
+                    for (i64 nc = ng * Cg, i = 0; i < Cg; nc++, i++) {
+                        double t[3];
+                        s_plane_sums<scalar_t, A>(xp + nc * s.HW, gp + nc * s.HW, sig.data() + i * s.HW, s.HW,
+                                                  vp[nc % s.C], t);
+                        dgamma[nc] = t[0] * r;
+                        dbeta[nc] = t[1];
+                        if (need_dv) dvnc[nc] = t[2] * w[nc] * r;
+                        dr += t[0] * w[nc];
+                    }
+                    const double k = -dr * r * r * r / M, k0 = centered ? -k * mean[ng] : 0.0;
+                    for (i64 nc = ng * Cg, i = 0; i < Cg; nc++, i++)
+                        s_input_grad_plane<scalar_t, A>(xp + nc * s.HW, gp + nc * s.HW, sig.data() + i * s.HW,
+                                                        dxp + nc * s.HW, s.HW, vp[nc % s.C],
+                                                        static_cast<A>(w[nc] * r), static_cast<A>(k), static_cast<A>(k0));
+                }
+            });
+        } else {
+            // sums[0] = sum g x s, sums[1] = sum g, sums[2] = sum g x^2 s (1 - s)
+            std::vector<double> sums;
+            if (need_dv) {
+                sums = plane_sums<3, A>(s, [&](i64 j, i64 c, i64, A* out) {
+                    const A xj = static_cast<A>(xp[j]), gj = static_cast<A>(gp[j]);
+                    const A sg = sigmoid(vp[c] * xj), f = gj * xj * sg;
+                    out[0] += f;
+                    out[1] += gj;
+                    out[2] += f * xj * (A(1) - sg);
+                });
+            } else {
+                sums = plane_sums<2, A>(s, [&](i64 j, i64 c, i64, A* out) {
+                    const A xj = static_cast<A>(xp[j]), gj = static_cast<A>(gp[j]);
+                    out[0] += gj * xj * sigmoid(vp[c] * xj);
+                    out[1] += gj;
+                });
+            }
+            std::vector<A> a(NC), k(NC), k0(NC);
+            for_each_index(s.N * G, 8 * Cg, [&](i64 ng) {
+                double dr = 0;
+                for (i64 nc = ng * Cg; nc < (ng + 1) * Cg; nc++) dr += sums[nc] * w[nc];
+                const double r = rstd[ng], kk = -dr * r * r * r / M, kk0 = centered ? -kk * mean[ng] : 0.0;
+                for (i64 nc = ng * Cg; nc < (ng + 1) * Cg; nc++) {
+                    a[nc] = static_cast<A>(w[nc] * r);
+                    k[nc] = static_cast<A>(kk);
+                    k0[nc] = static_cast<A>(kk0);
+                    dgamma[nc] = sums[nc] * r;
+                    dbeta[nc] = sums[NC + nc];
+                    if (need_dv) dvnc[nc] = sums[2 * NC + nc] * w[nc] * r;
+                }
+            });
+            const A *ap = a.data(), *kp = k.data(), *k0p = k0.data();
+            elementwise(s, [&](i64 j, i64 c, i64 nc) {
+                const A xj = static_cast<A>(xp[j]), sg = sigmoid(vp[c] * xj);
+                dxp[j] = static_cast<scalar_t>(static_cast<A>(gp[j]) * ap[nc] * sg * (A(1) + vp[c] * xj * (A(1) - sg)) +
+                                               kp[nc] * xj + k0p[nc]);
+            });
+        }
         if (mask[0] && weight.has_value()) dweight = param_grad(dgamma, *weight, s.N, s.C);
         if (mask[1] && bias.has_value()) dbias = param_grad(dbeta, *bias, s.N, s.C);
         if (need_dv) dv = param_grad(dvnc, *v1, s.N, s.C);
