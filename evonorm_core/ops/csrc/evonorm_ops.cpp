@@ -84,13 +84,15 @@ Tensor like_layout(const Tensor& t, const Tensor& x) {
     return t.contiguous(format);
 }
 
-// An output of tens of MB is mmap'd fresh by the allocator and faulted in 4 KiB at a time on its first
-// write: at ResNet-50's 56 x 56 stage that was about half of a fwd+bwd (docs/benchmarks.md, "Roofline").
-// Advising transparent huge pages for the buffer's 2 MiB-aligned interior makes it 512x fewer faults.
-// Advice only: where THP is off, or the memory is reused, nothing changes.
+// An output of 32 MiB or more (glibc's largest mmap threshold) is mmap'd fresh by the allocator on every
+// call and faulted in 4 KiB at a time on its first write: at ResNet-50's 56 x 56 stage that was about
+// half of a fwd+bwd (docs/benchmarks.md, "Roofline"). Advising transparent huge pages for the buffer's
+// 2 MiB-aligned interior makes it 512x fewer faults. Smaller buffers are left alone: they come from the
+// reused heap, where the advice only splits mappings. Advice only: where THP is off, nothing changes.
 void advise_huge_pages(const Tensor& t) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    constexpr uintptr_t HUGE = uintptr_t(2) << 20;
+    constexpr uintptr_t HUGE = uintptr_t(2) << 20, FRESH = uintptr_t(32) << 20;
+    if (t.nbytes() < FRESH) return;
     const auto begin = reinterpret_cast<uintptr_t>(t.data_ptr());
     const uintptr_t first = (begin + HUGE - 1) & ~(HUGE - 1), last = (begin + t.nbytes()) & ~(HUGE - 1);
     if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
