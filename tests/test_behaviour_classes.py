@@ -142,8 +142,8 @@ def test_resnet50_step_ratios_are_evonorm_over_its_baseline(monkeypatch):
     comparisons), each ratio EvoNorm over baseline (median 4.5 / 2.5 = 1.8, minimum 3 / 2 = 1.5, memory
     130 / 100), and the targets read a ratio above its limit as missed."""
     costs = FixedCosts()
-    resnet50_models = bench.resnet50_models
-    monkeypatch.setattr(bench, "resnet50_models", lambda device, layout: costs.watch(resnet50_models(device, layout)))
+    whole_models = bench.whole_models
+    monkeypatch.setattr(bench, "whole_models", lambda arch, device, layout: costs.watch(whole_models(arch, device, layout)))
     monkeypatch.setattr(bench, "interleaved_times", costs.times)
     monkeypatch.setattr(bench, "peak_step_bytes", costs.peak)
     args = bench.parse_args(["--model-batch", "2", "--model-size", "32", "--model-reps", "3", "--threads", "1"])

@@ -83,11 +83,25 @@ def test_bad_flags_name_the_value(capsys, argv, message):
 
 
 @pytest.mark.slow
-def test_whole_model_step_pairs():
+@pytest.mark.parametrize("arch", list(bench.MODELS))
+def test_whole_model_step_pairs(arch):
     args = bench.parse_args(["--model-batch", "2", "--model-size", "32", "--model-reps", "1", "--threads", "1"])
-    results = bench.bench_model(args, torch.device("cpu"), compiled=False)
+    results = bench.bench_model(args, torch.device("cpu"), compiled=False, arch=arch)
     assert [r.pair for r in results] == ["evonorm_s0 vs gn_relu (native)", "evonorm_b0 vs bn_relu (native)"]
+    assert all(r.model == arch for r in results)
     assert all(math.isfinite(r.ratio) and r.ratio > 0 for r in results)
     assert all(all(mb > 0 for mb in r.peak_mb.values()) for r in results)
     lines = bench.format_model_lines(results)
+    assert f"{bench.MODELS[arch]} train step" in lines
     assert "eager): evonorm_s0 vs gn_relu (native): time" in lines and "peak memory" in lines
+    rows = bench.target_rows([], results)
+    assert len(rows) == 4 and all(row["model"] == arch for row in rows)
+
+
+def test_whole_models_normalize_every_position_with_their_layer():
+    """MobileNetV2's GroupNorm baseline takes gcd(32, C) groups where 32 does not divide C (16, 24 channels)."""
+    models = bench.whole_models("mobilenet_v2", torch.device("cpu"), torch.contiguous_format)
+    groups = {m.num_channels: m.num_groups for m in models[bench.GN_RELU].modules() if isinstance(m, torch.nn.GroupNorm)}
+    assert groups[16] == 16 and groups[24] == 8 and groups[32] == 32 and groups[1280] == 32
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in models["evonorm_s0"].modules())
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in models["evonorm_b0"].modules())

@@ -15,8 +15,8 @@ for native PyTorch BN-ReLU, GN-ReLU and GN-SiLU, the composed-op reference EvoNo
 timm is importable. Ratios are against GN-SiLU for the S series and GroupNorm layers and
 against BN-ReLU for the B series and BatchNorm layers, each measured in the same run
 (compiled against compiled). The whole-model lines time one SGD training step of
-torchvision's ResNet-50 converted to EvoNorm-S0 vs native GN-ReLU and EvoNorm-B0 vs native
-BN-ReLU, eager and compiled (median and minimum of ``--model-reps`` steps, the four models
+torchvision's ResNet-50 and MobileNetV2 (``--models``) converted to EvoNorm-S0 vs native GN-ReLU
+and EvoNorm-B0 vs native BN-ReLU, eager and compiled (median and minimum of ``--model-reps`` steps, the four models
 interleaved), with the step's peak memory (allocations made during the step: activations
 kept for backward and temporaries; CUDA: the allocator's peak). Under load the step times
 are mostly waiting for the CPUs (with 2 threads, a step whose work takes 0.5 s of CPU time
@@ -28,7 +28,7 @@ can take 3-20 s), so there the minimum's ratio is the one to read.
 
 The speed targets (:data:`TARGETS`, docs/benchmarks.md) are checked at the end
 (``--no-targets`` to skip): every fused EvoNorm's fwd+bwd no slower than its baseline (1.0x), eager and
-compiled, at every shape; the ResNet-50 step no slower and no more peak memory (1.0x); and, where
+compiled, at every shape; each whole-model step no slower and no more peak memory (1.0x); and, where
 memory bounds the layer (planes of 28 x 28 and larger), fwd+bwd at >= 50 % of the copy rate.
 
 The roofline: each shape's rounds also time ``buffer.copy_(x)`` (one read and one write of the
@@ -46,6 +46,7 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -304,6 +305,7 @@ class ModelResult:
     peak_mb: dict[str, float] = field(default_factory=dict)
     compile_s: dict[str, float] = field(default_factory=dict)
     min_ms: dict[str, float] = field(default_factory=dict)
+    model: str = "resnet50"  # a key of MODELS
 
     @property
     def ratio(self) -> float:
@@ -326,23 +328,32 @@ def _evonorm_over_baseline(pair: dict[str, float]) -> float:
     return evonorm / baseline
 
 
-def resnet50_models(device: torch.device, layout) -> dict[str, nn.Module]:
-    """ResNet-50 (random init) with native BN-ReLU, native GN-ReLU and converted EvoNorm-S0/B0."""
-    # torchvision is an optional dependency here: --no-model runs without it
-    from torchvision.models import resnet50
+# The whole models timed by their training step (torchvision names and labels): ResNet-50's bottlenecks, and
+# MobileNetV2's depthwise blocks (many small layers: the per-call costs).
+MODELS = {"resnet50": "ResNet-50", "mobilenet_v2": "MobileNetV2"}
 
+
+def whole_models(arch: str, device: torch.device, layout) -> dict[str, nn.Module]:
+    """torchvision's ``arch`` (random init) converted to EvoNorm-S0 and B0, and with native GN-ReLU and BN-ReLU.
+
+    GroupNorm takes 32 groups, or gcd(32, C) where 32 does not divide C (MobileNetV2's 16 and 24 channels).
+    """
+    # torchvision is an optional dependency here: --no-model runs without it
+    import torchvision.models
+
+    build = getattr(torchvision.models, arch)
     models = {
-        "evonorm_s0": convert_norm_act(resnet50(), "evonorm_s0"),
-        GN_RELU: resnet50(norm_layer=lambda c: nn.GroupNorm(32, c)),
-        "evonorm_b0": convert_norm_act(resnet50(), "evonorm_b0"),
-        BN_RELU: resnet50(),
+        "evonorm_s0": convert_norm_act(build(), "evonorm_s0"),
+        GN_RELU: build(norm_layer=lambda c: nn.GroupNorm(math.gcd(32, c), c)),
+        "evonorm_b0": convert_norm_act(build(), "evonorm_b0"),
+        BN_RELU: build(),
     }
     return {name: m.to(device, memory_format=layout).train() for name, m in models.items()}
 
 
-def bench_model(args, device: torch.device, compiled: bool) -> list[ModelResult]:
+def bench_model(args, device: torch.device, compiled: bool, arch: str = "resnet50") -> list[ModelResult]:
     layout = torch.channels_last if args.channels_last else torch.contiguous_format
-    models = resnet50_models(device, layout)
+    models = whole_models(arch, device, layout)
     images = torch.randn(args.model_batch, 3, args.model_size, args.model_size, device=device).contiguous(memory_format=layout)
     labels = torch.randint(0, 1000, (args.model_batch,), device=device)
     steps, compile_s = training_steps(models, images, labels, args.dtype, compiled, lr=1e-3)
@@ -354,7 +365,8 @@ def bench_model(args, device: torch.device, compiled: bool) -> list[ModelResult]
     return [
         ModelResult(f"{names[i]} vs {names[i + 1]}", compiled, args.model_batch, args.model_size,
                     {n: medians[n] for n in names[i:i + 2]}, {n: peaks[n] for n in names[i:i + 2]},
-                    {n: compile_s[n] for n in names[i:i + 2] if n in compile_s}, {n: minima[n] for n in names[i:i + 2]})
+                    {n: compile_s[n] for n in names[i:i + 2] if n in compile_s}, {n: minima[n] for n in names[i:i + 2]},
+                    model=arch)
         for i in (0, 2)
     ]
 
@@ -383,7 +395,7 @@ def format_model_lines(results: list[ModelResult]) -> str:
     for r in results:
         times = ", ".join(f"{n} {ms:.0f} ms / {r.peak_mb[n]:.0f} MB" for n, ms in r.ms.items())
         kind = "compiled" if r.compiled else "eager"
-        lines.append(f"ResNet-50 train step (batch {r.batch}, {r.size}x{r.size}, {kind}): {r.pair}: time {r.ratio:.2f}x "
+        lines.append(f"{MODELS[r.model]} train step (batch {r.batch}, {r.size}x{r.size}, {kind}): {r.pair}: time {r.ratio:.2f}x "
                      f"(min {r.min_ratio:.2f}x), peak memory {r.memory_ratio:.2f}x  ({times}; median ms)")
     return "\n".join(lines)
 
@@ -404,8 +416,9 @@ def target_rows(layers: list[LayerResult], models: list[ModelResult]) -> list[di
                          "limit": ROOFLINE_TARGET, "at_least": True})
     for m in models:
         kind = "compiled" if m.compiled else "eager"
-        rows.append({"target": f"ResNet-50 step {kind} {m.pair}", "ratio": m.ratio, "limit": TARGETS["model_time"]})
-        rows.append({"target": f"ResNet-50 step {kind} peak memory {m.pair}", "ratio": m.memory_ratio,
+        rows.append({"target": f"{MODELS[m.model]} step {kind} {m.pair}", "ratio": m.ratio, "limit": TARGETS["model_time"],
+                     "model": m.model})
+        rows.append({"target": f"{MODELS[m.model]} step {kind} peak memory {m.pair}", "ratio": m.memory_ratio, "model": m.model,
                      "limit": TARGETS["model_memory"]})
     for row in rows:
         row["met"] = bool(row["ratio"] >= row["limit"] if row.get("at_least") else row["ratio"] <= row["limit"])
@@ -421,7 +434,7 @@ def format_targets(rows: list[dict]) -> str:
 
 def plot(results: list[LayerResult], models: list[ModelResult], path: str) -> None:
     """Bar panels: eager and compiled time ratios of the fused EvoNorms per shape, bytes kept for
-    backward, and the ResNet-50 step (time and peak memory ratios), each with its target."""
+    backward, and the whole-model steps (time and peak memory ratios), each with its target."""
     plt = pyplot()  # matplotlib: an optional dependency, imported only for --plot
     shapes = list(dict.fromkeys(r.shape for r in results))
     panels = [
@@ -443,14 +456,14 @@ def plot(results: list[LayerResult], models: list[ModelResult], path: str) -> No
         ax.set_yscale("log")
         ax.legend(fontsize=7)
     ax = axes[-1]
-    labels = [f"{m.pair.split(' vs ')[0]} {'compiled' if m.compiled else 'eager'}" for m in models]
+    labels = [f"{MODELS[m.model]} {m.pair.split(' vs ')[0]} {'compiled' if m.compiled else 'eager'}" for m in models]
     xs = range(len(models))
     ax.bar([x - 0.2 for x in xs], [m.ratio for m in models], 0.4, label="step time")
     ax.bar([x + 0.2 for x in xs], [m.memory_ratio for m in models], 0.4, label="peak memory")
     ax.axhline(TARGETS["model_time"], color="r", lw=0.8, ls="--", label=f"{TARGETS['model_time']}x target")
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(list(xs), labels, fontsize=8)
-    ax.set_ylabel("ResNet-50 step / GN-ReLU or BN-ReLU")
+    ax.set_ylabel("train step / GN-ReLU or BN-ReLU")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -511,11 +524,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="fused EvoNorms also timed under torch.compile, with the compiled baselines "
                         "(default evonorm_s0 evonorm_b0; none: no compiled columns)")
     p.add_argument("--no-timm", action="store_true", help="leave out timm's EvoNorm2dS0/B0 even if timm is importable")
-    p.add_argument("--no-model", action="store_true", help="skip the whole-model ResNet-50 training step")
-    p.add_argument("--no-compiled-model", action="store_true", help="skip the compiled ResNet-50 training step")
+    p.add_argument("--no-model", action="store_true", help="skip the whole-model training steps")
+    p.add_argument("--no-compiled-model", action="store_true", help="skip the compiled whole-model training steps")
+    p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS),
+                   help="torchvision models whose training step is timed (default: all of them)")
     p.add_argument("--model-batch", type=int, default=None,
-                   help="ResNet-50 step batch size (default 8 on CUDA, 4 on CPU, where 8 at 224 takes minutes)")
-    p.add_argument("--model-size", type=int, default=None, help="ResNet-50 step image size (default 224 on CUDA, 128 on CPU)")
+                   help="whole-model step batch size (default 8 on CUDA, 4 on CPU, where 8 at 224 takes minutes)")
+    p.add_argument("--model-size", type=int, default=None, help="whole-model step image size (default 224 on CUDA, 128 on CPU)")
     p.add_argument("--model-reps", type=int, default=5, help="timed repetitions of the model step (default 5)")
     p.add_argument("--json", metavar="PATH", default=None,
                    help="write every number to this JSON file (default docs/results/benchmark_layers.json, with "
@@ -598,9 +613,10 @@ def main(argv: list[str] | None = None) -> int:
         print(format_layer_table([r for r in results if r.shape == shape]), flush=True)
     models = []
     if not args.no_model:
-        for is_compiled in (False, True)[: 1 if args.no_compiled_model else 2]:
-            models += bench_model(args, args.device, is_compiled)
-            print(format_model_lines(models[-2:]), flush=True)
+        for arch in args.models:
+            for is_compiled in (False, True)[: 1 if args.no_compiled_model else 2]:
+                models += bench_model(args, args.device, is_compiled, arch)
+                print(format_model_lines(models[-2:]), flush=True)
     rows = target_rows(results, models)
     if not args.no_targets:
         print(format_targets(rows))
@@ -615,7 +631,8 @@ def main(argv: list[str] | None = None) -> int:
             "kernels": str(ops.status()),
             "load_average": os.getloadavg(),
             "layers": [asdict(r) | {"saved_ratio": r.saved_ratio, "roofline": r.roofline} for r in results],
-            "models": [asdict(r) | {"ratio": r.ratio, "min_ratio": r.min_ratio, "memory_ratio": r.memory_ratio}
+            "models": [asdict(r) | {"ratio": r.ratio, "min_ratio": r.min_ratio, "memory_ratio": r.memory_ratio,
+                                    "label": MODELS[r.model]}
                        for r in models],
             "targets": rows,
         }
