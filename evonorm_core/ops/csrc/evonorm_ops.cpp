@@ -57,7 +57,7 @@ inline double exp_fast(double x) { return std::exp(x); }
 template <typename A> inline A sigmoid(A z) { return A(1) / (A(1) + exp_fast(-z)); }
 // torch.maximum's rule, which the composed layers follow: a NaN in either operand is the result (a NaN or
 // negative moving variance must not be hidden in eval).
-template <typename A> inline A max_of(A a, A b) { return (a > b || a != a) ? a : b; }
+template <typename A> inline A max_of(A a, A b) { return ((a > b) | (a != a)) ? a : b; }  // | not ||: no branch, so loops vectorize
 
 // Sums over long runs accumulate in the accumulation type within blocks of BLOCK
 // elements (vectorized) and in double across blocks.
@@ -208,30 +208,6 @@ void elementwise(const Shape& s, Body body) {
     });
 }
 
-// Per-(n, c) mean and biased variance. Sums are of x - k, k the plane's first value, so
-// the variance stays exact for near-constant planes (|mean| >> std).
-template <typename T, typename A>
-void plane_moments(const T* x, const Shape& s, std::vector<double>& mean, std::vector<double>& var) {
-    const i64 NC = s.N * s.C;
-    std::vector<A> shift(NC);
-    for_each_index(NC, 4, [&](i64 nc) {
-        const i64 n = nc / s.C, c = nc % s.C;
-        shift[nc] = static_cast<A>(x[s.nhwc ? n * s.HW * s.C + c : nc * s.HW]);
-    });
-    const A* k = shift.data();
-    auto sums = plane_sums<2, A>(s, [&](i64 j, i64, i64 nc, A* out) {
-        const A d = static_cast<A>(x[j]) - k[nc];
-        out[0] += d;
-        out[1] += d * d;
-    });
-    mean.resize(NC);
-    var.resize(NC);
-    for_each_index(NC, 4, [&](i64 nc) {
-        const double offset = sums[nc] / s.HW;
-        mean[nc] = k[nc] + offset;
-        var[nc] = std::max(sums[NC + nc] / s.HW - offset * offset, 0.0);
-    });
-}
 
 // Mean and biased variance of a contiguous run of L values. Sums are of x - k, k the run's first
 // value, so the variance stays exact for near-constant runs (|mean| >> std).
@@ -255,24 +231,50 @@ void run_moments(const T* __restrict run, i64 L, double& mean, double& var) {
     var = std::max(s2 / L - offset * offset, 0.0);
 }
 
-// Group moments (N, G) of a channels_last x, combined from per-channel moments (Chan's formula).
+// Per-channel shifted sums over a slab's HW rows: s1[c] = sum (x - k_c), s2[c] = sum (x - k_c)^2 with k_c the
+// channel's first value, in A within blocks of BLOCK rows and in double across blocks.
 template <typename T, typename A>
-void group_moments_nhwc(const T* x, const Shape& s, i64 G, double* mean, double* var) {
-    const i64 Cg = s.C / G;
-    std::vector<double> m, v;
-    plane_moments<T, A>(x, s, m, v);
-    for_each_index(s.N * G, 4 * Cg, [&](i64 ng) {
-        double mu = 0, within = 0, between = 0;
-        for (i64 c = 0; c < Cg; c++) mu += m[ng * Cg + c];
-        mu /= Cg;
-        for (i64 c = 0; c < Cg; c++) {
-            within += v[ng * Cg + c];
-            between += (m[ng * Cg + c] - mu) * (m[ng * Cg + c] - mu);
+void slab_moments(const T* x, i64 HW, i64 C, std::vector<A>& k, std::vector<A>& acc, std::vector<double>& s1,
+                  std::vector<double>& s2) {
+    A *__restrict kp = k.data(), *__restrict b1 = acc.data(), *__restrict b2 = acc.data() + C;
+    for (i64 c = 0; c < C; c++) kp[c] = static_cast<A>(x[c]), s1[c] = s2[c] = 0;
+    for (i64 i0 = 0; i0 < HW; i0 += BLOCK) {
+        std::fill(acc.begin(), acc.end(), A(0));
+        for (i64 i = i0; i < std::min(i0 + BLOCK, HW); i++) {
+            const T* __restrict row = x + i * C;
+            for (i64 c = 0; c < C; c++) {
+                const A d = static_cast<A>(row[c]) - kp[c];
+                b1[c] += d;
+                b2[c] += d * d;
+            }
         }
-        mean[ng] = mu;
-        var[ng] = (within + between) / Cg;
+        for (i64 c = 0; c < C; c++) s1[c] += b1[c], s2[c] += b2[c];
+    }
+}
+
+// Per-(n, c) mean and biased variance: NCHW plane by plane, channels_last a sample's slab at a time.
+template <typename T, typename A>
+void plane_moments(const T* x, const Shape& s, std::vector<double>& mean, std::vector<double>& var) {
+    mean.resize(s.N * s.C);
+    var.resize(s.N * s.C);
+    if (!s.nhwc) {
+        for_each_index(s.N * s.C, s.HW, [&](i64 nc) { run_moments<T, A>(x + nc * s.HW, s.HW, mean[nc], var[nc]); });
+        return;
+    }
+    at::parallel_for(0, s.N, grain(s.HW * s.C), [&](i64 begin, i64 end) {
+        std::vector<A> k(s.C), acc(2 * s.C);
+        std::vector<double> s1(s.C), s2(s.C);
+        for (i64 n = begin; n < end; n++) {
+            slab_moments<T, A>(x + n * s.HW * s.C, s.HW, s.C, k, acc, s1, s2);
+            for (i64 c = 0; c < s.C; c++) {
+                const double offset = s1[c] / s.HW;
+                mean[n * s.C + c] = k[c] + offset;
+                var[n * s.C + c] = std::max(s2[c] / s.HW - offset * offset, 0.0);
+            }
+        }
     });
 }
+
 
 // Copy `v` into the dense tensor `t` (any floating dtype).
 void fill(Tensor& t, const std::vector<double>& v) {
@@ -321,6 +323,24 @@ void s_output_plane(const T* __restrict x, T* __restrict y, i64 HW, A v, A a, A 
     }
 }
 
+// channels_last S series: one task per sample, whose HW x C values are one contiguous slab (rows of C
+// channels): the per-channel sums, then the output or dx while the slab is still in cache. Tasks of a few
+// channels instead would stride the rows by C (a power of two): the rows would share a few cache sets.
+
+// y = x sigmoid(v x) a + b over a slab's HW rows of C channels (a, b: the sample's per-channel values).
+template <typename T, typename A>
+void s_output_slab(const T* x, T* y, i64 HW, i64 C, const A* __restrict v, const A* __restrict a,
+                   const A* __restrict b) {
+    for (i64 i = 0; i < HW; i++) {
+        const T* __restrict row = x + i * C;
+        T* __restrict out = y + i * C;
+        for (i64 c = 0; c < C; c++) {
+            const A xc = static_cast<A>(row[c]);
+            out[c] = static_cast<T>(xc * sigmoid(v[c] * xc) * a[c] + b[c]);
+        }
+    }
+}
+
 // y = x sigmoid(v x) r gamma + beta, r = (m2 + eps)^-1/2 per (n, group), m2 the group
 // variance (centered) or mean square. Returns (y, group mean (N, G), r (N, G)).
 std::tuple<Tensor, Tensor, Tensor> s_forward(const Tensor& x_in, const std::optional<Tensor>& weight,
@@ -358,15 +378,26 @@ std::tuple<Tensor, Tensor, Tensor> s_forward(const Tensor& x_in, const std::opti
             });
             return;
         }
-        std::vector<double> var(s.N * G);
-        group_moments_nhwc<scalar_t, A>(xp, s, G, mean.data(), var.data());
-        for (i64 ng = 0; ng < s.N * G; ng++) rstd[ng] = rstd_of(mean[ng], var[ng]);
-        std::vector<A> a(w);
-        for_each_index(s.N * s.C, 4, [&](i64 nc) { a[nc] *= static_cast<A>(rstd[nc / Cg]); });
-        const A *ap = a.data(), *bp = b.data(), *vp = v.data();
-        elementwise(s, [&](i64 j, i64 c, i64 nc) {
-            const A xj = static_cast<A>(xp[j]);
-            yp[j] = static_cast<scalar_t>(xj * sigmoid(vp[c] * xj) * ap[nc] + bp[nc]);
+        at::parallel_for(0, s.N, grain(s.HW * s.C), [&](i64 begin, i64 end) {
+            std::vector<A> k(s.C), acc(2 * s.C), a(s.C);
+            std::vector<double> s1(s.C), s2(s.C);
+            for (i64 n = begin; n < end; n++) {
+                const scalar_t* slab = xp + n * s.HW * s.C;
+                slab_moments<scalar_t, A>(slab, s.HW, s.C, k, acc, s1, s2);
+                for (i64 gi = 0; gi < G; gi++) {  // the group's moments from its channels' (Chan's formula)
+                    double mu = 0, spread = 0;
+                    for (i64 c = gi * Cg; c < (gi + 1) * Cg; c++) mu += k[c] + s1[c] / s.HW;
+                    mu /= Cg;
+                    for (i64 c = gi * Cg; c < (gi + 1) * Cg; c++) {
+                        const double offset = s1[c] / s.HW, m = k[c] + offset;
+                        spread += std::max(s2[c] / s.HW - offset * offset, 0.0) + (m - mu) * (m - mu);
+                    }
+                    mean[n * G + gi] = mu;
+                    rstd[n * G + gi] = rstd_of(mu, spread / Cg);
+                    for (i64 c = gi * Cg; c < (gi + 1) * Cg; c++) a[c] = w[n * s.C + c] * static_cast<A>(rstd[n * G + gi]);
+                }
+                s_output_slab<scalar_t, A>(slab, yp + n * s.HW * s.C, s.HW, s.C, v.data(), a.data(), b.data() + n * s.C);
+            }
         });
     });
     fill(mean_t, mean);
@@ -401,6 +432,40 @@ void s_input_grad_plane(const T* __restrict x, const T* __restrict g, const A* _
     for (i64 j = 0; j < HW; j++) {
         const A xj = static_cast<A>(x[j]), sj = sig[j];
         dx[j] = static_cast<T>(static_cast<A>(g[j]) * a * sj * (A(1) + v * xj * (A(1) - sj)) + k * xj + k0);
+    }
+}
+
+// Per channel of a slab (HW rows of C): t = (sum g x s, sum g, sum g x^2 s (1 - s)) as t[k * C + c], and
+// s = sigmoid(v x) into sig; A within blocks of BLOCK rows, double across blocks.
+template <typename T, typename A>
+void s_slab_sums(const T* x, const T* g, A* sig, i64 HW, i64 C, const A* __restrict v, std::vector<A>& acc,
+                 std::vector<double>& t) {
+    std::fill(t.begin(), t.end(), 0.0);
+    A *__restrict b0 = acc.data(), *__restrict b1 = b0 + C, *__restrict b2 = b1 + C;
+    for (i64 i0 = 0; i0 < HW; i0 += BLOCK) {
+        std::fill(acc.begin(), acc.end(), A(0));
+        for (i64 i = i0; i < std::min(i0 + BLOCK, HW); i++) {
+            const T *__restrict xr = x + i * C, *__restrict gr = g + i * C;
+            A* __restrict sr = sig + i * C;
+            for (i64 c = 0; c < C; c++) sr[c] = sigmoid(v[c] * static_cast<A>(xr[c]));
+            for (i64 c = 0; c < C; c++) {  // a loop of its own: with the sigmoid in it, it did not vectorize
+                const A xc = static_cast<A>(xr[c]), gc = static_cast<A>(gr[c]), sc = sr[c], f = gc * xc * sc;
+                b0[c] += f;
+                b1[c] += gc;
+                b2[c] += f * xc * (A(1) - sc);
+            }
+        }
+        for (i64 j = 0; j < 3 * C; j++) t[j] += acc[j];
+    }
+}
+
+// dx = g a s (1 + v x (1 - s)) + k x + k0 over one row of C channels, s from s_slab_sums.
+template <typename T, typename A>
+void s_input_grad_row(const T* __restrict x, const T* __restrict g, const A* __restrict sig, T* __restrict dx, i64 C,
+                      const A* __restrict v, const A* __restrict a, const A* __restrict k, const A* __restrict k0) {
+    for (i64 c = 0; c < C; c++) {
+        const A xc = static_cast<A>(x[c]), sc = sig[c];
+        dx[c] = static_cast<T>(static_cast<A>(g[c]) * a[c] * sc * (A(1) + v[c] * xc * (A(1) - sc)) + k[c] * xc + k0[c]);
     }
 }
 
@@ -457,42 +522,34 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
                 }
             });
         } else {
-            // sums[0] = sum g x s, sums[1] = sum g, sums[2] = sum g x^2 s (1 - s)
-            std::vector<double> sums;
-            if (need_dv) {
-                sums = plane_sums<3, A>(s, [&](i64 j, i64 c, i64, A* out) {
-                    const A xj = static_cast<A>(xp[j]), gj = static_cast<A>(gp[j]);
-                    const A sg = sigmoid(vp[c] * xj), f = gj * xj * sg;
-                    out[0] += f;
-                    out[1] += gj;
-                    out[2] += f * xj * (A(1) - sg);
-                });
-            } else {
-                sums = plane_sums<2, A>(s, [&](i64 j, i64 c, i64, A* out) {
-                    const A xj = static_cast<A>(xp[j]), gj = static_cast<A>(gp[j]);
-                    out[0] += gj * xj * sigmoid(vp[c] * xj);
-                    out[1] += gj;
-                });
-            }
-            std::vector<A> a(NC), k(NC), k0(NC);
-            for_each_index(s.N * G, 8 * Cg, [&](i64 ng) {
-                double dr = 0;
-                for (i64 nc = ng * Cg; nc < (ng + 1) * Cg; nc++) dr += sums[nc] * w[nc];
-                const double r = rstd[ng], kk = -dr * r * r * r / M, kk0 = centered ? -kk * mean[ng] : 0.0;
-                for (i64 nc = ng * Cg; nc < (ng + 1) * Cg; nc++) {
-                    a[nc] = static_cast<A>(w[nc] * r);
-                    k[nc] = static_cast<A>(kk);
-                    k0[nc] = static_cast<A>(kk0);
-                    dgamma[nc] = sums[nc] * r;
-                    dbeta[nc] = sums[NC + nc];
-                    if (need_dv) dvnc[nc] = sums[2 * NC + nc] * w[nc] * r;
+            at::parallel_for(0, s.N, grain(2 * s.HW * s.C), [&](i64 begin, i64 end) {
+                std::vector<A> sig(s.HW * s.C), acc(3 * s.C), a(s.C), k(s.C), k0(s.C);
+                std::vector<double> t(3 * s.C);
+                for (i64 n = begin; n < end; n++) {
+                    const i64 offset = n * s.HW * s.C;
+                    s_slab_sums<scalar_t, A>(xp + offset, gp + offset, sig.data(), s.HW, s.C, vp, acc, t);
+                    for (i64 gi = 0; gi < G; gi++) {
+                        const i64 ng = n * G + gi;
+                        const double r = rstd[ng];
+                        double dr = 0;
+                        for (i64 c = gi * Cg; c < (gi + 1) * Cg; c++) {
+                            const i64 nc = n * s.C + c;
+                            dgamma[nc] = t[c] * r;
+                            dbeta[nc] = t[s.C + c];
+                            if (need_dv) dvnc[nc] = t[2 * s.C + c] * w[nc] * r;
+                            dr += t[c] * w[nc];
+                        }
+                        const double kk = -dr * r * r * r / M, kk0 = centered ? -kk * mean[ng] : 0.0;
+                        for (i64 c = gi * Cg; c < (gi + 1) * Cg; c++) {
+                            a[c] = static_cast<A>(w[n * s.C + c] * r);
+                            k[c] = static_cast<A>(kk);
+                            k0[c] = static_cast<A>(kk0);
+                        }
+                    }
+                    for (i64 i = 0; i < s.HW; i++)
+                        s_input_grad_row<scalar_t, A>(xp + offset + i * s.C, gp + offset + i * s.C, sig.data() + i * s.C,
+                                                      dxp + offset + i * s.C, s.C, vp, a.data(), k.data(), k0.data());
                 }
-            });
-            const A *ap = a.data(), *kp = k.data(), *k0p = k0.data();
-            elementwise(s, [&](i64 j, i64 c, i64 nc) {
-                const A xj = static_cast<A>(xp[j]), sg = sigmoid(vp[c] * xj);
-                dxp[j] = static_cast<scalar_t>(static_cast<A>(gp[j]) * ap[nc] * sg * (A(1) + vp[c] * xj * (A(1) - sg)) +
-                                               kp[nc] * xj + k0p[nc]);
             });
         }
         if (mask[0] && weight.has_value()) dweight = param_grad(dgamma, *weight, s.N, s.C);
@@ -568,6 +625,34 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
     return {y, mean_t, q_t, batch_mean_t, batch_var_t};
 }
 
+// The five per-channel sums of b_backward over one channels_last sample (HW rows of C; p, q, w the sample's
+// per-channel values) as t[k * C + c]: A within blocks of BLOCK rows, double across blocks.
+template <typename T, typename A>
+void b_slab_sums(const T* x, const T* g, i64 HW, i64 C, const A* __restrict sb, const A* __restrict p,
+                 const A* __restrict q, const A* __restrict w, std::vector<A>& acc, std::vector<double>& t) {
+    std::fill(t.begin(), t.end(), 0.0);
+    A *__restrict u_sum = acc.data(), *__restrict ux_sum = u_sum + C, *__restrict b_sum = ux_sum + C;
+    A *__restrict g_sum = b_sum + C, *__restrict gz_sum = g_sum + C;
+    for (i64 i0 = 0; i0 < HW; i0 += BLOCK) {
+        std::fill(acc.begin(), acc.end(), A(0));
+        for (i64 i = i0; i < std::min(i0 + BLOCK, HW); i++) {
+            const T *__restrict xr = x + i * C, *__restrict gr = g + i * C;
+#pragma omp simd
+            for (i64 c = 0; c < C; c++) {
+                const A xc = static_cast<A>(xr[c]), gc = static_cast<A>(gr[c]);
+                const A u = p[c] * xc + q[c], d = max_of(sb[c], u), z = xc / d, dd = -gc * w[c] * z / d;
+                const bool take_u = u > sb[c];
+                u_sum[c] += take_u ? dd : A(0);
+                ux_sum[c] += take_u ? dd * xc : A(0);
+                b_sum[c] += take_u ? A(0) : dd;
+                g_sum[c] += gc;
+                gz_sum[c] += gc * z;
+            }
+        }
+        for (i64 j = 0; j < 5 * C; j++) t[j] += acc[j];
+    }
+}
+
 // With d = max(sb, u), u = p x + q, z = x / d, dd = -g gamma z / d (the gradient reaching d),
 // per (n, c): U = sum dd [u > sb], UX = sum dd x [u > sb], B = sum dd [u <= sb], G = sum g,
 // GZ = sum g z. Then dgamma = GZ, dbeta = G, dv1 = UX (B0), and
@@ -601,16 +686,32 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
         });
         const A *sbp = sb.data(), *pp = p.data(), *qp = qa.data(), *wp = w.data();
         // sums: 0 U, 1 UX, 2 B, 3 G, 4 GZ
-        auto sums = plane_sums<5, A>(s, [&](i64 j, i64 c, i64 nc, A* out) {
-            const A xj = static_cast<A>(xp[j]), gj = static_cast<A>(gp[j]);
-            const A u = pp[nc] * xj + qp[nc], d = max_of(sbp[c], u), z = xj / d, dd = -gj * wp[nc] * z / d;
-            const bool take_u = u > sbp[c];
-            out[0] += take_u ? dd : A(0);
-            out[1] += take_u ? dd * xj : A(0);
-            out[2] += take_u ? A(0) : dd;
-            out[3] += gj;
-            out[4] += gj * z;
-        });
+        std::vector<double> sums;
+        if (s.nhwc) {
+            sums.assign(5 * NC, 0.0);
+            at::parallel_for(0, s.N, grain(s.HW * s.C), [&](i64 begin, i64 end) {
+                std::vector<A> acc(5 * s.C);
+                std::vector<double> t(5 * s.C);
+                for (i64 n = begin; n < end; n++) {
+                    const i64 nc0 = n * s.C;
+                    b_slab_sums<scalar_t, A>(xp + nc0 * s.HW, gp + nc0 * s.HW, s.HW, s.C, sbp, pp + nc0, qp + nc0,
+                                             wp + nc0, acc, t);
+                    for (int j = 0; j < 5; j++)
+                        for (i64 c = 0; c < s.C; c++) sums[j * NC + nc0 + c] = t[j * s.C + c];
+                }
+            });
+        } else {
+            sums = plane_sums<5, A>(s, [&](i64 j, i64 c, i64 nc, A* out) {
+                const A xj = static_cast<A>(xp[j]), gj = static_cast<A>(gp[j]);
+                const A u = pp[nc] * xj + qp[nc], d = max_of(sbp[c], u), z = xj / d, dd = -gj * wp[nc] * z / d;
+                const bool take_u = u > sbp[c];
+                out[0] += take_u ? dd : A(0);
+                out[1] += take_u ? dd * xj : A(0);
+                out[2] += take_u ? A(0) : dd;
+                out[3] += gj;
+                out[4] += gj * z;
+            });
+        }
         std::vector<double> dsb(s.C, 0.0);
         for_each_index(s.C, s.N, [&](i64 c) {
             for (i64 n = 0; n < s.N; n++) dsb[c] += sums[2 * NC + n * s.C + c];
