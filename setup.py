@@ -93,8 +93,10 @@ EXTRAS = {
     # releases need numpy>=2, which the offline Detectron2 forbids: tools/constraints.txt pins a set
     # that works with numpy<2.
     "export": ["onnx", "onnxscript", "onnx-ir", "onnxruntime", "ml-dtypes"],
-    # hypothesis: the property-based tests (tests/test_properties_*.py).
-    "dev": ["pytest>=7", "pytest-timeout", "hypothesis>=6.100", "ruff"],
+    # hypothesis: the property-based tests (tests/test_properties_*.py); pytest-randomly: every run in a new
+    # order (its seed printed, -p no:randomly turns it off); pytest-xdist: -n N; mutmut: tools/mutation.py.
+    "dev": ["pytest>=7", "pytest-timeout", "hypothesis>=6.100", "ruff", "pytest-randomly", "pytest-xdist",
+            "mutmut>=3.8; python_version >= '3.10'"],
 }
 EXTRAS["all"] = sorted({req for reqs in EXTRAS.values() for req in reqs})
 

@@ -2,7 +2,8 @@
 # Sets up this machine for the whole suite, with no access to GitHub needed:
 #   torch 2.14.1 + torchvision 0.29.1, Detectron2, pycocotools, fvcore, torch-fidelity, ray,
 #   scikit-learn, timm (benchmark reference only), onnx + onnxruntime + onnxscript (export),
-#   pytest, hypothesis, ruff, and this project in editable mode with its C++ CPU kernels compiled.
+#   pytest, hypothesis, pytest-randomly, pytest-xdist, mutmut, ruff, and this project in editable mode with its
+#   C++ CPU kernels compiled.
 # It installs into the Python that runs it ($PYTHON, default python3); activate a virtual
 # environment first if you want one. Safe to re-run: installed parts are checked and skipped.
 set -euo pipefail
@@ -78,7 +79,7 @@ for name in ("sal-detectron2", "detectron2"):
 PYTHON
 
 # 3. This project with every extra (pycocotools, fvcore, torch-fidelity, ray, scikit-learn,
-#    timm, onnx/onnxruntime, pytest, hypothesis, ruff, ...), editable, with --no-build-isolation so that setup.py
+#    timm, onnx/onnxruntime, pytest, hypothesis, pytest-randomly, pytest-xdist, mutmut, ruff, ...), editable, with --no-build-isolation so that setup.py
 #    sees the torch installed in step 1 and builds the EvoNorm C++ CPU kernels
 #    (evonorm_core.ops._C); that also means the build requirements of pyproject.toml must be
 #    here first. Skipped when this checkout was already installed from the same setup.py /
