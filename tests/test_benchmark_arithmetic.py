@@ -1,0 +1,329 @@
+"""tools/benchmark_layers.py's own bookkeeping against values computed by hand.
+
+Which baseline each layer is divided by, the medians and minima in milliseconds, the bytes kept for backward,
+the compiled rows and their compile times, the input the layers and models run on (device, dtype, layout, train
+or eval), the whole-model pairs, which limit each target row is held to (boundaries included) and the lines
+printed for them.
+
+The timer, the compiler and the memory probe are replaced by stand-ins whose costs are fixed per kind of
+module: forward hooks say which module ran, so a cost follows what was run, not the name it is filed under;
+the rest is the benchmark's own code. Mutation testing (``tools/mutation.py``) found these unchecked: the ratio
+tests of ``test_behaviour_classes.py`` gave both baselines the same cost and ran no compiled row, so a layer
+divided by the wrong baseline, a lost compile time or a minimum in the wrong unit passed.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from evonorm_core.layers import EvoNormB0, EvoNormS0
+
+from .tool_scripts import load
+
+bench = load("benchmark_layers")
+GN_SILU, GN_RELU, BN_RELU = "gn_silu (native)", "gn_relu (native)", "bn_relu (native)"
+# Each layer's baseline as the benchmark's docs state it: GN-SiLU for the S series and GroupNorm, else BN-ReLU.
+BASELINE = {f"evonorm_{v} ({impl})": GN_SILU if v.startswith("s") else BN_RELU
+            for v in ("s0", "s1", "s2", "b0", "b1", "b2") for impl in ("fused", "reference")}
+BASELINE.update({GN_SILU: GN_SILU, GN_RELU: GN_SILU, BN_RELU: BN_RELU})
+COMPILED = ("evonorm_s0 (fused)", "evonorm_b0 (fused)", GN_SILU, BN_RELU)
+# (median, minimum) milliseconds of an eager fwd+bwd per kind of module; a compiled one costs half
+LAYER_MS = {"EvoNormS0 fused": (2.8, 2.1), "EvoNormS0 reference": (5.0, 4.0), "EvoNormS1 fused": (3.0, 2.5),
+            "EvoNormS1 reference": (5.5, 4.4), "EvoNormS2 fused": (2.6, 2.0), "EvoNormS2 reference": (4.6, 3.9),
+            "EvoNormB0 fused": (1.6, 1.2), "EvoNormB0 reference": (3.2, 3.0), "EvoNormB1 fused": (1.8, 1.5),
+            "EvoNormB1 reference": (3.6, 3.1), "EvoNormB2 fused": (1.7, 1.1), "EvoNormB2 reference": (3.4, 2.7),
+            "GroupNorm SiLU": (2.0, 1.6), "GroupNorm ReLU": (1.9, 1.7), "BatchNorm2d ReLU": (4.0, 3.2)}
+COPY_MS = (0.5, 0.4)
+COMPILE_S = {"EvoNormS0 fused": 7.0, "EvoNormB0 fused": 9.0, "GroupNorm SiLU": 3.0, "BatchNorm2d ReLU": 4.0}
+
+
+def kind(module: nn.Module) -> str:
+    """What a layer is, read from the module: an EvoNorm class and its implementation, or norm and activation."""
+    if isinstance(module, bench.NativeNormAct):
+        return f"{type(module[0]).__name__} {type(module[1]).__name__}"
+    return f"{type(module).__name__} {module.impl}"
+
+
+def seconds(ms: tuple[float, float]) -> list[float]:
+    """Three repetitions in seconds whose median and minimum are ``ms``."""
+    median, minimum = ms
+    return [median / 1e3, 2 * median / 1e3, minimum / 1e3]
+
+
+class Compiled(nn.Module):
+    """The stand-in of ``torch.compile``: runs the module it was given, and says so in ``calls``."""
+
+    def __init__(self, module: nn.Module, calls: list[nn.Module]) -> None:
+        super().__init__()
+        self.module, self.calls = module, calls
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.append(self.module)
+        return self.module(x)
+
+
+class Copies(TorchDispatchMode):
+    """Counts the bytes ``copy_`` writes while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.copy_.default:
+            self.bytes += args[0].numel() * args[0].element_size()
+        return func(*args, **(kwargs or {}))
+
+
+class LayerCosts:
+    """The layer table's timer and compiler. Every step costs what the module it ran costs (a compiled one half),
+    the step that copies the input :data:`COPY_MS`; every forward's module and input are kept in ``seen``."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[nn.Module, torch.Tensor, bool]] = []  # (module, input, compiled)
+        self.compiled: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
+        self.timer_calls: list[tuple[int, int, torch.device]] = []
+        self._ran: list[tuple[nn.Module, torch.Tensor]] = []
+        self._compiled_calls: list[nn.Module] = []
+
+    def watched(self, make):
+        def build(channels: int) -> nn.Module:
+            module = make(channels).double()
+            module.register_forward_hook(lambda m, args, out: self._ran.append((m, args[0])))
+            return module
+        return build
+
+    def compile_layer(self, module, step_input, grad):
+        self.compiled.append((module, step_input, grad))
+        return Compiled(module, self._compiled_calls), COMPILE_S[kind(module)]
+
+    def times(self, steps, reps, warmup, device):
+        self.timer_calls.append((reps, warmup, device))
+        out = {}
+        for name, step in steps.items():
+            self._ran.clear()
+            self._compiled_calls.clear()
+            with Copies() as copies:
+                step()
+            if not self._ran:
+                assert copies.bytes > 0, f"step {name!r} ran no layer and copied nothing"
+                out[name] = seconds(COPY_MS)
+                continue
+            (module, x), = self._ran
+            compiled = bool(self._compiled_calls)
+            self.seen.append((module, x, compiled))
+            median, minimum = LAYER_MS[kind(module)]
+            out[name] = seconds((median / 2, minimum / 2) if compiled else (median, minimum))
+        return out
+
+
+def test_timm_layers_are_divided_by_the_baseline_of_their_series():
+    assert bench.baseline_of("timm EvoNorm2dS0") == GN_SILU and bench.baseline_of("timm EvoNorm2dB0") == BN_RELU
+
+
+def run_table(monkeypatch, argv: list[str], shape: tuple[int, int, int, int], device: torch.device):
+    costs = LayerCosts()
+    monkeypatch.setattr(bench, "interleaved_times", costs.times)
+    monkeypatch.setattr(bench, "compile_layer", costs.compile_layer)
+    layers = {name: costs.watched(make) for name, make in bench.layer_factories(False).items()}
+    args = bench.parse_args(["--threads", "1", "--reps", "3", "--warmup", "2", *argv])
+    return bench.bench_shape(shape, layers, list(COMPILED), args, device, torch.float64), costs
+
+
+def kinds_by_name() -> dict[str, str]:
+    return {name: kind(make(8)) for name, make in bench.layer_factories(False).items()}
+
+
+@pytest.mark.parametrize("argv", [[], ["--eval", "--channels-last"]])
+def test_each_layer_row_against_its_hand_computed_baseline_times_and_bytes(monkeypatch, argv):
+    shape = (2, 8, 28, 27)
+    results, costs = run_table(monkeypatch, argv, shape, torch.device("cpu"))
+    input_bytes = 2 * 8 * 28 * 27 * 8  # float64
+    assert costs.timer_calls == [(3, 2, torch.device("cpu"))]
+    rows = {r.layer: r for r in results}
+    compiled = {name + bench.COMPILED for name in COMPILED}
+    assert set(rows) == set(BASELINE) | compiled
+    kinds = kinds_by_name()
+    for name, r in rows.items():
+        eager = name.removesuffix(bench.COMPILED)
+        scale = 0.5 if name in compiled else 1.0
+        median, minimum = (t * scale for t in LAYER_MS[kinds[eager]])
+        base_median, base_minimum = (t * scale for t in LAYER_MS[kinds[BASELINE[eager]]])
+        assert r.compiled == (name in compiled)
+        assert r.baseline == BASELINE[eager] + (bench.COMPILED if r.compiled else "")
+        assert r.shape == shape and r.input_bytes == input_bytes
+        assert r.ms == pytest.approx(median) and r.min_ms == pytest.approx(minimum)
+        assert r.ratio == pytest.approx(median / base_median) and r.min_ratio == pytest.approx(minimum / base_minimum)
+        assert r.copy_ms == pytest.approx(COPY_MS[0])
+        assert r.compile_s == (COMPILE_S[kinds[eager]] if r.compiled else 0.0)
+        if r.compiled:
+            assert r.saved_bytes == 0  # not measured for compiled layers
+        elif name.endswith("(fused)"):
+            assert input_bytes <= r.saved_bytes <= 1.1 * input_bytes  # the fused layers keep their input only
+        elif name.endswith("(reference)"):
+            assert r.saved_bytes >= 3 * input_bytes  # the composed formula keeps its intermediates
+    # every layer, eager or compiled, ran on the benchmark's input (shape, dtype, layout) in the mode asked
+    layout = torch.channels_last if "--channels-last" in argv else torch.contiguous_format
+    assert sorted(kind(m) for m, _, c in costs.seen if c) == sorted(kinds[n] for n in COMPILED)
+    assert len(costs.seen) == len(rows)
+    for module, x, _ in costs.seen:
+        assert module.training == ("--eval" not in argv)
+        assert x.shape == shape and x.dtype == torch.float64 and x.is_contiguous(memory_format=layout)
+    for module, x, grad in costs.compiled:  # each compiled layer: a module of its own, compiled on that input
+        assert not any(module is m for m, _, c in costs.seen if not c)
+        assert x.shape == grad.shape == shape and x.is_contiguous(memory_format=layout)
+
+
+def test_layers_and_their_input_are_on_the_device_given(monkeypatch):
+    """On the meta device (no data; every layer has a meta implementation): modules, input and gradient there."""
+    results, costs = run_table(monkeypatch, [], (2, 8, 6, 6), torch.device("meta"))
+    assert len(results) == len(BASELINE) + len(COMPILED)
+    for module, x, _ in costs.seen:
+        assert x.device.type == "meta" and all(p.device.type == "meta" for p in module.parameters())
+    for _, x, grad in costs.compiled:
+        assert x.device.type == grad.device.type == "meta"
+
+
+def layer_row(layer: str, ms: float, baseline_ms: float, shape=(2, 8, 28, 28), compiled=False, copy_ms=0.5):
+    baseline = BASELINE[layer] + (bench.COMPILED if compiled else "")
+    name = layer + (bench.COMPILED if compiled else "")
+    return bench.LayerResult(name, shape, baseline, ms, ms, 0, 1, compiled=compiled, ratio=ms / baseline_ms,
+                             min_ratio=1.0, copy_ms=copy_ms)
+
+
+def test_target_rows_hold_each_kind_to_its_own_limit(monkeypatch):
+    """Distinct limits per kind (the real ones are all 1.0): S and B eager, compiled, model time and memory."""
+    monkeypatch.setattr(bench, "TARGETS", {"s_eager": 1.1, "b_eager": 1.2, "compiled": 1.3, "model_time": 1.4,
+                                           "model_memory": 1.5})
+    layers = [
+        layer_row(GN_SILU, 2.0, 2.0),  # a baseline first: no row, and the ones after it still get theirs
+        layer_row("evonorm_s0 (reference)", 5.0, 2.0),  # a reference EvoNorm: no row either
+        layer_row("evonorm_s1 (fused)", 2.2, 2.0, shape=(2, 8, 27, 29)),  # 27 x 29 = 783 < 28 x 28: no roofline
+        layer_row("evonorm_b2 (fused)", 2.4, 4.0, shape=(2, 8, 29, 27)),
+        layer_row("evonorm_s0 (fused)", 2.6, 2.0, compiled=True),
+        layer_row("evonorm_b0 (fused)", 1.0, 4.0, shape=(2, 8, 28, 28)),
+    ]
+    models = [bench.ModelResult("evonorm_s0 vs gn_relu (native)", False, 2, 32, {"a": 3.0, "b": 2.0},
+                                {"a": 150.0, "b": 100.0}, model="mobilenet_v2"),
+              bench.ModelResult("evonorm_b0 vs bn_relu (native)", True, 2, 32, {"a": 2.0, "b": 2.0},
+                                {"a": 90.0, "b": 100.0})]
+    rows = bench.target_rows(layers, models)
+    assert [(r["target"], r["limit"]) for r in rows] == [
+        ("evonorm_s1 fwd+bwd vs gn_silu (native) at 2x8x27x29", 1.1),
+        ("evonorm_b2 fwd+bwd vs bn_relu (native) at 2x8x29x27", 1.2),
+        ("evonorm_s0 compiled fwd+bwd vs gn_silu (native) compiled at 2x8x28x28", 1.3),
+        ("evonorm_b0 fwd+bwd vs bn_relu (native) at 2x8x28x28", 1.2),
+        ("evonorm_b0 fwd+bwd fraction of the copy rate at 2x8x28x28", bench.ROOFLINE_TARGET),
+        ("MobileNetV2 step eager evonorm_s0 vs gn_relu (native)", 1.4),
+        ("MobileNetV2 step eager peak memory evonorm_s0 vs gn_relu (native)", 1.5),
+        ("ResNet-50 step compiled evonorm_b0 vs bn_relu (native)", 1.4),
+        ("ResNet-50 step compiled peak memory evonorm_b0 vs bn_relu (native)", 1.5),
+    ]
+    # ratios by hand: 2.2 / 2.0, 2.4 / 4.0, 2.6 / 2.0, 1.0 / 4.0, 8 * 0.5 / (2 * 1.0), 3 / 2, 150 / 100, 1, 0.9
+    assert [r["ratio"] for r in rows] == pytest.approx([1.1, 0.6, 1.3, 0.25, 2.0, 1.5, 1.5, 1.0, 0.9])
+    assert [r["met"] for r in rows] == [True, True, True, True, True, False, True, True, True]
+    assert [r.get("model") for r in rows] == [None] * 5 + ["mobilenet_v2"] * 2 + ["resnet50"] * 2
+
+
+def test_a_ratio_equal_to_its_limit_meets_it(monkeypatch):
+    """<= for the time and memory limits, >= for the roofline: equality meets both."""
+    row = layer_row("evonorm_s0 (fused)", 2.2, 2.0)
+    monkeypatch.setattr(bench, "TARGETS", {**bench.TARGETS, "s_eager": row.ratio})
+    monkeypatch.setattr(bench, "ROOFLINE_TARGET", row.roofline)
+    assert [r["met"] for r in bench.target_rows([row], [])] == [True, True]
+    monkeypatch.setattr(bench, "TARGETS", {**bench.TARGETS, "s_eager": row.ratio * (1 - 1e-12)})
+    monkeypatch.setattr(bench, "ROOFLINE_TARGET", row.roofline * (1 + 1e-12))
+    assert [r["met"] for r in bench.target_rows([row], [])] == [False, False]
+
+
+def test_format_targets_prints_the_count_and_one_line_per_row():
+    rows = [{"target": "a", "ratio": 1.25, "limit": 1.0, "met": False},
+            {"target": "b", "ratio": 0.5, "limit": 0.5, "met": True, "at_least": True}]
+    assert bench.format_targets(rows) == ("targets: 1 of 2 met\n"
+                                          "  MISS  1.25 <= 1.00  a\n"
+                                          "  met   0.50 >= 0.50  b")
+
+
+class ModelCosts:
+    """The whole-model step's builder, timer and memory probe; each model's kind is read from its modules."""
+
+    MS = {"evonorm_s0": (30.0, 20.0), "gn": (20.0, 16.0), "evonorm_b0": (40.0, 25.0), "bn": (25.0, 20.0)}
+    MB = {"evonorm_s0": 130.0, "gn": 100.0, "evonorm_b0": 90.0, "bn": 120.0}
+    COMPILE_S = {"evonorm_s0": 50.0, "gn": 30.0, "evonorm_b0": 60.0, "bn": 40.0}
+
+    def __init__(self) -> None:
+        self.ran: list[tuple[nn.Module, torch.Tensor]] = []
+        self.calls: dict[str, tuple] = {}
+        self.kind_of_name: dict[str, str] = {}
+
+    @staticmethod
+    def kind_of(model: nn.Module) -> str:
+        for cls, name in ((EvoNormS0, "evonorm_s0"), (EvoNormB0, "evonorm_b0"), (nn.GroupNorm, "gn"),
+                          (nn.BatchNorm2d, "bn")):
+            if any(isinstance(m, cls) for m in model.modules()):
+                return name
+        raise AssertionError("no normalization")
+
+    def training_steps(self, models, images, labels, dtype, compiled, lr):
+        self.calls["training_steps"] = (images, labels, dtype, compiled, lr)
+        for name, model in models.items():
+            self.kind_of_name[name] = self.kind_of(model)
+            model.register_forward_hook(lambda m, args, out: self.ran.append((m, args[0])))
+        # a forward stands in for the training step (autocast, which the real one enters, has no meta device)
+        steps = {name: (lambda model=model: model(images)) for name, model in models.items()}
+        compile_s = {n: self.COMPILE_S[self.kind_of_name[n]] for n in models} if compiled else {}
+        return steps, compile_s
+
+    def times(self, steps, reps, warmup, device):
+        self.calls["times"] = (reps, warmup, device)
+        out = {}
+        for name, step in steps.items():
+            self.ran.clear()
+            step()
+            out[name] = seconds(self.MS[self.kind_of(self.ran[-1][0])])
+        return out
+
+    def peak(self, step, device):
+        self.calls.setdefault("peak devices", []).append(device)
+        self.ran.clear()
+        step()
+        return self.MB[self.kind_of(self.ran[-1][0])] * 2**20
+
+
+@pytest.mark.parametrize("arch,compiled,channels_last", [("mobilenet_v2", False, False), ("resnet50", True, True)])
+def test_model_pairs_times_memory_and_compile_times_by_hand(monkeypatch, arch, compiled, channels_last):
+    """On the meta device (no data): each pair EvoNorm first, its values in ms and MB, the model and layout asked."""
+    costs = ModelCosts()
+    monkeypatch.setattr(bench, "training_steps", costs.training_steps)
+    monkeypatch.setattr(bench, "interleaved_times", costs.times)
+    monkeypatch.setattr(bench, "peak_step_bytes", costs.peak)
+    args = bench.parse_args(["--model-batch", "2", "--model-size", "32", "--model-reps", "3", "--threads", "1",
+                             *(["--channels-last"] if channels_last else [])])
+    device = torch.device("meta")
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    results = bench.bench_model(args, device, compiled=compiled, arch=arch)
+    pairs = {(costs.kind_of_name[a], costs.kind_of_name[b]): r for r in results for a, b in [list(r.ms)]}
+    assert set(pairs) == {("evonorm_s0", "gn"), ("evonorm_b0", "bn")}
+    for (evonorm, baseline), r in pairs.items():
+        names = list(r.ms)
+        assert r.pair == f"{names[0]} vs {names[1]}"
+        assert (r.compiled, r.batch, r.size, r.model) == (compiled, 2, 32, arch)
+        assert r.ms == {n: pytest.approx(costs.MS[costs.kind_of_name[n]][0]) for n in names}
+        assert r.min_ms == {n: pytest.approx(costs.MS[costs.kind_of_name[n]][1]) for n in names}
+        assert r.peak_mb == {n: pytest.approx(costs.MB[costs.kind_of_name[n]]) for n in names}
+        assert r.compile_s == ({n: costs.COMPILE_S[costs.kind_of_name[n]] for n in names} if compiled else {})
+        assert r.ratio == pytest.approx(costs.MS[evonorm][0] / costs.MS[baseline][0])
+        assert r.memory_ratio == pytest.approx(costs.MB[evonorm] / costs.MB[baseline])
+    images, labels, dtype, compiled_arg, _ = costs.calls["training_steps"]
+    assert compiled_arg is compiled and dtype == args.dtype
+    assert images.shape == (2, 3, 32, 32) and images.device == device and images.is_contiguous(memory_format=layout)
+    assert labels.shape == (2,) and labels.device == device and labels.dtype == torch.int64
+    reps, warmup, timer_device = costs.calls["times"]
+    assert (reps, timer_device) == (3, device) and warmup >= 1  # an untimed first round (lazy initialization)
+    assert costs.calls["peak devices"] == [device] * 4
+    for model, x in costs.ran:  # every model on the device and in the layout asked, in training
+        assert x.device == device and x.is_contiguous(memory_format=layout) and model.training
+        conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d) and m.groups == 1 and m.kernel_size == (3, 3))
+        assert conv.weight.device == device and conv.weight.is_contiguous(memory_format=layout)
