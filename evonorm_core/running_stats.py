@@ -41,26 +41,30 @@ def momentum_factor(momentum: float | None, num_batches_tracked: Tensor | int | 
     return 1.0 / max(tracked, 1)
 
 
-@torch.no_grad()
+# The functions below enter torch.no_grad() in their body rather than as a decorator: mutmut (tools/mutation.py)
+# leaves decorated functions unmutated.
+
+
 def count_batch_(num_batches_tracked: Tensor | None, momentum: float | None) -> float:
     """Count one (non-empty) training batch in ``num_batches_tracked`` (if given) and return
     its weight :func:`momentum_factor` for :func:`update_running_`."""
     if num_batches_tracked is not None:
-        num_batches_tracked.add_(1)
+        with torch.no_grad():
+            num_batches_tracked.add_(1)
     return momentum_factor(momentum, num_batches_tracked)
 
 
-@torch.no_grad()
 def update_running_(running: Tensor, batch_value: Tensor, factor: float, count: int | None = None) -> None:
     """``running <- (1 - factor) running + factor batch_value`` in place.
 
     ``count``: the number of elements the batch variance ``batch_value`` was taken over; the
     variance is then stored unbiased (``* count / (count - 1)``), as ``nn.BatchNorm2d`` does.
     """
-    value = batch_value.detach()
-    if count is not None and count > 1:
-        value = value * (count / (count - 1))
-    running.lerp_(value.to(running.dtype), factor)
+    with torch.no_grad():
+        value = batch_value.detach()
+        if count is not None and count > 1:
+            value = value * (count / (count - 1))
+        running.lerp_(value.to(running.dtype), factor)
 
 
 def is_batch_statistics_layer(module: nn.Module) -> bool:
@@ -77,7 +81,6 @@ def batch_statistics_layers(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if is_batch_statistics_layer(m)]
 
 
-@torch.no_grad()
 def recalibrate(
     model: nn.Module, batches: Iterable[Any], forward: Callable[[nn.Module, Any], Any] | None = None
 ) -> int:
@@ -89,10 +92,14 @@ def recalibrate(
     ``model(batch)``), then modes and momenta are restored. Returns the number of layers
     recalibrated (0: the model has no batch statistics and nothing is run).
     """
+    with torch.no_grad():
+        return _recalibrate(model, batches, forward or (lambda m, batch: m(batch)))
+
+
+def _recalibrate(model: nn.Module, batches: Iterable[Any], forward: Callable[[nn.Module, Any], Any]) -> int:
     layers = batch_statistics_layers(model)
     if not layers:
         return 0
-    forward = forward or (lambda m, batch: m(batch))
     modes = {m: m.training for m in model.modules()}
     momenta = [layer.momentum for layer in layers]
     model.eval()
