@@ -361,13 +361,17 @@ FLATNESS_MEANING = ("per seed, the last fifth of the per-epoch validation top-1 
 
 
 def mean_curve(runs: list[dict], label: str) -> Series | None:
-    """Validation top-1 per epoch, mean and std over the seeds of ``runs`` (None without histories)."""
+    """Validation top-1 per epoch, mean and std over the seeds of ``runs`` (None without histories); runs
+    without a history (diverged) are not drawn, and the label says how many seeds the curve is."""
     histories = [curve for curve in map(curve_of, runs) if curve]
     if not histories:
         return None
+    shown = label
+    if len(histories) < len(runs):
+        shown = f"{label} ({len(histories)} of {len(runs)} seeds; {len(runs) - len(histories)} diverged)"
     length = min(map(len, histories))
     points = [[h[e] for h in histories] for e in range(length)]
-    return Series(label, list(range(1, length + 1)), [statistics.mean(p) for p in points],
+    return Series(shown, list(range(1, length + 1)), [statistics.mean(p) for p in points],
                   [statistics.stdev(p) if len(p) > 1 else 0.0 for p in points], dashed=label in CONTROLS)
 
 

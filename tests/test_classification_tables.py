@@ -16,6 +16,7 @@ from evonorm_suite.classification.tables import (
     cells,
     load_results,
     main,
+    mean_curve,
     mini_config,
     paper_command,
     report_markdown,
@@ -373,3 +374,15 @@ def test_list_names_every_table_with_its_grid(capsys):
     assert "table2   6 models x 10 layers (9 runnable); miniature controls: ReLU (no norm), Random + rej" in out
     assert "table3   2 models x 7 layers (7 runnable) x 6 batch sizes (128, 64, 32, 16, 8, 4); miniature controls" in out
     assert "table13  1 models x 6 layers (6 runnable)" in out
+
+
+def test_a_curve_of_some_diverged_seeds_says_how_many_it_shows():
+    """Diverged runs have no history: the mean curve is over the others and its label says so, and a control
+    stays dashed whatever its label."""
+    runs = [{"history": [{"top1": 10.0}, {"top1": 50.0}]}, {"history": [{"top1": 30.0}, {"top1": 70.0}]},
+            {"final_top1": None, "diverged": "loss became nan at step 3"}]
+    curve = mean_curve(runs, "ReLU (no norm)")
+    assert curve.label == "ReLU (no norm) (2 of 3 seeds; 1 diverged)" and curve.dashed
+    assert curve.y == [20.0, 60.0]
+    assert mean_curve(runs[:2], "BN-ReLU").label == "BN-ReLU" and not mean_curve(runs[:2], "BN-ReLU").dashed
+    assert mean_curve(runs[2:], "ReLU (no norm)") is None
