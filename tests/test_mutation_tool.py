@@ -34,17 +34,17 @@ def test_a_run_asks_for_what_has_no_verdict_and_a_changed_module_is_run_again():
     names = [f"{SOME.dotted}.x_target_rows__mutmut_{i}" for i in range(1, 5)]
     verdicts = dict(zip(names, ["killed", "survived", "not checked", "no tests"]))
     # first run: every mutant (a whole module) or the selected functions' patterns
-    assert mutation.mutmut_arguments(WHOLE, {}, source_changed=True, rerun_survivors=False) == []
-    assert mutation.mutmut_arguments(SOME, {}, source_changed=True, rerun_survivors=False) == SOME.globs()
+    assert mutation.mutmut_arguments(WHOLE, {}, changed=True, rerun_survivors=False) == []
+    assert mutation.mutmut_arguments(SOME, {}, changed=True, rerun_survivors=False) == SOME.globs()
     # resumed: mutmut resumes a whole module itself; a selection is resumed by naming what is left
-    assert mutation.mutmut_arguments(WHOLE, verdicts, source_changed=False, rerun_survivors=False) == []
-    assert mutation.mutmut_arguments(SOME, verdicts, source_changed=False, rerun_survivors=False) == [names[2]]
+    assert mutation.mutmut_arguments(WHOLE, verdicts, changed=False, rerun_survivors=False) == []
+    assert mutation.mutmut_arguments(SOME, verdicts, changed=False, rerun_survivors=False) == [names[2]]
     done = {**verdicts, names[2]: "killed"}
-    assert mutation.mutmut_arguments(WHOLE, done, source_changed=False, rerun_survivors=False) is None
-    assert mutation.mutmut_arguments(SOME, done, source_changed=False, rerun_survivors=False) is None
-    # the source changed: mutmut reruns the changed functions of a whole module; a selection is run again
-    assert mutation.mutmut_arguments(WHOLE, done, source_changed=True, rerun_survivors=False) == []
-    assert mutation.mutmut_arguments(SOME, done, source_changed=True, rerun_survivors=False) == SOME.globs()
+    assert mutation.mutmut_arguments(WHOLE, done, changed=False, rerun_survivors=False) is None
+    assert mutation.mutmut_arguments(SOME, done, changed=False, rerun_survivors=False) is None
+    # the module or its tests changed: mutmut reruns what changed in a whole module; a selection is run again
+    assert mutation.mutmut_arguments(WHOLE, done, changed=True, rerun_survivors=False) == []
+    assert mutation.mutmut_arguments(SOME, done, changed=True, rerun_survivors=False) == SOME.globs()
     # after new tests: the survivors and the untested, by name (mutmut keeps a verdict otherwise)
     assert sorted(mutation.mutmut_arguments(WHOLE, verdicts, False, rerun_survivors=True)) == names[1:]
 

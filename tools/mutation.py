@@ -375,23 +375,23 @@ def source_hash(module: Module) -> str:
     return hashlib.sha256((REPO / module.path).read_bytes()).hexdigest()
 
 
-def mutmut_arguments(module: Module, verdicts: dict[str, str], source_changed: bool,
+def mutmut_arguments(module: Module, verdicts: dict[str, str], changed: bool,
                      rerun_survivors: bool) -> list[str] | None:
     """The mutant names (or patterns) to give ``mutmut run``; ``[]``: every mutant without a verdict; ``None``:
-    nothing to run.
+    nothing to run. ``changed``: the module or its test selection changed since its last result.
 
     mutmut runs every mutant it is named again, so a module restricted to some functions is resumed by naming
     the ones still to run; a whole module is resumed by mutmut itself, which also runs again the mutants of
-    functions that changed since.
+    functions that changed since (and every mutant when the test selection changed).
     """
     pending = [name for name, status in verdicts.items() if status in PENDING_STATUSES]
-    if not verdicts or (module.functions and source_changed):
+    if not verdicts or (module.functions and changed):
         return module.globs()
     if rerun_survivors:
         return pending + [name for name, status in verdicts.items() if status in ("survived", "no tests")]
     if pending:
         return pending if module.functions else []
-    return [] if source_changed and not module.functions else None
+    return [] if changed and not module.functions else None
 
 
 def run_module(module: Module, work_dir: Path, jobs: int, fresh: bool, rerun_survivors: bool) -> dict:
@@ -399,11 +399,13 @@ def run_module(module: Module, work_dir: Path, jobs: int, fresh: bool, rerun_sur
     if fresh and root.exists():
         shutil.rmtree(root)
     prepare(module, root)
-    previous = load_results().get(module.path, {})
-    names = mutmut_arguments(module, statuses(module, root), previous.get("source_sha256") != source_hash(module),
-                             rerun_survivors)
+    # what the verdicts in this folder were obtained with: written after each mutmut run
+    state_path = root / "verdicts-of.json"
+    current = {"source_sha256": source_hash(module), "tests": list(module.tests)}
+    changed = not state_path.exists() or json.loads(state_path.read_text(encoding="utf-8")) != current
+    names = mutmut_arguments(module, statuses(module, root), changed, rerun_survivors)
     if names is None:
-        print(f"[mutation] {module.path}: every mutant has a verdict and the module is unchanged "
+        print(f"[mutation] {module.path}: every mutant has a verdict and neither the module nor its tests changed "
               "(--rerun-survivors runs the survivors again, --fresh every mutant)", flush=True)
     else:
         what = ("the selected functions' mutants" if module.functions and names == module.globs() else
@@ -413,6 +415,7 @@ def run_module(module: Module, work_dir: Path, jobs: int, fresh: bool, rerun_sur
         if done.returncode:
             raise SystemExit(f"[mutation] mutmut run failed for {module.path} (exit status {done.returncode}); "
                              f"its output is above; the folder is {root}")
+        atomic_write(state_path, json.dumps(current) + "\n")
     summary = summarize(module, root, statuses(module, root))
     atomic_write(RESULTS / f"{module.slug}.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     return summary
