@@ -5,6 +5,8 @@
 // then the output), the backward two passes over (grad, x) (per-(n, c) sums, then dx), and
 // everything in between (group / batch combination, the per-(n, c) coefficients, the
 // small parameter gradients) is O(N C) work done here, not by PyTorch ops from Python.
+// The S series makes both passes of a direction per (n, group) run in NCHW and per sample
+// slab in channels_last, so the second pass reads cache, not memory (docs/benchmarks.md).
 // Layouts: NCHW-contiguous or channels_last-contiguous x (anything else is made
 // contiguous). Dtypes: float32, float16, bfloat16 (statistics in float32) and float64
 // (statistics in float64). Affine weight/bias: absent, per channel (C) or per sample (N, C).
@@ -62,7 +64,6 @@ template <typename A> inline A max_of(A a, A b) { return ((a > b) | (a != a)) ? 
 // Sums over long runs accumulate in the accumulation type within blocks of BLOCK
 // elements (vectorized) and in double across blocks.
 constexpr i64 BLOCK = 256;
-constexpr i64 CHANNEL_CHUNK = 256;  // channels per task in channels_last reductions
 
 struct Shape {
     i64 N, C, HW;
@@ -139,50 +140,26 @@ std::vector<A> per_c(const std::optional<Tensor>& t, i64 C, A fill) {
 }
 
 
-// ---- per-(n, c) sums of K terms over each plane ---------------------------------------
+// ---- per-(n, c) sums of K terms over each NCHW plane ---------------------------------
 // term(j, c, nc, out) adds the K terms of element j (channel c, plane nc) to out[0..K).
-// Result: sums[k * N * C + nc], double.
+// Result: sums[k * N * C + nc], double. (channels_last reductions go by sample slabs, below.)
 template <int K, typename A, typename Term>
 std::vector<double> plane_sums(const Shape& s, Term term) {
+    TORCH_CHECK(!s.nhwc, "evonorm: internal: plane_sums is for NCHW");
     std::vector<double> sums(K * s.N * s.C, 0.0);
     double* out = sums.data();
     const i64 NC = s.N * s.C;
-    if (!s.nhwc) {
-        at::parallel_for(0, NC, grain(s.HW), [&](i64 begin, i64 end) {
-            for (i64 nc = begin; nc < end; nc++) {
-                const i64 c = nc % s.C;
-                double total[K] = {};
-                for (i64 j0 = nc * s.HW; j0 < (nc + 1) * s.HW; j0 += BLOCK) {
-                    const i64 j1 = std::min(j0 + BLOCK, (nc + 1) * s.HW);
-                    A block[K] = {};
-                    for (i64 j = j0; j < j1; j++) term(j, c, nc, block);
-                    for (int k = 0; k < K; k++) total[k] += block[k];
-                }
-                for (int k = 0; k < K; k++) out[k * NC + nc] = total[k];
+    at::parallel_for(0, NC, grain(s.HW), [&](i64 begin, i64 end) {
+        for (i64 nc = begin; nc < end; nc++) {
+            const i64 c = nc % s.C;
+            double total[K] = {};
+            for (i64 j0 = nc * s.HW; j0 < (nc + 1) * s.HW; j0 += BLOCK) {
+                const i64 j1 = std::min(j0 + BLOCK, (nc + 1) * s.HW);
+                A block[K] = {};
+                for (i64 j = j0; j < j1; j++) term(j, c, nc, block);
+                for (int k = 0; k < K; k++) total[k] += block[k];
             }
-        });
-        return sums;
-    }
-    const i64 chunks = (s.C + CHANNEL_CHUNK - 1) / CHANNEL_CHUNK;
-    at::parallel_for(0, s.N * chunks, grain(s.HW * CHANNEL_CHUNK), [&](i64 begin, i64 end) {
-        std::vector<A> block(K * CHANNEL_CHUNK);
-        for (i64 task = begin; task < end; task++) {
-            const i64 n = task / chunks, c0 = (task % chunks) * CHANNEL_CHUNK, c1 = std::min(c0 + CHANNEL_CHUNK, s.C);
-            const i64 width = c1 - c0;
-            for (i64 i0 = 0; i0 < s.HW; i0 += BLOCK) {
-                std::fill(block.begin(), block.end(), A(0));
-                for (i64 i = i0; i < std::min(i0 + BLOCK, s.HW); i++) {
-                    const i64 base = (n * s.HW + i) * s.C;
-                    A* b = block.data();
-                    for (i64 c = c0; c < c1; c++) {
-                        A t[K] = {};
-                        term(base + c, c, n * s.C + c, t);
-                        for (int k = 0; k < K; k++) b[k * CHANNEL_CHUNK + (c - c0)] += t[k];
-                    }
-                }
-                for (int k = 0; k < K; k++)
-                    for (i64 c = 0; c < width; c++) out[k * NC + n * s.C + c0 + c] += block[k * CHANNEL_CHUNK + c];
-            }
+            for (int k = 0; k < K; k++) out[k * NC + nc] = total[k];
         }
     });
     return sums;
