@@ -98,7 +98,7 @@ def test_the_table_lists_every_module_and_the_survivors_of_those_run():
     assert text.startswith(mutation.TABLE_START) and text.endswith(mutation.TABLE_END)
     assert "| `evonorm_core/statistics.py` | statistics | 3 | 1 | 0 | 1 | 0 | 1 | 0 | 0 | 50.0 % |" in text
     assert "- survived: `x_f__mutmut_2` `- a = 1` / `+ a = 2`" in text
-    assert "(equivalent: the same number)" in text
+    assert "- equivalent: `x_f__mutmut_3` `- b = 1` / `+ b = 1.0`: the same number" in text
     for path in mutation.MODULES:
         assert f"`{path}`" in text
     assert "not run yet: `python3 tools/mutation.py --module evonorm_core/convert.py`" in text

@@ -454,7 +454,7 @@ def table(results: dict[str, dict]) -> str:
                      f"| {c[NO_TESTS]} | {c[EQUIVALENT]} | {c[OTHER]} | {c[PENDING]} | {percent(r['score'])} "
                      f"| {r['tool']}, {r['commit'][:7]}{''.join(f'; {n}' for n in notes)} |")
     lines.append("")
-    for path, r in results.items():
+    for path, r in ((path, results[path]) for path in MODULES if path in results):
         left = [m for m in r["not_killed"] if m["verdict"] not in (PENDING,)]
         if not left and not r["not_mutated"] and not r["stale_equivalents"]:
             continue
@@ -468,8 +468,8 @@ def table(results: dict[str, dict]) -> str:
             lines.append(f"- **stale equivalents entry**: {note}")
         for m in left:
             change = " / ".join(f"`{line[0]} {' '.join(line[1:].split())}`" for line in m.get("change", []))
-            why = f" (equivalent: {m['reason']})" if m["verdict"] == EQUIVALENT else ""
-            short = m["name"].removeprefix(MODULES[path].dotted + ".") if path in MODULES else m["name"]
+            why = f": {m['reason']}" if m["verdict"] == EQUIVALENT else ""
+            short = m["name"].removeprefix(MODULES[path].dotted + ".")
             lines.append(f"- {m['verdict']}: `{short}` {change}{why}")
         lines.append("\n</details>\n")
     lines.append(TABLE_END)
