@@ -203,19 +203,21 @@ class _Parser:
     def parse(self) -> int:
         """Parse every statement; the index of the final expression's node."""
         statements: list[list[tuple[str, str, int]]] = [[]]
+        ends: list[int] = []  # the column of the ';' that ends each definition
         for token in self.tokens:
             if token[1] == ";":
                 statements.append([])
+                ends.append(token[2])
             else:
                 statements[-1].append(token)
-        for statement in statements[:-1]:
+        for statement, end in zip(statements[:-1], ends):
             if len(statement) < 3 or statement[0][0] != "name" or statement[1][1] != "=":
-                at = statement[0][2] if statement else None
-                raise self.error("expected a definition 'name = expression' before ';'", at)
+                raise self.error("expected a definition 'name = expression' before ';'",
+                                 statement[0][2] if statement else end)
             name, at = statement[0][1], statement[0][2]
             if name in _VARIABLES or name in PRIMITIVES or name in self.defined:
                 raise self.error(f"cannot define {name!r}: it is already a variable, an op or defined", at)
-            self.defined[name] = self.expression(statement[2:], end=statement[1][2] + 1)
+            self.defined[name] = self.expression(statement[2:], end=end)
         root = self.expression(statements[-1], end=len(self.text))
         unused = [name for name in self.defined if name not in self.used]
         if unused:
