@@ -189,9 +189,8 @@ class _Parser:
             at = match.end()
         return tokens
 
-    def error(self, message: str, at: int | None = None) -> ValueError:
-        column = len(self.text) if at is None else at
-        return ValueError(f"cannot parse layer expression {self.text!r} at column {column}: {message}")
+    def error(self, message: str, at: int) -> ValueError:
+        return ValueError(f"cannot parse layer expression {self.text!r} at column {at}: {message}")
 
     def add(self, op: str, *inputs: int) -> int:
         node = Node(op, inputs)
