@@ -224,3 +224,37 @@ def test_more_parse_errors_say_what_is_wrong(text, message):
 ])
 def test_aggregates_input_tells_statistics_of_x_from_pointwise_layers(expression, aggregates):
     assert parse(expression).aggregates_input() is aggregates
+
+
+def test_mutate_without_a_mode_mutates_in_the_b_search_space():
+    """The default search is the B series (every op of Table 1): a mutation given no mode must reach the batch
+    statistics, as ``mode="B"`` does, and never keep the node's op."""
+    rng = random.Random(3)
+    ops = {mutate(parse("tanh(x)"), rng).nodes[0].op for _ in range(300)}
+    assert {"batch_mean", "batch_std", "batch_rms"} <= ops and "tanh" not in ops
+
+
+def test_random_genome_of_one_node_and_the_error_below_one():
+    """A graph needs at least its output node: ``num_nodes=1`` is the smallest valid genome (one op on the
+    initial nodes 0..3), 0 and negative counts are refused with the count in the message."""
+    rng = random.Random(6)
+    for _ in range(50):
+        genome = random_genome(rng, "B", num_nodes=1)
+        assert len(genome.nodes) == 1 and genome.output == len(INITIAL_NODES)
+        assert all(0 <= i < len(INITIAL_NODES) for i in genome.nodes[0].inputs)
+    for count in (0, -3):
+        with pytest.raises(ValueError, match=rf"^num_nodes must be >= 1, got {count}$"):
+            random_genome(rng, "B", num_nodes=count)
+
+
+def test_invalid_genome_messages_name_the_node_and_the_nodes_it_may_read():
+    """The whole message, counted by hand: the first intermediate node is node 4 (after x, 0, v0, v1) and may
+    read nodes 0..3; the third is node 6 and may read 0..5."""
+    with pytest.raises(ValueError, match=r"^a genome needs at least one intermediate node \(the output\)$"):
+        Genome(())
+    with pytest.raises(ValueError, match=r"^node 4: inputs \(4,\) must be earlier nodes \(0\.\.3\)$"):
+        Genome((Node("neg", (4,)),))
+    with pytest.raises(ValueError, match=r"^node 6: inputs \(2, 7\) must be earlier nodes \(0\.\.5\)$"):
+        Genome((Node("neg", (0,)), Node("tanh", (4,)), Node("add", (2, 7))))
+    with pytest.raises(ValueError, match=r"^node 5: op 'add' takes 2 inputs, got \(0,\)$"):
+        Genome((Node("neg", (0,)), Node("add", (0,))))
