@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from evonorm_core.classifiers.anchors import build_anchor
 from evonorm_core.classifiers.data import load_cifar10, load_digits_proxy
 from evonorm_core.search import Stage, genome_norm_act, parse, static_rejection, worst_case_gradient_norm
+from evonorm_core.search.equivalence import FINGERPRINT_SHAPE, probe_outputs
 from evonorm_suite.search.config import REFERENCE_LAYERS as BASELINES
 from evonorm_suite.search.proxy import ProxyConfig, ProxyEvaluator, load_data
 
@@ -284,3 +285,111 @@ def test_centre_validation_frames_validation_and_recalibration_as_the_crops():
     assert batch.shape[-2:] == (24, 24)
     whole = [image for image in train_x if torch.equal(image[..., 2:26, 2:26], batch[0])]
     assert whole, "a recalibration image is the centre crop of a training image"
+
+
+@pytest.mark.parametrize("expression, reason", [
+    ("x * 0", "output does not depend on x"), ("x / 0", "non-finite output on random input"),
+    ("x + sqrt(x * 0)", "non-finite gradient on random input"),
+])
+def test_static_rejection_reasons_are_whole_sentences(expression, reason):
+    """The reason is recorded in the search log and the report as it is: the whole sentence, not a word of it."""
+    assert static_rejection(parse(expression)) == reason
+
+
+def test_static_rejection_tells_dependence_on_x_within_rtol_1e6_and_atol_1e9():
+    """Two different random inputs giving outputs equal within a relative 1e-6 (and an absolute 1e-9) mean the
+    output does not depend on x. Constants built from the zero node, computed by hand: K = exp(exp(exp(1))) =
+    3.81e6 and K exp(exp(1)) = 5.78e7; channel_rms(0) = sqrt(eps), so eps^2 e^2 = 7.39e-10. The probe's inputs
+    (2 randn + 0.5) differ by up to about 10 between its two batches, so:
+
+    * K + x moves by up to ~2.6e-6 of its value: above rtol 1e-6, it depends on x (it would not under 1e-5);
+    * K exp(e) + x moves by up to ~1.7e-7 of its value: below 1e-6, it does not;
+    * 7.39e-10 x moves by up to ~7e-9 absolute around values near 0: above atol 1e-9 (below 1e-8), it depends.
+    """
+    large, larger = "exp(exp(exp(exp(0))))", "exp(exp(exp(exp(0)))) * exp(exp(exp(0)))"
+    tiny = "x * square(channel_rms(0)) * square(channel_rms(0)) * exp(exp(0) + exp(0))"
+    first, second, _ = probe_outputs(parse(f"{large} + x"))
+    assert 1e-6 < ((first - second).abs() / second.abs()).max() < 1e-5  # the premise, from the probe itself
+    first, second, _ = probe_outputs(parse(f"{larger} + x"))
+    assert ((first - second).abs() / second.abs()).max() < 1e-6
+    first, second, _ = probe_outputs(parse(tiny))
+    assert 1e-9 < (first - second).abs().max() < 1e-8 and second.abs().max() < 1e-8
+    assert static_rejection(parse(f"{large} + x")) is None
+    assert static_rejection(parse(f"{larger} + x")) == "output does not depend on x"
+    assert static_rejection(parse(tiny)) is None
+
+
+def test_the_gradient_check_runs_the_layer_the_output_check_probed(monkeypatch):
+    """The gradient stage evaluates the genome as the probe does (``FINGERPRINT_SHAPE``: 8 channels in 4 groups
+    of 2), so a layer is judged in one configuration. ``sqrt(group_mean(x) - instance_mean(x))``: with 4 groups
+    of 2 channels the two means differ, the output and its gradient are finite; with one channel per group (8
+    groups, the default for 8 channels) the difference is exactly 0, where the signed sqrt's gradient is NaN."""
+    from evonorm_core.search import GraphLayer, rejection
+
+    assert static_rejection(parse("x + sqrt(group_mean(x) - instance_mean(x))")) is None
+    seen = []
+
+    class Recorder(GraphLayer):
+        def __init__(self, genome, num_channels, **kwargs):
+            super().__init__(genome, num_channels, **kwargs)
+            seen.append(("layer", num_channels, self.groups))
+
+        def forward(self, x):
+            seen.append(("input", tuple(x.shape)))
+            return super().forward(x)
+
+    monkeypatch.setattr(rejection, "GraphLayer", Recorder)
+    assert static_rejection(parse("x * sigmoid(x)")) is None
+    assert seen == [("layer", FINGERPRINT_SHAPE[1], 4), ("input", FINGERPRINT_SHAPE)]
+
+
+def one_conv(weight: float) -> torch.nn.Conv2d:
+    conv = torch.nn.Conv2d(1, 1, 1, bias=False).double()
+    with torch.no_grad():
+        conv.weight.fill_(weight)
+    return conv
+
+
+def test_stability_defaults_are_the_papers_100_steps_lr_0_01_and_threshold_1e8():
+    """Section 4.4: 100 ascent steps, rejected above 1e8; ascent rate 0.01. On the 1x1 conv model of the tests
+    above (L = (w s)^2 / 2, norm |w| s^2, each step adds lr s^2 to w): with s = 3, w0 = 0.5 the 100th (last,
+    largest) norm is (0.5 + 99 * 0.01 * 9) * 9 = 84.69; with s = 1 and w0 = 1e8 + 0.5 the first norm is
+    already above 1e8 and the test stops at step 1."""
+    x3, x1 = (torch.full((1, 1, 1, 1), s, dtype=torch.float64) for s in (3.0, 1.0))
+    worst, steps = worst_case_gradient_norm(one_conv(0.5), lambda m: m(x3).square().sum() / 2)
+    assert steps == 100 and worst == pytest.approx((0.5 + 99 * 0.01 * 9) * 9, rel=1e-12)
+    worst, steps = worst_case_gradient_norm(one_conv(1e8 + 0.5), lambda m: m(x1).square().sum() / 2)
+    assert steps == 1 and worst == pytest.approx(1e8 + 0.5, rel=1e-15)
+
+
+def test_stability_edge_cases_counted_by_hand():
+    """No step: nothing seen, (0, 0). Norms below 1: the largest is returned as it is (0.1 with s = 1, w = 0.1,
+    lr 0). A loss no conv weight influences: its gradient norm is 0 and there is nothing to ascend, so the test
+    stops after the first step with (0, 1). A conv the loss does not use (a second, dead branch) is skipped both
+    in the norm and in the ascent: the result is the one-conv model's and the unused weight is left as it was.
+    A model without convolutions has nothing to test."""
+    x = torch.full((1, 1, 1, 1), 1.0, dtype=torch.float64)
+    assert worst_case_gradient_norm(one_conv(0.1), lambda m: m(x).square().sum() / 2, steps=0) == (0.0, 0)
+    assert worst_case_gradient_norm(one_conv(0.1), lambda m: m(x).square().sum() / 2, steps=2, lr=0.0) == (
+        pytest.approx(0.1, rel=1e-15), 2)
+
+    class WithScale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.scale = one_conv(0.5), torch.nn.Parameter(torch.tensor(2.0, dtype=torch.float64))
+
+    model = WithScale()
+    assert worst_case_gradient_norm(model, lambda m: (m.scale * 3).square(), steps=5) == (0.0, 1)
+
+    class DeadBranch(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.unused = one_conv(0.5), one_conv(-2.0)
+
+    model, s, lr = DeadBranch(), 3.0, 0.01
+    x3 = torch.full((1, 1, 1, 1), s, dtype=torch.float64)
+    worst, steps = worst_case_gradient_norm(model, lambda m: m.used(x3).square().sum() / 2, steps=3, lr=lr)
+    assert steps == 3 and worst == pytest.approx((0.5 + 2 * lr * s ** 2) * s ** 2, rel=1e-12)
+    assert model.unused.weight.item() == -2.0 and model.used.weight.item() == pytest.approx(0.5 + 3 * lr * s ** 2)
+    with pytest.raises(ValueError, match=r"^the stability test needs a model with convolutions$"):
+        worst_case_gradient_norm(torch.nn.Linear(2, 2), lambda m: m.weight.sum())
