@@ -84,14 +84,29 @@ def check_nchw(fn: str, x: Tensor) -> None:
         )
 
 
+def has_shape(t: Tensor, *sizes: int) -> bool:
+    """Whether ``t.shape == sizes``, compared size by size: under torch.compile (torch 2.11) Dynamo
+    misjudged ``tuple(t.shape) in ((c,), (n, c))`` once it recompiled with dynamic shapes."""
+    return t.dim() == len(sizes) and all(a == b for a, b in zip(t.shape, sizes))
+
+
 def check_affine(fn: str, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> None:
     """Raise a ``ValueError`` naming ``fn`` unless ``weight`` and ``bias`` are each None, per
     channel (C,) or per sample (N, C) for the NCHW input ``x``."""
     n, c = x.shape[:2]
     for name, t in (("weight", weight), ("bias", bias)):
-        if t is not None and tuple(t.shape) not in ((c,), (n, c)):
+        if t is not None and not (has_shape(t, c) or has_shape(t, n, c)):
             raise ValueError(f"{fn}: {name} must be None, ({c},) or per sample ({n}, {c}) for input of shape "
                              f"{tuple(x.shape)}, got shape {tuple(t.shape)}")
+
+
+def check_devices(fn: str, x: Tensor, **tensors: Tensor | None) -> None:
+    """Raise a ``ValueError`` naming ``fn`` unless each given tensor is on ``x``'s device (the
+    fused operators dispatch on ``x`` alone and would read another device's memory)."""
+    for name, t in tensors.items():
+        if t is not None and t.device != x.device:
+            raise ValueError(f"{fn}: {name} is on {t.device} but the input is on {x.device}; "
+                             f"move the layer to the input's device (layer.to({str(x.device)!r}))")
 
 
 def check_impl(name: str, impl: str) -> str:
@@ -120,15 +135,21 @@ def _batch_norm_takes(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> 
     return dtypes == {x.dtype} or (dtypes == {torch.float32} and x.dtype in (torch.float16, torch.bfloat16))
 
 
+# torch <= 2.11 refuses eps=0 even in eval; 1 + 1e-20 rounds to 1 in float32 and float64, so
+# the batch norm below still divides by exactly sqrt(1)
+_UNIT_VARIANCE_EPS = 1e-20
+
+
 def affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
     """``x * weight + bias`` per channel (an EvoNorm with ``nonlinearity=False``), in ``x``'s dtype.
 
     With per-channel ``(C,)`` weight and bias in a dtype ``F.batch_norm`` takes with ``x``,
-    this is an inference-mode batch norm with mean 0, variance 1 and eps 0: PyTorch's fused
+    this is an inference-mode batch norm with mean 0, variance 1 and no eps (1 + 1e-20 == 1): PyTorch's fused
     kernels give the forward in one pass and ``dx``, ``dweight``, ``dbias`` in one backward
     call, keeping only ``x``. Otherwise composed ops in ``x``'s compute dtype.
     """
     check_affine("affine", x, weight, bias)
+    check_devices("affine", x, weight=weight, bias=bias)
     if weight is None and bias is None:
         return x
     if not _per_sample(weight, bias) and _batch_norm_takes(x, weight, bias):
@@ -136,7 +157,7 @@ def affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
         like = weight if weight is not None else bias
         zeros = torch.zeros(c, dtype=like.dtype, device=like.device)
         ones = torch.ones(c, dtype=like.dtype, device=like.device)
-        return F.batch_norm(x, zeros, ones, weight, bias, training=False, momentum=0.0, eps=0.0)
+        return F.batch_norm(x, zeros, ones, weight, bias, training=False, momentum=0.0, eps=_UNIT_VARIANCE_EPS)
     return apply_affine(upcast(x), weight, bias).to(x.dtype)
 
 
@@ -160,8 +181,9 @@ def evonorm_s(
     if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0 or c % groups:
         raise ValueError(f"evonorm_s: groups must be a positive int dividing the {c} channels, got {groups!r}")
     check_affine("evonorm_s", x, weight, bias)
-    if v1 is not None and tuple(v1.shape) != (c,):
+    if v1 is not None and not has_shape(v1, c):
         raise ValueError(f"evonorm_s: v1 must be None or ({c},), got shape {tuple(v1.shape)}")
+    check_devices("evonorm_s", x, weight=weight, bias=bias, v1=v1)
     if x.numel() == 0:
         return _empty_result(x, weight, bias, v1)
     op = _fused_forward(x, "s_forward") if impl == "fused" else None
@@ -223,12 +245,14 @@ def evonorm_b(
     c = x.shape[1]
     if variant not in B_VARIANTS:
         raise ValueError(f"evonorm_b: unknown variant {variant!r}; accepted: {list(B_VARIANTS)}")
-    if variant == "b0" and (v1 is None or tuple(v1.shape) != (c,)):
+    if variant == "b0" and (v1 is None or not has_shape(v1, c)):
         raise ValueError(f"evonorm_b: variant 'b0' needs v1 of shape ({c},), got "
                          f"{None if v1 is None else tuple(v1.shape)}")
     check_affine("evonorm_b", x, weight, bias)
-    if running_var is not None and tuple(running_var.shape) != (c,):
+    if running_var is not None and not has_shape(running_var, c):
         raise ValueError(f"evonorm_b: running_var must have shape ({c},), got {tuple(running_var.shape)}")
+    check_devices("evonorm_b", x, weight=weight, bias=bias, v1=v1, running_var=running_var,
+                  num_batches_tracked=num_batches_tracked)
     use_batch = training or running_var is None
     update = training and running_var is not None
     synced = use_batch and stats.syncs_across_processes(sync, process_group)
@@ -377,8 +401,8 @@ def _fused_forward(x: Tensor, name: str) -> Callable[..., tuple[Tensor, ...]] | 
     node per layer), ``torch.compile`` per :data:`COMPILED_OPERATOR_MIN_NUMEL`; ONNX export
     takes the formula (plain ONNX ops).
     """
-    if not ops.is_loaded():
-        ops.load()
+    if not ops.is_loaded(x.device.type):
+        ops.load(x.device.type)
     compiling, exporting = torch.compiler.is_compiling(), torch.compiler.is_exporting()
     if not (compiling or exporting or torch.jit.is_tracing()):
         return getattr(ops.library, f"{name}_eager") if torch.is_grad_enabled() else getattr(torch.ops.evonorm, name)

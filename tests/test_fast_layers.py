@@ -236,6 +236,29 @@ def test_without_cpp_kernels_the_generic_implementation_runs():
     assert out.stdout.split() == ["unavailable", "1", "True", "False"]
 
 
+def test_another_device_defines_the_operators_without_the_cpu_kernels():
+    """A process whose first EvoNorm call is on another device (meta here, CUDA on a GPU machine)
+    defines the operators and runs their PyTorch implementation, and never looks up, builds or warns
+    about the C++ CPU kernels (found on a GPU: the first CUDA call warned that the CPU kernels were missing)."""
+    code = (
+        "import warnings, torch, evonorm_core\n"
+        "from evonorm_core import ops\n"
+        "def refuse(): raise AssertionError('the CPU kernels were looked up')\n"
+        "ops.status = ops.extension.status = refuse\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('error')\n"
+        "    for name in ('evonorm_s0', 'evonorm_b0'):\n"
+        "        x = torch.randn(2, 8, 4, 4, device='meta', requires_grad=True)\n"
+        "        y = evonorm_core.build_norm_act(name, 8).to('meta')(x)\n"
+        "        y.sum().backward()\n"
+        "print(y.device, x.grad.shape == x.shape, ops.is_loaded('meta'), ops.is_loaded('cpu'))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["meta", "True", "True", "False"]
+
+
 def make_pair(name, channels, groups=None, nonlinearity=True, dtype=torch.float64):
     """A fused layer with random parameters and running_var, and the reference ``p`` dict."""
     options = {"groups": groups} if "_s" in name else {}

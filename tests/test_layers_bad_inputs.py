@@ -197,3 +197,25 @@ def test_an_infinite_input_is_non_finite_in_both_and_touches_only_its_statistics
     others = [0, 1, *range(4, 8)]
     torch.testing.assert_close(fused[:, others], reference[:, others])
     assert torch.isfinite(reference[:, others]).all()
+
+
+def _other_device_cases():
+    cases = [("meta", "cpu")]
+    cases += [pytest.param(params, inputs, marks=pytest.mark.gpu) for params, inputs in (("cuda", "cpu"), ("cpu", "cuda"))]
+    return cases
+
+
+@pytest.mark.parametrize(("params_on", "input_on"), _other_device_cases())
+@pytest.mark.parametrize("nonlinearity", [True, False])
+@pytest.mark.parametrize("impl", ["reference", "fused"])
+@pytest.mark.parametrize("name", IMPL_LAYERS)
+def test_parameters_on_another_device_are_refused_by_both_implementations(name, impl, nonlinearity, params_on, input_on):
+    """The fused operators dispatch on the input's device alone: parameters elsewhere (a layer left on the CPU,
+    or on the meta device after ``to_empty``-style construction) must not be read as if they were on it. Both
+    implementations raise the same ValueError naming both devices, in training and eval."""
+    layer = build(name, nonlinearity, impl=impl).to(params_on)
+    x = torch.randn(2, 8, 3, 3, device=input_on)
+    for training in (True, False):
+        layer.train(training)
+        with pytest.raises(ValueError, match=rf"is on {params_on}(:0)? but the input is on {input_on}(:0)?; move the layer"):
+            layer(x)

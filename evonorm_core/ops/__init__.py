@@ -17,22 +17,28 @@ from .extension import KernelStatus, status
 
 __all__ = ["KernelStatus", "extension", "is_loaded", "library", "load", "status"]
 
-_loaded = False
+_ready: set[str] = set()  # the device types load() has made the operators ready for
 
 
 @torch._dynamo.assume_constant_result
-def load() -> bool:
-    """Define the operators and load the CPU kernels (once; the first call may build them).
+def load(device_type: str = "cpu") -> bool:
+    """Make the operators ready for ``device_type`` (once per type): define them and, for the
+    CPU, load its C++ kernels (the first call may build them). Other devices (CUDA) run the
+    operators' PyTorch implementation, so a GPU program never builds, loads or warns about CPU
+    kernels.
 
     Inside ``torch.compile`` this runs at trace time, so a compiled model never graph-breaks
-    on it. Returns True when the C++ CPU kernels are in use.
+    on it. Returns True when the C++ CPU kernels are in use (always False for other devices).
     """
-    global _loaded
-    available = status().available
-    _loaded = True
+    if device_type == "cpu":
+        available = status().available
+    else:
+        library.define()
+        available = False
+    _ready.add(device_type)
     return available
 
 
-def is_loaded() -> bool:
-    return _loaded
-
+def is_loaded(device_type: str = "cpu") -> bool:
+    """Whether :func:`load` has run for ``device_type``."""
+    return device_type in _ready
