@@ -13,7 +13,8 @@ RESULTS = ROOT / "docs" / "results"
 
 
 def test_placeholders_become_blocks_and_rendering_is_stable():
-    doc = "intro\n\nRESULTS_CAPTURE\n\nmiddle\n\nRESULTS_BENCHMARK\n\n### compiled\n\nRESULTS_COMPILED\n"
+    doc = ("intro\n\nRESULTS_CAPTURE\n\nmiddle\n\nRESULTS_BENCHMARK\n\n### gpu\n\nRESULTS_BENCHMARK_CUDA\n\n"
+           "### compiled\n\nRESULTS_COMPILED\n")
     once = render.render_all(doc, RESULTS)
     for name in render.BLOCKS:
         assert f"<!-- {name}:" in once and f"<!-- /{name} -->" in once
@@ -23,13 +24,17 @@ def test_placeholders_become_blocks_and_rendering_is_stable():
 
 
 def test_blocks_report_what_the_json_says():
-    doc = render.render_all("RESULTS_CAPTURE\nRESULTS_BENCHMARK\nRESULTS_COMPILED\n", RESULTS)
-
-    bench = json.loads((RESULTS / "benchmark_layers.json").read_text())
-    missed = [t for t in bench["targets"] if not t["met"]]
-    met = len(bench["targets"]) - len(missed)
-    assert f"targets in this run: {met} of {len(bench['targets'])} met" in doc
-    assert doc.count("- **MISS**") == len(missed)
+    doc = render.render_all("RESULTS_CAPTURE\nRESULTS_BENCHMARK\nRESULTS_BENCHMARK_CUDA\nRESULTS_COMPILED\n", RESULTS)
+    cpu_block, cuda_block = doc.split("<!-- /RESULTS_BENCHMARK -->")
+    for block, name in ((cpu_block, "benchmark_layers.json"), (cuda_block, "benchmark_layers_cuda.json")):
+        bench = json.loads((RESULTS / name).read_text())
+        missed = [t for t in bench["targets"] if not t["met"]]
+        met = len(bench["targets"]) - len(missed)
+        assert f"targets in this run: {met} of {len(bench['targets'])} met" in block
+        assert block.count("- **MISS**") == len(missed)
+    bn_relu = next(r for r in bench["layers"] if r["layer"] == "bn_relu (native)")
+    assert f"| bn_relu (native) | bn_relu | {bn_relu['ms']:.3g} ms |" in cuda_block  # sub-millisecond GPU times
+    assert "the C++ kernels are CPU-only" in cuda_block and "EvoNorm CPU kernels" not in cuda_block
     capture = json.loads((RESULTS / "capture_resnet50.json").read_text())["results"]
     assert f"{sum(r['ok'] for r in capture)} of {len(capture)} checks passed" in doc
     assert "Command: `python tools/benchmark_layers.py" in doc and "load average" in doc

@@ -265,15 +265,26 @@ def compile_layer(module: nn.Module, step_input: Tensor, grad: Tensor) -> tuple[
     return compiled, time.perf_counter() - start
 
 
+def placed(module: nn.Module, x: Tensor) -> nn.Module:
+    """``module`` on ``x``'s device; native GroupNorms also in ``x``'s dtype (PyTorch's CUDA
+    ``group_norm`` takes no float32 parameters with a bfloat16/float16 input; the other layers,
+    like BatchNorm under mixed precision, keep float32 parameters)."""
+    module.to(x.device)
+    for m in module.modules():
+        if isinstance(m, nn.GroupNorm):
+            m.to(x.dtype)
+    return module
+
+
 def bench_shape(shape, layers: dict, compiled_names: list[str], args, device, dtype) -> list[LayerResult]:
     layout = torch.channels_last if args.channels_last else torch.contiguous_format
     x = torch.randn(shape, device=device, dtype=dtype).contiguous(memory_format=layout)
     grad = torch.randn_like(x)
-    modules = {name: make(shape[1]).to(device).train(not args.eval) for name, make in layers.items()}
+    modules = {name: placed(make(shape[1]), x).train(not args.eval) for name, make in layers.items()}
     callables: dict[str, Callable[[Tensor], Tensor]] = dict(modules)
     compile_s: dict[str, float] = {}
     for name in compiled_names:
-        module = layers[name](shape[1]).to(device).train(not args.eval)
+        module = placed(layers[name](shape[1]), x).train(not args.eval)
         callables[name + COMPILED], compile_s[name + COMPILED] = compile_layer(module, x, grad)
     steps = {name: layer_step(fn, x, grad) for name, fn in callables.items()}
     buffer = torch.empty_like(x)

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCKS = ("RESULTS_CAPTURE", "RESULTS_BENCHMARK", "RESULTS_COMPILED")
+BLOCKS = ("RESULTS_CAPTURE", "RESULTS_BENCHMARK", "RESULTS_BENCHMARK_CUDA", "RESULTS_COMPILED")
 # the code whose change makes a result stale (kernels, layers, the measuring code)
 CODE = ["evonorm_core/ops", "evonorm_core/functional.py", "evonorm_core/formulas.py", "evonorm_core/layers",
         "evonorm_core/statistics.py", "evonorm_core/running_stats.py", "evonorm_core/convert.py",
@@ -84,8 +84,21 @@ def kernels_note(kernels: str) -> str:
             "from the same source and flags")
 
 
+def device_note(device: str, kernels: str) -> str:
+    """Which code the EvoNorms ran: the C++ kernels' provenance on the CPU, PyTorch's ops elsewhere."""
+    if device.startswith("cpu"):
+        return kernels_note(kernels)
+    return (f"On {device.upper()} the fused EvoNorms run the operators' device-generic PyTorch implementation "
+            "(eager) and Inductor's kernels of the formula (compiled); the C++ kernels are CPU-only")
+
+
 def fmt(x: float, digits: int = 2) -> str:
     return f"{x:.{digits}f}"
+
+
+def ms_text(ms: float) -> str:
+    """A time in milliseconds to about three significant figures ("12 ms", "0.654 ms")."""
+    return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.3g} ms"
 
 
 def shape_name(shape) -> str:
@@ -148,7 +161,7 @@ def render_benchmark(path: Path, png: str) -> str:
         f"**Last run:** {provenance(path)} Command: `{d['command'].strip()}` "
         f"({cfg['dtype']}, {'eval' if cfg['eval'] else 'train'} mode, {cfg['device'].upper()}, {cfg['threads']} "
         f"threads, median of {cfg['reps']} interleaved repetitions after {cfg['warmup']} warm-up), torch {d['torch']}, "
-        f"{load_note(d['load_average'], cfg['threads'])}. {kernels_note(d['kernels'])}.",
+        f"{load_note(d['load_average'], cfg['threads'])}. {device_note(cfg['device'], d['kernels'])}.",
         "",
     ]
     # how noisy: GN-ReLU and GN-SiLU do the same work and should time alike
@@ -172,7 +185,7 @@ def render_benchmark(path: Path, png: str) -> str:
             if r is None:
                 cells.append("-")
             elif name == r["baseline"]:
-                cells.append(f"{r['ms']:.0f} ms")
+                cells.append(ms_text(r['ms']))
             else:
                 cells.append(fmt(r["ratio"]))
         kept = max(r["saved_ratio"] for r in rows if r)
@@ -194,7 +207,7 @@ def render_benchmark(path: Path, png: str) -> str:
                     cells.append("-")
                 elif name == r["baseline"]:
                     eager_ms = by.get((name.replace(" compiled", ""), s))
-                    cells.append(f"{r['ms']:.0f} ms" + (f" ({fmt(r['ms'] / eager_ms['ms'])}x eager)" if eager_ms else ""))
+                    cells.append(ms_text(r['ms']) + (f" ({fmt(r['ms'] / eager_ms['ms'])}x eager)" if eager_ms else ""))
                 else:
                     cells.append(fmt(r["ratio"]))
             lines.append(f"| {name} | {base.split(' (')[0]} | " + " | ".join(cells)
@@ -304,6 +317,8 @@ def render_all(doc: str, results: Path) -> str:
     blocks = {
         "RESULTS_CAPTURE": render_capture(results / "capture_resnet50.json"),
         "RESULTS_BENCHMARK": render_benchmark(results / "benchmark_layers.json", "results/benchmark_layers.png"),
+        "RESULTS_BENCHMARK_CUDA": render_benchmark(results / "benchmark_layers_cuda.json",
+                                                   "results/benchmark_layers_cuda.png"),
         "RESULTS_COMPILED": render_compiled(results / "compiled_choice.json"),
     }
     for name, body in blocks.items():
