@@ -118,3 +118,63 @@ def test_gamma_beta_follow_the_graph(x):
         layer.weight.fill_(2.0)
         layer.bias.fill_(-0.5)
     torch.testing.assert_close(layer(x), torch.tanh(x) * 2 - 0.5)
+
+
+class ReferenceContext:
+    """What a layer gives an op, with the batch statistics of the batch itself in float64 (training)."""
+
+    eps, groups = EPS, GROUPS
+
+    def batch_statistic(self, kind, value):
+        dims = AXES["batch"]
+        return {"mean": lambda: ref_mean(value, dims), "var": lambda: ref_var(value, dims),
+                "mean_square": lambda: ref_mean(value * value, dims)}[kind]()
+
+
+# Table 1 in the printers' two notations, typed from the paper (operands x and v1 / v_1).
+TABLE1_NOTATION = {
+    "add": ("x + v1", "x + v_1"), "mul": ("x * v1", "x v_1"), "div": ("x / v1", r"\frac{x}{v_1}"),
+    "max": ("max(x, v1)", r"\max(x, v_1)"), "neg": ("-x", "-x"), "sigmoid": ("sigmoid(x)", r"\sigma(x)"),
+    "tanh": ("tanh(x)", r"\tanh(x)"), "exp": ("exp(x)", "e^{x}"), "log": ("log(x)", r"\mathrm{sign}(x) \ln|x|"),
+    "abs": ("abs(x)", r"\left|x\right|"), "square": ("square(x)", r"\left(x\right)^2"),
+    "sqrt": ("sqrt(x)", r"\mathrm{sign}(x) \sqrt{|x|}"),
+}
+for _axis, _sub in {"batch": "b,w,h", "channel": "w,h,c", "instance": "w,h", "group": "w,h,c/g"}.items():
+    TABLE1_NOTATION[f"{_axis}_mean"] = (f"{_axis}_mean(x)", rf"\mu_{{{_sub}}}(x)")
+    TABLE1_NOTATION[f"{_axis}_std"] = (f"{_axis}_std(x)", rf"\sqrt{{s^2_{{{_sub}}}(x)}}")
+    TABLE1_NOTATION[f"{_axis}_rms"] = (f"{_axis}_rms(x)", rf"\sqrt{{\mu_{{{_sub}}}((x)^2)}}")
+
+
+def test_the_table_builders_make_table1(x):
+    """``PRIMITIVES`` is built once, at import, by ``_elementwise`` and ``_aggregations``: build the table again
+    and check every op of it as the layer tests check the imported one (a mutation tool changes what these
+    functions build only when they are called, which the import did before any test ran). Each op's values
+    against the float64 formula on a batch, its arity, whether it aggregates and reads batch statistics, and
+    how it prints, against Table 1 as typed above."""
+    from evonorm_core.search import primitives
+
+    built = primitives._elementwise() + primitives._aggregations()
+    assert [op.name for op in built] == list(PRIMITIVES)
+    ctx, y = ReferenceContext(), torch.tanh(x)
+    binary = {"add": x + y, "mul": x * y, "max": torch.maximum(x, y), "div": x / (y + EPS * torch.sign(y))}
+    for op in built:
+        expected = binary[op.name] if op.arity == 2 else REFERENCES[op.name](x)
+        got = op.function(x, y, ctx) if op.arity == 2 else op.function(x, ctx)
+        torch.testing.assert_close(got.expand_as(x), expected, rtol=1e-10, atol=1e-10, msg=op.name)
+        assert op.arity == (2 if op.name in binary else 1), op.name
+        assert op.aggregation == op.name.endswith(("_mean", "_std", "_rms")), op.name
+        assert op.uses_batch_statistics == op.name.startswith("batch_"), op.name
+        assert (op.infix.format("x", "v1"), op.latex.format("x", "v_1")) == TABLE1_NOTATION[op.name], op.name
+        assert [(n.op, n.inputs) for n in parse(op.infix.format("x", "v1")).nodes] == [
+            (op.name, (0, 3) if op.arity == 2 else (0,))]  # the infix form parses back to the op on x (and v1)
+
+
+def test_search_modes_b_all_of_table1_s_no_batch_statistic_and_nothing_else():
+    """Section 4 / Table 1: the B search draws from all 24 ops, the S search from the 21 that do not read the
+    batch (Table 1's order kept); any other mode is refused with the accepted ones named."""
+    assert ops_for_mode("B") == tuple(PRIMITIVES) and len(ops_for_mode("B")) == 24
+    batch = ("batch_mean", "batch_std", "batch_rms")
+    assert ops_for_mode("S") == tuple(name for name in PRIMITIVES if name not in batch)
+    for mode in ("b", "s", "C", ""):
+        with pytest.raises(ValueError, match=rf"^unknown search mode '{mode}'; accepted: \['B', 'S'\]$"):
+            ops_for_mode(mode)
