@@ -2,7 +2,7 @@
 import torch
 
 from evonorm_core.search import EquivalenceCache, fingerprint, parse
-from evonorm_core.search.equivalence import probe_outputs
+from evonorm_core.search.equivalence import FINGERPRINT_SHAPE, initial_response, probe_outputs
 
 
 def test_equal_functions_share_a_fingerprint():
@@ -126,3 +126,81 @@ def test_same_layer_is_the_same_function_at_initialization_within_the_tolerance(
     added = [groups.add(e, initial_response(parse(e))) for e in ("tanh(x)", "tanh(x * v1)", "max(x, x)", "x + v0", "x / batch_std(x)")]
     assert added == [True, False, True, False, True] and len(groups) == 3
     assert groups.match(initial_response(parse("x * v1"))) == "max(x, x)"
+
+
+# Constants built from the zero node, by hand: exp(0) = 1, sigmoid(0) = 1/2, channel_rms(0) = sqrt(eps), eps = 1e-5;
+# TEN = (1 + 1)^3 + (1 + 1); K = exp(exp(e))^16 = 3.814e6^16 = 2.007e105.
+ONE, EPS_ = "exp(0)", "square(channel_rms(0))"
+TEN = "((exp(0) + exp(0)) * (exp(0) + exp(0)) * (exp(0) + exp(0)) + (exp(0) + exp(0)))"
+HUGE = "square(square(square(square(exp(exp(exp(exp(0))))))))"
+
+
+def print_of(expression):
+    return fingerprint(parse(expression))
+
+
+def test_a_value_and_ten_times_it_are_different_functions():
+    """exp(x^2) >= 1 everywhere, so each of its values has a mantissa in [1, 10) and an exponent: 10 exp(x^2) and
+    100 exp(x^2) have its mantissas with the exponent one and two higher. Rounding the mantissa must not drop the
+    exponent (it did: the three shared a fingerprint, and the cache gave 10 exp(x^2) the result of exp(x^2))."""
+    base = "exp(square(x))"
+    assert probe_outputs(parse(base))[0].min() >= 1
+    assert len({print_of(base), print_of(f"{base} * {TEN}"), print_of(f"{base} * {TEN} * {TEN}")}) == 3
+
+
+def test_rounding_keeps_seven_significant_digits_at_every_magnitude():
+    """The rounding is 6 decimals of a mantissa in [1, 10): a relative difference of 1e-5 (or 2.5e-6) is another
+    function at any size, 1 + 2.5e-6 against 1 as much as 2.007e105 (1 + 1e-5) against 2.007e105; below 1 the
+    rounding is absolute (1e-6), so 2.5e-6 against 0 too."""
+    small = f"{EPS_} * sigmoid(0) * sigmoid(0)"  # 2.5e-6
+    assert print_of(f"x * 0 + {ONE} + {small}") != print_of(f"x * 0 + {ONE}")
+    assert print_of(f"x * 0 + {HUGE} * ({ONE} + {EPS_})") != print_of(f"x * 0 + {HUGE}")
+    assert print_of(f"x * 0 + {small}") != print_of("x * 0")
+    assert probe_outputs(parse(f"x * 0 + {HUGE}"))[0].min() > 1e105  # the premise: the constant is that large
+
+
+def test_float_noise_around_zero_is_zero():
+    """x v1 v0 - x (v0 v1) is 0 up to a few ulps of either sign (float noise just below 0 rounds to -0.0): it is
+    the function 0, as x * 0 is; 0, NaN and 1 are three functions."""
+    noise = probe_outputs(parse("x * v1 * v0 - x * (v0 * v1)"))[0]
+    assert (noise < 0).any() and (noise > 0).any() and noise.abs().max() < 1e-12  # the premise
+    assert print_of("x * v1 * v0 - x * (v0 * v1)") == print_of("x * 0")
+    assert len({print_of("x * 0"), print_of("x * 0 / 0"), print_of(f"x * 0 + {ONE}")}) == 3
+
+
+def test_same_layer_tolerance_is_relative_and_absolute_1e2_and_nan_equals_nan():
+    """Within 1e-2 relative (of the other) plus 1e-2 absolute, computed by hand: |100.5 - 100| = 0.5 <= 0.01 + 1.0;
+    |0.015 - 0| > 0.01 + 0; NaN equals NaN (and nothing else), an infinity the infinity of its sign."""
+    from evonorm_core.search.equivalence import same_layer
+
+    t = lambda *v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    assert same_layer(t(100.5, 1.0), t(100.0, 1.0)) and not same_layer(t(102.5, 1.0), t(100.0, 1.0))
+    assert same_layer(t(0.009, 1.0), t(0.0, 1.0)) and not same_layer(t(0.015, 1.0), t(0.0, 1.0))
+    assert same_layer(t(float("nan"), 1.0), t(float("nan"), 1.0)) and not same_layer(t(float("nan")), t(0.0))
+    assert same_layer(t(float("inf")), t(float("inf"))) and not same_layer(t(float("inf")), t(-float("inf")))
+    nan_layer = initial_response(parse("x * 0 / 0"))
+    assert nan_layer.isnan().all() and same_layer(nan_layer, initial_response(parse("v1 * 0 / 0")))
+
+
+def test_the_probe_is_its_documented_draws_and_initial_response_the_initial_parameters():
+    """The probe's fixed draws, from a generator seeded 20200406: v0, then v1 (8 float64 normals each), then two
+    batches of 2 randn + 0.5; outputs in training on both, then in eval on the first. With those v0 and v1,
+    x * v1 + v0 is their affine map of the inputs; at the initial parameters (v0 = 0, v1 = 1) it is the inputs
+    themselves (``initial_response``). The draws must not move: stored fingerprints are compared with new ones
+    when a search resumes."""
+    generator = torch.Generator().manual_seed(20200406)
+    v0, v1 = (torch.randn(FINGERPRINT_SHAPE[1], generator=generator, dtype=torch.float64).view(1, -1, 1, 1)
+              for _ in range(2))
+    inputs = [torch.randn(FINGERPRINT_SHAPE, generator=generator, dtype=torch.float64) * 2 + 0.5 for _ in range(2)]
+    probed = probe_outputs(parse("x * v1 + v0"))
+    for got, batch in zip(probed, (inputs[0], inputs[1], inputs[0])):
+        torch.testing.assert_close(got, batch * v1 + v0, rtol=0, atol=0)
+    expected = torch.cat([inputs[0].flatten(), inputs[1].flatten(), inputs[0].flatten()])
+    torch.testing.assert_close(initial_response(parse("x * v1 + v0")), expected, rtol=0, atol=0)
+
+
+def test_cache_counts_every_hit():
+    cache = EquivalenceCache()
+    cache.store("a", 1)
+    assert [cache.lookup("a"), cache.lookup("b"), cache.lookup("a"), cache.lookup("a")] == [1, None, 1, 1]
+    assert cache.hits == 3

@@ -53,13 +53,24 @@ def probe_outputs(genome: Genome, random_parameters: bool = True) -> list[torch.
 
 
 def fingerprint(genome: Genome) -> str:
-    """A hex digest equal for genomes computing the same function on the probe inputs."""
+    """A hex digest equal for genomes computing the same function on the probe inputs.
+
+    Each output value is hashed as its kind (finite, NaN, +inf, -inf) and, if finite, its decimal exponent
+    and its mantissa rounded to :data:`_DECIMALS` decimals (values below 1 in magnitude: the value itself,
+    rounded absolutely; -0.0 as 0.0), so float noise does not split equal functions at any magnitude, and a
+    value is never confused with 10 times itself or with an infinity."""
     digest = hashlib.sha256()
     for out in probe_outputs(genome):
-        rounded = torch.nan_to_num(out, nan=7.77e77, posinf=8.88e88, neginf=-8.88e88)
-        magnitude = rounded.abs().clamp_min(1.0)  # round relative to the value's size above 1
-        scale = 10.0 ** torch.floor(torch.log10(magnitude))
-        digest.update(torch.round(rounded / scale, decimals=_DECIMALS).numpy().tobytes())
+        kind = torch.zeros(out.shape, dtype=torch.int8)
+        kind[out.isnan()] = 1
+        kind[out == torch.inf] = 2
+        kind[out == -torch.inf] = 3
+        finite = torch.where(kind == 0, out, torch.zeros_like(out))
+        exponent = torch.floor(torch.log10(finite.abs())).clamp_min(0.0)  # relative to the size above 1 (0: -inf)
+        mantissa = torch.round(finite / 10.0 ** exponent, decimals=_DECIMALS)
+        mantissa[mantissa == 0] = 0.0  # float noise just below 0 rounds to -0.0, whose bytes are not 0.0's
+        for part in (kind, exponent, mantissa):
+            digest.update(part.numpy().tobytes())
     return digest.hexdigest()[:24]
 
 
