@@ -361,11 +361,14 @@ FLATNESS_MEANING = ("per seed, the last fifth of the per-epoch validation top-1 
 
 
 def mean_curve(runs: list[dict], label: str) -> Series | None:
-    """Validation top-1 per epoch, mean and std over the seeds of ``runs`` (None without histories); runs
-    without a history (diverged) are not drawn, and the label says how many seeds the curve is."""
+    """Validation top-1 per epoch, mean and std over the seeds of ``runs`` (None without runs); runs
+    without a history (diverged) are not drawn, and the label says how many seeds the curve is. When
+    every seed diverged the series is empty, so the legend still names the layer and says so."""
+    if not runs:
+        return None
     histories = [curve for curve in map(curve_of, runs) if curve]
     if not histories:
-        return None
+        return Series(f"{label} ({len(runs)} of {len(runs)} seeds diverged)", [], [], [], dashed=label in CONTROLS)
     shown = label
     if len(histories) < len(runs):
         shown = f"{label} ({len(histories)} of {len(runs)} seeds; {len(runs) - len(histories)} diverged)"

@@ -7,6 +7,7 @@ import pytest
 from evonorm_core.experiment.config import config_to_dict
 from evonorm_core.experiment.files import CorruptFileError
 from evonorm_core.experiment.rundir import open_run
+from evonorm_core.experiment.tables import plot_series
 from evonorm_suite.classification.paper_tables import LAYERS, TABLES
 from evonorm_suite.classification.tables import (
     CIFAR10_FRAMING,
@@ -385,4 +386,28 @@ def test_a_curve_of_some_diverged_seeds_says_how_many_it_shows():
     assert curve.label == "ReLU (no norm) (2 of 3 seeds; 1 diverged)" and curve.dashed
     assert curve.y == [20.0, 60.0]
     assert mean_curve(runs[:2], "BN-ReLU").label == "BN-ReLU" and not mean_curve(runs[:2], "BN-ReLU").dashed
-    assert mean_curve(runs[2:], "ReLU (no norm)") is None
+    every_seed_diverged = mean_curve(runs[2:] * 5, "ReLU (no norm)")
+    assert every_seed_diverged.label == "ReLU (no norm) (5 of 5 seeds diverged)" and every_seed_diverged.dashed
+    assert every_seed_diverged.x == [] and every_seed_diverged.y == []
+    assert mean_curve([], "ReLU (no norm)") is None
+
+
+def test_a_layer_whose_every_seed_diverged_is_in_the_plot_legend(tmp_path, monkeypatch):
+    """The learning-curve panel names a layer that never trained (an empty curve in the legend), so a
+    control missing from the plot is not mistaken for a control that was not run."""
+    from matplotlib.figure import Figure
+
+    legends = []
+    save = Figure.savefig
+
+    def record_legend_then_save(figure, *args, **kwargs):
+        legends.extend(t.get_text() for ax in figure.axes if ax.get_legend() for t in ax.get_legend().get_texts())
+        return save(figure, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", record_legend_then_save)
+    diverged = [{"final_top1": None, "diverged": "loss became nan at step 6"}] * 3
+    series = [mean_curve([{"history": [{"top1": 40.0}, {"top1": 90.0}]}], "BN-ReLU"),
+              mean_curve(diverged, "ReLU (no norm)")]
+    path = plot_series(tmp_path / "curves.png", {"panel": series}, xlabel="epoch", ylabel="top-1")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+    assert legends == ["BN-ReLU", "ReLU (no norm) (3 of 3 seeds diverged)"]

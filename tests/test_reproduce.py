@@ -497,6 +497,23 @@ def test_a_step_records_the_cpu_time_its_processes_used(reproduce, monkeypatch, 
     assert "recorded before CPU time was measured" in text
 
 
+def test_a_failed_invocation_still_counts_its_cpu_time_and_a_resume_adds_to_it(reproduce, monkeypatch, tmp_path):
+    """A grid that stops part-way (a failed or interrupted command) has spent CPU time; rerunning resumes it, so
+    the step's entry sums both invocations instead of keeping only the one that finished."""
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
+    log: dict = {}
+    failing = reproduce.Step("grid", ((sys.executable, "-c", burn + "raise SystemExit(3)"),), tmp_path / "none.json")
+    with pytest.raises(SystemExit, match="exited with status 3"):
+        reproduce.run_step(failing, log)
+    first = log["grid"]["cpu_seconds"]
+    assert 0.25 <= first <= 5
+    reproduce.run_step(reproduce.Step("grid", ((sys.executable, "-c", burn),), tmp_path / "none.json"), log)
+    assert 0.5 <= log["grid"]["cpu_seconds"] <= 10 and log["grid"]["cpu_seconds"] >= first + 0.25
+    text = "\n".join(reproduce.provenance(log["grid"], reproduce.STEPS["table2"].summary, "cmd"))
+    assert "over the invocations of this tool that ran it" in text and "killed outright" in text
+
+
 def test_fig10_row_shows_how_many_layers_each_seed_accepted(reproduce):
     """A top-10 mean over two layers must not read as one over ten: the count and best sit beside it."""
     result = {"seeds": [0, 1, 2], "top10_final": [0.90, None, 0.80], "distinct_accepted": [12, 0, 2],

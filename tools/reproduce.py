@@ -209,23 +209,30 @@ def children_cpu_seconds() -> float:
 
 def run_step(step: Step, log: dict) -> None:
     started, cpu_before = time.monotonic(), children_cpu_seconds()
-    for command in step.commands:
-        print(f"[reproduce] {step.name}: {shown(command)}", flush=True)
-        try:
-            code = run_command(command, cwd=ROOT)
-        except KeyboardInterrupt:
-            raise SystemExit(f"[reproduce] {step.name}: interrupted; finished runs are kept, so rerunning "
-                             "resumes") from None
-        if code:
-            raise SystemExit(f"[reproduce] {step.name}: `{shown(command)}` exited with status {code} (its message is "
-                             "above); finished runs are kept, so rerunning resumes")
+    try:
+        for command in step.commands:
+            print(f"[reproduce] {step.name}: {shown(command)}", flush=True)
+            try:
+                code = run_command(command, cwd=ROOT)
+            except KeyboardInterrupt:
+                raise SystemExit(f"[reproduce] {step.name}: interrupted; finished runs are kept, so rerunning "
+                                 "resumes") from None
+            if code:
+                raise SystemExit(f"[reproduce] {step.name}: `{shown(command)}` exited with status {code} (its message "
+                                 "is above); finished runs are kept, so rerunning resumes")
+    finally:  # an interrupted or failed invocation's time counts too: a resumed step adds to it
+        record_time(step, log, time.monotonic() - started, children_cpu_seconds() - cpu_before)
+
+
+def record_time(step: Step, log: dict, wall_seconds: float, cpu_seconds: float) -> None:
+    """Add one invocation's time to ``step``'s entry of the steps log (a new entry when its setting changed)."""
     if step.name in log and log[step.name].get("setting") != step.setting:  # run before with other settings
         log.setdefault(EARLIER, {}).setdefault(step.name, []).append(log.pop(step.name))
     entry = log.setdefault(step.name, {"commands": [], "wall_seconds": 0.0, "cpu_seconds": 0.0, "cpu_measured": True,
                                        "setting": step.setting})
     entry["commands"] += [shown(c) for c in step.commands if shown(c) not in entry["commands"]]
-    entry["wall_seconds"] += time.monotonic() - started
-    entry["cpu_seconds"] += children_cpu_seconds() - cpu_before
+    entry["wall_seconds"] += wall_seconds
+    entry["cpu_seconds"] += cpu_seconds
     entry["cpu_measured"] = entry.get("cpu_measured", False)  # entries from before the measurement estimated it
     atomic_write_json(ROOT / STEPS_FILE, log)
 
@@ -761,8 +768,9 @@ def provenance(entry: dict | None, summary_path: Path, fallback: str) -> list[st
     if entry is None:
         cpu = "not recorded"
     elif entry.get("cpu_measured"):
-        cpu = (f"{format_duration(entry['cpu_seconds'])} (measured: user + system time of its processes; "
-               f"{format_duration(entry['wall_seconds'])} wall)")
+        cpu = (f"{format_duration(entry['cpu_seconds'])} (measured: user + system time of its processes over the "
+               f"invocations of this tool that ran it, {format_duration(entry['wall_seconds'])} wall; an invocation "
+               "killed outright, or ended with its machine, is not counted, so a step resumed after one cost more)")
     else:
         cpu = (f"about {format_duration(entry['cpu_seconds'])} ({format_duration(entry['wall_seconds'])} wall x "
                f"{os.cpu_count()} cores, recorded before CPU time was measured)")
