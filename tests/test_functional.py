@@ -3,6 +3,7 @@ the running-variance update, and clear errors for bad arguments."""
 import pytest
 import torch
 
+from evonorm_core import formulas
 from evonorm_core import functional as EF
 
 from . import paper_reference as ref
@@ -184,3 +185,54 @@ def test_fx_symbolic_trace_records_one_node_per_call():
     torch.testing.assert_close(torch.fx.symbolic_trace(copy)(x, w), eager(x, w))
     torch.testing.assert_close(copy.running_var, eager.running_var)
     assert copy.num_batches_tracked.item() == 1
+
+
+# ---- evonorm_core.formulas: the dtype contract its docstrings state (float64 stays, every other float is
+# computed in float32; parameters follow x, whatever their own dtype), and S's default (centered: S0/S1).
+# The layers cast their output back to the input's dtype, so only these direct calls see it.
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_formulas_compute_in_float32_unless_float64(dtype):
+    x = (torch.randn(2, 3, 4, 4) * 3).to(dtype)
+    want = torch.float64 if dtype == torch.float64 else torch.float32
+    assert formulas.compute_dtype(x) == want
+    up = formulas.upcast(x)
+    assert up.dtype == want and torch.equal(up.double(), x.double())
+
+
+def test_to_nchw_views_channel_and_per_sample_tensors_in_the_dtype_given():
+    assert formulas.to_nchw(None, torch.float32) is None  # "None stays None"
+    t = formulas.to_nchw(torch.tensor([1.5, -2.0, 0.25], dtype=torch.float64), torch.float32)
+    assert t.dtype == torch.float32 and t.shape == (3, 1, 1) and t.flatten().tolist() == [1.5, -2.0, 0.25]
+    t = formulas.to_nchw(torch.arange(6, dtype=torch.float16).view(2, 3), torch.float64)
+    assert t.dtype == torch.float64 and t.shape == (2, 3, 1, 1) and t.flatten().tolist() == [0, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("param_dtype", [torch.float64, torch.float16])
+def test_formulas_compute_in_x_dtype_whatever_the_parameters_dtype(param_dtype):
+    """x in float32, v1 / batch variance / gamma / beta in float64 or float16: every formula returns
+    float32 (a float64 parameter would otherwise promote it), against the float64 paper formulas."""
+    n, c, groups, eps = 3, 6, 3, 1e-3
+    x = torch.randn(n, c, 5, 4) * 1.5 + 0.3
+    v1 = (torch.rand(c, dtype=torch.float64) + 0.5).to(param_dtype)
+    batch_var = (torch.rand(c, dtype=torch.float64) + 0.5).to(param_dtype)
+    p = unit_params(c, v1, batch_var)
+    xd = x.double()
+
+    def check(got, want):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+    # s_transform's default is centered (the group variance: S0 with v1, S1 without), not S2's mean square
+    check(formulas.s_transform(x, v1, groups, eps), ref.evonorm_s0(xd, p, eps, groups=groups))
+    check(formulas.s_transform(x, None, groups, eps), ref.evonorm_s1(xd, p, eps, groups=groups))
+    check(formulas.s_transform(x, None, groups, eps, centered=False), ref.evonorm_s2(xd, p, eps, groups=groups))
+    check(formulas.b_instance_term(x, v1, "b0", eps),
+          ref.ch(p["v1"]) * xd + torch.sqrt(ref.s2(xd, ref.INSTANCE) + eps))
+    for variant in B_SERIES:  # batch_var given: the eval path (the moving average)
+        check(formulas.b_transform(x, v1, batch_var, B_SERIES[variant], eps), ref.reference(variant, True)(xd, p, eps, False))
+    gamma = (torch.randn(c, dtype=torch.float64) * 0.5 + 1).to(param_dtype)
+    beta = (torch.randn(n, c, dtype=torch.float64) * 0.5).to(param_dtype)  # per sample
+    check(formulas.apply_affine(x, gamma, None), xd * ref.ch(gamma.double()))
+    check(formulas.apply_affine(x, None, beta), xd + beta.double()[:, :, None, None])
+    check(formulas.apply_affine(x, gamma, beta), xd * ref.ch(gamma.double()) + beta.double()[:, :, None, None])
