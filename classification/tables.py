@@ -368,14 +368,15 @@ def mean_curve(runs: list[dict], label: str) -> Series | None:
         return None
     histories = [curve for curve in map(curve_of, runs) if curve]
     if not histories:
-        return Series(f"{label} ({len(runs)} of {len(runs)} seeds diverged)", [], [], [], dashed=label in CONTROLS)
+        return Series(f"{label} ({len(runs)} of {len(runs)} seeds diverged)", [], [], [], dashed=label in CONTROLS,
+                      color_key=label)
     shown = label
     if len(histories) < len(runs):
         shown = f"{label} ({len(histories)} of {len(runs)} seeds; {len(runs) - len(histories)} diverged)"
     length = min(map(len, histories))
     points = [[h[e] for h in histories] for e in range(length)]
     return Series(shown, list(range(1, length + 1)), [statistics.mean(p) for p in points],
-                  [statistics.stdev(p) if len(p) > 1 else 0.0 for p in points], dashed=label in CONTROLS)
+                  [statistics.stdev(p) if len(p) > 1 else 0.0 for p in points], dashed=label in CONTROLS, color_key=label)
 
 
 def plot_curves(table: PaperTable, results: dict[tuple[str, str, int | None], list[dict]], path: Path) -> Path:

@@ -401,13 +401,21 @@ def test_a_layer_whose_every_seed_diverged_is_in_the_plot_legend(tmp_path, monke
     save = Figure.savefig
 
     def record_legend_then_save(figure, *args, **kwargs):
-        legends.extend(t.get_text() for ax in figure.axes if ax.get_legend() for t in ax.get_legend().get_texts())
+        for ax in figure.axes:
+            legend = ax.get_legend()
+            legends.extend((t.get_text(), tuple(h.get_color().ravel())) for t, h in zip(legend.get_texts(),
+                                                                                       legend.legend_handles))
         return save(figure, *args, **kwargs)
 
     monkeypatch.setattr(Figure, "savefig", record_legend_then_save)
-    diverged = [{"final_top1": None, "diverged": "loss became nan at step 6"}] * 3
-    series = [mean_curve([{"history": [{"top1": 40.0}, {"top1": 90.0}]}], "BN-ReLU"),
-              mean_curve(diverged, "ReLU (no norm)")]
-    path = plot_series(tmp_path / "curves.png", {"panel": series}, xlabel="epoch", ylabel="top-1")
+    trained = [{"history": [{"top1": 40.0}, {"top1": 90.0}]}]
+    diverged = [{"final_top1": None, "diverged": "loss became nan at step 6"}]
+    panels = {"resnet": [mean_curve(trained, "BN-ReLU"), mean_curve(trained + diverged, "ReLU (no norm)")],
+              "mobilenet": [mean_curve(trained, "BN-ReLU"), mean_curve(diverged * 3, "ReLU (no norm)")]}
+    path = plot_series(tmp_path / "curves.png", panels, xlabel="epoch", ylabel="top-1")
     assert path.read_bytes()[:4] == b"\x89PNG"
-    assert legends == ["BN-ReLU", "ReLU (no norm) (3 of 3 seeds diverged)"]
+    labels = [label for label, _ in legends]
+    assert labels == ["BN-ReLU", "ReLU (no norm) (1 of 2 seeds; 1 diverged)", "BN-ReLU",
+                      "ReLU (no norm) (3 of 3 seeds diverged)"]
+    colors = [color for _, color in legends]
+    assert colors[0] == colors[2] and colors[1] == colors[3] != colors[0]  # one colour per layer in both panels

@@ -120,13 +120,19 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 @dataclass(frozen=True)
 class Series:
-    """One curve: ``x``, ``y`` and optional symmetric error bars ``err``; dashed if ``dashed``."""
+    """One curve: ``x``, ``y`` and optional symmetric error bars ``err``; dashed if ``dashed``. Curves of
+    the same ``color_key`` (default: the label) share a colour across a figure's panels."""
 
     label: str
     x: Sequence[float]
     y: Sequence[float]
     err: Sequence[float] | None = None
     dashed: bool = False
+    color_key: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.color_key or self.label
 
 
 def pyplot():
@@ -161,13 +167,13 @@ def plot_series(
     ncols = min(columns, count)
     nrows = (count + ncols - 1) // ncols
     fig, axes = plt.subplots(nrows, ncols, figsize=(5.5 * ncols, 4 * nrows), squeeze=False)
-    labels = list(dict.fromkeys(s.label for curves in panels.values() for s in curves))
-    colors = {label: f"C{i % 10}" for i, label in enumerate(labels)}  # one colour per label in every panel
+    keys = list(dict.fromkeys(s.key for curves in panels.values() for s in curves))
+    colors = {key: f"C{i % 10}" for i, key in enumerate(keys)}  # one colour per layer in every panel
     for ax, (title, curves) in zip(axes.flat, panels.items()):
         for s in curves:
             style = "s--" if s.dashed else "o-"
             ax.errorbar(list(s.x), list(s.y), yerr=None if s.err is None else list(s.err), fmt=style,
-                        color=colors[s.label], capsize=3, label=s.label, markersize=4)
+                        color=colors[s.key], capsize=3, label=s.label, markersize=4)
         for label, value in (hlines or {}).get(title, ()):
             ax.axhline(value, linestyle=":", color="gray", linewidth=1)
             ax.annotate(label, (0.01, value), xycoords=("axes fraction", "data"), fontsize=7, color="gray")
