@@ -140,6 +140,31 @@ def test_offspring_is_replaced_by_a_random_graph_with_the_stated_probability(pro
     assert origins["random"] / 1000 == pytest.approx(probability, abs=0.05)
 
 
+@pytest.mark.parametrize("probability, draw, origin", [
+    (0.0, 0.0, "mutation"), (0.3, 0.3, "mutation"), (0.3, math.nextafter(0.3, 0.0), "random"),
+    (1.0, math.nextafter(1.0, 0.0), "random"), (1.0, 0.0, "random")])
+def test_offspring_is_replaced_exactly_when_the_draw_is_below_the_probability(monkeypatch, probability, draw, origin):
+    """``rng.random()`` is uniform on [0, 1), so replacing the offspring when the draw is below the probability
+    (and only then) replaces it with that probability exactly: a probability of 0 never replaces, not even on a
+    draw of 0.0, and a draw equal to the probability keeps the mutated offspring."""
+    from evonorm_core.search import evolution
+
+    class Draws(random.Random):
+        def random(self):  # the replacement draw; sample and choice still draw from getrandbits
+            return draw
+
+        def getrandbits(self, k):
+            return super().getrandbits(k)
+
+    offspring, fresh = parse("tanh(x) * v1"), parse("exp(x)")
+    monkeypatch.setattr(evolution, "mutate", lambda genome, rng, mode="B": offspring)
+    monkeypatch.setattr(evolution, "random_genome", lambda rng, mode, max_nodes: fresh)
+    proposer = Proposer(EvolutionConfig(random_offspring_probability=probability, initial_population=1), Draws(0))
+    proposer.add(Member(7, parse("tanh(x)"), (0.5,), response=distinct_response(0)))
+    want = (offspring, "mutation", 7) if origin == "mutation" else (fresh, "random", None)
+    assert proposer.propose() == want
+
+
 @pytest.mark.parametrize("initial", [1, 3, 25])
 def test_tournaments_start_once_the_population_holds_initial_population(initial):
     """Evolution's contract (and the paper's warm start): while the population holds fewer than
