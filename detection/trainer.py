@@ -1,4 +1,5 @@
-"""detectron2's ``DefaultTrainer`` with this project's optimizer, data pipeline and COCO evaluation.
+"""detectron2's ``DefaultTrainer`` with this project's optimizer, data pipeline, COCO evaluation and
+``TEST.PRECISE_BN`` for the suite's batch-statistics layers.
 
 It keeps everything else of ``DefaultTrainer``: checkpointing and resume, the LR schedule,
 progress lines with ETA (``CommonMetricPrinter``), TensorBoard scalars, metrics.json, and
@@ -6,13 +7,50 @@ evaluation at ``TEST.EVAL_PERIOD`` and after the last iteration.
 """
 from __future__ import annotations
 
+import itertools
+import logging
 import os
 
-from detectron2.engine import DefaultTrainer
+from detectron2.engine import DefaultTrainer, hooks
 from detectron2.evaluation import COCOEvaluator
 
+from evonorm_core import running_stats
 from evonorm_suite.detection import data, optimizer
 from evonorm_suite.detection.checkpoint import SafeCheckpointer
+
+# a child of detectron2's logger: default_setup writes that one to OUTPUT_DIR/log.txt
+logger = logging.getLogger(f"detectron2.{__name__}")
+
+
+class PreciseBatchStatistics(hooks.HookBase):
+    """``TEST.PRECISE_BN`` for every layer with moving averages: the suite's BN and EvoNorm-B layers
+    as well as ``nn.BatchNorm`` (detectron2's ``PreciseBN`` finds ``nn.BatchNorm`` modules only, so
+    with the suite's layers it switched itself off with one info line).
+
+    Every ``period`` iterations (0: never) and after the last one, before the checkpoint and the
+    evaluation of that iteration, the moving averages become the plain average over ``num_iter``
+    training batches (:func:`evonorm_core.running_stats.recalibrate`: the model runs in eval mode,
+    so the heads see the proposals evaluation sees, with only the batch-statistics layers
+    collecting; detectron2's hook runs the training forward instead).
+    """
+
+    def __init__(self, period: int, model, data_loader, num_iter: int) -> None:
+        self._period, self._model, self._data_loader, self._num_iter = period, model, data_loader, num_iter
+        self._batches = None
+
+    def after_step(self) -> None:
+        next_iter = self.trainer.iter + 1
+        if next_iter == self.trainer.max_iter or (self._period > 0 and next_iter % self._period == 0):
+            self.update_stats()
+
+    def update_stats(self) -> int:
+        """Recompute the moving averages now; returns the number of layers recomputed."""
+        if self._batches is None:  # one iterator for every call, as detectron2's hook
+            self._batches = iter(self._data_loader)
+        layers = running_stats.recalibrate(self._model, itertools.islice(self._batches, self._num_iter))
+        logger.info("precise batch statistics: the moving averages of %d layers recomputed over %d batches",
+                    layers, self._num_iter)
+        return layers
 
 
 class NormActTrainer(DefaultTrainer):
@@ -20,6 +58,18 @@ class NormActTrainer(DefaultTrainer):
         super().__init__(cfg)
         # The same object the checkpoint hook holds, loading safely and saving atomically.
         self.checkpointer.__class__ = SafeCheckpointer
+
+    def build_hooks(self) -> list[hooks.HookBase]:
+        """DefaultTrainer's hooks, with :class:`PreciseBatchStatistics` in place of its ``PreciseBN``
+        (right after the LR scheduler, so before the checkpoint and the evaluation) when
+        ``TEST.PRECISE_BN.ENABLED``."""
+        built = [hook for hook in super().build_hooks() if not isinstance(hook, hooks.PreciseBN)]
+        if self.cfg.TEST.PRECISE_BN.ENABLED:
+            after = next(i for i, hook in enumerate(built) if isinstance(hook, hooks.LRScheduler)) + 1
+            built.insert(after, PreciseBatchStatistics(self.cfg.TEST.EVAL_PERIOD, self.model,
+                                                       self.build_train_loader(self.cfg),
+                                                       self.cfg.TEST.PRECISE_BN.NUM_ITER))
+        return built
 
     @classmethod
     def build_optimizer(cls, cfg, model):

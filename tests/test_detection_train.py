@@ -19,6 +19,7 @@ from detectron2.data.datasets import register_coco_instances
 from detectron2.modeling import build_model
 from pycocotools.coco import COCO
 
+from evonorm_core import running_stats
 from evonorm_core.experiment.rundir import RunDir
 from evonorm_suite.detection import data, load_config, miniature, report, train_net
 from evonorm_suite.detection.cost import count_parameters, model_cost
@@ -394,3 +395,27 @@ def test_demo_grid_scales_the_lr_with_the_batch_and_keeps_the_stage_fractions(tm
     assert values["SOLVER.STEPS"] == "(800, 930)" and values["SOLVER.MAX_ITER"] == "1000"
     assert float(values["SOLVER.BASE_LR"]) == 0.02 and values["SOLVER.IMS_PER_BATCH"] == "8"
     assert values["SOLVER.WARMUP_ITERS"] == "50"
+
+
+def test_precise_bn_recomputes_the_suites_layers_before_the_final_evaluation(datasets_root, tmp_path):
+    """TEST.PRECISE_BN with EvoNorm-B0: detectron2's own hook finds no nn.BatchNorm and switches itself
+    off; the trainer's replaces it, recomputes every batch-statistics layer before the checkpoint and the
+    final evaluation, and the checkpoint holds the recomputed averages."""
+    output = tmp_path / "precise"
+    val = register_shapes_dataset()[1]
+    config = str(CONFIGS / "demo_shapes_evonorm_b0.yaml")
+    args = ["--threads", "2", "--config", config, *TINY, "OUTPUT_DIR", str(output), "SOLVER.MAX_ITER", "2",
+            "DATASETS.TEST", f"('{first_images(val, 3)}',)", "TEST.PRECISE_BN.ENABLED", "True",
+            "TEST.PRECISE_BN.NUM_ITER", "3"]
+    assert train_net.main(args) == 0
+    log = (output / "log.txt").read_text()
+    model = build_model(load_config(config, [*TINY, "MODEL.DEVICE", "cpu"]))
+    layers = len(running_stats.batch_statistics_layers(model))
+    assert layers > 0
+    line = f"precise batch statistics: the moving averages of {layers} layers recomputed over 3 batches"
+    assert log.count(line) == 1 and log.index(line) < log.index("Evaluation results for bbox")
+    state = torch.load(output / "model_final.pth", weights_only=True)["model"]
+    counts = {k: int(v) for k, v in state.items() if k.endswith("num_batches_tracked")}
+    # a cumulative average over the 3 batches; the RPN head's norm runs once per FPN level (5) in each
+    rpn = {k for k in counts if k.startswith("proposal_generator.rpn_head")}
+    assert rpn and all(counts[k] == 15 for k in rpn) and all(counts[k] == 3 for k in counts.keys() - rpn)
