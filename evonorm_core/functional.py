@@ -401,9 +401,11 @@ def _fused_forward(x: Tensor, name: str) -> Callable[..., tuple[Tensor, ...]] | 
     node per layer), ``torch.compile`` per :data:`COMPILED_OPERATOR_MIN_NUMEL`; ONNX export
     takes the formula (plain ONNX ops).
     """
-    if not ops.is_loaded(x.device.type):
-        ops.load(x.device.type)
     compiling, exporting = torch.compiler.is_compiling(), torch.compiler.is_exporting()
+    # under capture, load() is folded to its result at trace time; is_loaded() would be
+    # guarded on a set that load() itself changes (Dynamo then fails its own guard)
+    if compiling or exporting or not ops.is_loaded(x.device.type):
+        ops.load(x.device.type)
     if not (compiling or exporting or torch.jit.is_tracing()):
         return getattr(ops.library, f"{name}_eager") if torch.is_grad_enabled() else getattr(torch.ops.evonorm, name)
     if torch.onnx.is_in_onnx_export():

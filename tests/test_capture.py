@@ -12,6 +12,8 @@ anchors) are captured at a tiny input.
 import contextlib
 import io
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -131,6 +133,24 @@ def test_inductor_compiles_fused_layers(name, smallest, monkeypatch):
     for training in (True, False):
         assert_ok(C.check_capture(tiny(name, "fused", training), torch.randn(3, 3, 6, 5, dtype=torch.float64),
                                   "compile", backend="inductor"))
+
+
+@pytest.mark.parametrize("capture", ["compile", "export"])
+def test_capture_as_the_first_call_of_a_fresh_process(capture):
+    """A model compiled (or exported) before any eager call: the operators are loaded at trace
+    time, and Dynamo must not guard on the loaded-state that loading itself changes (it then
+    failed its own guard: "Guard failed on the same frame it was created")."""
+    script = (
+        "import torch, evonorm_core\n"
+        "model = torch.nn.Sequential(evonorm_core.build_norm_act('evonorm_s0', 16, groups=4),"
+        " evonorm_core.build_norm_act('evonorm_b0', 16))\n"
+        "x = torch.randn(4, 16, 16, 16)\n"
+        + ("torch.compile(model)(x).sum().backward()\n" if capture == "compile" else
+           "torch.export.export(model, (x,))\n")
+        + "print('captured')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "captured" in done.stdout, done.stderr[-3000:]
 
 
 def test_export_keeps_one_operator_per_fused_layer():
