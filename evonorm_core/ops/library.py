@@ -46,9 +46,10 @@ Eager layers enter through :func:`s_forward_eager` / :func:`b_forward_eager`: th
 operators under the same autograd functions, without the per-call cost of
 ``torch.library``'s generated autograd wrapper; program capture calls the operators.
 
-Kernels: C++ for the CPU (``csrc/evonorm_ops.cpp``, loaded by :mod:`.extension`); this
-module's PyTorch implementation for every other device (CUDA) and for the CPU when the C++
-kernels could not be built. Double backward (``create_graph=True``) differentiates the
+Kernels: C++ for the CPU (``csrc/evonorm_ops.cpp``, loaded by :mod:`.extension`); Triton
+for CUDA (:mod:`.triton_kernels`; float32, float16 and bfloat16); this module's PyTorch
+implementation for everything else (float64 on CUDA, other devices, CUDA without Triton)
+and for the CPU when the C++ kernels could not be built. Double backward (``create_graph=True``) differentiates the
 composed formula of :mod:`evonorm_core.formulas` from the saved input.
 """
 from __future__ import annotations
@@ -84,25 +85,27 @@ def memory_format(x: Tensor) -> torch.memory_format:
     return torch.contiguous_format
 
 
-def _like_x(x: Tensor) -> Tensor:
+def like_x(x: Tensor) -> Tensor:
+    """An uninitialised ``y``/``dx`` for ``x``: its shape, dtype and :func:`memory_format`."""
     return torch.empty(x.shape, dtype=x.dtype, device=x.device, memory_format=memory_format(x))
 
 
-def _empty(x: Tensor) -> Tensor:
+def unrequested(x: Tensor) -> Tensor:
+    """What an operator returns for a gradient that ``output_mask`` did not ask for."""
     return torch.empty(0, dtype=torch.float32, device=x.device)
 
 
 def _grad_like(t: Tensor | None, wanted: bool, x: Tensor) -> Tensor:
-    return torch.empty_like(t, memory_format=torch.contiguous_format) if wanted and t is not None else _empty(x)
+    return torch.empty_like(t, memory_format=torch.contiguous_format) if wanted and t is not None else unrequested(x)
 
 
 def fake_s_forward(x, weight, bias, v1, groups, eps, centered):
     stat = x.new_empty((x.shape[0], groups), dtype=compute_dtype(x))
-    return _like_x(x), stat, torch.empty_like(stat)
+    return like_x(x), stat, torch.empty_like(stat)
 
 
 def fake_s_backward(grad, x, weight, bias, v1, mean, rstd, groups, centered, output_mask):
-    return (_like_x(x), _grad_like(weight, output_mask[0], x), _grad_like(bias, output_mask[1], x),
+    return (like_x(x), _grad_like(weight, output_mask[0], x), _grad_like(bias, output_mask[1], x),
             _grad_like(v1, output_mask[2], x))
 
 
@@ -110,17 +113,17 @@ def fake_b_forward(x, weight, bias, v1, batch_var, variant, eps):
     acc = compute_dtype(x)
     n, c = x.shape[:2]
     batch = (0,) if batch_var is not None else (c,)
-    return (_like_x(x), x.new_empty((n, c), dtype=acc), x.new_empty((n, c), dtype=acc),
+    return (like_x(x), x.new_empty((n, c), dtype=acc), x.new_empty((n, c), dtype=acc),
             x.new_empty(batch, dtype=acc), x.new_empty(batch, dtype=acc))
 
 
 def fake_b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var, variant, eps, batch_from_x, output_mask):
-    return (_like_x(x), _grad_like(weight, output_mask[0], x), _grad_like(bias, output_mask[1], x),
+    return (like_x(x), _grad_like(weight, output_mask[0], x), _grad_like(bias, output_mask[1], x),
             _grad_like(v1, output_mask[2] and variant == 0, x),
             _grad_like(batch_var, output_mask[3] and not batch_from_x, x))
 
 
-# ---- the device-generic implementation (PyTorch ops; CUDA, and CPU without the C++ build) ---
+# ---- the device-generic implementation (PyTorch ops; what no kernel covers) ---------------
 
 def _mul(a: Tensor, b: Tensor | None) -> Tensor:
     return a if b is None else a * b
@@ -130,10 +133,10 @@ def _add(a: Tensor, b: Tensor | None) -> Tensor:
     return a if b is None else a + b
 
 
-def _reduce_like(per_nc: Tensor, like: Tensor | None, wanted: bool, x: Tensor) -> Tensor:
+def reduce_like(per_nc: Tensor, like: Tensor | None, wanted: bool, x: Tensor) -> Tensor:
     """A parameter gradient from its per-(n, c) sums: summed over n for a (C,) parameter."""
     if not wanted or like is None:
-        return _empty(x)
+        return unrequested(x)
     return (per_nc if like.dim() == 2 else per_nc.sum(0)).to(like.dtype)
 
 
@@ -170,11 +173,11 @@ def generic_s_backward(grad, x, weight, bias, v1, mean, rstd, groups, centered, 
     a = (w_nc * r_c)[:, :, None, None]
     dgate = s * (1 + vx * (1 - s))
     dx = g * a * dgate + k.repeat_interleave(cg, 1)[:, :, None, None] * xa + k0.repeat_interleave(cg, 1)[:, :, None, None]
-    dv = _empty(x)
+    dv = unrequested(x)
     if output_mask[2] and v1 is not None:
         dv = ((gxs * xa * (1 - s)).sum((2, 3)) * a[:, :, 0, 0]).sum(0).to(v1.dtype)
-    return (_out(dx, x), _reduce_like(p_sum * r_c, weight, output_mask[0], x),
-            _reduce_like(g.sum((2, 3)), bias, output_mask[1], x), dv)
+    return (_out(dx, x), reduce_like(p_sum * r_c, weight, output_mask[0], x),
+            reduce_like(g.sum((2, 3)), bias, output_mask[1], x), dv)
 
 
 def _b_coefficients(xa, v1, mean, var_or_q, variant, eps, from_moments: bool):
@@ -226,14 +229,14 @@ def generic_b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var
         k_b = dsb / (sb_c * (n * h * w))
         k, k0 = k + k_b, k0 - k_b * batch_mean.to(acc)
     dx = gd - torch.where(take_u, gd * xa / d * p, 0) + k[:, :, None, None] * xa + k0[:, :, None, None]
-    dv = _empty(x)
+    dv = unrequested(x)
     if output_mask[2] and variant == 0 and v1 is not None:
         dv = ux_sum.sum(0).to(v1.dtype)
-    dvar = _empty(x)
+    dvar = unrequested(x)
     if output_mask[3] and not batch_from_x:
         dvar = (dsb / (2 * sb_c)).to(batch_var.dtype)
-    return (_out(dx, x), _reduce_like((g * xa / d).sum((2, 3)), weight, output_mask[0], x),
-            _reduce_like(g.sum((2, 3)), bias, output_mask[1], x), dv, dvar)
+    return (_out(dx, x), reduce_like((g * xa / d).sum((2, 3)), weight, output_mask[0], x),
+            reduce_like(g.sum((2, 3)), bias, output_mask[1], x), dv, dvar)
 
 
 # ---- autograd -----------------------------------------------------------------------------
@@ -330,8 +333,30 @@ b_forward_eager = _eager_autograd("b_forward", _b_setup_context, _b_backward).ap
 
 
 @functools.lru_cache(maxsize=None)
+def triton_kernels():
+    """The CUDA kernels (:mod:`.triton_kernels`), or None where Triton cannot be imported."""
+    try:
+        from . import triton_kernels
+    except ImportError:
+        return None
+    return triton_kernels
+
+
+def _cuda(name: str, generic):
+    """The CUDA implementation of operator ``name``: its Triton kernels for the inputs they take
+    (float32, float16, bfloat16), else the device-generic implementation."""
+    def run(*args):
+        kernels = triton_kernels()
+        if kernels is None or not kernels.handles(args[0]):
+            return generic(*args)
+        return getattr(kernels, name)(*args)
+
+    return run
+
+
+@functools.lru_cache(maxsize=None)
 def define() -> torch.library.Library:
-    """Define the operators (once per process) with their fake, generic and autograd parts."""
+    """Define the operators (once per process) with their fake, generic, CUDA and autograd parts."""
     lib = torch.library.Library(NAMESPACE, "DEF")
     for schema in SCHEMAS:
         lib.define(schema)
@@ -343,6 +368,7 @@ def define() -> torch.library.Library:
     ]:
         torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=lib)
         lib.impl(name, generic, "CompositeExplicitAutograd")
+        lib.impl(name, _cuda(name, generic), "CUDA")
     torch.library.register_autograd(f"{NAMESPACE}::s_forward", _s_backward, setup_context=_s_setup_context, lib=lib)
     torch.library.register_autograd(f"{NAMESPACE}::b_forward", _b_backward, setup_context=_b_setup_context, lib=lib)
     return lib

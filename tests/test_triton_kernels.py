@@ -1,0 +1,123 @@
+"""The operators' Triton kernels (evonorm_core.ops.triton_kernels, what CUDA runs) against
+float64 paper formulas.
+
+On a machine with CUDA they run on the GPU. Without one, ``test_kernels_under_the_triton_interpreter``
+runs this file again in a subprocess under Triton's interpreter (``TRITON_INTERPRET=1``: the
+same kernels executed on the CPU with NumPy), because Triton picks the interpreter when the
+kernels are defined, i.e. at import. The interpreter checks the kernels' arithmetic and
+indexing, not their compilation for a GPU.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import evonorm_core
+from evonorm_core import functional as EF
+
+from .test_fast_layers import DTYPES, KERNEL_SHAPES, LAYOUTS, MODES, S_OPTIONS, assert_matches, expected, make_inputs
+
+triton_kernels = pytest.importorskip("evonorm_core.ops.triton_kernels", reason="Triton is not installed")
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+if torch.cuda.is_available():
+    DEVICE = "cuda"
+elif INTERPRETED:
+    DEVICE = "cpu"
+else:
+    DEVICE = None
+needs_device = pytest.mark.skipif(
+    DEVICE is None, reason="no CUDA here: these run on the CPU in test_kernels_under_the_triton_interpreter's subprocess"
+)
+KERNEL_DTYPES = {d: tol for d, tol in DTYPES.items() if d != torch.float64}
+
+
+def test_kernels_under_the_triton_interpreter():
+    if DEVICE is not None:
+        pytest.skip("this process runs the kernels itself")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", __file__]
+    done = subprocess.run(cmd, env=env, cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert " passed" in done.stdout and " failed" not in done.stdout
+
+
+def on_device(args):
+    return [None if t is None else t.to(DEVICE) for t in args]
+
+
+def through_triton(name, training, given, x, w, b, v1, batch_var, grad, groups):
+    """The Triton kernels' forward and backward, called directly (as the CUDA dispatch does)."""
+    mask = [w is not None, b is not None, v1 is not None]
+    if name in S_OPTIONS:
+        centered = S_OPTIONS[name][1]
+        y, mean, rstd = triton_kernels.s_forward(x, w, b, v1, groups, 1e-3, centered)
+        dx, dw, db, dv = triton_kernels.s_backward(grad, x, w, b, v1, mean, rstd, groups, centered, mask)
+        dvar = None
+    else:
+        variant = EF.B_VARIANTS.index(name[-2:])
+        y, mean, q, bmean, bvar = triton_kernels.b_forward(x, w, b, v1, batch_var if given else None, variant, 1e-3)
+        used = batch_var if given else bvar
+        dx, dw, db, dv, dvar = triton_kernels.b_backward(grad, x, w, b, v1, mean, q, bmean, used, variant, 1e-3,
+                                                         not given, mask + [given])
+        dvar = dvar if given else None
+    pick = lambda t, wanted: t.cpu() if wanted else None  # noqa: E731
+    return y.cpu(), [dx.cpu(), pick(dw, mask[0]), pick(db, mask[1]), pick(dv, mask[2]), pick(dvar, dvar is not None)]
+
+
+@needs_device
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("dtype", list(KERNEL_DTYPES), ids=str)
+@pytest.mark.parametrize("name,training,given", MODES)
+def test_triton_kernels_match_paper(name, training, given, dtype, layout):
+    for i, (shape, groups) in enumerate(KERNEL_SHAPES):
+        affine = ("channel", "sample", "none")[i % 3]
+        args = make_inputs(name, shape, dtype, LAYOUTS[layout], affine, seed=i)
+        want = expected(name, training, given, *args, groups)
+        got = through_triton(name, training, given, *on_device(args), groups)
+        assert_matches(*got, *want, KERNEL_DTYPES[dtype], LAYOUTS[layout])
+
+
+@needs_device
+@pytest.mark.parametrize("name", ["evonorm_s0", "evonorm_b0"])
+def test_nan_input_propagates(name):
+    x = torch.randn(2, 8, 4, 4)
+    x[1, 3, 2, 2] = float("nan")
+    layer = evonorm_core.build_norm_act(name, 8, **({"groups": 4} if "_s" in name else {}))
+    y = layer.to(DEVICE)(x.to(DEVICE)).cpu()
+    assert torch.isnan(y[1, 3, 2, 2])
+    assert torch.isfinite(y[:, [0, 1, 4, 5, 6, 7]]).all()  # neither the NaN's channel nor its group
+
+
+@needs_device
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("name", ["evonorm_s0", "evonorm_s2", "evonorm_b0", "evonorm_b1"])
+def test_near_constant_planes_keep_exact_statistics(name, channels_last):
+    """|mean| >> std: the kernels take moments about a shift, so the variance survives float32."""
+    options = {"groups": 8} if name.startswith("evonorm_s") else {}
+    fused = evonorm_core.build_norm_act(name, 32, **options).to(DEVICE)
+    exact = evonorm_core.build_norm_act(name, 32, impl="reference", **options).double()
+    x = 149.0 + 1e-4 * torch.randn(4, 32, 7, 7, generator=torch.Generator().manual_seed(0))
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    yf, yd = fused(x.to(DEVICE)).cpu(), exact(x.double())
+    torch.testing.assert_close(yf.double(), yd, rtol=1e-5, atol=1e-5 * yd.abs().max().item())
+
+
+@needs_device
+def test_layers_reach_the_triton_kernels_through_the_cuda_dispatch():
+    """A layer on CUDA runs ``torch.ops.evonorm`` whose CUDA implementation is these kernels
+    (float64 goes to the device-generic implementation); checked against the reference layer."""
+    if DEVICE != "cuda":
+        pytest.skip("the CUDA dispatch needs CUDA tensors")
+    for name in ("evonorm_s0", "evonorm_b0"):
+        options = {"groups": 8} if name.startswith("evonorm_s") else {}
+        fused = evonorm_core.build_norm_act(name, 32, **options).cuda()
+        exact = evonorm_core.build_norm_act(name, 32, impl="reference", **options).cuda()
+        x = torch.randn(4, 32, 9, 7, device="cuda", requires_grad=True)
+        for dtype in (torch.float32, torch.float64):
+            xd = x.detach().to(dtype).requires_grad_()
+            torch.testing.assert_close(fused.to(dtype)(xd), exact.to(dtype)(xd), rtol=1e-4, atol=1e-4)
