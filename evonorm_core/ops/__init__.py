@@ -4,9 +4,9 @@
 autograd with a hand-derived backward that keeps only the input and small statistics, a
 PyTorch implementation for every device); :mod:`.extension` loads their C++ CPU kernels
 (``csrc/evonorm_ops.cpp``, built at install, else just in time, else not at all: then the
-PyTorch implementation runs on the CPU too). Layers reach them through
-:mod:`evonorm_core.functional`, which decides per call whether the operator or the composed
-formula runs (see there).
+PyTorch implementation runs on the CPU too); :mod:`.triton_kernels` are the CUDA kernels.
+Layers reach them through :mod:`evonorm_core.functional`, which decides per call whether the
+operator or the composed formula runs (see there).
 """
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ _ready: set[str] = set()  # the device types load() has made the operators ready
 @torch._dynamo.assume_constant_result
 def load(device_type: str = "cpu") -> bool:
     """Make the operators ready for ``device_type`` (once per type): define them and, for the
-    CPU, load its C++ kernels (the first call may build them). Other devices (CUDA) run the
-    operators' PyTorch implementation, so a GPU program never builds, loads or warns about CPU
-    kernels.
+    CPU, load its C++ kernels (the first call may build them). Other devices never build, load
+    or warn about CPU kernels: CUDA runs the operators' Triton kernels (imported at their first
+    call), anything else their PyTorch implementation.
 
     Inside ``torch.compile`` this runs at trace time, so a compiled model never graph-breaks
     on it. Returns True when the C++ CPU kernels are in use (always False for other devices).
