@@ -230,11 +230,7 @@ def _node_activation(node: fx.Node, source: fx.Node, modules: dict[str, nn.Modul
     if node.op == "call_module":
         return _activation(modules[node.target]) if _only_input(node, source) else (False, None)
     table = {"call_function": _ACTIVATION_FUNCTIONS, "call_method": _ACTIVATION_METHODS}.get(node.op, {})
-    try:
-        known = node.target in table
-    except TypeError:  # an unhashable target
-        known = False
-    if known and _only_input(node, source):
+    if node.target in table and _only_input(node, source):  # fx's graph hashes every target: no TypeError
         return True, table[node.target]
     return False, None
 
@@ -256,13 +252,9 @@ def _separates(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
         return True  # output, placeholders
     separating, combining = ((_SEPARATING_FUNCTIONS, _COMBINING_FUNCTIONS) if node.op == "call_function"
                              else (_SEPARATING_METHODS, _COMBINING_METHODS))
-    try:
-        if node.target in separating:
-            return True
-        known = node.target in combining
-    except TypeError:  # an unhashable target
-        return False
-    return known and sum(isinstance(a, fx.Node) for a in [*node.args, *node.kwargs.values()]) > 1
+    if node.target in separating:
+        return True
+    return node.target in combining and sum(isinstance(a, fx.Node) for a in [*node.args, *node.kwargs.values()]) > 1
 
 
 def _follow(node: fx.Node, modules: dict[str, nn.Module]) -> tuple[list[fx.Node], fx.Node]:

@@ -155,7 +155,7 @@ MODULES = {m.path: m for m in [
     Module("evonorm_core/ops/library.py", "layers and functionals: fused operators",
            ("tests/test_fast_layers.py", *SLOW_OFF)),
     Module("evonorm_core/convert.py", "conversion",
-           ("tests/test_convert.py", "tests/test_timm_evonorm.py",
+           ("tests/test_convert.py", "tests/test_convert_graph_reading.py", "tests/test_timm_evonorm.py",
             "tests/test_behaviour_classes.py::test_converted_layers_take_the_dtype_and_device_of_the_batchnorm_they_replace",
             *SLOW_OFF)),
 ]}

@@ -1,0 +1,196 @@
+"""How convert_norm_act reads what follows each BatchNorm in the traced graph, and what it reports.
+
+Each case is a small model whose BatchNorm output flows into one pattern (an activation through a
+pass-through, a new quantity, a transform it cannot prove passes its input through, the model's
+output, timm's own drop and act), checked against the decision written here by hand: folded or not,
+the reason and the warning, and, where the conversion rewires the graph, the converted model's output
+against the original's (a BatchNorm maker, so that only the graph can make them differ). The report's
+text (``str`` and ``details()``) is checked line by line on a report built by hand.
+"""
+import functools
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+import evonorm_core
+from evonorm_core import convert
+from evonorm_core.convert import ConversionReport, ConversionWarning, ConvertedNorm, KeptNorm
+
+
+class Block(nn.Module):
+    """conv -> bn -> ``after(bn_output, x)``: the pattern under test."""
+
+    def __init__(self, after):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 1)
+        self.bn = nn.BatchNorm2d(4)
+        self.after = after
+
+    def forward(self, x):
+        return self.after(self, self.bn(self.conv(x)), x)
+
+
+def convert_block(after, **modules):
+    model = Block(after)
+    for name, module in modules.items():
+        model.add_module(name, module)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gm = evonorm_core.convert_norm_act(model.eval(), lambda channels, nonlinearity: nn.BatchNorm2d(channels))
+    (entry,) = gm.norm_act_report.entries
+    return model, gm, entry, [str(w.message) for w in caught if issubclass(w.category, ConversionWarning)]
+
+
+def chain_of_rolls(n):
+    def after(self, y, x):
+        for _ in range(n):
+            y = torch.roll(y, 1, -1)
+        return F.relu(y)
+    return after
+
+
+@pytest.mark.parametrize("after,modules,reason", [
+    (lambda self, y, x: F.relu(self.drop(y)), {"drop": nn.Dropout(0.1)},
+     "relu relu follows it through 'drop' (Dropout) (passing its input through)"),
+    (lambda self, y, x: F.relu(F.dropout(y, 0.1, self.training)), {},
+     "relu relu follows it through dropout (passing its input through)"),
+    (lambda self, y, x: y.relu(), {}, "relu .relu() follows it"),
+])
+def test_an_activation_after_a_pass_through_is_folded(after, modules, reason):
+    model, gm, entry, caught = convert_block(after, **modules)
+    assert (entry.folded_activation, entry.nonlinearity, entry.reason, caught) == ("relu", True, reason, [])
+    assert not any(n.op == "call_function" and n.target is F.relu for n in gm.graph.nodes)
+
+
+@pytest.mark.parametrize("after,modules,reason", [
+    (lambda self, y, x: F.relu(self.conv2(y)), {"conv2": nn.Conv2d(4, 4, 1)},
+     "its output goes to 'conv2' (Conv2d), not an activation"),
+    (lambda self, y, x: F.relu(torch.cat([y, x], 1)), {}, "its output goes to cat, not an activation"),
+    (lambda self, y, x: F.relu(y.mean((2, 3), keepdim=True)), {}, "its output goes to .mean(), not an activation"),
+    (lambda self, y, x: F.relu(y + self.conv2(x)), {"conv2": nn.Conv2d(3, 4, 1)},
+     "its output goes to add, not an activation"),
+    (lambda self, y, x: y, {}, "its output goes to the model's output, not an activation"),
+    (chain_of_rolls(17), {}, "its output goes to roll, not an activation"),
+])
+def test_an_activation_after_a_new_quantity_is_not_the_norms(after, modules, reason):
+    model, gm, entry, caught = convert_block(after, **modules)
+    assert (entry.folded_activation, entry.nonlinearity, entry.reason, caught) == (None, False, reason, [])
+    x = torch.randn(2, 3, 5, 5)
+    torch.testing.assert_close(gm(x), model(x))  # the activation is kept where it was
+
+
+@pytest.mark.parametrize("after,chain", [
+    (lambda self, y, x: F.relu(y * 2 - 1), "mul, sub"),
+    (lambda self, y, x: F.relu(torch.maximum(y, self.conv2(x))), "maximum"),
+    (lambda self, y, x: y.flatten(2).relu(), ".flatten()"),
+    (chain_of_rolls(16), ", ".join(["roll"] * 16)),
+])
+def test_an_activation_after_an_unknown_transform_warns_and_stays(after, chain):
+    """The transform may or may not pass the norm's output through: not folded, the activation kept,
+    and a warning naming the chain; up to 16 unknown operations are followed, not 17."""
+    model, gm, entry, caught = convert_block(after, conv2=nn.Conv2d(3, 4, 1))
+    assert (entry.folded_activation, entry.nonlinearity, entry.warned) == (None, False, True)
+    assert entry.reason == f"it feeds {chain}, then an activation"
+    act = ".relu()" if chain == ".flatten()" else "relu"
+    assert caught == [f"BatchNorm2d 'bn' reaches the activation {act} through {chain}, which convert_norm_act cannot "
+                      "prove passes its input through: converted with nonlinearity=False and the activation kept; if "
+                      "it does pass its input through, convert a model without it or build the model with the "
+                      "norm-act layer"]
+    x = torch.randn(2, 3, 5, 5)
+    torch.testing.assert_close(gm(x), model(x))
+
+
+def test_an_activation_reading_another_graph_value_is_not_folded():
+    """``leaky_relu(y, slope)`` with a slope computed in the graph is not an activation of y alone."""
+    model = Block(lambda self, y, x: F.leaky_relu(y, x.mean()))
+    gm = convert.convert_norm_act(model.eval(), "evonorm_b0")
+    (entry,) = gm.norm_act_report.entries
+    assert (entry.folded_activation, entry.nonlinearity) == (None, False)
+    assert any(n.op == "call_function" and n.target is F.leaky_relu for n in gm.graph.nodes)
+
+
+def test_describe_names_every_kind_of_node():
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    partial = graph.create_node("call_function", functools.partial(torch.add, other=1), (x,), name="partial")
+    method = graph.call_method("view", (partial, -1))
+    out = graph.output(method)
+    assert convert._describe(partial, {}) == str(partial.target)  # a callable without __name__
+    assert [convert._describe(n, {}) for n in (method, out, x)] == [".view()", "the model's output", "placeholder x"]
+
+
+def test_timm_norm_act_keeps_its_drop_and_an_act_it_cannot_fold_in_order():
+    """timm's BatchNormAct2d with a drop and a Softplus act: the drop and the act now follow the layer, in
+    that order, and take over every use (train mode: the dropout's draws and the act's order both show)."""
+    timm_layers = pytest.importorskip("timm.layers")
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), timm_layers.BatchNormAct2d(4, act_layer=nn.Softplus,
+                                                                          drop_layer=lambda: nn.Dropout(0.5)))
+    with pytest.warns(ConversionWarning, match="own act Softplus is not an activation"):
+        gm = convert.convert_norm_act(model, lambda channels, nonlinearity: nn.BatchNorm2d(channels))
+    assert [n.target for n in gm.graph.nodes if n.op == "call_module"] == ["0", "1", "1_drop", "1_act"]
+    (entry,) = gm.norm_act_report.entries
+    assert (entry.nonlinearity, entry.reason) == (False, "its own act Softplus is kept after it")
+    x = torch.randn(2, 3, 5, 5)
+    torch.manual_seed(0)
+    want = model(x)
+    torch.manual_seed(0)
+    torch.testing.assert_close(gm(x), want)
+
+
+@pytest.mark.parametrize("option", ["eps", "groups", "momentum", "nonlinearity"])
+def test_swap_timm_evonorms_refuses_what_it_takes_from_each_layer(option):
+    timm_layers = pytest.importorskip("timm.layers")
+    with pytest.raises(ValueError, match=rf"takes \['{option}'\] from each timm layer"):
+        convert.swap_timm_evonorms(nn.Sequential(timm_layers.EvoNorm2dB0(8)), **{option: 1})
+
+
+def test_swap_timm_evonorms_reports_logs_and_warns_at_the_caller(caplog):
+    timm_layers = pytest.importorskip("timm.layers")
+    model = nn.Sequential(timm_layers.EvoNorm2dB0(8), timm_layers.EvoNorm2dS0a(8, group_size=4, apply_act=False))
+    caplog.set_level("INFO", logger=convert.logger.name)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        new = convert.swap_timm_evonorms(model)
+    report = new.norm_act_report
+    swapped_why = "timm's EvoNorm2dB0(eps=0.001, momentum=0.1) swapped for evonorm_b0 with the same configuration"
+    assert report.entries == [ConvertedNorm("0", None, "EvoNorm2dB0", swapped_why, carried=True, nonlinearity=True,
+                                            family="EvoNorm")]
+    (kept,) = report.kept
+    assert (kept.name, kept.source) == ("1", "EvoNorm2dS0a") and kept.reason.endswith("no equivalent, left as it is")
+    assert [w.filename for w in caught] == [__file__]  # stacklevel: the warning points at the caller
+    assert [str(w.message) for w in caught] == report.warnings == [f"'1': {kept.reason}"]
+    assert str(report) in caplog.messages
+
+
+def test_nothing_to_convert_names_the_norm_layers_it_found():
+    with pytest.raises(ValueError, match="; it has no normalization layer$"):
+        convert.convert_norm_act(nn.Sequential(nn.Conv2d(3, 4, 1)), "evonorm_b0")
+    with pytest.raises(ValueError, match="; its normalization layers are GroupNorm x2, LayerNorm x1, which it does "
+                                         "not replace$"):
+        convert.convert_norm_act(nn.Sequential(nn.GroupNorm(2, 4), nn.GroupNorm(1, 4), nn.LayerNorm(4)), "evonorm_b0")
+
+
+def test_report_text():
+    report = ConversionReport(
+        "evonorm_b0",
+        [ConvertedNorm("a", "relu", reason="r1"), ConvertedNorm("b", None, reason="r2", warned=True),
+         ConvertedNorm("c", None, "EvoNorm2dB0", "r3", carried=True, nonlinearity=True, family="EvoNorm")],
+        [KeptNorm("d", "EvoNorm2dS0a", "r4"), KeptNorm("e", "EvoNorm2dS1", "r5")],
+        ["w1", "w2"],
+    )
+    assert str(report) == (
+        "converted 3 norm layers to evonorm_b0: 1 with their activation folded in (relu x1), 1 with "
+        "nonlinearity=False; 1 timm EvoNorm layers swapped with their parameters and statistics (EvoNorm2dB0 x1), "
+        "0 of them with nonlinearity=False; 2 left as they were (EvoNorm2dS0a x1, EvoNorm2dS1 x1); 2 warning(s), "
+        "see .warnings")
+    assert report.details().splitlines() == [
+        str(report),
+        "  a (BatchNorm2d): activation relu folded in: r1",
+        "  b (BatchNorm2d): nonlinearity=False [WARNING]: r2",
+        "  c (EvoNorm2dB0): nonlinearity=True: r3",
+        "  d (EvoNorm2dS0a): left as it was [WARNING]: r4",
+        "  e (EvoNorm2dS1): left as it was [WARNING]: r5",
+    ]
