@@ -17,6 +17,7 @@ import torch
 
 import evonorm_core
 from evonorm_core import functional as EF
+from evonorm_core import ops
 
 from .test_fast_layers import DTYPES, KERNEL_SHAPES, LAYOUTS, MODES, S_OPTIONS, assert_matches, expected, make_inputs
 
@@ -43,6 +44,17 @@ def test_kernels_under_the_triton_interpreter():
     done = subprocess.run(cmd, env=env, cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert " passed" in done.stdout and " failed" not in done.stdout
+
+
+def test_loading_for_cuda_registers_the_kernels_as_the_cuda_implementation():
+    """Checked from the dispatcher, so it runs without a GPU: ``ops.load("cuda")`` (what the layers call
+    for a CUDA input) makes every operator's CUDA kernel this module's."""
+    ops.load("cuda")
+    for name in ("s_forward", "s_backward", "b_forward", "b_backward"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"evonorm::{name}", "CUDA"), name
+    assert triton_kernels.register.cache_info().currsize == 1  # registered once, however often load() runs
+    ops.load("cuda")
+    assert triton_kernels.register.cache_info().currsize == 1
 
 
 def on_device(args):

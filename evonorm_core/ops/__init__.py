@@ -15,6 +15,11 @@ import torch
 from . import extension, library
 from .extension import KernelStatus, status
 
+try:
+    from . import triton_kernels
+except ImportError:  # no Triton: CUDA runs the operators' PyTorch implementation
+    triton_kernels = None
+
 __all__ = ["KernelStatus", "extension", "is_loaded", "library", "load", "status"]
 
 _ready: set[str] = set()  # the device types load() has made the operators ready for
@@ -33,7 +38,9 @@ def load(device_type: str = "cpu") -> bool:
     if device_type == "cpu":
         available = status().available
     else:
-        library.define()
+        lib = library.define()
+        if device_type == "cuda" and triton_kernels is not None:
+            triton_kernels.register(lib)
         available = False
     _ready.add(device_type)
     return available

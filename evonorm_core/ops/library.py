@@ -46,11 +46,12 @@ Eager layers enter through :func:`s_forward_eager` / :func:`b_forward_eager`: th
 operators under the same autograd functions, without the per-call cost of
 ``torch.library``'s generated autograd wrapper; program capture calls the operators.
 
-Kernels: C++ for the CPU (``csrc/evonorm_ops.cpp``, loaded by :mod:`.extension`); Triton
-for CUDA (:mod:`.triton_kernels`; float32, float16 and bfloat16); this module's PyTorch
-implementation for everything else (float64 on CUDA, other devices, CUDA without Triton)
-and for the CPU when the C++ kernels could not be built. Double backward (``create_graph=True``) differentiates the
-composed formula of :mod:`evonorm_core.formulas` from the saved input.
+Kernels: C++ for the CPU (``csrc/evonorm_ops.cpp``, loaded by :mod:`.extension`); Triton for
+CUDA (:mod:`.triton_kernels`, registered by :func:`evonorm_core.ops.load`; float32, float16 and
+bfloat16); this module's PyTorch implementation for everything else (float64 on CUDA, other
+devices, CUDA without Triton) and for the CPU when the C++ kernels could not be built. Double
+backward (``create_graph=True``) differentiates the composed formula of
+:mod:`evonorm_core.formulas` from the saved input.
 """
 from __future__ import annotations
 
@@ -333,30 +334,8 @@ b_forward_eager = _eager_autograd("b_forward", _b_setup_context, _b_backward).ap
 
 
 @functools.lru_cache(maxsize=None)
-def triton_kernels():
-    """The CUDA kernels (:mod:`.triton_kernels`), or None where Triton cannot be imported."""
-    try:
-        from . import triton_kernels
-    except ImportError:
-        return None
-    return triton_kernels
-
-
-def _cuda(name: str, generic):
-    """The CUDA implementation of operator ``name``: its Triton kernels for the inputs they take
-    (float32, float16, bfloat16), else the device-generic implementation."""
-    def run(*args):
-        kernels = triton_kernels()
-        if kernels is None or not kernels.handles(args[0]):
-            return generic(*args)
-        return getattr(kernels, name)(*args)
-
-    return run
-
-
-@functools.lru_cache(maxsize=None)
 def define() -> torch.library.Library:
-    """Define the operators (once per process) with their fake, generic, CUDA and autograd parts."""
+    """Define the operators (once per process) with their fake, generic and autograd parts."""
     lib = torch.library.Library(NAMESPACE, "DEF")
     for schema in SCHEMAS:
         lib.define(schema)
@@ -368,7 +347,6 @@ def define() -> torch.library.Library:
     ]:
         torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=lib)
         lib.impl(name, generic, "CompositeExplicitAutograd")
-        lib.impl(name, _cuda(name, generic), "CUDA")
     torch.library.register_autograd(f"{NAMESPACE}::s_forward", _s_backward, setup_context=_s_setup_context, lib=lib)
     torch.library.register_autograd(f"{NAMESPACE}::b_forward", _b_backward, setup_context=_b_setup_context, lib=lib)
     return lib

@@ -19,6 +19,8 @@ run the device-generic implementation).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -34,6 +36,21 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def handles(x: Tensor) -> bool:
     """Whether these kernels take ``x`` (else the device-generic implementation runs)."""
     return x.dtype in DTYPES and x.numel() > 0
+
+
+@functools.lru_cache(maxsize=None)
+def register(lib: torch.library.Library) -> None:
+    """Make these kernels the CUDA implementation of ``lib``'s operators (once), falling back to
+    the device-generic implementation for the inputs :func:`handles` refuses (float64, empty)."""
+    for name in ("s_forward", "s_backward", "b_forward", "b_backward"):
+        lib.impl(name, _or_generic(globals()[name], getattr(library, f"generic_{name}")), "CUDA")
+
+
+def _or_generic(kernel, generic):
+    def run(*args):
+        return kernel(*args) if handles(args[0]) else generic(*args)
+
+    return run
 
 
 # ---- tiles and layouts -------------------------------------------------------------------
