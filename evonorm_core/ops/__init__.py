@@ -15,11 +15,6 @@ import torch
 from . import extension, library
 from .extension import KernelStatus, status
 
-try:
-    from . import triton_kernels
-except ImportError:  # no Triton: CUDA runs the operators' PyTorch implementation
-    triton_kernels = None
-
 __all__ = ["KernelStatus", "extension", "is_loaded", "library", "load", "status"]
 
 _ready: set[str] = set()  # the device types load() has made the operators ready for
@@ -39,11 +34,21 @@ def load(device_type: str = "cpu") -> bool:
         available = status().available
     else:
         lib = library.define()
-        if device_type == "cuda" and triton_kernels is not None:
-            triton_kernels.register(lib)
+        if device_type == "cuda":
+            _register_cuda_kernels(lib)
         available = False
     _ready.add(device_type)
     return available
+
+
+def _register_cuda_kernels(lib: torch.library.Library) -> None:
+    """Make the Triton kernels the operators' CUDA implementation, where Triton can be imported."""
+    try:
+        # here, not at the top: importing evonorm_core must not load Triton (optional, and slow to import)
+        from . import triton_kernels
+    except ImportError:  # no Triton: CUDA runs the operators' PyTorch implementation
+        return
+    triton_kernels.register(lib)
 
 
 def is_loaded(device_type: str = "cpu") -> bool:
