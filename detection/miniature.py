@@ -148,7 +148,8 @@ def markdown(summary: dict) -> str:
 
 def mean_loss_series(cell: dict) -> Series | None:
     """The cell's training loss averaged over its seeds at the images seen that all of them logged
-    (error bars: the sample std over seeds), labelled with the cell's box AP; None without runs."""
+    (error bars: the sample std over seeds), labelled with the cell's box AP and coloured by its layer
+    (the same colour in every setting's panel); None without runs."""
     curves = [dict(map(tuple, run["loss"])) for run in cell["runs"] if run["loss"]]
     if not curves:
         return None
@@ -156,7 +157,7 @@ def mean_loss_series(cell: dict) -> Series | None:
     means = [mean_and_std([curve[x] for curve in curves]) for x in seen]
     err = [std or 0.0 for _, std in means] if len(curves) > 1 else None
     label = f"{cell['label']}: box AP {format_mean_std([run['box_ap'] for run in cell['runs']])}"
-    return Series(label, seen, [m for m, _ in means], err)
+    return Series(label, seen, [m for m, _ in means], err, color_key=cell["label"])
 
 
 def plot_losses(summary: dict, path: Path) -> Path:
