@@ -94,22 +94,28 @@ def through_operator(name, training, given, x, w, b, v1, batch_var, grad, groups
     return y, [None if t is None else t.grad for t in leaves]
 
 
-def through_generic(name, training, given, x, w, b, v1, batch_var, grad, groups):
-    """The device-generic PyTorch implementation, forward and backward called directly."""
+def through_functions(forward_s, backward_s, forward_b, backward_b, name, training, given, x, w, b, v1, batch_var, grad,
+                      groups):
+    """An implementation's forward and backward functions called directly (same signatures as the operators)."""
     mask = [w is not None, b is not None, v1 is not None]
     if name in S_OPTIONS:
-        y, mean, rstd = library.generic_s_forward(x, w, b, v1, groups, 1e-3, S_OPTIONS[name][1])
-        dx, dw, db, dv = library.generic_s_backward(grad, x, w, b, v1, mean, rstd, groups, S_OPTIONS[name][1], mask)
+        y, mean, rstd = forward_s(x, w, b, v1, groups, 1e-3, S_OPTIONS[name][1])
+        dx, dw, db, dv = backward_s(grad, x, w, b, v1, mean, rstd, groups, S_OPTIONS[name][1], mask)
         dvar = None
     else:
         variant = EF.B_VARIANTS.index(name[-2:])
-        y, mean, q, bmean, bvar = library.generic_b_forward(x, w, b, v1, batch_var if given else None, variant, 1e-3)
+        y, mean, q, bmean, bvar = forward_b(x, w, b, v1, batch_var if given else None, variant, 1e-3)
         used = batch_var if given else bvar
-        dx, dw, db, dv, dvar = library.generic_b_backward(grad, x, w, b, v1, mean, q, bmean, used, variant, 1e-3,
-                                                          not given, mask + [given])
+        dx, dw, db, dv, dvar = backward_b(grad, x, w, b, v1, mean, q, bmean, used, variant, 1e-3, not given, mask + [given])
         dvar = dvar if given else None
     pick = lambda t, wanted: t if wanted else None  # noqa: E731
     return y, [dx, pick(dw, mask[0]), pick(db, mask[1]), pick(dv, mask[2]), dvar]
+
+
+def through_generic(*args):
+    """The device-generic PyTorch implementation, forward and backward called directly."""
+    return through_functions(library.generic_s_forward, library.generic_s_backward, library.generic_b_forward,
+                             library.generic_b_backward, *args)
 
 
 def assert_matches(got_y, got_grads, want_y, want_grads, tol, layout):

@@ -16,10 +16,18 @@ import pytest
 import torch
 
 import evonorm_core
-from evonorm_core import functional as EF
 from evonorm_core import ops
 
-from .test_fast_layers import DTYPES, KERNEL_SHAPES, LAYOUTS, MODES, S_OPTIONS, assert_matches, expected, make_inputs
+from .test_fast_layers import (
+    DTYPES,
+    KERNEL_SHAPES,
+    LAYOUTS,
+    MODES,
+    assert_matches,
+    expected,
+    make_inputs,
+    through_functions,
+)
 
 triton_kernels = pytest.importorskip("evonorm_core.ops.triton_kernels", reason="Triton is not installed")
 
@@ -61,23 +69,11 @@ def on_device(args):
     return [None if t is None else t.to(DEVICE) for t in args]
 
 
-def through_triton(name, training, given, x, w, b, v1, batch_var, grad, groups):
-    """The Triton kernels' forward and backward, called directly (as the CUDA dispatch does)."""
-    mask = [w is not None, b is not None, v1 is not None]
-    if name in S_OPTIONS:
-        centered = S_OPTIONS[name][1]
-        y, mean, rstd = triton_kernels.s_forward(x, w, b, v1, groups, 1e-3, centered)
-        dx, dw, db, dv = triton_kernels.s_backward(grad, x, w, b, v1, mean, rstd, groups, centered, mask)
-        dvar = None
-    else:
-        variant = EF.B_VARIANTS.index(name[-2:])
-        y, mean, q, bmean, bvar = triton_kernels.b_forward(x, w, b, v1, batch_var if given else None, variant, 1e-3)
-        used = batch_var if given else bvar
-        dx, dw, db, dv, dvar = triton_kernels.b_backward(grad, x, w, b, v1, mean, q, bmean, used, variant, 1e-3,
-                                                         not given, mask + [given])
-        dvar = dvar if given else None
-    pick = lambda t, wanted: t.cpu() if wanted else None  # noqa: E731
-    return y.cpu(), [dx.cpu(), pick(dw, mask[0]), pick(db, mask[1]), pick(dv, mask[2]), pick(dvar, dvar is not None)]
+def through_triton(*args):
+    """The Triton kernels' forward and backward, called directly (as the CUDA dispatch does), results on the CPU."""
+    k = triton_kernels
+    y, grads = through_functions(k.s_forward, k.s_backward, k.b_forward, k.b_backward, *args)
+    return y.cpu(), [None if t is None else t.cpu() for t in grads]
 
 
 @needs_device
