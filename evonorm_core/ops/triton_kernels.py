@@ -6,7 +6,7 @@ Each kernel program owns a set of whole planes and walks them in tiles of ``BLOC
 (``x``, ``grad``, ``y`` and ``dx`` share one layout, given by a channel and a pixel stride).
 
 * S series: one program per (sample, group) and direction. Forward: the group's moments,
-  then ``y`` (the group is read twice, the second time mostly from L2). Backward: the
+  then ``y`` (the group is read twice; the second read can come from L2). Backward: the
   per-channel sums, then ``dx``.
 * B series: one program per (sample, block of channels), two launches per direction, since
   the batch statistics need every sample. Forward: the planes' moments and ``q``; then the
@@ -15,7 +15,8 @@ Each kernel program owns a set of whole planes and walks them in tiles of ``BLOC
 
 Moments are taken about a shift (the plane's or group's first element), so a plane with
 ``|mean| >> std`` keeps its variance in float32. Float64 inputs are not handled here (they
-run the device-generic implementation).
+run the device-generic implementation). Tiles (:data:`TILE` elements, :data:`NUM_WARPS` warps)
+are not tuned.
 """
 from __future__ import annotations
 
