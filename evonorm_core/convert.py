@@ -242,7 +242,7 @@ def _node_passes_through(node: fx.Node, source: fx.Node, modules: dict[str, nn.M
             and node.args[0] is source)
 
 
-def _separates(node: fx.Node, modules: dict[str, nn.Module]) -> bool:
+def _separates(node: fx.Node) -> bool:
     """Whether ``node`` computes a new quantity (an activation after it is its own): torch.nn's and the
     suite's and timm's modules, convolutions, pooling, arithmetic of two tensors; not arithmetic with a
     constant, not unknown functions."""
@@ -277,7 +277,7 @@ def _unknown_chain(node: fx.Node, modules: dict[str, nn.Module], limit: int = 16
         (user,) = node.users
         if _node_activation(user, node, modules)[0]:
             return chain, user
-        if not (_node_passes_through(user, node, modules) or not _separates(user, modules)):
+        if not (_node_passes_through(user, node, modules) or not _separates(user)):
             break
         chain.append(user)
         node = user
@@ -309,7 +309,7 @@ def _decide(node: fx.Node, label: str, modules: dict[str, nn.Module]) -> _FlowDe
             return _FlowDecision(None, None, f"it feeds {_describe(user, modules)}{through}, a gate", (
                 f"{label} feeds {_describe(user, modules)}{through}, an activation that a norm-act layer does not "
                 "replace: converted with nonlinearity=False and the activation kept after it"))
-        if not _separates(user, modules):
+        if not _separates(user):
             chain, act_node = _unknown_chain(user, modules)
             if act_node is not None:
                 named = ", ".join(_describe(c, modules) for c in chain)

@@ -83,19 +83,21 @@ def test_an_activation_after_a_new_quantity_is_not_the_norms(after, modules, rea
     torch.testing.assert_close(gm(x), model(x))  # the activation is kept where it was
 
 
-@pytest.mark.parametrize("after,chain", [
-    (lambda self, y, x: F.relu(y * 2 - 1), "mul, sub"),
-    (lambda self, y, x: F.relu(torch.maximum(y, self.conv2(x))), "maximum"),
-    (lambda self, y, x: y.flatten(2).relu(), ".flatten()"),
-    (chain_of_rolls(16), ", ".join(["roll"] * 16)),
+@pytest.mark.parametrize("after,modules,chain,act", [
+    (lambda self, y, x: F.relu(y * 2 - 1), {}, "mul, sub", "relu"),
+    (lambda self, y, x: F.relu(torch.maximum(y, self.conv2(x))), {"conv2": nn.Conv2d(3, 4, 1)}, "maximum", "relu"),
+    (lambda self, y, x: y.flatten(2).relu(), {}, ".flatten()", ".relu()"),
+    (lambda self, y, x: self.act(y * 2), {"act": nn.ReLU()}, "mul", "'act' (ReLU)"),
+    (lambda self, y, x: torch.sigmoid(y * 2), {}, "mul", "sigmoid"),  # a gate ends the chain too
+    (lambda self, y, x: F.relu(self.drop(y * 2)), {"drop": nn.Dropout(0.1)}, "mul, 'drop' (Dropout)", "relu"),
+    (chain_of_rolls(16), {}, ", ".join(["roll"] * 16), "relu"),
 ])
-def test_an_activation_after_an_unknown_transform_warns_and_stays(after, chain):
+def test_an_activation_after_an_unknown_transform_warns_and_stays(after, modules, chain, act):
     """The transform may or may not pass the norm's output through: not folded, the activation kept,
-    and a warning naming the chain; up to 16 unknown operations are followed, not 17."""
-    model, gm, entry, caught = convert_block(after, conv2=nn.Conv2d(3, 4, 1))
+    and a warning naming the chain (pass-throughs included); up to 16 unknown operations are followed, not 17."""
+    model, gm, entry, caught = convert_block(after, **modules)
     assert (entry.folded_activation, entry.nonlinearity, entry.warned) == (None, False, True)
     assert entry.reason == f"it feeds {chain}, then an activation"
-    act = ".relu()" if chain == ".flatten()" else "relu"
     assert caught == [f"BatchNorm2d 'bn' reaches the activation {act} through {chain}, which convert_norm_act cannot "
                       "prove passes its input through: converted with nonlinearity=False and the activation kept; if "
                       "it does pass its input through, convert a model without it or build the model with the "
