@@ -236,6 +236,23 @@ def _b_coefficients(variant: tl.constexpr, v_ptr, c, c_mask, q):
 
 
 @triton.jit
+def _b_backward_terms(bvar_ptr, q_ptr, v_ptr, w_ptr, n, C, c, c_mask, w_sn, eps, variant: tl.constexpr,
+                      HAS_W: tl.constexpr):
+    """Per channel of the tile, what both backward launches need: ``sb``, ``q``, ``p`` and ``gamma``."""
+    sb = tl.sqrt(tl.load(bvar_ptr + c, mask=c_mask, other=1.0).to(tl.float32) + eps)
+    q = tl.load(q_ptr + n * C + c, mask=c_mask, other=1.0)
+    return sb, q, _b_coefficients(variant, v_ptr, c, c_mask, q), _per_channel(w_ptr, n, c, c_mask, w_sn, HAS_W, 1.0)
+
+
+@triton.jit
+def _b_denominator(x, p, q, sb):
+    """``([u > sb], d)`` for a tile: ``u = p x + q`` and ``d = max(sb, u)``, as the forward took it."""
+    u = p[None, :] * x + q[None, :]
+    take_u = u > sb[None, :]
+    return take_u, tl.where(take_u, u, sb[None, :])
+
+
+@triton.jit
 def _b_moments_kernel(x_ptr, mean_ptr, var_ptr, q_ptr, C, HW, s_c, s_p, eps, variant: tl.constexpr,
                       BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr):
     """Per plane: the mean, the variance and ``q`` (B0: sqrt(var + eps), else sqrt(mean(x^2) + eps))."""
@@ -309,10 +326,7 @@ def _b_backward_sums_kernel(g_ptr, x_ptr, w_ptr, v_ptr, q_ptr, bvar_ptr, sums_pt
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     c_mask = c < C
     base = n.to(tl.int64) * C * HW
-    sb = tl.sqrt(tl.load(bvar_ptr + c, mask=c_mask, other=1.0).to(tl.float32) + eps)
-    q = tl.load(q_ptr + n * C + c, mask=c_mask, other=1.0)
-    p = _b_coefficients(variant, v_ptr, c, c_mask, q)
-    gamma = _per_channel(w_ptr, n, c, c_mask, w_sn, HAS_W, 1.0)
+    sb, q, p, gamma = _b_backward_terms(bvar_ptr, q_ptr, v_ptr, w_ptr, n, C, c, c_mask, w_sn, eps, variant, HAS_W)
     u_sum = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
     ux_sum = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
     b_sum = tl.zeros([BLOCK_P, BLOCK_C], tl.float32)
@@ -322,9 +336,7 @@ def _b_backward_sums_kernel(g_ptr, x_ptr, w_ptr, v_ptr, q_ptr, bvar_ptr, sums_pt
         p_idx = p0 + tl.arange(0, BLOCK_P)
         x, _, _ = _load_tile(x_ptr, base, c, c_mask, p_idx, s_c, s_p, HW)
         dy, _, _ = _load_tile(g_ptr, base, c, c_mask, p_idx, s_c, s_p, HW)
-        u = p[None, :] * x + q[None, :]
-        take_u = u > sb[None, :]
-        d = tl.where(take_u, u, sb[None, :])
+        take_u, d = _b_denominator(x, p, q, sb)
         gxd = dy * x / d
         dd = -gxd * gamma[None, :] / d
         dd_u = tl.where(take_u, dd, 0.0)
@@ -351,10 +363,7 @@ def _b_backward_kernel(g_ptr, x_ptr, dx_ptr, w_ptr, v_ptr, mean_ptr, q_ptr, bmea
     c_mask = c < C
     base = n.to(tl.int64) * C * HW
     plane = n * C + c
-    sb = tl.sqrt(tl.load(bvar_ptr + c, mask=c_mask, other=1.0).to(tl.float32) + eps)
-    q = tl.load(q_ptr + plane, mask=c_mask, other=1.0)
-    p = _b_coefficients(variant, v_ptr, c, c_mask, q)
-    gamma = _per_channel(w_ptr, n, c, c_mask, w_sn, HAS_W, 1.0)
+    sb, q, p, gamma = _b_backward_terms(bvar_ptr, q_ptr, v_ptr, w_ptr, n, C, c, c_mask, w_sn, eps, variant, HAS_W)
     u_sum = tl.load(sums_ptr + plane, mask=c_mask, other=0.0)
     if variant == 1:
         u_sum += tl.load(sums_ptr + N * C + plane, mask=c_mask, other=0.0)
@@ -371,9 +380,7 @@ def _b_backward_kernel(g_ptr, x_ptr, dx_ptr, w_ptr, v_ptr, mean_ptr, q_ptr, bmea
         p_idx = p0 + tl.arange(0, BLOCK_P)
         x, offsets, mask = _load_tile(x_ptr, base, c, c_mask, p_idx, s_c, s_p, HW)
         dy, _, _ = _load_tile(g_ptr, base, c, c_mask, p_idx, s_c, s_p, HW)
-        u = p[None, :] * x + q[None, :]
-        take_u = u > sb[None, :]
-        d = tl.where(take_u, u, sb[None, :])
+        take_u, d = _b_denominator(x, p, q, sb)
         gd = dy * gamma[None, :] / d
         dx = gd - tl.where(take_u, gd * x / d * p[None, :], 0.0) + k[None, :] * x + k0[None, :]
         tl.store(dx_ptr + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
@@ -412,12 +419,13 @@ def b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var, varian
     w_t, w_sn = _affine_args(weight, x)
     v_t = x if v1 is None else v1.contiguous()
     batch_var = batch_var.contiguous()
+    q = q.contiguous()
     sums = torch.empty((5, n, c), dtype=torch.float32, device=x.device)
     options = dict(variant=variant, HAS_W=weight is not None, BLOCK_C=block_c, BLOCK_P=block_p, num_warps=NUM_WARPS)
-    _b_backward_sums_kernel[grid](grad, x, w_t, v_t, q.contiguous(), batch_var, sums, n, c, h * w, w_sn, s_c, s_p,
+    _b_backward_sums_kernel[grid](grad, x, w_t, v_t, q, batch_var, sums, n, c, h * w, w_sn, s_c, s_p,
                                   eps, **options)
     dx = library.like_x(x)
-    _b_backward_kernel[grid](grad, x, dx, w_t, v_t, mean.contiguous(), q.contiguous(),
+    _b_backward_kernel[grid](grad, x, dx, w_t, v_t, mean.contiguous(), q,
                              batch_mean if batch_from_x else batch_var, batch_var, sums, n, c, h * w, w_sn, s_c, s_p,
                              eps, FROM_X=batch_from_x, **options)
     dv = library.unrequested(x)
