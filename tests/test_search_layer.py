@@ -145,3 +145,49 @@ def test_recalibration_through_running_stats():
     unbiased = torch.stack([b.var(dim=(0, 2, 3), unbiased=True) for b in batches]).mean(0)
     torch.testing.assert_close(layer.running_var_4, unbiased)
     assert layer.momentum == 0.1
+
+
+def test_fresh_layers_start_from_the_paper_initialisation():
+    layer = GraphLayer(parse("max(v1 * x, v0) / group_std(x)"), 8, groups=4)
+    assert torch.equal(layer.v0, torch.zeros(8)) and torch.equal(layer.v1, torch.ones(8))
+    assert layer.eps == 1e-5 and layer.nonlinearity and "nonlinearity=True" in repr(layer)
+    affine = ChannelAffine2d(8, nonlinearity=True)
+    assert affine.eps == 1e-5 and not affine.nonlinearity and affine.activation is None
+
+
+def test_channel_affine_takes_its_options():
+    affine = ChannelAffine2d(8, eps=0.25, affine=False, device="meta", dtype=torch.float64)
+    assert affine.eps == 0.25 and affine.weight is None and affine.bias is None
+    assert all(t.is_meta for t in ChannelAffine2d(8, device="meta").parameters())
+    make = genome_norm_act(parse(S0), eps=0.25, affine=False, device="meta", dtype=torch.float64, groups=4)
+    plain = make(8, nonlinearity=False)
+    assert isinstance(plain, ChannelAffine2d) and plain.eps == 0.25 and plain.weight is None
+    with_affine = genome_norm_act(parse(S0), device="meta", dtype=torch.float64)(8, nonlinearity=False)
+    assert with_affine.weight.is_meta and with_affine.weight.dtype == torch.float64
+    assert isinstance(make(8), GraphLayer)  # nonlinearity defaults to True, as for every norm-act maker
+
+
+@pytest.mark.parametrize("bad", ["weight", "bias"])
+def test_channel_affine_checks_a_given_weight_and_bias(bad):
+    affine = ChannelAffine2d(8)
+    params = {"weight": torch.ones(8), "bias": torch.zeros(8)}
+    params[bad] = torch.ones(3)
+    with pytest.raises(ValueError, match=f"^ChannelAffine2d: {bad} must be"):  # named by the layer, not by functional.affine
+        affine.forward_affine(torch.randn(2, 8, 3, 3), params["weight"], params["bias"])
+
+
+def test_graph_layer_parameters_follow_device_and_dtype():
+    layer = GraphLayer(parse("max(v1 * x, v0) / group_std(x)"), 8, groups=4, device="meta", dtype=torch.float64)
+    assert {t.dtype for t in layer.parameters()} == {torch.float64}
+    assert all(t.is_meta for t in layer.parameters())
+
+
+def test_graph_layer_computes_in_the_input_dtype():
+    """A float64 layer on a float32 input computes in float32 (v0/v1 cast to the input's dtype, not the
+    input promoted to float64): bit for bit what the layer cast to float32 gives."""
+    layer = GraphLayer(parse("max(v1 * x, v0) / group_std(x)"), C, groups=4).double()
+    randomize(layer)
+    single = GraphLayer(parse("max(v1 * x, v0) / group_std(x)"), C, groups=4)
+    single.load_state_dict({k: v.float() for k, v in layer.state_dict().items()})
+    x = torch.randn(2, C, 3, 3)
+    torch.testing.assert_close(layer(x), single(x), rtol=0, atol=0)
