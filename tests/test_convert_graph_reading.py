@@ -198,3 +198,80 @@ def test_report_text():
         "  d (EvoNorm2dS0a): left as it was [WARNING]: r4",
         "  e (EvoNorm2dS1): left as it was [WARNING]: r5",
     ]
+
+
+def test_refusals_name_every_layer_and_what_is_accepted():
+    with pytest.raises(ValueError, match=r"^convert_norm_act cannot convert 2 BatchNorm layer\(s\): '0' is a BatchNorm1d"
+                                         r".* is converted; '1' is a BatchNorm3d"):
+        convert.convert_norm_act(nn.Sequential(nn.BatchNorm1d(4), nn.BatchNorm3d(4)), "evonorm_b0")
+    with pytest.raises(ValueError, match=r"^convert_norm_act found nothing to convert in Sequential: no BatchNorm2d, "
+                                         r"SyncBatchNorm, timm's BatchNormAct2d/SyncBatchNormAct/GroupNormAct/"
+                                         r"GroupNorm1Act or EvoNorms; "):
+        convert.convert_norm_act(nn.Sequential(nn.Conv2d(3, 4, 1)), "evonorm_b0")
+
+    class Branching(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm2d(3)
+
+        def forward(self, x):
+            return self.bn(x) if x.sum() > 0 else x
+
+    with pytest.raises(ValueError, match=r"^convert_norm_act could not trace Branching with torch.fx: .*\. Models with "
+                                         r"data-dependent control flow must be converted by building them with a "
+                                         r"norm_act argument\.$"):
+        convert.convert_norm_act(Branching(), "evonorm_b0")
+
+
+def test_norms_inside_a_module_fx_keeps_whole_are_kept_reported_and_warned(caplog):
+    """A BatchNorm inside a module timm registers as not traceable is never a call of the graph: it stays,
+    listed in the report's kept layers with the module that holds it, with a warning; a BatchNorm that the
+    forward never calls is neither converted nor kept."""
+    timm_layers = pytest.importorskip("timm.layers")
+
+    @timm_layers.register_notrace_module
+    class Opaque(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return self.bn(x)
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4), nn.ReLU(), Opaque())
+            self.unused = nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return self.body(x)
+
+    caplog.set_level("INFO", logger=convert.logger.name)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gm = convert.convert_norm_act(Model(), "evonorm_b0")
+    report = gm.norm_act_report
+    why = "inside 'body.3' (Opaque), which torch.fx keeps as one call (timm registers it as not traceable): not converted"
+    assert report.kept == [KeptNorm("body.3.bn", "BatchNorm2d", why)]
+    assert [str(w.message) for w in caught] == report.warnings == [f"BatchNorm2d 'body.3.bn' is {why}"]
+    assert [e.name for e in report.entries] == ["body.1"] and isinstance(gm.get_submodule("body.3.bn"), nn.BatchNorm2d)
+    assert caplog.messages == [str(report)]
+
+
+def test_timm_evonorms_in_convert_norm_act_are_swapped_or_kept_and_reported():
+    timm_layers = pytest.importorskip("timm.layers")
+    model = nn.Sequential(nn.Conv2d(3, 8, 1), timm_layers.EvoNorm2dS0(8, group_size=4),
+                          timm_layers.EvoNorm2dS0a(8, group_size=4, apply_act=False))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gm = convert.convert_norm_act(model, "evonorm_s0", dtype=torch.float64)
+    report = gm.norm_act_report
+    swapped_why = "timm's EvoNorm2dS0(groups=2 (4 channels each), eps=1e-05) swapped for evonorm_s0 with the same configuration"
+    assert report.entries == [ConvertedNorm("1", None, "EvoNorm2dS0", swapped_why, carried=True, nonlinearity=True,
+                                            family="EvoNorm")]
+    assert gm.get_submodule("1").weight.dtype == torch.float64  # the options reach the swapped layer
+    (kept,) = report.kept
+    assert (kept.name, kept.source) == ("2", "EvoNorm2dS0a") and kept.reason.endswith("no equivalent, left as it is")
+    assert [str(w.message) for w in caught] == report.warnings == [f"'2': {kept.reason}"]
+    assert isinstance(gm.get_submodule("2"), timm_layers.EvoNorm2dS0a)
