@@ -605,6 +605,18 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
     return {y, mean_t, q_t, batch_mean_t, batch_var_t};
 }
 
+// Adds element (x, g)'s terms to the five sums of b_backward (U, UX, B, G, GZ; see there).
+template <typename A>
+inline void add_b_terms(A x, A g, A sb, A p, A q, A w, A& u_sum, A& ux_sum, A& b_sum, A& g_sum, A& gz_sum) {
+    const A u = p * x + q, d = max_of(sb, u), z = x / d, dd = -g * w * z / d;
+    const bool take_u = u > sb;
+    u_sum += take_u ? dd : A(0);
+    ux_sum += take_u ? dd * x : A(0);
+    b_sum += take_u ? A(0) : dd;
+    g_sum += g;
+    gz_sum += g * z;
+}
+
 // The five per-channel sums of b_backward over one channels_last sample (HW rows of C; p, q, w the sample's
 // per-channel values) as t[k * C + c]: A within blocks of BLOCK rows, double across blocks.
 template <typename T, typename A>
@@ -620,13 +632,7 @@ void b_slab_sums(const T* x, const T* g, i64 HW, i64 C, const A* __restrict sb, 
 #pragma omp simd
             for (i64 c = 0; c < C; c++) {
                 const A xc = static_cast<A>(xr[c]), gc = static_cast<A>(gr[c]);
-                const A u = p[c] * xc + q[c], d = max_of(sb[c], u), z = xc / d, dd = -gc * w[c] * z / d;
-                const bool take_u = u > sb[c];
-                u_sum[c] += take_u ? dd : A(0);
-                ux_sum[c] += take_u ? dd * xc : A(0);
-                b_sum[c] += take_u ? A(0) : dd;
-                g_sum[c] += gc;
-                gz_sum[c] += gc * z;
+                add_b_terms(xc, gc, sb[c], p[c], q[c], w[c], u_sum[c], ux_sum[c], b_sum[c], g_sum[c], gz_sum[c]);
             }
         }
         for (i64 j = 0; j < 5 * C; j++) t[j] += acc[j];
@@ -643,13 +649,7 @@ void b_plane_sums(const T* __restrict x, const T* __restrict g, i64 HW, A sb, A 
         A u_sum = 0, ux_sum = 0, b_sum = 0, g_sum = 0, gz_sum = 0;
         for (i64 j = j0; j < j1; j++) {
             const A xj = static_cast<A>(x[j]), gj = static_cast<A>(g[j]);
-            const A u = p * xj + q, d = max_of(sb, u), z = xj / d, dd = -gj * w * z / d;
-            const bool take_u = u > sb;
-            u_sum += take_u ? dd : A(0);
-            ux_sum += take_u ? dd * xj : A(0);
-            b_sum += take_u ? A(0) : dd;
-            g_sum += gj;
-            gz_sum += gj * z;
+            add_b_terms(xj, gj, sb, p, q, w, u_sum, ux_sum, b_sum, g_sum, gz_sum);
         }
         t[0] += u_sum;
         t[1] += ux_sum;
