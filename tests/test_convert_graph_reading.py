@@ -106,13 +106,20 @@ def test_an_activation_after_an_unknown_transform_warns_and_stays(after, modules
     torch.testing.assert_close(gm(x), model(x))
 
 
-def test_an_activation_reading_another_graph_value_is_not_folded():
-    """``leaky_relu(y, slope)`` with a slope computed in the graph is not an activation of y alone."""
-    model = Block(lambda self, y, x: F.leaky_relu(y, x.mean()))
+@pytest.mark.parametrize("after", [
+    lambda self, y, x: F.leaky_relu(y, x.mean()),  # fx records the slope as a keyword
+    lambda self, y, x: F.softplus(y, x.mean() + 1),  # a builtin: fx records beta as the second positional argument
+])
+def test_an_activation_reading_another_graph_value_is_not_folded(after):
+    """``leaky_relu(y, slope)`` or ``softplus(y, beta)`` with the parameter computed in the graph is not an
+    activation of y alone."""
+    model = Block(after)
     gm = convert.convert_norm_act(model.eval(), "evonorm_b0")
     (entry,) = gm.norm_act_report.entries
     assert (entry.folded_activation, entry.nonlinearity) == (None, False)
-    assert any(n.op == "call_function" and n.target is F.leaky_relu for n in gm.graph.nodes)
+    assert entry.reason.startswith("its output goes to ") and entry.reason.endswith(", not an activation")
+    assert not entry.warned  # not read as a gate either
+    assert any(n.op == "call_function" and n.target in (F.leaky_relu, F.softplus) for n in gm.graph.nodes)
 
 
 def test_describe_names_every_kind_of_node():
@@ -275,3 +282,82 @@ def test_timm_evonorms_in_convert_norm_act_are_swapped_or_kept_and_reported():
     assert (kept.name, kept.source) == ("2", "EvoNorm2dS0a") and kept.reason.endswith("no equivalent, left as it is")
     assert [str(w.message) for w in caught] == report.warnings == [f"'2': {kept.reason}"]
     assert isinstance(gm.get_submodule("2"), timm_layers.EvoNorm2dS0a)
+    assert type(gm).__name__ == "Sequential"  # the GraphModule keeps the model's class name
+
+
+def test_an_unused_output_and_a_gate_are_not_folded_and_say_why():
+    """Nothing reads the norm's output (through two pass-throughs); a gate (sigmoid) reads it: no fold,
+    each with its reason, the gate with a warning."""
+    model, gm, entry, caught = convert_block(lambda self, y, x: (self.d2(self.d1(y)), x)[1],
+                                             d1=nn.Dropout(0.1), d2=nn.Identity())
+    assert (entry.folded_activation, entry.nonlinearity, caught) == (None, False, [])
+    assert entry.reason == "its output is not used through 'd1' (Dropout), 'd2' (Identity) (passing its input through)"
+    model, gm, entry, caught = convert_block(lambda self, y, x: self.gate(self.d1(y)), d1=nn.Dropout(0.1),
+                                             gate=nn.Sigmoid())
+    through = " through 'd1' (Dropout) (passing its input through)"
+    assert (entry.folded_activation, entry.nonlinearity, entry.warned) == (None, False, True)
+    assert entry.reason == f"it feeds 'gate' (Sigmoid){through}, a gate"
+    assert caught == [f"BatchNorm2d 'bn' feeds 'gate' (Sigmoid){through}, an activation that a norm-act layer does "
+                      "not replace: converted with nonlinearity=False and the activation kept after it"]
+    x = torch.randn(2, 3, 5, 5)
+    torch.testing.assert_close(gm(x), model(x))
+
+
+@pytest.mark.parametrize("after,act", [
+    (lambda self, y, x: self.act(y) + self.conv2(y), "'act' (ReLU)"),
+    (lambda self, y, x: torch.sigmoid(y) * self.conv2(y), "sigmoid"),  # a gate counts as an activation here too
+])
+def test_an_output_with_several_consumers_is_not_folded_and_says_why(after, act):
+    model, gm, entry, caught = convert_block(after, act=nn.ReLU(), conv2=nn.Conv2d(4, 4, 1))
+    consumers = f"{act}, 'conv2' (Conv2d)"
+    assert (entry.folded_activation, entry.nonlinearity, entry.warned) == (None, False, True)
+    assert entry.reason == f"its output has 2 consumers ({consumers})"
+    assert caught == [f"BatchNorm2d 'bn' feeds the activation {act} and 1 other consumer(s) ({consumers}): an "
+                      "activation applied to only some uses cannot be folded; converted with nonlinearity=False and the "
+                      "activation kept"]
+    x = torch.randn(2, 3, 5, 5)
+    torch.testing.assert_close(gm(x), model(x))
+
+
+def test_an_output_with_several_consumers_none_an_activation():
+    model, gm, entry, caught = convert_block(lambda self, y, x: self.conv2(y) + self.conv3(y),
+                                             conv2=nn.Conv2d(4, 4, 1), conv3=nn.Conv2d(4, 4, 1))
+    assert (entry.reason, entry.warned, caught) == (
+        "its output has 2 consumers ('conv2' (Conv2d), 'conv3' (Conv2d)), none an activation", False, [])
+    x = torch.randn(2, 3, 5, 5)
+    torch.testing.assert_close(gm(x), model(x))
+
+
+class PlainScale(nn.Module):
+    """A third-party norm-act layer: no device/dtype arguments, one option of its own."""
+
+    uses_batch_statistics = True
+
+    def __init__(self, num_channels, nonlinearity=True, scale=1.0):
+        super().__init__()
+        self.num_channels, self.nonlinearity, self.scale = num_channels, nonlinearity, scale
+        self.weight = nn.Parameter(torch.ones(num_channels))
+
+    def forward(self, x):
+        return x * self.weight.view(1, -1, 1, 1) * self.scale
+
+
+def test_a_registered_layer_without_device_and_dtype_is_built_with_the_options_then_moved(scratch_registry):
+    evonorm_core.register_norm_act("test_plain_scale")(PlainScale)
+    model = nn.Sequential(nn.Conv2d(3, 8, 1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 1), nn.BatchNorm2d(4))
+    gm = convert.convert_norm_act(model.double(), "test_plain_scale", scale=2.0)
+    first, second = gm.get_submodule("1"), gm.get_submodule("4")
+    assert (type(first), first.num_channels, first.nonlinearity, first.scale) == (PlainScale, 8, True, 2.0)
+    assert (second.num_channels, second.nonlinearity, second.scale) == (4, False, 2.0)
+    assert first.weight.dtype == torch.float64  # moved to its BatchNorm's dtype after building
+
+
+def test_a_sync_batchnorm_with_the_callers_sync_option_or_a_layer_that_cannot_sync(scratch_registry):
+    model = nn.Sequential(nn.Conv2d(3, 8, 1), nn.SyncBatchNorm(8), nn.ReLU())
+    assert convert.convert_norm_act(model, "evonorm_b0", sync=False).get_submodule("1").sync is False  # the caller's
+    evonorm_core.register_norm_act("test_plain_scale")(PlainScale)
+    with pytest.raises(ValueError, match=r"^convert_norm_act cannot convert '1': it is a SyncBatchNorm and "
+                                         r"test_plain_scale uses batch statistics without a sync option; convert the "
+                                         r"model before nn\.SyncBatchNorm\.convert_sync_batchnorm, or pass a registered "
+                                         r"layer name \(its sync=True is set\)$"):
+        convert.convert_norm_act(model, "test_plain_scale")
