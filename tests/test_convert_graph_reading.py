@@ -361,3 +361,44 @@ def test_a_sync_batchnorm_with_the_callers_sync_option_or_a_layer_that_cannot_sy
                                          r"model before nn\.SyncBatchNorm\.convert_sync_batchnorm, or pass a registered "
                                          r"layer name \(its sync=True is set\)$"):
         convert.convert_norm_act(model, "test_plain_scale")
+
+
+@pytest.mark.parametrize("build,entry", [
+    (lambda L: L.BatchNormAct2d(4, act_layer=nn.ReLU, drop_layer=lambda: nn.Dropout(0.5)),
+     ConvertedNorm("1", "relu", "BatchNormAct2d", "its own act (ReLU) folded in (its drop Dropout now follows the layer)",
+                   family="BatchNorm")),
+    (lambda L: L.GroupNormAct(4, 2, act_layer=nn.SiLU),
+     ConvertedNorm("1", "silu", "GroupNormAct", "its own act (SiLU) folded in", family="GroupNorm")),
+    (lambda L: nn.Sequential(L.BatchNormAct2d(4, apply_act=False), nn.ReLU()),
+     ConvertedNorm("1.0", "relu", "BatchNormAct2d", "its act is Identity (apply_act=False); relu '1.1' (ReLU) follows it",
+                   family="BatchNorm")),
+    (lambda L: nn.Sequential(nn.BatchNorm2d(4), L.DropPath(0.1), nn.ReLU()),  # DropPath stays one call: a pass-through
+     ConvertedNorm("1.0", "relu", "BatchNorm2d", "relu '1.2' (ReLU) follows it through '1.1' (DropPath) (passing its "
+                   "input through)", family="BatchNorm")),
+])
+def test_timm_norm_acts_are_reported_with_their_own_act_and_family(build, entry):
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), build(pytest.importorskip("timm.layers"))).eval()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gm = convert.convert_norm_act(model, "evonorm_s0", groups=2)
+    assert gm.norm_act_report.entries == [entry] and not caught
+    assert gm.get_submodule(entry.name).num_channels == 4
+
+
+def test_a_norm_acts_own_act_it_cannot_fold_is_kept_with_a_warning_naming_it():
+    L = pytest.importorskip("timm.layers")
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), L.BatchNormAct2d(4, act_layer=nn.Softplus))
+    with pytest.warns(ConversionWarning) as caught:
+        convert.convert_norm_act(model, lambda channels, nonlinearity: nn.BatchNorm2d(channels))
+    assert [str(w.message) for w in caught] == [
+        "BatchNormAct2d '1''s own act Softplus is not an activation that a norm-act layer replaces: converted with "
+        "nonlinearity=False and '1_act' kept after it"]
+
+
+def test_a_sync_batchnorm_with_a_maker_that_declares_no_batch_statistics_converts():
+    def maker(channels, nonlinearity):
+        return evonorm_core.build_norm_act("evonorm_s0", channels, nonlinearity, groups=2)
+
+    maker.uses_batch_statistics = False
+    gm = convert.convert_norm_act(nn.Sequential(nn.Conv2d(3, 4, 1), nn.SyncBatchNorm(4), nn.ReLU()), maker)
+    assert gm.norm_act_report.entries[0].nonlinearity is True
