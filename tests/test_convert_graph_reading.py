@@ -402,3 +402,9 @@ def test_a_sync_batchnorm_with_a_maker_that_declares_no_batch_statistics_convert
     maker.uses_batch_statistics = False
     gm = convert.convert_norm_act(nn.Sequential(nn.Conv2d(3, 4, 1), nn.SyncBatchNorm(4), nn.ReLU()), maker)
     assert gm.norm_act_report.entries[0].nonlinearity is True
+
+
+def test_options_with_a_maker_are_refused_before_anything_is_traced():
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4), nn.ReLU())
+    with pytest.raises(ValueError, match=r"^options \['groups'\] can only be given with a layer name, not a callable$"):
+        convert.convert_norm_act(model, lambda channels, nonlinearity: nn.BatchNorm2d(channels), groups=2)
