@@ -8,6 +8,7 @@ import torch
 import evonorm_core
 from evonorm_core import statistics as S
 from evonorm_core.layers import BatchStatsNormAct2d, GroupedNormAct2d
+from evonorm_core.layers.controls import AffineReLU2d, TanhMaxTanh2d
 from evonorm_core.statistics import resolve_groups
 
 from . import paper_reference as ref
@@ -568,3 +569,6 @@ def test_controls_by_hand():
     torch.testing.assert_close(random_rej(x).flatten(), expected, rtol=0, atol=1e-8)
     assert not list(no_norm.buffers()) and not list(random_rej.buffers())
     assert not evonorm_core.uses_batch_statistics("no_norm_relu") and not evonorm_core.uses_batch_statistics("random_rej")
+    # built from their classes with no arguments but the channels, they are the same layers (nonlinearity=True)
+    torch.testing.assert_close(AffineReLU2d(5).double()(x), x.clamp(min=0), rtol=0, atol=0)
+    torch.testing.assert_close(TanhMaxTanh2d(5).double()(x).flatten(), expected, rtol=0, atol=1e-8)
