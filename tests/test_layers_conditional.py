@@ -116,3 +116,51 @@ def test_reset_parameters_resets_the_layer_and_both_projections():
     for projection in (layer.gain, layer.bias):  # nn.Linear's own initialisation: |w| <= 1 / sqrt(cond_dim)
         assert not torch.all(projection.weight == 3.0) and projection.weight.abs().max() <= 0.5
     assert repr(layer).startswith("ConditionalNormAct2d(\n  cond_dim=4") and layer.num_channels == 8
+
+
+class AffineFree(nn.Module):
+    """A layer with forward_affine and no weight/bias attributes at all (a third-party layer may lack them)."""
+
+    num_channels = 8
+
+    def forward_affine(self, x, weight, bias):
+        return functional.affine(x, weight, bias)
+
+
+@pytest.mark.parametrize("own", ["weight", "bias"])
+def test_a_layer_with_either_affine_parameter_of_its_own_is_refused_by_name(own):
+    layer = evonorm_core.build_norm_act("evonorm_s0", 8, affine=False)
+    setattr(layer, own, nn.Parameter(torch.ones(8)))
+    with pytest.raises(ValueError, match=r"^the layer of a conditional norm-act must be built with affine=False \(its "
+                                         r"gamma/beta are 1 \+ W_g c and W_b c\), got EvoNormS0 with its own "
+                                         r"weight/bias$"):
+        ConditionalNormAct2d(layer, 4)
+    with pytest.raises(TypeError, match=r"needs a layer with forward_affine\(x, weight, bias\) \(evonorm_core's "
+                                        r"NormAct2d and GraphLayer have it\), got BatchNorm2d$"):
+        ConditionalNormAct2d(nn.BatchNorm2d(8, affine=False), 4)
+
+
+@pytest.mark.parametrize("cond_dim", [0, -1, True, 2.0, "4"])
+def test_cond_dim_must_be_a_positive_int(cond_dim):
+    with pytest.raises(ValueError, match=rf"^cond_dim must be a positive int, got {cond_dim!r}$"):
+        ConditionalNormAct2d(AffineFree(), cond_dim)
+
+
+def test_a_layer_and_projections_without_weight_bias_or_reset_parameters():
+    """cond_dim 1 is accepted; a layer without weight/bias attributes is one without affine; projections that
+    have no reset_parameters (a Sequential) are left as they are by reset_parameters."""
+    layer = ConditionalNormAct2d(AffineFree(), 1, lambda i, o: nn.Sequential(nn.Linear(i, o, bias=False)))
+    layer.reset_parameters()
+    x, cond = torch.randn(2, 8, 3, 3), torch.randn(2, 1)
+    gamma, beta = layer.gamma_beta(cond)
+    torch.testing.assert_close(layer(x, cond), x * gamma[..., None, None] + beta[..., None, None])
+
+
+def test_the_factory_asks_its_maker_for_the_nonlinearity():
+    seen = []
+
+    def maker(channels, nonlinearity):  # no default: the factory must say it
+        seen.append(nonlinearity)
+        return evonorm_core.build_norm_act("evonorm_s0", channels, nonlinearity, groups=2, affine=False)
+
+    assert conditional_norm_act_factory(maker, 4)(8).norm.nonlinearity and seen == [True]
