@@ -528,6 +528,12 @@ void b_output_plane(const T* __restrict x, T* __restrict y, i64 HW, A sb, A p, A
     for (i64 j = 0; j < HW; j++) y[j] = static_cast<T>(b_output(static_cast<A>(x[j]), sb, p, q, w, b));
 }
 
+// p of a B-series plane: its channel's v1 (B0), its own q (B1) or -1 (B2).
+template <typename A>
+inline A b_slope(int64_t variant, const PerNC<A>& v, i64 c, A q) {
+    return variant == 0 ? v(0, c) : (variant == 1 ? q : A(-1));
+}
+
 // One channels_last row of C channels (sb, p, q, w, b: per channel).
 template <typename T, typename A>
 void b_output_row(const T* __restrict x, T* __restrict y, i64 C, const A* __restrict sb, const A* __restrict p,
@@ -574,24 +580,24 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
         for (i64 c = 0; c < s.C; c++) sb[c] = static_cast<A>(std::sqrt(batch_var[c] + eps));
         const PerNC<A> v(v1, s.C, A(1)), w(weight, s.C, A(1)), b(bias, s.C, A(0));
         A *mean_out = mean_t.data_ptr<A>(), *q_out = q_t.data_ptr<A>();
-        // q, p of plane nc (also writes the mean and q outputs)
+        // q of plane nc (also writes the mean and q outputs)
         auto plane_q = [&](i64 nc) {
             mean_out[nc] = static_cast<A>(mean[nc]);
             q_out[nc] = static_cast<A>(std::sqrt((variant == 0 ? var[nc] : var[nc] + mean[nc] * mean[nc]) + eps));
             return q_out[nc];
         };
-        auto plane_p = [&](i64 c, A q) { return variant == 0 ? v(0, c) : (variant == 1 ? q : A(-1)); };
         scalar_t* yp = y.data_ptr<scalar_t>();
         if (!s.nhwc) {  // a plane's q and p, then its output with them in registers
             for_each_index(NC, s.HW, [&](i64 nc) {
                 const i64 n = nc / s.C, c = nc % s.C;
                 const A q = plane_q(nc);
-                b_output_plane<scalar_t, A>(xp + nc * s.HW, yp + nc * s.HW, s.HW, sb[c], plane_p(c, q), q, w(n, c), b(n, c));
+                b_output_plane<scalar_t, A>(xp + nc * s.HW, yp + nc * s.HW, s.HW, sb[c], b_slope(variant, v, c, q), q,
+                                            w(n, c), b(n, c));
             });
             return;
         }
         std::vector<A> p(NC);
-        for_each_index(NC, 4, [&](i64 nc) { p[nc] = plane_p(nc % s.C, plane_q(nc)); });
+        for_each_index(NC, 4, [&](i64 nc) { p[nc] = b_slope(variant, v, nc % s.C, plane_q(nc)); });
         for_each_index(s.N * s.HW, s.C, [&](i64 row) {
             const i64 n = row / s.HW, off = row * s.C;
             b_output_row<scalar_t, A>(xp + off, yp + off, s.C, sb.data(), p.data() + n * s.C, q_out + n * s.C, w.row(n),
@@ -710,7 +716,6 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
         std::vector<double> sbd(s.C);
         for (i64 c = 0; c < s.C; c++) sbd[c] = std::sqrt(batch_var[c] + eps), sb[c] = static_cast<A>(sbd[c]);
         const PerNC<A> v(v1, s.C, A(1)), w(weight, s.C, A(1));
-        auto plane_p = [&](i64 c, A qn) { return variant == 0 ? v(0, c) : (variant == 1 ? qn : A(-1)); };
         // sums: 0 U, 1 UX, 2 B, 3 G, 4 GZ
         const auto sums = uninitialized(5 * NC);
         std::vector<A> p, qa;  // channels_last: per (n, c)
@@ -719,7 +724,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
                 const i64 n = nc / s.C, c = nc % s.C;
                 const A qn = static_cast<A>(q[nc]);
                 double t[5];
-                b_plane_sums<scalar_t, A>(xp + nc * s.HW, gp + nc * s.HW, s.HW, sb[c], plane_p(c, qn), qn, w(n, c), t);
+                b_plane_sums<scalar_t, A>(xp + nc * s.HW, gp + nc * s.HW, s.HW, sb[c], b_slope(variant, v, c, qn), qn,
+                                          w(n, c), t);
                 for (int k = 0; k < 5; k++) sums[k * NC + nc] = t[k];
             });
         } else {
@@ -727,7 +733,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
             qa.resize(NC);
             for_each_index(NC, 4, [&](i64 nc) {
                 qa[nc] = static_cast<A>(q[nc]);
-                p[nc] = plane_p(nc % s.C, qa[nc]);
+                p[nc] = b_slope(variant, v, nc % s.C, qa[nc]);
             });
             at::parallel_for(0, s.N, grain(s.HW * s.C), [&](i64 begin, i64 end) {
                 std::vector<A> acc(5 * s.C);
@@ -760,8 +766,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
                 const i64 n = nc / s.C, c = nc % s.C, offset = nc * s.HW;
                 const A qn = static_cast<A>(q[nc]);
                 const auto [k, k0] = plane_k(nc);
-                b_input_grad_plane<scalar_t, A>(xp + offset, gp + offset, dxp + offset, s.HW, sb[c], plane_p(c, qn), qn,
-                                                w(n, c), k, k0);
+                b_input_grad_plane<scalar_t, A>(xp + offset, gp + offset, dxp + offset, s.HW, sb[c],
+                                                b_slope(variant, v, c, qn), qn, w(n, c), k, k0);
             });
         } else {
             std::vector<A> k(NC), k0(NC);
