@@ -221,7 +221,9 @@ def test_errors():
         def forward(self, x):
             return self.bn(x) if x.sum() > 0 else x
 
-    with pytest.raises(ValueError, match="could not trace Dynamic with torch.fx"):
+    with pytest.raises(ValueError, match=r"^convert_norm_act could not trace Dynamic with torch.fx: .*\. Models with "
+                                         r"data-dependent control flow must be converted by building them with a "
+                                         r"norm_act argument\.$"):
         evonorm_core.convert_norm_act(Dynamic(), "evonorm_s0")
     with pytest.raises(KeyError, match="unknown norm-act layer"):
         evonorm_core.convert_norm_act(models.resnet18(), "evonorm_x")

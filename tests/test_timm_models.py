@@ -255,29 +255,6 @@ def test_timms_norm_acts_fold_their_own_act_and_keep_their_drop():
     torch.testing.assert_close(gm(x), by_hand)
 
 
-class Opaque(nn.Module):
-    """A block timm registers as not traceable (as it does MobileVitBlock), holding a BatchNorm."""
-
-    def __init__(self):
-        super().__init__()
-        self.bn = nn.BatchNorm2d(8)
-
-    def forward(self, x):
-        return self.bn(x)
-
-
-def test_a_batchnorm_inside_a_module_timm_does_not_trace_is_named_and_kept():
-    timm.layers.register_notrace_module(Opaque)
-    model = nn.Sequential(nn.Conv2d(3, 8, 1), nn.BatchNorm2d(8), nn.ReLU(), Opaque())
-    with pytest.warns(evonorm_core.ConversionWarning, match=r"BatchNorm2d '3.bn' is inside '3' \(Opaque\), which "
-                                                            "torch.fx keeps as one call"):
-        gm = evonorm_core.convert_norm_act(model, "evonorm_s0", groups=4)
-    report = gm.norm_act_report
-    assert [e.name for e in report.entries] == ["1"] and [k.name for k in report.kept] == ["3.bn"]
-    assert isinstance(gm.get_submodule("3.bn"), nn.BatchNorm2d)
-    assert str(report).endswith("; 1 left as they were (BatchNorm2d x1); 1 warning(s), see .warnings")
-
-
 def test_timms_sync_norm_act_keeps_syncing_and_its_frozen_one_is_refused():
     """timm.layers.convert_sync_batchnorm makes SyncBatchNormAct (its act carried over): converted with the act
     folded in and sync=True on the same process group; freeze_batch_norm_2d makes FrozenBatchNormAct2d: refused."""
