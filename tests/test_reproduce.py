@@ -453,6 +453,15 @@ def test_dry_run_shows_the_selected_models_and_layers(reproduce, capsys):
     assert "classification/tables.py report table3" in report and "--json docs/results/classification/table3.json" in report
 
 
+def test_jobs_reaches_every_experiment_that_runs_several(reproduce, capsys):
+    assert reproduce.main(["--dry-run", "--jobs", "1"]) == 0
+    runs = [line for line in capsys.readouterr().out.splitlines() if " report " not in line]
+    assert [line.endswith("--jobs 1") for line in runs] == [True, True, True, True, False]  # fig10: one search
+    with pytest.raises(SystemExit):
+        reproduce.main(["--dry-run", "--jobs", "0"])
+    assert "--jobs: must be >= 1, got 0" in capsys.readouterr().err
+
+
 def test_one_command_runs_every_experiment_the_report_reads(reproduce, capsys):
     """``python tools/reproduce.py`` alone runs each experiment whose summary the report reads (Table 5 and
     Fig. 10 included), each writing that summary."""

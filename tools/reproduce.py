@@ -136,7 +136,7 @@ from evonorm_core.experiment.verdicts import (
 )
 from evonorm_suite.classification.paper_tables import LAYERS as CLASSIFICATION_LAYERS
 from evonorm_suite.classification.paper_tables import TABLES as PAPER_TABLES
-from evonorm_suite.classification.tables import SETTING_KEYS, MiniScale
+from evonorm_suite.classification.tables import SETTING_KEYS, MiniScale, positive_int
 from evonorm_suite.gan.report import LABELS as GAN_LABELS
 from evonorm_suite.gan.report import TABLE5, layer_name
 
@@ -168,31 +168,35 @@ MINI_SCALE = MiniScale()  # what classification/tables.py run --scale mini train
 EARLIER = "earlier settings"  # the steps log's key for the entries of steps run with other settings
 
 
-def classification_step(table: str, models: Sequence[str] = CLASSIFICATION_MODELS,
-                        layers: Sequence[str] = ()) -> Step:
+def classification_step(table: str, models: Sequence[str], layers: Sequence[str], jobs: int) -> Step:
     runs = RUNS / "classification_mnist" / table  # not the folder of the earlier digits grid
     out = RESULTS / "classification"
     run = (*PY, "classification/tables.py", "run", table, "--scale", "mini", "--models", *models,
-           *(("--layers", *layers) if layers else ()), "--runs-dir", str(runs), "--jobs", "2")
+           *(("--layers", *layers) if layers else ()), "--runs-dir", str(runs), "--jobs", str(jobs))
     report = (*PY, "classification/tables.py", "report", table, str(runs), "--json", str(out / f"{table}.json"),
               "--png", str(out / f"{table}.png"), "--curves", str(out / f"{table}_curves.png"))
     return Step(table, (run, report), out / f"{table}.json", config_to_dict(MINI_SCALE))
 
 
-STEPS = {
-    "table2": classification_step("table2"),
-    "table3": classification_step("table3"),
-    "table4": Step("table4", ((*PY, "detection/miniature.py", "--runs-dir", str(RUNS / "detection"),
-                               "--out", str(RESULTS / "detection"), "--jobs", "2"),),
-                   RESULTS / "detection" / "miniature.json"),
-    "table5": Step("table5", ((*PY, "gan/table5.py", "--runs-dir", str(RUNS / "gan"), "--out", str(RESULTS / "gan"),
-                               "--jobs", "2"),),
-                   RESULTS / "gan" / "table5.json"),
-    "fig10": Step("fig10", ((*PY, "search/compare.py", "--output-dir", str(RUNS / "fig10"), "--max-candidates", "2000",
-                             "--json", str(RESULTS / "search" / "fig10.json"),
-                             "--plot", str(RESULTS / "search" / "fig10.png")),),
-                  RESULTS / "search" / "fig10.json"),
-}
+def experiment_steps(models: Sequence[str] = CLASSIFICATION_MODELS, layers: Sequence[str] = (),
+                     jobs: int = 2) -> dict[str, Step]:
+    """Every experiment, in the order they run; ``jobs`` runs at once within a step (Fig. 10's search runs alone)."""
+    return {
+        **{table: classification_step(table, models, layers, jobs) for table in CLASSIFICATION_TABLES},
+        "table4": Step("table4", ((*PY, "detection/miniature.py", "--runs-dir", str(RUNS / "detection"),
+                                   "--out", str(RESULTS / "detection"), "--jobs", str(jobs)),),
+                       RESULTS / "detection" / "miniature.json"),
+        "table5": Step("table5", ((*PY, "gan/table5.py", "--runs-dir", str(RUNS / "gan"),
+                                   "--out", str(RESULTS / "gan"), "--jobs", str(jobs)),),
+                       RESULTS / "gan" / "table5.json"),
+        "fig10": Step("fig10", ((*PY, "search/compare.py", "--output-dir", str(RUNS / "fig10"),
+                                 "--max-candidates", "2000", "--json", str(RESULTS / "search" / "fig10.json"),
+                                 "--plot", str(RESULTS / "search" / "fig10.png")),),
+                      RESULTS / "search" / "fig10.json"),
+    }
+
+
+STEPS = experiment_steps()
 SUMMARIES = {name: step.summary for name, step in STEPS.items()}
 
 
@@ -1087,8 +1091,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="classification experiments: only these anchor models (default both)")
     parser.add_argument("--layers", nargs="+", default=(),
                         help="classification experiments: only these rows' layers (default every row of the table)")
+    parser.add_argument("--jobs", type=positive_int, default=2,
+                        help="runs at once within an experiment, one thread each (default 2, this machine's cores)")
     args = parser.parse_args(argv)
-    steps = {**STEPS, **{name: classification_step(name, args.models, args.layers) for name in ("table2", "table3")}}
+    steps = experiment_steps(args.models, args.layers, args.jobs)
     steps_log = read_json(ROOT / STEPS_FILE, what="step log") if (ROOT / STEPS_FILE).exists() else {}
     if not args.report_only:
         for name in args.only or list(STEPS):
