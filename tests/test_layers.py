@@ -8,10 +8,12 @@ import torch
 import evonorm_core
 from evonorm_core import statistics as S
 from evonorm_core.layers import BatchStatsNormAct2d, GroupedNormAct2d
+from evonorm_core.layers import evonorm as evonorm_layers
 from evonorm_core.layers.controls import AffineReLU2d, TanhMaxTanh2d
 from evonorm_core.statistics import resolve_groups
 
 from . import paper_reference as ref
+from .distributed_world import GROUP, World
 
 NAMES = evonorm_core.list_norm_acts()
 EVONORMS = sorted(n for n in NAMES if n.startswith("evonorm_"))
@@ -533,6 +535,65 @@ def test_reset_parameters_without_nonlinearity(name):
     randomize(layer, torch.Generator().manual_seed(6))
     layer.reset_parameters()
     assert torch.all(layer.weight == 1) and torch.all(layer.bias == 0)
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("nonlinearity", [True, False])
+@pytest.mark.parametrize("name", NAMES)
+def test_every_layer_is_its_activation_of_transform_times_gamma_plus_beta(name, nonlinearity, training):
+    """NormAct2d's contract, which conversion and the searched layers build on: with gamma and beta per
+    channel, layer(x) == activate(transform(x) * gamma + beta) (EvoNorms: no activation after the affine)."""
+    gen = torch.Generator().manual_seed(5)
+    layer = build(name, nonlinearity=nonlinearity).train(training)
+    randomize(layer, gen)
+    x = torch.randn(3, 8, 4, 5, generator=gen, dtype=torch.float64) * 2 + 0.3
+    expected = layer(x)
+    affine = layer.transform(x) * layer.weight.view(1, -1, 1, 1) + layer.bias.view(1, -1, 1, 1)
+    torch.testing.assert_close(layer.activate(affine), expected, rtol=1e-10, atol=1e-10)
+
+
+EVONORM_CLASSES = [evonorm_layers.EvoNormB0, evonorm_layers.EvoNormB1, evonorm_layers.EvoNormB2,
+                   evonorm_layers.EvoNormS0, evonorm_layers.EvoNormS1, evonorm_layers.EvoNormS2]
+
+
+@pytest.mark.parametrize("cls", EVONORM_CLASSES, ids=lambda c: c.__name__)
+def test_evonorm_classes_default_to_the_paper_layer_unsynchronized(cls):
+    layer = cls(8)
+    batch_layer = issubclass(cls, BatchStatsNormAct2d)
+    assert layer.nonlinearity is True and layer.impl == "fused" and layer.affine is True
+    assert cls.uses_batch_statistics_for() is batch_layer and layer.uses_batch_statistics is batch_layer
+    if batch_layer:
+        assert layer.sync is False and layer.process_group is None
+    with pytest.raises(ValueError, match=r"^impl must be one of \['fused', 'reference'\], got 'bogus'$"):
+        cls(8, impl="bogus")
+
+
+@pytest.mark.parametrize("impl", ["fused", "reference"])
+@pytest.mark.parametrize("name", ["evonorm_b0", "evonorm_b1", "evonorm_b2", "bn_relu"])
+def test_sync_normalizes_with_the_statistics_of_every_rank_through_the_given_group(monkeypatch, name, impl):
+    """A B-series layer (and BN-ReLU) built with ``sync=True, process_group=g`` all-reduces its batch moments
+    over g: its output and moving averages are those of one layer over both ranks' samples. Without ``sync``
+    nothing is sent, even in a group of two. (torch.distributed: tests/distributed_world.py.)"""
+    world = World(monkeypatch, size=1, sizes={GROUP: 2})
+    gen = torch.Generator().manual_seed(3)
+    options = {} if name == "bn_relu" else {"impl": impl}
+    whole = build(name, **options)
+    randomize(whole, gen)
+    unsynced, synced, other_rank = (build(name, process_group=GROUP, **options),
+                                    *(build(name, sync=True, process_group=GROUP, **options) for _ in range(2)))
+    for layer in (unsynced, synced, other_rank):
+        layer.load_state_dict(whole.state_dict())
+    mine = torch.randn(3, 8, 3, 4, generator=gen, dtype=torch.float64) * 2 + 0.3
+    theirs = torch.randn(2, 8, 3, 4, generator=gen, dtype=torch.float64) - 0.5
+    unsynced(mine)
+    assert world.sent == []
+    other_rank(theirs)
+    assert [group for _, group in world.sent] == [GROUP]
+    world.other = world.sent.pop()[0]
+    out = synced(mine)
+    expected = whole(torch.cat([mine, theirs]))[:3]
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(synced.running_var, whole.running_var, rtol=1e-10, atol=1e-10)
 
 
 def test_extra_repr_details():

@@ -47,10 +47,12 @@ def test_wrong_rank_channels_and_affine_shapes(name):
     with pytest.raises(ValueError, match=r"built for 8 channels, got input of shape \(2, 6, 3, 3\)"):
         layer(torch.randn(2, 6, 3, 3))
     x = torch.randn(2, 8, 3, 3)
-    with pytest.raises(ValueError, match=r"weight must be None, \(8,\) or per sample \(2, 8\).*got shape \(3, 8\)"):
+    shapes = r"must be None, \(8,\) or per sample \(2, 8\) for input of shape \(2, 8, 3, 3\), got shape"
+    layer_name = type(layer).__name__  # the layer names itself, not a function it calls
+    with pytest.raises(ValueError, match=rf"^{layer_name}: weight {shapes} \(3, 8\)$"):
         layer.forward_affine(x, torch.ones(3, 8), None)
-    with pytest.raises(ValueError, match=r"bias must be None, \(8,\) or per sample \(2, 8\).*got shape \(8, 1\)"):
-        layer.forward_affine(x, None, torch.zeros(8, 1))
+    with pytest.raises(ValueError, match=rf"^{layer_name}: bias {shapes} \(8, 1\)$"):
+        layer.forward_affine(x, torch.ones(8), torch.zeros(8, 1))
 
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True])

@@ -15,29 +15,10 @@ import warnings
 import pytest
 import torch
 import torch.distributed as dist
-import torch.distributed.nn.functional as dist_nn
 
 from evonorm_core import statistics as stats
 
-GROUP = object()  # a process group, as far as these calls can tell
-
-
-class World:
-    """torch.distributed as one process of ``size`` sees it (world sizes per group in ``sizes``), whose
-    all-reduce adds ``other`` (the other rank's contribution) and records what it was given."""
-
-    def __init__(self, monkeypatch, size: int = 2, initialized: bool = True, available: bool = True,
-                 sizes: dict | None = None) -> None:
-        monkeypatch.setattr(dist, "is_available", lambda: available)
-        monkeypatch.setattr(dist, "is_initialized", lambda: initialized)
-        monkeypatch.setattr(dist, "get_world_size", lambda group=None: (sizes or {}).get(group, size))
-        monkeypatch.setattr(dist_nn, "all_reduce", self.all_reduce)
-        self.other: torch.Tensor | None = None
-        self.sent: list[tuple[torch.Tensor, object]] = []
-
-    def all_reduce(self, tensor: torch.Tensor, op=None, group=None) -> torch.Tensor:
-        self.sent.append((tensor.detach().clone(), group))
-        return tensor if self.other is None else tensor + self.other
+from .distributed_world import GROUP, World
 
 
 def two_ranks(world: World, mine: torch.Tensor, theirs: torch.Tensor, group=None):
