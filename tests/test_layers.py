@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import evonorm_core
+from evonorm_core import layers
 from evonorm_core import statistics as S
 from evonorm_core.layers import BatchStatsNormAct2d, GroupedNormAct2d
-from evonorm_core.layers import evonorm as evonorm_layers
 from evonorm_core.layers.controls import AffineReLU2d, TanhMaxTanh2d
 from evonorm_core.statistics import resolve_groups
 
@@ -552,31 +552,43 @@ def test_every_layer_is_its_activation_of_transform_times_gamma_plus_beta(name, 
     torch.testing.assert_close(layer.activate(affine), expected, rtol=1e-10, atol=1e-10)
 
 
-EVONORM_CLASSES = [evonorm_layers.EvoNormB0, evonorm_layers.EvoNormB1, evonorm_layers.EvoNormB2,
-                   evonorm_layers.EvoNormS0, evonorm_layers.EvoNormS1, evonorm_layers.EvoNormS2]
+# every concrete layer class with the activation it has when built with no options (None: none after the affine)
+DEFAULT_ACTIVATIONS = {
+    layers.EvoNormB0: None, layers.EvoNormB1: None, layers.EvoNormB2: None,
+    layers.EvoNormS0: None, layers.EvoNormS1: None, layers.EvoNormS2: None,
+    layers.BatchNormAct2d: "relu", layers.GroupNormAct2d: "relu", layers.LayerNormAct2d: "relu",
+    layers.PixelNormAct2d: "relu", layers.FilterResponseNorm2d: "max_v0", layers.BatchRMSNormReLU2d: None,
+    layers.AffineReLU2d: "relu", layers.TanhMaxTanh2d: None,
+}
 
 
-@pytest.mark.parametrize("cls", EVONORM_CLASSES, ids=lambda c: c.__name__)
-def test_evonorm_classes_default_to_the_paper_layer_unsynchronized(cls):
+@pytest.mark.parametrize("cls", DEFAULT_ACTIVATIONS, ids=lambda c: c.__name__)
+def test_layer_classes_built_without_options_are_the_paper_layers(cls):
+    """The class alone (not the registry, which passes its own options) gives the paper's layer: with its
+    nonlinearity and activation, affine, eps 1e-5; batch statistics unsynchronized with momentum 0.1; EvoNorms
+    on the fused operators, a bad ``impl`` named as such."""
     layer = cls(8)
     batch_layer = issubclass(cls, BatchStatsNormAct2d)
-    assert layer.nonlinearity is True and layer.impl == "fused" and layer.affine is True
+    assert layer.nonlinearity is True and layer.activation == DEFAULT_ACTIVATIONS[cls]
+    assert layer.affine is True and layer.eps == 1e-5
     assert cls.uses_batch_statistics_for() is batch_layer and layer.uses_batch_statistics is batch_layer
     if batch_layer:
-        assert layer.sync is False and layer.process_group is None
-    with pytest.raises(ValueError, match=r"^impl must be one of \['fused', 'reference'\], got 'bogus'$"):
-        cls(8, impl="bogus")
+        assert layer.sync is False and layer.process_group is None and layer.momentum == 0.1
+    if cls.__name__.startswith("EvoNorm"):
+        assert layer.impl == "fused"
+        with pytest.raises(ValueError, match=r"^impl must be one of \['fused', 'reference'\], got 'bogus'$"):
+            cls(8, impl="bogus")
 
 
 @pytest.mark.parametrize("impl", ["fused", "reference"])
-@pytest.mark.parametrize("name", ["evonorm_b0", "evonorm_b1", "evonorm_b2", "bn_relu"])
+@pytest.mark.parametrize("name", ["evonorm_b0", "evonorm_b1", "evonorm_b2", "bn_relu", "rs_rej"])
 def test_sync_normalizes_with_the_statistics_of_every_rank_through_the_given_group(monkeypatch, name, impl):
-    """A B-series layer (and BN-ReLU) built with ``sync=True, process_group=g`` all-reduces its batch moments
+    """A B-series layer (and BN-ReLU, RS + rej) built with ``sync=True, process_group=g`` all-reduces its batch moments
     over g: its output and moving averages are those of one layer over both ranks' samples. Without ``sync``
     nothing is sent, even in a group of two. (torch.distributed: tests/distributed_world.py.)"""
     world = World(monkeypatch, size=1, sizes={GROUP: 2})
     gen = torch.Generator().manual_seed(3)
-    options = {} if name == "bn_relu" else {"impl": impl}
+    options = {"impl": impl} if name in EVONORMS else {}
     whole = build(name, **options)
     randomize(whole, gen)
     unsynced, synced, other_rank = (build(name, process_group=GROUP, **options),
