@@ -408,6 +408,21 @@ def test_folded_affine(name, nonlinearity, training):
         torch.testing.assert_close(folded, layer(x), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("name, nonlinearity", [(n, nl) for n in NAMES for nl in (True, False)
+                                                 if build(n).uses_batch_statistics and foldable(n, nl, False)])
+def test_folded_affine_is_in_the_parameters_dtype_when_the_moving_averages_are_not(name, nonlinearity):
+    """float32 gamma/beta with float64 moving averages (a model cast after its buffers were loaded): the
+    fold is float32, as the parameters it replaces, with the float64 fold's values."""
+    layer = build(name, nonlinearity=nonlinearity).eval()
+    randomize(layer, torch.Generator().manual_seed(6))
+    expected = layer.folded_affine()
+    for param in layer.parameters():
+        param.data = param.data.float()
+    fold = layer.folded_affine()
+    assert [t.dtype for t in fold] == [torch.float32, torch.float32]
+    torch.testing.assert_close(fold, tuple(t.float() for t in expected))
+
+
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("name, impl", NAME_IMPLS)
 def test_symbolic_trace(name, impl, training):
