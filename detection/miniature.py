@@ -5,8 +5,8 @@
 
 Every layer is trained on the generated shapes (``detection/shapes.py``) in two settings, with
 three seeds each: ``batch8``, the demo configs' 8 images per step (the paper's 8 images per
-worker) for ``--iterations`` steps (900; the demo configs stop at 300, before BN-ReLU has left its
-initial plateau), and ``batch2``, 2 images per step, where batch statistics come from two
+worker) for ``--iterations`` steps (1800; the demo configs stop at 300, before BN-ReLU has left its
+initial plateau, and at 900 its RPN is still under-trained), and ``batch2``, 2 images per step, where batch statistics come from two
 images only, the paper's reason for batch-independent layers in detection. Both settings see
 the same images: a setting with ``n`` images per step runs ``--iterations * 8 / n`` steps, and
 its learning rate (linear scaling), warmup and LR decays (at 80 % and 93 % of its steps) follow
@@ -15,35 +15,43 @@ the same rule, so batch 2 trains 4x the steps at a quarter of the learning rate.
 norm-act (the paper has no such row; it tells how much normalization matters here).
 
 Each run is ``tools/train_net.py`` in its own process (one thread, ``--jobs`` at once) writing
-``RUNS/<setting>/<layer>/seed<k>`` and its output to ``RUNS/<setting>/<layer>/seed<k>.log``;
-finished runs (``final_results.json``) are not rerun, started ones resume, and a run that fails
-is named at the end (no summary is written then) while the others go on. The box and mask AP of
-every run, its training loss as detectron2 logged it, and their mean and spread per layer and
-setting go to ``--out/miniature.json``; the losses against images seen go to ``--out/miniature_loss.png``.
+``RUNS/<images>_images/<setting>/<layer>/seed<k>`` (``<images>``: the images every run sees, so runs
+of another length never mix) and its output to the same path plus ``.log``; finished runs
+(``final_results.json``) are not rerun, started ones resume, and a run that fails is named at the
+end (no summary is written then) while the others go on. Every run is evaluated on the validation
+images ``EVALUATIONS`` times, evenly over its steps, the last at its end: its validation curve,
+whose last fifth shows whether it was still improving. The box and mask AP of every run, its
+validation curve and the curve's last-fifth range and slope, its training loss as detectron2
+logged it, and their mean and spread per layer and setting go to ``--out/miniature.json``; the
+losses and the validation curves against images seen go to ``--out/miniature_loss.png`` and
+``--out/miniature_validation.png``.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from evonorm_core.experiment.config import command_line
+from evonorm_core.experiment.convergence import last_fifth_flatness
 from evonorm_core.experiment.files import atomic_write_json, read_json
 from evonorm_core.experiment.grid import Cell, run_grid
 from evonorm_core.experiment.rundir import holds_run
 from evonorm_core.experiment.tables import Series, format_mean_std, markdown_table, mean_and_std, plot_series
-from evonorm_suite.detection.report import RESULTS_FILE, training_curve
+from evonorm_suite.detection.report import RESULTS_FILE, logged_metrics, training_curve
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 LAYERS = {"bn": "BN-ReLU", "gn": "GN-ReLU", "evonorm_b0": "EvoNorm-B0", "evonorm_s0": "EvoNorm-S0",
           "no_norm_relu": "ReLU (no norm)"}
 BASE_BATCH, BASE_LR, BASE_WARMUP = 8, 0.02, 50  # Base-Demo-Shapes.yaml
-LOSS_PLOT = "miniature_loss.png"
-# Steps of 8 images per run. BN-ReLU's training loss stays on a plateau (about 1.3) to step 200 and falls
-# from about 250 (one seed, docs/results/detection/smoke_900_steps); 300 steps, with the LR cut 10x at 240,
-# stopped it there. At 900 it ends level with GN-ReLU's.
-ITERATIONS = 900
+LOSS_PLOT, VALIDATION_PLOT = "miniature_loss.png", "miniature_validation.png"
+EVALUATIONS = 10  # validation AP evaluations per run, evenly spaced, the last at its end
+# Steps of 8 images per run, chosen by measurement (docs/detection.md, "How long the miniature trains"):
+# 300 stopped BN-ReLU on its initial plateau (box AP 1.8); at 900 its training loss ends level with GN-ReLU's
+# but its RPN is under-trained (box AP 39.7, seed 0); at 1800 the same seed reaches 70.8.
+ITERATIONS = 1800
 DECAYS = (0.8, 0.93)  # the LR's 10x decays, as fractions of a run's steps (the demo's 240 and 280 of 300)
 
 
@@ -84,13 +92,15 @@ class Run:
     layer: str
     seed: int
 
-    def output_dir(self, runs: Path) -> Path:
-        return runs / self.setting.name / self.layer / f"seed{self.seed}"
+    def output_dir(self, runs: Path, base_iterations: int) -> Path:
+        return length_dir(runs, base_iterations) / self.setting.name / self.layer / f"seed{self.seed}"
 
     def command(self, runs: Path, base_iterations: int) -> list[str]:
         """The ``train_net`` command of this run (with ``--resume`` once the run has started):
-        ``base_iterations`` steps' worth of images at this setting's images per step."""
-        resume = ["--resume"] if holds_run(self.output_dir(runs)) else []
+        ``base_iterations`` steps' worth of images at this setting's images per step, evaluated
+        ``EVALUATIONS`` times."""
+        output_dir = self.output_dir(runs, base_iterations)
+        resume = ["--resume"] if holds_run(output_dir) else []
         iterations = self.setting.iterations(base_iterations)
         steps = tuple(int(iterations * fraction) for fraction in DECAYS)
         return [
@@ -99,14 +109,20 @@ class Run:
             "SEED", str(self.seed), "SOLVER.IMS_PER_BATCH", str(self.setting.images_per_step),
             "SOLVER.BASE_LR", str(self.setting.lr), "SOLVER.MAX_ITER", str(iterations),
             "SOLVER.STEPS", f"({steps[0]}, {steps[1]})", "SOLVER.WARMUP_ITERS", str(self.setting.warmup()),
-            "SOLVER.CHECKPOINT_PERIOD", str(iterations), "DATALOADER.NUM_WORKERS", "0",
-            "OUTPUT_DIR", str(self.output_dir(runs)),
+            "SOLVER.CHECKPOINT_PERIOD", str(iterations), "TEST.EVAL_PERIOD", str(max(1, iterations // EVALUATIONS)),
+            "DATALOADER.NUM_WORKERS", "0", "OUTPUT_DIR", str(output_dir),
         ]
 
     def cell(self, runs: Path, base_iterations: int) -> Cell:
         """This run as a cell of the grid: finished when its COCO results exist."""
-        return Cell(f"{self.setting.name}/{self.layer}/seed{self.seed}", done=self.output_dir(runs) / RESULTS_FILE,
+        output_dir = self.output_dir(runs, base_iterations)
+        return Cell(str(output_dir.relative_to(runs)), done=output_dir / RESULTS_FILE,
                     commands=(tuple(self.command(runs, base_iterations)),))
+
+
+def length_dir(runs: Path, base_iterations: int) -> Path:
+    """The folder of the runs that see ``base_iterations`` steps of ``BASE_BATCH`` images."""
+    return runs / f"{base_iterations * BASE_BATCH}_images"
 
 
 def loss_curve(output_dir: Path, images_per_step: int) -> list[list[float]]:
@@ -117,18 +133,31 @@ def loss_curve(output_dir: Path, images_per_step: int) -> list[list[float]]:
     return [[(iteration + 1) * images_per_step, round(loss, 4)] for iteration, loss in sorted(by_iteration.items())]
 
 
+def validation_curve(output_dir: Path, images_per_step: int) -> list[list[float]]:
+    """``[images seen, box AP, mask AP]`` of each evaluation detectron2 logged during the run; an
+    evaluation logged twice (a resumed run) counts once, its last value."""
+    by_iteration = {e["iteration"]: (e["bbox/AP"], e["segm/AP"]) for e in logged_metrics(output_dir) if "bbox/AP" in e}
+    return [[(iteration + 1) * images_per_step, round(box, 2), round(mask, 2)]
+            for iteration, (box, mask) in sorted(by_iteration.items())]
+
+
 def summarize(runs_dir: Path, seeds: tuple[int, ...], base_iterations: int) -> dict:
-    """Per setting and layer: every seed's box/mask AP and training loss, the APs' mean and sample std."""
+    """Per setting and layer: every seed's box/mask AP, validation curve (with the last fifth's range and
+    slope of its box AP, None for fewer than two evaluations) and training loss; the APs' mean and sample std
+    and the largest last-fifth range over the seeds."""
     cells = []
     for setting in SETTINGS:
         for layer, label in LAYERS.items():
             per_seed = []
             for seed in seeds:
-                folder = Run(setting, layer, seed).output_dir(runs_dir)
+                folder = Run(setting, layer, seed).output_dir(runs_dir, base_iterations)
                 if (folder / RESULTS_FILE).exists():
                     results = read_json(folder / RESULTS_FILE, what="COCO results")
+                    validation = validation_curve(folder, setting.images_per_step)
                     per_seed.append({"seed": seed, "box_ap": results["bbox"]["AP"], "mask_ap": results["segm"]["AP"],
                                      "box_ap50": results["bbox"]["AP50"], "mask_ap50": results["segm"]["AP50"],
+                                     "validation": validation,
+                                     "flatness": last_fifth_flatness([box for _, box, _ in validation]),
                                      "loss": loss_curve(folder, setting.images_per_step)})
             cell = {"setting": setting.name, "images_per_step": setting.images_per_step, "lr": setting.lr,
                     "iterations": setting.iterations(base_iterations),
@@ -136,21 +165,26 @@ def summarize(runs_dir: Path, seeds: tuple[int, ...], base_iterations: int) -> d
                     "layer": layer, "label": label, "runs": per_seed}
             for key in ("box_ap", "mask_ap"):
                 cell[f"{key}_mean"], cell[f"{key}_std"] = mean_and_std([r[key] for r in per_seed])
+            cell["last_fifth_range_max"] = max((r["flatness"]["range"] for r in per_seed if r["flatness"]), default=None)
             cells.append(cell)
-    return {"experiment": "detection miniature (Table 4)", "seeds": list(seeds), "cells": cells}
+    return {"experiment": "detection miniature (Table 4)", "seeds": list(seeds), "evaluations_per_run": EVALUATIONS,
+            "cells": cells}
 
 
 def markdown(summary: dict) -> str:
     rows = [[c["setting"], c["label"], format_mean_std([r["box_ap"] for r in c["runs"]]),
-             format_mean_std([r["mask_ap"] for r in c["runs"]])] for c in summary["cells"]]
-    return markdown_table(["setting", "layer", "box AP (mean ± std, n seeds)", "mask AP (mean ± std, n seeds)"], rows)
+             format_mean_std([r["mask_ap"] for r in c["runs"]]),
+             "-" if c.get("last_fifth_range_max") is None else f"{c['last_fifth_range_max']:.1f}"]
+            for c in summary["cells"]]
+    return markdown_table(["setting", "layer", "box AP (mean ± std, n seeds)", "mask AP (mean ± std, n seeds)",
+                           "box AP range, last fifth (largest over seeds)"], rows)
 
 
-def mean_loss_series(cell: dict) -> Series | None:
-    """The cell's training loss averaged over its seeds at the images seen that all of them logged
-    (error bars: the sample std over seeds), labelled with the cell's box AP and coloured by its layer
-    (the same colour in every setting's panel); None without runs."""
-    curves = [dict(map(tuple, run["loss"])) for run in cell["runs"] if run["loss"]]
+def mean_series(cell: dict, curve_of: Callable[[dict], dict[float, float]]) -> Series | None:
+    """``curve_of(run)`` (images seen -> value) averaged over the cell's seeds at the images seen that all of
+    them logged (error bars: the sample std over seeds), labelled with the cell's box AP and coloured by its
+    layer (the same colour in every setting's panel); None without such curves."""
+    curves = [curve for curve in map(curve_of, cell["runs"]) if curve]
     if not curves:
         return None
     seen = sorted(set.intersection(*(set(curve) for curve in curves)))
@@ -160,16 +194,24 @@ def mean_loss_series(cell: dict) -> Series | None:
     return Series(label, seen, [m for m, _ in means], err, color_key=cell["label"])
 
 
-def plot_losses(summary: dict, path: Path) -> Path:
-    """One panel per setting with runs (every setting if none has): each layer's training loss
+def plot_curves(summary: dict, path: Path, curve_of: Callable[[dict], dict[float, float]], ylabel: str) -> Path:
+    """One panel per setting with runs (every setting if none has): each layer's ``curve_of(run)``
     against images seen, mean over seeds."""
     panels = {}
     for setting in SETTINGS:
-        series = [mean_loss_series(c) for c in summary["cells"] if c["setting"] == setting.name]
+        series = [mean_series(c, curve_of) for c in summary["cells"] if c["setting"] == setting.name]
         panels[f"{setting.name} ({setting.images_per_step} images per step)"] = [s for s in series if s]
     measured = {title: curves for title, curves in panels.items() if curves}
-    return plot_series(path, measured or panels, xlabel="training images seen",
-                       ylabel="total loss (median of 20 steps)")
+    return plot_series(path, measured or panels, xlabel="training images seen", ylabel=ylabel)
+
+
+def plot_losses(summary: dict, path: Path) -> Path:
+    return plot_curves(summary, path, lambda run: dict(map(tuple, run["loss"])), "total loss (median of 20 steps)")
+
+
+def plot_validation(summary: dict, path: Path) -> Path:
+    return plot_curves(summary, path, lambda run: {seen: box for seen, box, _ in run.get("validation", [])},
+                       "validation box AP")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = [Run(s, layer, seed) for s in SETTINGS if s.name in args.settings for layer in args.layers
                 for seed in args.seeds]
         steps = ", ".join(f"{s.name}: {s.iterations(args.iterations)} steps" for s in SETTINGS if s.name in args.settings)
-        print(f"detection miniature: {args.iterations * BASE_BATCH} images per run ({steps}), into {args.runs_dir}",
-              flush=True)
+        print(f"detection miniature: {args.iterations * BASE_BATCH} images per run ({steps}), into "
+              f"{length_dir(args.runs_dir, args.iterations)}", flush=True)
         result = run_grid([run.cell(args.runs_dir, args.iterations) for run in runs], args.runs_dir, jobs=args.jobs,
                           name="detection miniature")
         if result.exit_status:
@@ -206,7 +248,10 @@ def main(argv: list[str] | None = None) -> int:
                "command": command_line("python detection/miniature.py", argv)}
     atomic_write_json(args.out / "miniature.json", summary)
     print(markdown(summary))
-    print(f"summary: {args.out / 'miniature.json'}, training losses: {plot_losses(summary, args.out / LOSS_PLOT)}")
+    logged = any(len(run["validation"]) > 1 for cell in summary["cells"] for run in cell["runs"])  # a curve
+    validation = plot_validation(summary, args.out / VALIDATION_PLOT) if logged else "fewer than 2 evaluations a run (no plot)"
+    print(f"summary: {args.out / 'miniature.json'}, training losses: {plot_losses(summary, args.out / LOSS_PLOT)}, "
+          f"validation curves: {validation}")
     return 0
 
 

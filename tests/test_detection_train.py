@@ -34,6 +34,7 @@ from evonorm_suite.detection.shapes import (
     shape_polygon,
 )
 from tests.test_detection_model import TINY as TINY_MODEL
+from tests.tool_scripts import load
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "detection" / "configs"
@@ -241,37 +242,55 @@ def test_miniature_commands_and_summary(tmp_path):
     assert values["SEED"] == "2" and values["SOLVER.IMS_PER_BATCH"] == "2" and float(values["SOLVER.BASE_LR"]) == 0.005
     # batch 2 sees batch 8's images: 4x the steps, warmup and decays scaled with them
     assert values["SOLVER.MAX_ITER"] == "1200" and values["SOLVER.STEPS"] == "(960, 1116)"
-    assert values["SOLVER.WARMUP_ITERS"] == "200" and values["OUTPUT_DIR"] == str(tmp_path / "batch2" / "bn" / "seed2")
+    assert values["SOLVER.WARMUP_ITERS"] == "200" and values["TEST.EVAL_PERIOD"] == "120"  # 10 evaluations
+    assert values["OUTPUT_DIR"] == str(tmp_path / "2400_images" / "batch2" / "bn" / "seed2")  # runs of 2400 images
     for seed, ap in ((0, 20.0), (1, 24.0)):
-        folder = miniature.Run(miniature.SETTINGS[0], "evonorm_s0", seed).output_dir(tmp_path)
+        folder = miniature.Run(miniature.SETTINGS[0], "evonorm_s0", seed).output_dir(tmp_path, 300)
         folder.mkdir(parents=True)
         (folder / report.RESULTS_FILE).write_text(json.dumps(
             {"bbox": {"AP": ap, "AP50": 40.0}, "segm": {"AP": ap - 2, "AP50": 38.0}}))
         # a resumed run logs iteration 19 twice: the last value counts; seed 1 logged one step more
         write_metrics(folder, [{"iteration": 19, "total_loss": 9.0}, {"iteration": 19, "total_loss": 2.0 + seed},
-                               {"iteration": 39, "total_loss": 1.0 + seed}, {"iteration": 40, "bbox/AP": ap},
+                               {"iteration": 29, "bbox/AP": 1.0, "segm/AP": 2.0},
+                               {"iteration": 29, "bbox/AP": ap - 4, "segm/AP": ap - 5},
+                               {"iteration": 39, "total_loss": 1.0 + seed},
+                               {"iteration": 59, "bbox/AP": ap - 1, "segm/AP": ap - 3},
+                               {"iteration": 89, "bbox/AP": ap, "segm/AP": ap - 2},
                                *([{"iteration": 59, "total_loss": 0.5}] if seed else [])])
     summary = miniature.summarize(tmp_path, (0, 1, 2), 300)
     s0 = next(c for c in summary["cells"] if c["setting"] == "batch8" and c["layer"] == "evonorm_s0")
     assert s0["box_ap_mean"] == 22.0 and s0["mask_ap_std"] == pytest.approx(2 ** 0.5 * 2) and len(s0["runs"]) == 2
     assert (s0["iterations"], s0["images_seen"]) == (300, 2400)
     assert s0["runs"][0]["loss"] == [[160, 2.0], [320, 1.0]]  # [images seen, loss]
+    assert s0["runs"][0]["validation"] == [[240, 16.0, 15.0], [480, 19.0, 17.0], [720, 20.0, 18.0]]
+    assert s0["runs"][0]["flatness"] == {"points": 2, "range": 1.0, "slope": 1.0}  # the last fifth: 2 evaluations
+    assert s0["last_fifth_range_max"] == 1.0 and summary["evaluations_per_run"] == miniature.EVALUATIONS == 10
     bn2 = next(c for c in summary["cells"] if c["setting"] == "batch2" and c["layer"] == "bn")
     assert (bn2["iterations"], bn2["images_seen"], bn2["runs"]) == (1200, 2400, [])
     assert {c["layer"] for c in summary["cells"]} == {"bn", "gn", "evonorm_b0", "evonorm_s0", "no_norm_relu"}
-    assert "| batch8 | EvoNorm-S0 | 22.0 ± 2.8 (n=2) | 20.0 ± 2.8 (n=2) |" in miniature.markdown(summary)
-    series = miniature.mean_loss_series(s0)  # the images seen that both seeds logged
+    assert "| batch8 | EvoNorm-S0 | 22.0 ± 2.8 (n=2) | 20.0 ± 2.8 (n=2) | 1.0 |" in miniature.markdown(summary)
+    assert "| batch2 | BN-ReLU | - | - | - |" in miniature.markdown(summary)
+    loss = lambda run: dict(map(tuple, run["loss"]))  # noqa: E731
+    series = miniature.mean_series(s0, loss)  # the images seen that both seeds logged
     assert (list(series.x), list(series.y), series.label) == ([160, 320], [2.5, 1.5], "EvoNorm-S0: box AP 22.0 ± 2.8 (n=2)")
-    assert list(series.err) == pytest.approx([2 ** -0.5] * 2) and miniature.mean_loss_series(bn2) is None
+    assert list(series.err) == pytest.approx([2 ** -0.5] * 2) and miniature.mean_series(bn2, loss) is None
     assert miniature.plot_losses(summary, tmp_path / "loss.png").stat().st_size > 0
+    assert miniature.plot_validation(summary, tmp_path / "validation.png").stat().st_size > 0
 
 
 def test_miniature_main_writes_the_summary_and_the_loss_plot(tmp_path, capsys):
     assert miniature.main(["--report-only", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"miniature.json", miniature.LOSS_PLOT}
+    assert "validation curves: fewer than 2 evaluations a run (no plot)" in capsys.readouterr().out
     summary = json.loads((tmp_path / "out" / "miniature.json").read_text())
-    assert summary["iterations"] == miniature.ITERATIONS == 900 and all(c["runs"] == [] for c in summary["cells"])
-    assert "training losses:" in capsys.readouterr().out
+    assert summary["iterations"] == miniature.ITERATIONS == 1800 and all(c["runs"] == [] for c in summary["cells"])
+
+
+def test_the_reproduction_runs_the_miniature_at_its_default_length():
+    reproduce = load("reproduce")
+    assert reproduce.TABLE4_ITERATIONS == miniature.ITERATIONS
+    command = reproduce.STEPS["table4"].commands[0]
+    assert command[command.index("--iterations") + 1] == str(miniature.ITERATIONS)
 
 
 def test_miniature_settings_must_divide_the_base_batch():

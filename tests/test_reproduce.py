@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import signal
 import statistics
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -485,6 +489,27 @@ def test_a_step_run_with_new_settings_keeps_the_earlier_entry_apart(reproduce, m
     assert reproduce.current_entry({"table2": old}, step) is None
 
 
+def test_a_detection_grid_of_another_length_is_shown_apart_and_judges_nothing(reproduce, monkeypatch, tmp_path):
+    """Table 4's summary of another length (``<images>_images/miniature.json`` beside the current one) is shown
+    under its own heading with its numbers; the claims read only the current summary (here none: not measured)."""
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    cells = [{"setting": "batch8", "layer": layer, "label": label, "runs": [{"seed": s, "box_ap": ap + s, "mask_ap": ap}
+                                                                            for s in range(3)]}
+             for layer, label, ap in (("bn", "BN-ReLU", 38.0), ("no_norm_relu", "ReLU (no norm)", 41.0))]
+    earlier = reproduce.STEPS["table4"].summary.parent / "7200_images" / "miniature.json"
+    write(tmp_path, earlier, {"iterations": 900, "command": "python detection/miniature.py --iterations 900",
+                              "cells": cells})
+    assert reproduce.main(["--report-only"]) == 0
+    report = (tmp_path / reproduce.REPORT).read_text()
+    section = report[report.index("## Table 4"):report.index("## Table 5")]
+    assert "**Not measured yet**" in section
+    assert "### Earlier setting: 900 steps of 8 images (7200 images per run), not used for any verdict" in section
+    assert "| batch8 | BN-ReLU | 42.1 / 37.8 | 39.0 ± 1.0 (n=3) | 38.0 ± 0.0 (n=3) |" in section
+    assert "| batch8 | ReLU (no norm) (control) | - | 42.0 ± 1.0 (n=3) |" in section
+    document = json.loads((tmp_path / reproduce.VERDICTS).read_text())
+    assert {c["outcome"] for c in document["claims"] if c["table"] == "table4"} == {NOT_MEASURED}
+
+
 def test_the_quotes_are_the_papers_words(reproduce):
     """Every claim's quote is in the paper's text, up to white space (the paper's folder, where it exists)."""
     texts = sorted(PAPER.glob("*.txt"))
@@ -493,6 +518,21 @@ def test_the_quotes_are_the_papers_words(reproduce):
     paper = " ".join(" ".join(path.read_text(encoding="utf-8").split()) for path in texts)
     missing = [c.id for c in reproduce.load_claims() if " ".join(c.quote.split()) not in paper]
     assert not missing
+
+
+def test_a_terminated_step_records_its_time(reproduce, monkeypatch, tmp_path):
+    """SIGTERM (a batch system's stop, `kill`) ends a step as Ctrl-C does (run_command stops the command's
+    process group): one line says that rerunning resumes, and the time spent is in the steps log."""
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    step = reproduce.Step("sleep", ((sys.executable, "-c", "import time\ntime.sleep(30)"),), tmp_path / "none.json")
+    handler = signal.getsignal(signal.SIGTERM)
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    started, log = time.monotonic(), {}
+    with pytest.raises(SystemExit, match=r"sleep: interrupted; finished runs are kept, so rerunning resumes"):
+        reproduce.run_step(step, log)
+    assert time.monotonic() - started < 20 and log["sleep"]["wall_seconds"] >= 0.9
+    assert json.loads((tmp_path / reproduce.STEPS_FILE).read_text())["sleep"] == log["sleep"]
+    assert signal.getsignal(signal.SIGTERM) is handler  # the step's handler is gone with it
 
 
 def test_a_step_records_the_cpu_time_its_processes_used(reproduce, monkeypatch, tmp_path):

@@ -26,8 +26,10 @@ CPU time on this project's 2-core machine; the report shows each step's measured
   12.5 CPU-hours for table2 (100 runs) and at least 45 for table3 (360 runs; its small batches run
   slower per image than these); the wall time is about half that with the 2 jobs the step runs.
   Finished cells are committed (runs/reproduction/**/result.json), so a grid continues on any clone.
-* table4: the earlier grid (8 cells x 3 seeds, no no-normalization backbone) took 29 min wall
-  on 2 cores, about 58 CPU-minutes; with a control row: not measured.
+* table4 (detection/miniature.py, 5 layers x 2 settings x 3 seeds, each run 1800 steps of 8 images or
+  7200 of 2, evaluated 10 times): not measured as a grid. The grid of 900-step runs took 3h26m CPU (30
+  runs of 7-22 min on one thread); one 1800-step run of BN-ReLU at 8 images a step took 20 min beside
+  two other jobs, so about 15 CPU-hours for the grid.
 * table5 (gan/table5.py): not measured at its current settings (7 generators,
   the paper's six and the no-normalization one, x 3 seeds; 8 groups in grouped layers; each run 2000
   steps, then 1000 more at a time until two evaluated snapshots, every 500 steps, follow its best,
@@ -118,6 +120,7 @@ from evonorm_core.experiment.children import run_command
 from evonorm_core.experiment.config import config_to_dict
 from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json
 from evonorm_core.experiment.progress import format_duration
+from evonorm_core.experiment.stopping import stop_signals_interrupt
 from evonorm_core.experiment.tables import format_mean_std, markdown_table
 from evonorm_core.experiment.verdicts import (
     ALPHA,
@@ -166,6 +169,8 @@ CLASSIFICATION_MODELS = ("resnet50", "mobilenetv2")
 CLASSIFICATION_TABLES = ("table2", "table3")
 MINI_SCALE = MiniScale()  # what classification/tables.py run --scale mini trains without flags
 EARLIER = "earlier settings"  # the steps log's key for the entries of steps run with other settings
+TABLE4_ITERATIONS = 1800  # steps of 8 images per detection run: detection/miniature.py's ITERATIONS, stated here so
+# that the step's setting is known without importing detectron2
 
 
 def classification_step(table: str, models: Sequence[str], layers: Sequence[str], jobs: int) -> Step:
@@ -183,9 +188,10 @@ def experiment_steps(models: Sequence[str] = CLASSIFICATION_MODELS, layers: Sequ
     """Every experiment, in the order they run; ``jobs`` runs at once within a step (Fig. 10's search runs alone)."""
     return {
         **{table: classification_step(table, models, layers, jobs) for table in CLASSIFICATION_TABLES},
-        "table4": Step("table4", ((*PY, "detection/miniature.py", "--runs-dir", str(RUNS / "detection"),
-                                   "--out", str(RESULTS / "detection"), "--jobs", str(jobs)),),
-                       RESULTS / "detection" / "miniature.json"),
+        "table4": Step("table4", ((*PY, "detection/miniature.py", "--iterations", str(TABLE4_ITERATIONS),
+                                   "--runs-dir", str(RUNS / "detection"), "--out", str(RESULTS / "detection"),
+                                   "--jobs", str(jobs)),),
+                       RESULTS / "detection" / "miniature.json", {"iterations": TABLE4_ITERATIONS}),
         "table5": Step("table5", ((*PY, "gan/table5.py", "--runs-dir", str(RUNS / "gan"),
                                    "--out", str(RESULTS / "gan"), "--jobs", str(jobs)),),
                        RESULTS / "gan" / "table5.json"),
@@ -212,12 +218,15 @@ def children_cpu_seconds() -> float:
 
 
 def run_step(step: Step, log: dict) -> None:
+    """Run ``step``'s commands one after another; its wall and CPU time go to the steps log however it ends
+    (Ctrl-C and SIGTERM included: the running command's process group is stopped first)."""
     started, cpu_before = time.monotonic(), children_cpu_seconds()
     try:
         for command in step.commands:
             print(f"[reproduce] {step.name}: {shown(command)}", flush=True)
             try:
-                code = run_command(command, cwd=ROOT)
+                with stop_signals_interrupt():
+                    code = run_command(command, cwd=ROOT)
             except KeyboardInterrupt:
                 raise SystemExit(f"[reproduce] {step.name}: interrupted; finished runs are kept, so rerunning "
                                  "resumes") from None
@@ -914,12 +923,8 @@ def table3_section(judged: Judged, steps_log: dict) -> list[str]:
                                   "series)")
 
 
-def table4_section(judged: Judged, steps_log: dict) -> list[str]:
-    step, title = STEPS["table4"], "Table 4: Mask R-CNN (box and mask AP)"
-    summary = load(step.summary)
-    if summary is None:
-        return (not_measured(title, "python tools/reproduce.py --only table4")
-                + control_line("table4", False, "(no results)") + verdict_lines(judged, "table4"))
+def table4_rows(summary: dict) -> list[list[str]]:
+    """Per setting and layer of a detection summary: the paper's R-50-FPN box / mask AP and the miniature's."""
     # here, not at the top: the detection package imports detectron2 (3.5 s), which only this section needs
     from evonorm_suite.detection.paper import TABLE4
 
@@ -931,14 +936,41 @@ def table4_section(judged: Judged, steps_log: dict) -> list[str]:
         rows.append([cell["setting"], cell["label"] + control, f"{paper[0]:g} / {paper[3]:g}" if paper else "-",
                      format_mean_std([r["box_ap"] for r in cell["runs"]]),
                      format_mean_std([r["mask_ap"] for r in cell["runs"]])])
+    return rows
+
+
+def earlier_detection_lines(current: Path) -> list[str]:
+    """The summaries of detection grids of other lengths (``<images>_images/miniature.json`` beside the current
+    one), shown for the record: no verdict reads them."""
+    lines = []
+    for path in sorted(p.relative_to(ROOT) for p in (ROOT / current.parent).glob("*_images/miniature.json")):
+        summary = load(path)
+        images = summary["iterations"] * 8
+        lines += [f"### Earlier setting: {summary['iterations']} steps of 8 images ({images} images per run), "
+                  "not used for any verdict", "",
+                  f"Trained for another length than the grid trains now (docs/detection.md says why it changed); "
+                  f"command: `{summary['command']}`. Numbers: [{path}]({path.relative_to(RESULTS)}).", "",
+                  markdown_table(["setting", "layer", "paper box / mask AP", "box AP", "mask AP"], table4_rows(summary)),
+                  ""]
+    return lines
+
+
+def table4_section(judged: Judged, steps_log: dict) -> list[str]:
+    step, title = STEPS["table4"], "Table 4: Mask R-CNN (box and mask AP)"
+    summary = load(step.summary)
+    earlier = earlier_detection_lines(step.summary)
+    if summary is None:
+        return (not_measured(title, "python tools/reproduce.py --only table4")
+                + control_line("table4", False, "(no results)") + verdict_lines(judged, "table4") + earlier)
     has_control = any(cell["layer"] == CONTROLS["table4"] for cell in summary["cells"])
     return [f"## {title}", "", "Paper: COCO val2017, R-50-FPN. Miniature: the generated shapes (128 px, 3 classes), "
-            "half-width ResNet-18-FPN trained from scratch, AP on the validation images, mean ± std over seeds. The "
-            f"claims are tested in the setting {MINIATURE['table4']['R-50-FPN']!r} (the paper's 8 images per worker).",
-            "", markdown_table(["setting", "layer", "paper box / mask AP", "box AP", "mask AP"], rows), "",
-            *control_line("table4", has_control, "in this miniature (it has no such backbone)"),
+            f"half-width ResNet-18-FPN trained from scratch for {summary['iterations']} steps of 8 images (or as many "
+            "images at 2 per step), AP on the validation images, mean ± std over seeds. The claims are tested in the "
+            f"setting {MINIATURE['table4']['R-50-FPN']!r} (the paper's 8 images per worker).",
+            "", markdown_table(["setting", "layer", "paper box / mask AP", "box AP", "mask AP"], table4_rows(summary)),
+            "", *control_line("table4", has_control, "in this miniature (it has no such backbone)"),
             *verdict_lines(judged, "table4"),
-            *provenance(steps_log.get("table4"), step.summary, shown(step.commands[0]))]
+            *provenance(current_entry(steps_log, step), step.summary, shown(step.commands[0])), *earlier]
 
 
 def peak_steps(result: dict) -> str:
