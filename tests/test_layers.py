@@ -8,7 +8,7 @@ import torch
 import evonorm_core
 from evonorm_core import layers
 from evonorm_core import statistics as S
-from evonorm_core.layers import BatchStatsNormAct2d, GroupedNormAct2d
+from evonorm_core.layers import ACTIVATIONS, BatchStatsNormAct2d, GroupedNormAct2d, NormAct2d
 from evonorm_core.layers.controls import AffineReLU2d, TanhMaxTanh2d
 from evonorm_core.statistics import resolve_groups
 
@@ -565,6 +565,64 @@ def test_every_layer_is_its_activation_of_transform_times_gamma_plus_beta(name, 
     expected = layer(x)
     affine = layer.transform(x) * layer.weight.view(1, -1, 1, 1) + layer.bias.view(1, -1, 1, 1)
     torch.testing.assert_close(layer.activate(affine), expected, rtol=1e-10, atol=1e-10)
+
+
+class _Halved(NormAct2d):
+    """A user's own layer on the public base class: x / 2 in front of the affine."""
+
+    def transform(self, x):
+        return x / 2
+
+
+class _GroupedHalved(GroupedNormAct2d):
+    def transform(self, x):
+        return x / 2
+
+
+class _BatchVarianceScaled(BatchStatsNormAct2d):
+    """x / sqrt(s^2_{b,w,h}(x) + eps): batch statistics without a tracked mean."""
+
+    def transform(self, x):
+        mean, var = self.batch_moments(x)
+        assert mean is None
+        return x / torch.sqrt(var + self.eps)
+
+
+@pytest.mark.parametrize("cls", [_Halved, _GroupedHalved, _BatchVarianceScaled], ids=lambda c: c.__name__)
+def test_the_base_classes_give_a_users_layer_the_paper_defaults(cls):
+    layer = cls(8)
+    assert layer.nonlinearity is True and layer.eps == 1e-5 and layer.affine is True and layer.activation is None
+    assert torch.equal(layer.weight, torch.ones(8)) and torch.equal(layer.bias, torch.zeros(8))
+    assert layer.uses_batch_statistics is cls.batch_statistics
+    if cls.batch_statistics:
+        assert layer.momentum == 0.1 and layer.sync is False and layer.process_group is None
+        assert not hasattr(layer, "running_mean") and layer.num_batches_tracked.dtype == torch.long
+    with pytest.raises(ValueError, match=r"^unknown activation 'bogus'; accepted: \['max_v0', 'relu', 'swish', 'swish1'\]$"):
+        cls(8, activation="bogus")
+
+
+def test_batch_statistics_without_a_tracked_mean_are_the_batch_variance_then_its_moving_average():
+    layer = _BatchVarianceScaled(4).double()
+    x = torch.randn(3, 4, 2, 5, generator=torch.Generator().manual_seed(8), dtype=torch.float64) * 3 + 1
+    var = x.var(dim=(0, 2, 3), unbiased=False).view(1, -1, 1, 1)
+    torch.testing.assert_close(layer(x), x / torch.sqrt(var + 1e-5))
+    moving = 0.9 + 0.1 * x.var(dim=(0, 2, 3), unbiased=True).view(1, -1, 1, 1)
+    torch.testing.assert_close(layer.eval()(x), x / torch.sqrt(moving + 1e-5))
+
+
+@pytest.mark.parametrize("activation", ["max_v0", "swish"])
+def test_activations_compute_in_the_input_dtype_whatever_their_parameters_dtype(activation):
+    """float64 v0 / v1 (a layer cast to float64) on a float32 input: the activation, and the standalone one
+    a fold leaves, stay float32 (the parameter is cast), with the float64 computation's values."""
+    layer = _Halved(8, activation=activation).double()
+    param = getattr(layer, ACTIVATIONS[activation][1][0])
+    with torch.no_grad():
+        param.copy_(torch.linspace(-1, 1, 8, dtype=torch.float64))
+    z = torch.randn(2, 8, 3, 3, generator=torch.Generator().manual_seed(9))
+    expected = ACTIVATIONS[activation][0](z.double(), param.view(1, -1, 1, 1)).float()
+    for out in (layer.activate(z), layer.activation_module()(z)):
+        assert out.dtype == torch.float32
+        torch.testing.assert_close(out, expected)
 
 
 # every concrete layer class with the activation it has when built with no options (None: none after the affine)

@@ -308,10 +308,6 @@ class BatchStatsNormAct2d(NormAct2d):
         super().reset_parameters()
         self.reset_running_stats()
 
-    def syncs_across_processes(self) -> bool:
-        """Whether training statistics are gathered over more than one process now."""
-        return stats.syncs_across_processes(self.sync, self.process_group)
-
     def batch_moments(self, x: Tensor) -> tuple[Tensor | None, Tensor]:
         """Per-channel ``(mean, var)`` of shape (1, C, 1, 1): of the batch in training
         (updating the moving averages), the moving averages in eval; ``mean`` None unless tracked."""
