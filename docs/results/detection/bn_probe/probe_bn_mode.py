@@ -8,25 +8,16 @@ import sys
 
 import torch
 from detectron2.evaluation import inference_on_dataset
+from trained_run import load_trained
 
 from evonorm_core import running_stats
-from evonorm_suite.detection import load_config
-from evonorm_suite.detection.checkpoint import SafeCheckpointer
-from evonorm_suite.detection.data import prepare_datasets
 from evonorm_suite.detection.trainer import NormActTrainer
 
 run, parts = (
     sys.argv[1],
     sys.argv[2],
 )  # which layers use batch statistics: all, heads (outside the backbone), or a name prefix
-torch.set_num_threads(1)
-cfg = load_config(
-    f"{run}/config.yaml", ["MODEL.WEIGHTS", f"{run}/model_final.pth", "OUTPUT_DIR", f"/tmp/probe_mode_{parts}"]
-)
-cfg.freeze()
-prepare_datasets(cfg)
-model = NormActTrainer.build_model(cfg)
-SafeCheckpointer(model).load(cfg.MODEL.WEIGHTS)
+cfg, model = load_trained(run, f"/tmp/probe_mode_{parts}")
 model.eval()
 layers = [(n, m) for n, m in model.named_modules() if running_stats.is_batch_statistics_layer(m)]
 

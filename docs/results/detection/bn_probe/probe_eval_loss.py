@@ -8,21 +8,14 @@ import sys
 
 import torch
 from detectron2.utils.events import EventStorage
+from trained_run import load_trained
 
 from evonorm_core import running_stats
-from evonorm_suite.detection import load_config
-from evonorm_suite.detection.checkpoint import SafeCheckpointer
-from evonorm_suite.detection.data import prepare_datasets
 from evonorm_suite.detection.trainer import NormActTrainer
 
 run, batches = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 10
-torch.set_num_threads(1)
 torch.manual_seed(0)
-cfg = load_config(f"{run}/config.yaml", ["MODEL.WEIGHTS", f"{run}/model_final.pth", "OUTPUT_DIR", "/tmp/probe/out"])
-cfg.freeze()
-prepare_datasets(cfg)
-model = NormActTrainer.build_model(cfg)
-SafeCheckpointer(model).load(cfg.MODEL.WEIGHTS)
+cfg, model = load_trained(run, "/tmp/probe/out")
 layers = [m for _, m in model.named_modules() if running_stats.is_batch_statistics_layer(m)]
 for m in layers:
     if hasattr(m, "momentum"):

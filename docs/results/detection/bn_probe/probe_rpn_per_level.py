@@ -10,11 +10,9 @@ import sys
 import torch
 from detectron2.evaluation import inference_on_dataset
 from torch import nn
+from trained_run import load_trained
 
 from evonorm_core import running_stats
-from evonorm_suite.detection import load_config
-from evonorm_suite.detection.checkpoint import SafeCheckpointer
-from evonorm_suite.detection.data import prepare_datasets
 from evonorm_suite.detection.trainer import NormActTrainer
 
 
@@ -33,13 +31,8 @@ class PerLevel(nn.Module):
 
 
 run, batches = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 50
-torch.set_num_threads(1)
 torch.manual_seed(0)
-cfg = load_config(f"{run}/config.yaml", ["MODEL.WEIGHTS", f"{run}/model_final.pth", "OUTPUT_DIR", "/tmp/probe/out_pl"])
-cfg.freeze()
-prepare_datasets(cfg)
-model = NormActTrainer.build_model(cfg)
-SafeCheckpointer(model).load(cfg.MODEL.WEIGHTS)
+cfg, model = load_trained(run, "/tmp/probe/out_pl")
 model.eval()
 levels = len(cfg.MODEL.RPN.IN_FEATURES)
 head_conv = model.proposal_generator.rpn_head.conv

@@ -9,19 +9,10 @@ import sys
 import torch
 from detectron2.data import DatasetCatalog, detection_utils
 from detectron2.structures import Boxes, BoxMode, pairwise_iou
-
-from evonorm_suite.detection import load_config
-from evonorm_suite.detection.checkpoint import SafeCheckpointer
-from evonorm_suite.detection.data import prepare_datasets
-from evonorm_suite.detection.trainer import NormActTrainer
+from trained_run import load_trained
 
 run = sys.argv[1]
-torch.set_num_threads(1)
-cfg = load_config(f"{run}/config.yaml", ["MODEL.WEIGHTS", f"{run}/model_final.pth", "OUTPUT_DIR", "/tmp/probe/out"])
-cfg.freeze()
-prepare_datasets(cfg)
-model = NormActTrainer.build_model(cfg)
-SafeCheckpointer(model).load(cfg.MODEL.WEIGHTS)
+cfg, model = load_trained(run, "/tmp/probe/out")
 model.eval()
 dataset = cfg.DATASETS.TEST[0]
 records = DatasetCatalog.get(dataset)
