@@ -7,6 +7,7 @@ from evonorm_core import formulas
 from evonorm_core import functional as EF
 
 from . import paper_reference as ref
+from .distributed_world import World
 
 S_SERIES = {"evonorm_s0": dict(v1=True, centered=True), "evonorm_s1": dict(v1=False, centered=True),
             "evonorm_s2": dict(v1=False, centered=False)}
@@ -236,3 +237,19 @@ def test_formulas_compute_in_x_dtype_whatever_the_parameters_dtype(param_dtype):
     check(formulas.apply_affine(x, gamma, None), xd * ref.ch(gamma.double()))
     check(formulas.apply_affine(x, None, beta), xd + beta.double()[:, :, None, None])
     check(formulas.apply_affine(x, gamma, beta), xd * ref.ch(gamma.double()) + beta.double()[:, :, None, None])
+
+
+def test_tracked_batch_moments_are_the_batch_s_in_training_and_the_moving_averages_in_eval(monkeypatch):
+    """The moving averages come back in the input's dtype (float32 buffers, float64 input), the mean only where
+    one is tracked; training uses this process's batch alone unless ``sync`` is asked for, even in a group of two."""
+    world = World(monkeypatch)
+    running_mean, running_var, tracked = torch.tensor([0.5, -1.0]), torch.tensor([2.0, 3.0]), torch.tensor(0)
+    x = torch.randn(3, 2, 4, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 2 + 1
+    mean, var = EF.tracked_batch_moments(x, running_mean, running_var, tracked, False, 0.1)
+    assert mean.dtype == var.dtype == torch.float64
+    assert torch.equal(mean, running_mean.double()) and torch.equal(var, running_var.double())
+    assert EF.tracked_batch_moments(x, None, running_var, tracked, False, 0.1)[0] is None
+    mean, var = EF.tracked_batch_moments(x, running_mean, running_var, tracked, True, 0.1)
+    assert world.sent == [] and int(tracked) == 1
+    torch.testing.assert_close(mean, x.mean(dim=(0, 2, 3)))
+    torch.testing.assert_close(var, x.var(dim=(0, 2, 3), unbiased=False))

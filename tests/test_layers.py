@@ -690,6 +690,19 @@ def test_extra_repr_details():
     assert repr(build("frn")) == "FilterResponseNorm2d(8, nonlinearity=True, eps=1e-05, activation=max_v0)"
 
 
+@pytest.mark.parametrize("name", sorted(ref.BATCH_DEPENDENT))
+def test_a_batch_of_one_value_per_channel_is_counted(name):
+    """One value per channel (batch 1, a 1x1 map) is a batch like any other: counted, the mean moved toward it,
+    the variance toward 0 (nn.BatchNorm2d refuses such a batch in training)."""
+    layer = evonorm_core.build_norm_act(name, 4, **({"groups": 4} if name in ref.GROUPED else {})).double()
+    x = torch.randn(1, 4, 1, 1, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    layer(x)
+    assert int(layer.num_batches_tracked) == 1
+    torch.testing.assert_close(layer.running_var, torch.full((4,), 0.9, dtype=torch.float64))
+    if hasattr(layer, "running_mean"):
+        torch.testing.assert_close(layer.running_mean, 0.1 * x.flatten())
+
+
 @pytest.mark.parametrize("name", ["bn_relu", "evonorm_b0", "rs_rej"])
 def test_moving_averages_start_at_mean_0_variance_1_and_use_momentum_0_1(name):
     """nn.BatchNorm2d's defaults (momentum 0.1; mean 0, variance 1 before any batch): the first batch moves

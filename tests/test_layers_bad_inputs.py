@@ -88,6 +88,20 @@ def test_empty_batches_and_maps_as_pytorch_norms(name, nonlinearity, training, s
     assert torch.equal(bn.running_var, torch.ones(8))  # what PyTorch does, for comparison
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("name", NAMES)
+def test_an_empty_batch_keeps_its_dtype_with_or_without_affine(name, training, dtype):
+    """Without weight and bias there is nothing to tie the empty output to but the statistics; in bfloat16 the
+    empty output is bfloat16, as a non-empty one is."""
+    x = torch.randn(0, 8, 4, 4, dtype=dtype, requires_grad=True)
+    for affine in (False, True):
+        y = build(name, affine=affine).train(training)(x)
+        assert y.shape == x.shape and y.dtype == dtype, affine
+        y.sum().backward()
+        assert x.grad.shape == x.shape
+
+
 def test_empty_batch_keeps_the_cumulative_average():
     layer = build("bn_relu", momentum=None)
     x = torch.randn(4, 8, 3, 3)
