@@ -5,9 +5,10 @@
 
 Every layer is trained on the generated shapes (``detection/shapes.py``) in two settings, with
 three seeds each: ``batch8``, the demo configs' 8 images per step (the paper's 8 images per
-worker) for ``--iterations`` steps (1800; the demo configs stop at 300, before BN-ReLU has left its
-initial plateau, and at 900 its RPN is still under-trained), and ``batch2``, 2 images per step, where batch statistics come from two
-images only, the paper's reason for batch-independent layers in detection. Both settings see
+worker) for ``--iterations`` steps (1800; the demo configs stop at 300, before BN-ReLU has left
+its initial plateau, and at 900 every layer was still far from its plateau), and ``batch2``, 2
+images per step, where batch statistics come from two images only, the paper's reason for
+batch-independent layers in detection. Both settings see
 the same images: a setting with ``n`` images per step runs ``--iterations * 8 / n`` steps, and
 its learning rate (linear scaling), warmup and LR decays (at 80 % and 93 % of its steps) follow
 the same rule, so batch 2 trains 4x the steps at a quarter of the learning rate. The control,
