@@ -20,7 +20,7 @@ Each run is ``tools/train_net.py`` in its own process (one thread, ``--jobs`` at
 of another length never mix) and its output to the same path plus ``.log``; finished runs
 (``final_results.json``) are not rerun, started ones resume, and a run that fails is named at the
 end (no summary is written then) while the others go on. Every run is evaluated on the validation
-images ``EVALUATIONS`` times, evenly over its steps, the last at its end: its validation curve,
+images 10 times (``EVALUATIONS``), evenly over its steps, the last at its end: its validation curve,
 whose last fifth shows whether it was still improving. The box and mask AP of every run, its
 validation curve and the curve's last-fifth range and slope, its training loss as detectron2
 logged it, and their mean and spread per layer and setting go to ``--out/miniature.json``; the
@@ -218,7 +218,8 @@ def plot_validation(summary: dict, path: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python detection/miniature.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs/detection_miniature"), help="one folder per run")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs/detection_miniature"),
+                        help="root of the runs: RUNS_DIR/<images>_images/<setting>/<layer>/seed<k>")
     parser.add_argument("--out", type=Path, default=Path("docs/results/detection"), help="where miniature.json goes")
     parser.add_argument("--iterations", type=int, default=ITERATIONS,
                         help=f"SGD steps of {BASE_BATCH} images per run (default {ITERATIONS}); a setting with fewer "
