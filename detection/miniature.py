@@ -134,11 +134,12 @@ def loss_curve(output_dir: Path, images_per_step: int) -> list[list[float]]:
     return [[(iteration + 1) * images_per_step, round(loss, 4)] for iteration, loss in sorted(by_iteration.items())]
 
 
-def validation_curve(output_dir: Path, images_per_step: int) -> list[list[float]]:
-    """``[images seen, box AP, mask AP]`` of each evaluation detectron2 logged during the run; an
-    evaluation logged twice (a resumed run) counts once, its last value."""
+def validation_curve(output_dir: Path, images_per_step: int, iterations: int) -> list[list[float]]:
+    """``[images seen, box AP, mask AP]`` of each evaluation detectron2 logged during the run (after step
+    ``iteration``, logged as ``iteration``; the one after training as ``iterations``); an evaluation logged
+    twice (a resumed run) counts once, its last value."""
     by_iteration = {e["iteration"]: (e["bbox/AP"], e["segm/AP"]) for e in logged_metrics(output_dir) if "bbox/AP" in e}
-    return [[(iteration + 1) * images_per_step, round(box, 2), round(mask, 2)]
+    return [[min(iteration + 1, iterations) * images_per_step, round(box, 2), round(mask, 2)]
             for iteration, (box, mask) in sorted(by_iteration.items())]
 
 
@@ -154,7 +155,8 @@ def summarize(runs_dir: Path, seeds: tuple[int, ...], base_iterations: int) -> d
                 folder = Run(setting, layer, seed).output_dir(runs_dir, base_iterations)
                 if (folder / RESULTS_FILE).exists():
                     results = read_json(folder / RESULTS_FILE, what="COCO results")
-                    validation = validation_curve(folder, setting.images_per_step)
+                    validation = validation_curve(folder, setting.images_per_step,
+                                                  setting.iterations(base_iterations))
                     per_seed.append({"seed": seed, "box_ap": results["bbox"]["AP"], "mask_ap": results["segm"]["AP"],
                                      "box_ap50": results["bbox"]["AP50"], "mask_ap50": results["segm"]["AP50"],
                                      "validation": validation,

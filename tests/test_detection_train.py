@@ -255,20 +255,22 @@ def test_miniature_commands_and_summary(tmp_path):
                                {"iteration": 29, "bbox/AP": ap - 4, "segm/AP": ap - 5},
                                {"iteration": 39, "total_loss": 1.0 + seed},
                                {"iteration": 59, "bbox/AP": ap - 1, "segm/AP": ap - 3},
-                               {"iteration": 89, "bbox/AP": ap, "segm/AP": ap - 2},
+                               {"iteration": 89, "bbox/AP": ap - 0.5, "segm/AP": ap - 2.5},
+                               {"iteration": 300, "bbox/AP": ap, "segm/AP": ap - 2},  # after training
                                *([{"iteration": 59, "total_loss": 0.5}] if seed else [])])
     summary = miniature.summarize(tmp_path, (0, 1, 2), 300)
     s0 = next(c for c in summary["cells"] if c["setting"] == "batch8" and c["layer"] == "evonorm_s0")
     assert s0["box_ap_mean"] == 22.0 and s0["mask_ap_std"] == pytest.approx(2 ** 0.5 * 2) and len(s0["runs"]) == 2
     assert (s0["iterations"], s0["images_seen"]) == (300, 2400)
     assert s0["runs"][0]["loss"] == [[160, 2.0], [320, 1.0]]  # [images seen, loss]
-    assert s0["runs"][0]["validation"] == [[240, 16.0, 15.0], [480, 19.0, 17.0], [720, 20.0, 18.0]]
-    assert s0["runs"][0]["flatness"] == {"points": 2, "range": 1.0, "slope": 1.0}  # the last fifth: 2 evaluations
-    assert s0["last_fifth_range_max"] == 1.0 and summary["evaluations_per_run"] == miniature.EVALUATIONS == 10
+    assert s0["runs"][0]["validation"] == [[240, 16.0, 15.0], [480, 19.0, 17.0], [720, 19.5, 17.5],
+                                           [2400, 20.0, 18.0]]  # the last: after step 300 of 8 images
+    assert s0["runs"][0]["flatness"] == {"points": 2, "range": 0.5, "slope": 0.5}  # the last fifth: 2 evaluations
+    assert s0["last_fifth_range_max"] == 0.5 and summary["evaluations_per_run"] == miniature.EVALUATIONS == 10
     bn2 = next(c for c in summary["cells"] if c["setting"] == "batch2" and c["layer"] == "bn")
     assert (bn2["iterations"], bn2["images_seen"], bn2["runs"]) == (1200, 2400, [])
     assert {c["layer"] for c in summary["cells"]} == {"bn", "gn", "evonorm_b0", "evonorm_s0", "no_norm_relu"}
-    assert "| batch8 | EvoNorm-S0 | 22.0 ± 2.8 (n=2) | 20.0 ± 2.8 (n=2) | 1.0 |" in miniature.markdown(summary)
+    assert "| batch8 | EvoNorm-S0 | 22.0 ± 2.8 (n=2) | 20.0 ± 2.8 (n=2) | 0.5 |" in miniature.markdown(summary)
     assert "| batch2 | BN-ReLU | - | - | - |" in miniature.markdown(summary)
     loss = lambda run: dict(map(tuple, run["loss"]))  # noqa: E731
     series = miniature.mean_series(s0, loss)  # the images seen that both seeds logged
