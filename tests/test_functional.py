@@ -253,3 +253,60 @@ def test_tracked_batch_moments_are_the_batch_s_in_training_and_the_moving_averag
     assert world.sent == [] and int(tracked) == 1
     torch.testing.assert_close(mean, x.mean(dim=(0, 2, 3)))
     torch.testing.assert_close(var, x.var(dim=(0, 2, 3), unbiased=False))
+
+
+def _affine_by_hand(x, weight, bias):
+    """x * weight + bias in float64, each per channel (C,) or per sample (N, C)."""
+    out = x.double()
+    for t, combine in ((weight, torch.mul), (bias, torch.add)):
+        if t is not None:
+            out = combine(out, t.double().view(t.shape[0] if t.dim() == 2 else 1, -1, 1, 1))
+    return out
+
+
+AFFINE_PARAMS = [None, (torch.float32, False), (torch.float64, False), (torch.float32, True)]  # (dtype, per sample)
+
+
+@pytest.mark.parametrize("bias", AFFINE_PARAMS)
+@pytest.mark.parametrize("weight", AFFINE_PARAMS)
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_affine_is_x_times_weight_plus_bias_in_the_inputs_dtype(x_dtype, weight, bias):
+    """Every mix of absent, per-channel and per-sample weight and bias, in the input's dtype or another: F.batch_norm's
+    path where it takes the dtypes, composed ops elsewhere, the same values."""
+    gen = torch.Generator().manual_seed(4)
+    x = (torch.randn(3, 4, 2, 5, generator=gen) * 2 + 0.5).to(x_dtype)
+
+    def make(spec):
+        return None if spec is None else torch.randn((3, 4) if spec[1] else (4,), generator=gen).to(spec[0])
+
+    w, b = make(weight), make(bias)
+    out = EF.affine(x, w, b)
+    assert out.dtype == x_dtype and out.shape == x.shape
+    if w is None and b is None:
+        assert out is x
+    tol = {torch.bfloat16: 2e-2, torch.float32: 1e-6, torch.float64: 1e-12}[x_dtype]
+    torch.testing.assert_close(out.double(), _affine_by_hand(x, w, b), rtol=tol, atol=tol)
+
+
+def test_affine_runs_on_the_parameters_device_and_names_a_misplaced_one():
+    """On the meta device (F.batch_norm's zero mean and unit variance made beside the parameters); a parameter on
+    another device than the input is refused by name, before any kernel reads it."""
+    x = torch.empty(2, 4, 3, 3, device="meta")
+    for w, b in ((torch.ones(4, device="meta"), None), (None, torch.zeros(4, device="meta"))):
+        out = EF.affine(x, w, b)
+        assert out.is_meta and out.shape == x.shape
+    cpu = torch.randn(2, 4, 3, 3)
+    moved = r"is on meta but the input is on cpu; move the layer to the input's device \(layer.to\('cpu'\)\)$"
+    with pytest.raises(ValueError, match=rf"^affine: weight {moved}"):
+        EF.affine(cpu, torch.ones(4, device="meta"), torch.zeros(4))
+    with pytest.raises(ValueError, match=rf"^affine: bias {moved}"):
+        EF.affine(cpu, torch.ones(4), torch.zeros(4, device="meta"))
+
+
+def test_affine_shape_errors_name_the_function_and_the_argument():
+    x = torch.randn(2, 4, 3, 3)
+    shapes = r"must be None, \(4,\) or per sample \(2, 4\) for input of shape \(2, 4, 3, 3\), got shape"
+    with pytest.raises(ValueError, match=rf"^affine: weight {shapes} \(3,\)$"):
+        EF.affine(x, torch.ones(3), torch.zeros(4))
+    with pytest.raises(ValueError, match=rf"^affine: bias {shapes} \(2, 4, 1\)$"):
+        EF.affine(x, torch.ones(4), torch.zeros(2, 4, 1))
