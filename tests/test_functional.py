@@ -310,3 +310,49 @@ def test_affine_shape_errors_name_the_function_and_the_argument():
         EF.affine(x, torch.ones(3), torch.zeros(4))
     with pytest.raises(ValueError, match=rf"^affine: bias {shapes} \(2, 4, 1\)$"):
         EF.affine(x, torch.ones(4), torch.zeros(2, 4, 1))
+
+
+class Capture:
+    """What _fused_forward asks torch about program capture, set by the test; and the kernel loads it asks for."""
+
+    def __init__(self, monkeypatch, compiling=False, exporting=False, tracing=False, onnx=False, loaded=True):
+        EF.ops.load("cpu")  # the torch.ops.evonorm operators exist from the first load on
+        self.loads: list = []
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
+        monkeypatch.setattr(torch.compiler, "is_exporting", lambda: exporting)
+        monkeypatch.setattr(torch.jit, "is_tracing", lambda: tracing)
+        monkeypatch.setattr(torch.onnx, "is_in_onnx_export", lambda: onnx)
+        monkeypatch.setattr(EF.ops, "is_loaded", lambda device_type: loaded)
+        monkeypatch.setattr(EF.ops, "load", self.loads.append)
+
+
+SMALLEST = EF.COMPILED_OPERATOR_MIN_NUMEL["cpu"]
+
+
+@pytest.mark.parametrize("context, numel, expected", [
+    ({}, 8, "eager entry"),  # eager with gradients: the operator's eager autograd entry
+    ({"tracing": True}, 8, "operator"),  # torch.jit.trace: one node per layer, whatever the size
+    ({"compiling": True, "exporting": True}, 8, "operator"),  # torch.export: the same
+    ({"compiling": True}, SMALLEST, "operator"),  # torch.compile from COMPILED_OPERATOR_MIN_NUMEL elements
+    ({"compiling": True}, SMALLEST - 1, None),  # below it, the formula Inductor fuses
+    ({"compiling": True, "exporting": True, "onnx": True}, SMALLEST, None),  # ONNX: plain ONNX ops
+    ({"tracing": True, "onnx": True}, SMALLEST, None),
+])
+def test_the_fused_path_chooses_the_operator_by_how_the_program_is_captured(monkeypatch, context, numel, expected):
+    capture = Capture(monkeypatch, **context)
+    x = torch.empty(1, 1, 1, numel)
+    choices = {"eager entry": EF.ops.library.s_forward_eager, "operator": torch.ops.evonorm.s_forward, None: None}
+    assert EF._fused_forward(x, "s_forward") is choices[expected]
+    # under capture the kernels are loaded (load() is folded at trace time), in eager only when not yet loaded
+    assert capture.loads == (["cpu"] if context.get("compiling") or context.get("exporting") else [])
+
+
+def test_the_fused_path_in_eager_loads_the_inputs_device_kernels_and_skips_autograd_without_gradients(monkeypatch):
+    capture = Capture(monkeypatch, loaded=False)
+    x = torch.empty(2, 8, 4, 4, device="meta")
+    with torch.no_grad():
+        assert EF._fused_forward(x, "b_forward") is torch.ops.evonorm.b_forward
+    assert capture.loads == ["meta"]
+    capture_cpu = Capture(monkeypatch, compiling=True, loaded=False)
+    assert EF._fused_forward(x, "b_forward") is None  # a device without a compiled-operator threshold: the formula
+    assert capture_cpu.loads == ["meta"]
