@@ -356,3 +356,74 @@ def test_the_fused_path_in_eager_loads_the_inputs_device_kernels_and_skips_autog
     capture_cpu = Capture(monkeypatch, compiling=True, loaded=False)
     assert EF._fused_forward(x, "b_forward") is None  # a device without a compiled-operator threshold: the formula
     assert capture_cpu.loads == ["meta"]
+
+
+@pytest.mark.parametrize("impl", ["fused", "reference"])
+def test_the_evonorm_functionals_run_the_implementation_asked_for(impl):
+    """impl="fused": the operator (its autograd node on the output); "reference": the composed formula."""
+    x = torch.randn(2, 8, 3, 3, requires_grad=True)
+    ones, zeros = torch.ones(8), torch.zeros(8)
+    outputs = {"s_forward": EF.evonorm_s(x, ones, zeros, ones, groups=4, eps=1e-5, impl=impl),
+               "b_forward": EF.evonorm_b(x, ones, zeros, ones, ones.clone(), torch.tensor(0), variant="b0",
+                                         training=True, momentum=0.1, eps=1e-5, impl=impl)}
+    for op, y in outputs.items():
+        assert (y.grad_fn.name() == f"{op}_eagerBackward") is (impl == "fused"), y.grad_fn.name()
+
+
+def _evonorm_s(**changes):
+    ones = torch.ones(8)
+    args = {"x": torch.randn(2, 8, 3, 3), "weight": ones, "bias": ones - 1, "v1": ones, "groups": 4, "eps": 1e-5}
+    return EF.evonorm_s(**{**args, **changes})
+
+
+def _evonorm_b(**changes):
+    ones = torch.ones(8)
+    args = {"x": torch.randn(2, 8, 3, 3), "weight": ones, "bias": ones - 1, "v1": ones, "running_var": ones.clone(),
+            "num_batches_tracked": torch.tensor(0), "variant": "b0", "training": True, "momentum": 0.1, "eps": 1e-5}
+    return EF.evonorm_b(**{**args, **changes})
+
+
+ON_META = r"is on meta but the input is on cpu; move the layer to the input's device \(layer.to\('cpu'\)\)$"
+SHAPES = r"must be None, \(8,\) or per sample \(2, 8\) for input of shape \(2, 8, 3, 3\), got shape \(3,\)$"
+GROUPS = r"^evonorm_s: groups must be a positive int dividing the 8 channels, got "
+
+
+@pytest.mark.parametrize("call, changes, message", [
+    (_evonorm_s, {"eps": 0.0}, r"^evonorm_s: eps must be a finite positive number, got 0.0$"),
+    (_evonorm_s, {"impl": "bogus"}, r"^evonorm_s: impl must be one of \['fused', 'reference'\], got 'bogus'$"),
+    (_evonorm_s, {"groups": 0}, GROUPS + "0$"),
+    (_evonorm_s, {"groups": 3}, GROUPS + "3$"),
+    (_evonorm_s, {"groups": True}, GROUPS + "True$"),
+    (_evonorm_s, {"groups": 4.0}, GROUPS + "4.0$"),
+    (_evonorm_s, {"weight": torch.ones(3)}, "^evonorm_s: weight " + SHAPES),
+    (_evonorm_s, {"bias": torch.ones(3)}, "^evonorm_s: bias " + SHAPES),
+    (_evonorm_s, {"v1": torch.ones(3)}, r"^evonorm_s: v1 must be None or \(8,\), got shape \(3,\)$"),
+    *[(_evonorm_s, {name: torch.ones(8, device="meta")}, f"^evonorm_s: {name} " + ON_META)
+      for name in ("weight", "bias", "v1")],
+    (_evonorm_b, {"eps": -1.0}, r"^evonorm_b: eps must be a finite positive number, got -1.0$"),
+    (_evonorm_b, {"impl": "bogus"}, r"^evonorm_b: impl must be one of \['fused', 'reference'\], got 'bogus'$"),
+    (_evonorm_b, {"variant": "b3"}, r"^evonorm_b: unknown variant 'b3'; accepted: \['b0', 'b1', 'b2'\]$"),
+    (_evonorm_b, {"v1": torch.ones(3)}, r"^evonorm_b: variant 'b0' needs v1 of shape \(8,\), got \(3,\)$"),
+    (_evonorm_b, {"v1": None}, r"^evonorm_b: variant 'b0' needs v1 of shape \(8,\), got None$"),
+    (_evonorm_b, {"weight": torch.ones(3)}, "^evonorm_b: weight " + SHAPES),
+    (_evonorm_b, {"bias": torch.ones(3)}, "^evonorm_b: bias " + SHAPES),
+    (_evonorm_b, {"running_var": torch.ones(3)}, r"^evonorm_b: running_var must have shape \(8,\), got \(3,\)$"),
+    *[(_evonorm_b, {name: torch.ones(8, device="meta")}, f"^evonorm_b: {name} " + ON_META)
+      for name in ("weight", "bias", "v1", "running_var")],
+    (_evonorm_b, {"num_batches_tracked": torch.tensor(0, device="meta")}, "^evonorm_b: num_batches_tracked " + ON_META),
+])
+def test_the_evonorm_functionals_name_themselves_and_the_bad_argument(call, changes, message):
+    with pytest.raises(ValueError, match=message):
+        call(**changes)
+
+
+def test_batch_statistics_are_this_process_s_unless_sync_is_asked_for(monkeypatch):
+    """evonorm_b and batch_norm called without ``sync`` in a group of two send nothing; with it, one all-reduce."""
+    world = World(monkeypatch)
+    x = torch.randn(2, 8, 3, 3)
+    _evonorm_b(x=x)
+    EF.batch_norm(x, None, None, torch.zeros(8), torch.ones(8), torch.tensor(0), True, 0.1, 1e-5)
+    assert world.sent == []
+    _evonorm_b(x=x, sync=True)
+    EF.batch_norm(x, None, None, torch.zeros(8), torch.ones(8), torch.tensor(0), True, 0.1, 1e-5, sync=True)
+    assert len(world.sent) == 2
