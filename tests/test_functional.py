@@ -427,3 +427,41 @@ def test_batch_statistics_are_this_process_s_unless_sync_is_asked_for(monkeypatc
     _evonorm_b(x=x, sync=True)
     EF.batch_norm(x, None, None, torch.zeros(8), torch.ones(8), torch.tensor(0), True, 0.1, 1e-5, sync=True)
     assert len(world.sent) == 2
+
+
+@pytest.mark.parametrize("bias", AFFINE_PARAMS)
+@pytest.mark.parametrize("weight", AFFINE_PARAMS)
+@pytest.mark.parametrize("buffers", [torch.float64, torch.float32])
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_is_its_formula_for_every_affine_and_buffer_dtype(training, buffers, weight, bias):
+    """(x - mean) / sqrt(var + eps) * weight + bias with eps 0.1 (not F.batch_norm's default), float64 input, float64
+    or float32 moving averages (F.batch_norm's path or the composed one), every mix of weight and bias; eval reads
+    and leaves the moving averages and their count, training counts the batch."""
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(3, 4, 2, 5, generator=gen, dtype=torch.float64) * 2 + 0.5
+    w, b = (None if s is None else torch.randn((3, 4) if s[1] else (4,), generator=gen).to(s[0]) for s in (weight, bias))
+    running_mean, running_var = torch.randn(4, generator=gen).to(buffers), torch.rand(4, generator=gen).to(buffers) + 0.5
+    tracked = torch.tensor(5)
+    mean, var = (x.mean(dim=(0, 2, 3)), x.var(dim=(0, 2, 3), unbiased=False)) if training else \
+        (running_mean.double(), running_var.double())
+    expected = _affine_by_hand((x - mean.view(1, -1, 1, 1)) / torch.sqrt(var.view(1, -1, 1, 1) + 0.1), w, b)
+    before = running_var.clone()
+    out = EF.batch_norm(x, w, b, running_mean, running_var, tracked, training, None, 0.1)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, expected, rtol=1e-6 if buffers == torch.float32 else 1e-10, atol=1e-6)
+    assert int(tracked) == (6 if training else 5) and torch.equal(running_var, before) is not training
+
+
+@pytest.mark.parametrize("bias", AFFINE_PARAMS)
+@pytest.mark.parametrize("weight", AFFINE_PARAMS)
+def test_group_norm_is_its_formula_for_every_affine(weight, bias):
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(3, 4, 2, 5, generator=gen, dtype=torch.float64) * 2 + 0.5
+    w, b = (None if s is None else torch.randn((3, 4) if s[1] else (4,), generator=gen).to(s[0]) for s in (weight, bias))
+    grouped = x.view(3, 2, -1)
+    mean = grouped.mean(dim=2, keepdim=True)
+    var = grouped.var(dim=2, unbiased=False, keepdim=True)
+    z = ((grouped - mean) / torch.sqrt(var + 0.1)).view_as(x)
+    out = EF.group_norm(x, 2, w, b, 0.1)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, _affine_by_hand(z, w, b), rtol=1e-10, atol=1e-10)
