@@ -259,7 +259,7 @@ def evonorm_b(
     count = x.numel() // c
     if torch.jit.is_tracing():  # traced sizes are tensors; count / (count - 1) would round to float32
         count = int(count)
-    if count == 0 or x.shape[2] * x.shape[3] == 0:
+    if count == 0:  # N H W == 0
         # empty: moving averages untouched, unless synchronized, where this process still takes
         # part in the all-reduce (forward and backward) and the other processes' batch counts
         if not synced:

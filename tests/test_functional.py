@@ -5,6 +5,7 @@ import torch
 
 from evonorm_core import formulas
 from evonorm_core import functional as EF
+from evonorm_core import statistics as stats
 
 from . import paper_reference as ref
 from .distributed_world import World
@@ -465,3 +466,31 @@ def test_group_norm_is_its_formula_for_every_affine(weight, bias):
     out = EF.group_norm(x, 2, w, b, 0.1)
     assert out.dtype == torch.float64
     torch.testing.assert_close(out, _affine_by_hand(z, w, b), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("impl", ["fused", "reference"])
+def test_evonorm_b_in_eval_reads_the_moving_variance_and_leaves_it(impl):
+    x = torch.randn(2, 8, 3, 3, dtype=torch.float64)
+    ones = torch.ones(8, dtype=torch.float64)
+    running_var, tracked = torch.linspace(0.5, 2.0, 8, dtype=torch.float64), torch.tensor(3)
+    out = _evonorm_b(x=x, weight=ones, bias=ones - 1, v1=ones, running_var=running_var, num_batches_tracked=tracked,
+                     training=False, impl=impl)
+    p = {"gamma": ones, "beta": ones - 1, "v1": ones, "running_var": running_var}
+    torch.testing.assert_close(out, ref.evonorm_b0(x, p, 1e-5, training=False))
+    assert int(tracked) == 3 and torch.equal(running_var, torch.linspace(0.5, 2.0, 8, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("impl", ["fused", "reference"])
+def test_an_empty_batch_under_sync_joins_the_all_reduce_and_counts_the_other_ranks_samples(monkeypatch, impl):
+    """A rank without samples still takes part in the all-reduce (the others would wait for it) and folds the
+    whole batch's variance, the other rank's, into its moving average; its output is empty."""
+    world = World(monkeypatch)
+    theirs = torch.randn(3, 8, 2, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 2
+    stats.batch_moments(theirs, sync=True)  # what the other rank sends
+    world.other = world.sent.pop()[0]
+    ones = torch.ones(8, dtype=torch.float64)
+    running_var, tracked = ones.clone(), torch.tensor(0)
+    out = _evonorm_b(x=torch.empty(0, 8, 2, 2, dtype=torch.float64), weight=ones, bias=ones - 1, v1=ones,
+                     running_var=running_var, num_batches_tracked=tracked, sync=True, impl=impl)
+    assert out.shape == (0, 8, 2, 2) and len(world.sent) == 1 and int(tracked) == 1
+    torch.testing.assert_close(running_var, 0.9 + 0.1 * theirs.var(dim=(0, 2, 3), unbiased=True))
