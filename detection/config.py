@@ -9,7 +9,7 @@ from detectron2.config import get_cfg
 
 
 def add_evonorm_config(cfg: CN) -> CN:
-    """Add ``MODEL.NORM_ACT`` and ``INPUT.LSJ`` to ``cfg`` (in place) and return it.
+    """Add ``MODEL.NORM_ACT``, ``INPUT.LSJ`` and ``SOLVER.CHECKPOINTS_KEPT`` to ``cfg`` (in place) and return it.
 
     ``MODEL.NORM_ACT``: the normalization-activation layer of the whole model.
       ``NAME``: a name of ``evonorm_core.list_norm_acts()`` (``bn_relu``, ``gn_relu``,
@@ -21,6 +21,9 @@ def add_evonorm_config(cfg: CN) -> CN:
     ``INPUT.LSJ``: scale-jitter training resize (``ResizeScale`` then ``FixedSizeCrop``
       to a square ``IMAGE_SIZE``, padded), replacing ``ResizeShortestEdge`` when
       ``ENABLED``; scales relative to ``IMAGE_SIZE``.
+    ``SOLVER.CHECKPOINTS_KEPT``: how many of the periodic checkpoints (every
+      ``SOLVER.CHECKPOINT_PERIOD`` steps) stay on disk, the newest; 0 = all, detectron2's
+      behaviour. ``model_final.pth`` is always kept.
     """
     cfg.MODEL.NORM_ACT = CN()
     cfg.MODEL.NORM_ACT.NAME = "evonorm_s0"
@@ -33,6 +36,7 @@ def add_evonorm_config(cfg: CN) -> CN:
     cfg.INPUT.LSJ.IMAGE_SIZE = 1024
     cfg.INPUT.LSJ.MIN_SCALE = 0.8
     cfg.INPUT.LSJ.MAX_SCALE = 1.25
+    cfg.SOLVER.CHECKPOINTS_KEPT = 0
     return cfg
 
 

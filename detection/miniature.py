@@ -99,18 +99,19 @@ class Run:
     def command(self, runs: Path, base_iterations: int) -> list[str]:
         """The ``train_net`` command of this run (with ``--resume`` once the run has started):
         ``base_iterations`` steps' worth of images at this setting's images per step, evaluated
-        ``EVALUATIONS`` times."""
+        ``EVALUATIONS`` times and checkpointed as often (an interrupted run loses at most a tenth)."""
         output_dir = self.output_dir(runs, base_iterations)
         resume = ["--resume"] if holds_run(output_dir) else []
         iterations = self.setting.iterations(base_iterations)
         steps = tuple(int(iterations * fraction) for fraction in DECAYS)
+        period = max(1, iterations // EVALUATIONS)  # an evaluation and a checkpoint (the last one kept)
         return [
             sys.executable, "-m", "evonorm_suite.detection.train_net", "--threads", "1", *resume,
             "--config", str(CONFIGS / f"demo_shapes_{self.layer}.yaml"),
             "SEED", str(self.seed), "SOLVER.IMS_PER_BATCH", str(self.setting.images_per_step),
             "SOLVER.BASE_LR", str(self.setting.lr), "SOLVER.MAX_ITER", str(iterations),
             "SOLVER.STEPS", f"({steps[0]}, {steps[1]})", "SOLVER.WARMUP_ITERS", str(self.setting.warmup()),
-            "SOLVER.CHECKPOINT_PERIOD", str(iterations), "TEST.EVAL_PERIOD", str(max(1, iterations // EVALUATIONS)),
+            "TEST.EVAL_PERIOD", str(period), "SOLVER.CHECKPOINT_PERIOD", str(period), "SOLVER.CHECKPOINTS_KEPT", "1",
             "DATALOADER.NUM_WORKERS", "0", "OUTPUT_DIR", str(output_dir),
         ]
 

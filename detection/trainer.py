@@ -62,8 +62,12 @@ class NormActTrainer(DefaultTrainer):
     def build_hooks(self) -> list[hooks.HookBase]:
         """DefaultTrainer's hooks, with :class:`PreciseBatchStatistics` in place of its ``PreciseBN``
         (right after the LR scheduler, so before the checkpoint and the evaluation) when
-        ``TEST.PRECISE_BN.ENABLED``."""
+        ``TEST.PRECISE_BN.ENABLED``, and the periodic checkpointer keeping ``SOLVER.CHECKPOINTS_KEPT``
+        checkpoints (0: all)."""
         built = [hook for hook in super().build_hooks() if not isinstance(hook, hooks.PreciseBN)]
+        for hook in built:
+            if isinstance(hook, hooks.PeriodicCheckpointer) and self.cfg.SOLVER.CHECKPOINTS_KEPT > 0:
+                hook.max_to_keep = self.cfg.SOLVER.CHECKPOINTS_KEPT
         if self.cfg.TEST.PRECISE_BN.ENABLED:
             after = next(i for i, hook in enumerate(built) if isinstance(hook, hooks.LRScheduler)) + 1
             built.insert(after, PreciseBatchStatistics(self.cfg.TEST.EVAL_PERIOD, self.model,

@@ -257,12 +257,15 @@ def test_bottlenecks_stride_in_the_3x3_conv_as_the_tensorflow_reference():
 def test_add_evonorm_config_adds_every_key_with_its_default():
     """``MODEL.NORM_ACT``: EvoNorm-S0, unsynchronized, 0 = the layer's own groups (32, section 5.1), eps
     (1e-5) and implementation; ``INPUT.LSJ``: off by default, 1024x1024 crops (the paper's resolution), scales
-    0.8-1.25; nothing else of detectron2's defaults changes."""
+    0.8-1.25; ``SOLVER.CHECKPOINTS_KEPT``: 0, every checkpoint kept as detectron2 keeps them; nothing else of
+    detectron2's defaults changes."""
     cfg = add_evonorm_config(get_cfg())
     assert dict(cfg.MODEL.NORM_ACT) == {"NAME": "evonorm_s0", "SYNC": False, "GROUPS": 0, "EPS": 0.0, "IMPL": ""}
     assert dict(cfg.INPUT.LSJ) == {"ENABLED": False, "IMAGE_SIZE": 1024, "MIN_SCALE": 0.8, "MAX_SCALE": 1.25}
+    assert cfg.SOLVER.CHECKPOINTS_KEPT == 0
     plain = get_cfg()
-    for key in ("SOLVER", "DATALOADER", "TEST"):
+    assert {k: v for k, v in cfg.SOLVER.items() if k != "CHECKPOINTS_KEPT"} == dict(plain.SOLVER)
+    for key in ("DATALOADER", "TEST"):
         assert cfg[key] == plain[key], key
     assert {k: v for k, v in cfg.MODEL.items() if k != "NORM_ACT"} == dict(plain.MODEL)
 

@@ -243,6 +243,7 @@ def test_miniature_commands_and_summary(tmp_path):
     # batch 2 sees batch 8's images: 4x the steps, warmup and decays scaled with them
     assert values["SOLVER.MAX_ITER"] == "1200" and values["SOLVER.STEPS"] == "(960, 1116)"
     assert values["SOLVER.WARMUP_ITERS"] == "200" and values["TEST.EVAL_PERIOD"] == "120"  # 10 evaluations
+    assert values["SOLVER.CHECKPOINT_PERIOD"] == "120" and values["SOLVER.CHECKPOINTS_KEPT"] == "1"
     assert values["OUTPUT_DIR"] == str(tmp_path / "2400_images" / "batch2" / "bn" / "seed2")  # runs of 2400 images
     for seed, ap in ((0, 20.0), (1, 24.0)):
         folder = miniature.Run(miniature.SETTINGS[0], "evonorm_s0", seed).output_dir(tmp_path, 300)
@@ -416,6 +417,20 @@ def test_demo_grid_scales_the_lr_with_the_batch_and_keeps_the_stage_fractions(tm
     assert values["SOLVER.STEPS"] == "(800, 930)" and values["SOLVER.MAX_ITER"] == "1000"
     assert float(values["SOLVER.BASE_LR"]) == 0.02 and values["SOLVER.IMS_PER_BATCH"] == "8"
     assert values["SOLVER.WARMUP_ITERS"] == "50"
+
+
+def test_checkpoints_kept_bounds_the_periodic_checkpoints_on_disk(datasets_root, tmp_path):
+    """SOLVER.CHECKPOINTS_KEPT 1 with a checkpoint every step: only the newest periodic checkpoint stays (with
+    model_final.pth and the last_checkpoint pointer); 0 keeps them all, as detectron2 does."""
+    val = register_shapes_dataset()[1]
+    config = str(CONFIGS / "demo_shapes_gn.yaml")
+    for kept, expected in ((1, {"model_0000002.pth"}), (0, {"model_0000000.pth", "model_0000001.pth", "model_0000002.pth"})):
+        output = tmp_path / f"kept{kept}"
+        args = ["--threads", "2", "--config", config, *TINY, "OUTPUT_DIR", str(output), "SOLVER.MAX_ITER", "3",
+                "DATASETS.TEST", f"('{first_images(val, 1)}',)", "SOLVER.CHECKPOINT_PERIOD", "1",
+                "SOLVER.CHECKPOINTS_KEPT", str(kept)]
+        assert train_net.main(args) == 0
+        assert {p.name for p in output.glob("model_*.pth")} == expected | {"model_final.pth"}
 
 
 def test_precise_bn_recomputes_the_suites_layers_before_the_final_evaluation(datasets_root, tmp_path):
