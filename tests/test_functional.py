@@ -319,11 +319,12 @@ class Capture:
     def __init__(self, monkeypatch, compiling=False, exporting=False, tracing=False, onnx=False, loaded=True):
         EF.ops.load("cpu")  # the torch.ops.evonorm operators exist from the first load on
         self.loads: list = []
+        self.asked: list = []  # the device types asked about
         monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
         monkeypatch.setattr(torch.compiler, "is_exporting", lambda: exporting)
         monkeypatch.setattr(torch.jit, "is_tracing", lambda: tracing)
         monkeypatch.setattr(torch.onnx, "is_in_onnx_export", lambda: onnx)
-        monkeypatch.setattr(EF.ops, "is_loaded", lambda device_type: loaded)
+        monkeypatch.setattr(EF.ops, "is_loaded", lambda device_type: self.asked.append(device_type) or loaded)
         monkeypatch.setattr(EF.ops, "load", self.loads.append)
 
 
@@ -353,7 +354,7 @@ def test_the_fused_path_in_eager_loads_the_inputs_device_kernels_and_skips_autog
     x = torch.empty(2, 8, 4, 4, device="meta")
     with torch.no_grad():
         assert EF._fused_forward(x, "b_forward") is torch.ops.evonorm.b_forward
-    assert capture.loads == ["meta"]
+    assert capture.loads == ["meta"] and capture.asked == ["meta"]
     capture_cpu = Capture(monkeypatch, compiling=True, loaded=False)
     assert EF._fused_forward(x, "b_forward") is None  # a device without a compiled-operator threshold: the formula
     assert capture_cpu.loads == ["meta"]
@@ -494,3 +495,25 @@ def test_an_empty_batch_under_sync_joins_the_all_reduce_and_counts_the_other_ran
                      running_var=running_var, num_batches_tracked=tracked, sync=True, impl=impl)
     assert out.shape == (0, 8, 2, 2) and len(world.sent) == 1 and int(tracked) == 1
     torch.testing.assert_close(running_var, 0.9 + 0.1 * theirs.var(dim=(0, 2, 3), unbiased=True))
+
+
+def test_the_functionals_refuse_what_is_not_a_tensor_by_its_type():
+    with pytest.raises(ValueError, match=r"^evonorm_s expects an NCHW tensor \(4 dims\), got list$"):
+        _evonorm_s(x=[[1.0]])
+    with pytest.raises(ValueError, match=r"^evonorm_b expects an NCHW tensor \(4 dims\), got shape \(2, 8\)$"):
+        _evonorm_b(x=torch.randn(2, 8))
+
+
+@pytest.mark.parametrize("impl", ["fused", "reference"])
+def test_evonorm_s_defaults_to_the_centred_group_variance_and_keeps_a_bfloat16_input_s_dtype(impl):
+    """Without ``centered`` it is S0's (and S1's) group variance, not S2's mean square; a bfloat16 input gives a
+    bfloat16 output, computed in float32."""
+    x = torch.randn(2, 8, 3, 3, generator=torch.Generator().manual_seed(5), dtype=torch.float64) + 1.5
+    ones = torch.ones(8, dtype=torch.float64)
+    p = {"gamma": ones, "beta": ones - 1, "v1": ones}
+    out = EF.evonorm_s(x, ones, ones - 1, ones, groups=4, eps=1e-5, impl=impl)
+    torch.testing.assert_close(out, ref.evonorm_s0(x, p, 1e-5, training=True, groups=4))
+    half = EF.evonorm_s(x.bfloat16(), ones.float(), ones.float() - 1, ones.float(), groups=4, eps=1e-5, impl=impl)
+    assert half.dtype == torch.bfloat16
+    torch.testing.assert_close(half.double(), out, rtol=2e-2, atol=2e-2)
+
