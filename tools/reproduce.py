@@ -27,9 +27,10 @@ CPU time on this project's 2-core machine; the report shows each step's measured
   slower per image than these); the wall time is about half that with the 2 jobs the step runs.
   Finished cells are committed (runs/reproduction/**/result.json), so a grid continues on any clone.
 * table4 (detection/miniature.py, 5 layers x 2 settings x 3 seeds, each run 1800 steps of 8 images or
-  7200 of 2, evaluated 10 times): not measured as a grid. The grid of 900-step runs took 3h26m CPU (30
-  runs of 7-22 min on one thread); one 1800-step run of BN-ReLU at 8 images a step took 20 min beside
-  two other jobs, so about 15 CPU-hours for the grid.
+  7200 of 2, evaluated 10 times): not measured as a whole grid. Its first three runs (BN-ReLU at 8 images
+  a step, one thread) took 43 CPU-minutes with part of a fourth (docs/results/reproduction_steps.json),
+  about 14 each; the 2-image runs were 1.5-3x the 8-image ones in the 900-step grid (3h26m CPU for its
+  30 runs), so about 10-15 CPU-hours for the grid.
 * table5 (gan/table5.py): not measured at its current settings (7 generators,
   the paper's six and the no-normalization one, x 3 seeds; 8 groups in grouped layers; each run 2000
   steps, then 1000 more at a time until two evaluated snapshots, every 500 steps, follow its best,
