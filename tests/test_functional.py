@@ -8,7 +8,7 @@ from evonorm_core import functional as EF
 from evonorm_core import statistics as stats
 
 from . import paper_reference as ref
-from .distributed_world import World
+from .distributed_world import GROUP, World
 
 S_SERIES = {"evonorm_s0": dict(v1=True, centered=True), "evonorm_s1": dict(v1=False, centered=True),
             "evonorm_s2": dict(v1=False, centered=False)}
@@ -481,20 +481,51 @@ def test_evonorm_b_in_eval_reads_the_moving_variance_and_leaves_it(impl):
     assert int(tracked) == 3 and torch.equal(running_var, torch.linspace(0.5, 2.0, 8, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("their_shape", [(3, 8, 2, 2), (1, 8, 1, 1), (0, 8, 2, 2)], ids=["3x2x2", "one value", "empty"])
 @pytest.mark.parametrize("impl", ["fused", "reference"])
-def test_an_empty_batch_under_sync_joins_the_all_reduce_and_counts_the_other_ranks_samples(monkeypatch, impl):
-    """A rank without samples still takes part in the all-reduce (the others would wait for it) and folds the
-    whole batch's variance, the other rank's, into its moving average; its output is empty."""
-    world = World(monkeypatch)
-    theirs = torch.randn(3, 8, 2, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 2
-    stats.batch_moments(theirs, sync=True)  # what the other rank sends
+def test_an_empty_batch_under_sync_joins_the_all_reduce_and_counts_the_other_ranks_samples(monkeypatch, impl,
+                                                                                          their_shape):
+    """A rank without samples still takes part in the all-reduce of its process group (the others would wait for
+    it) and folds the whole batch's variance, the other rank's, into its moving average, unless no rank had a
+    sample; its output is empty, and every parameter gets a (zero) gradient."""
+    world = World(monkeypatch, size=1, sizes={GROUP: 2})
+    theirs = torch.randn(their_shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 2
+    stats.batch_moments(theirs, sync=True, process_group=GROUP)  # what the other rank sends
     world.other = world.sent.pop()[0]
     ones = torch.ones(8, dtype=torch.float64)
+    weight, bias, v1 = (t.clone().requires_grad_() for t in (ones, ones - 1, ones))
     running_var, tracked = ones.clone(), torch.tensor(0)
-    out = _evonorm_b(x=torch.empty(0, 8, 2, 2, dtype=torch.float64), weight=ones, bias=ones - 1, v1=ones,
-                     running_var=running_var, num_batches_tracked=tracked, sync=True, impl=impl)
-    assert out.shape == (0, 8, 2, 2) and len(world.sent) == 1 and int(tracked) == 1
-    torch.testing.assert_close(running_var, 0.9 + 0.1 * theirs.var(dim=(0, 2, 3), unbiased=True))
+    x = torch.empty(0, 8, 2, 2, dtype=torch.float64, requires_grad=True)
+    out = _evonorm_b(x=x, weight=weight, bias=bias, v1=v1, running_var=running_var, num_batches_tracked=tracked,
+                     sync=True, process_group=GROUP, impl=impl)
+    assert out.shape == (0, 8, 2, 2) and [group for _, group in world.sent] == [GROUP]
+    out.sum().backward()
+    assert all(torch.equal(t.grad, torch.zeros(8, dtype=torch.float64)) for t in (weight, bias, v1))
+    if not theirs.numel():
+        assert int(tracked) == 0 and torch.equal(running_var, ones)
+        return
+    single = theirs.numel() == 8  # one value per channel: its variance 0, stored as is (no unbiasing by 0/0)
+    var = torch.zeros(8, dtype=torch.float64) if single else theirs.var(dim=(0, 2, 3), unbiased=True)
+    assert int(tracked) == 1
+    torch.testing.assert_close(running_var, 0.9 + 0.1 * var)
+
+
+@pytest.mark.parametrize("impl", ["fused", "reference"])
+def test_evonorm_b_in_eval_under_sync_sends_nothing_and_keeps_its_averages(monkeypatch, impl):
+    """Eval reads the moving variance: no all-reduce (the other ranks may not call one), empty batch or not."""
+    world = World(monkeypatch)
+    ones = torch.ones(8, dtype=torch.float64)
+    for x in (torch.randn(2, 8, 3, 3, dtype=torch.float64), torch.empty(0, 8, 3, 3, dtype=torch.float64)):
+        running_var, tracked = ones.clone(), torch.tensor(0)
+        _evonorm_b(x=x, weight=ones, bias=ones - 1, v1=ones, running_var=running_var, num_batches_tracked=tracked,
+                   training=False, sync=True, impl=impl)
+        assert world.sent == [] and int(tracked) == 0 and torch.equal(running_var, ones)
+
+
+def test_evonorm_b_keeps_a_bfloat16_input_s_dtype_on_both_paths():
+    x = torch.randn(2, 8, 3, 3).bfloat16()
+    for impl in ("fused", "reference"):
+        assert _evonorm_b(x=x, impl=impl).dtype == torch.bfloat16
 
 
 def test_the_functionals_refuse_what_is_not_a_tensor_by_its_type():
