@@ -268,6 +268,11 @@ def _affine_by_hand(x, weight, bias):
 AFFINE_PARAMS = [None, (torch.float32, False), (torch.float64, False), (torch.float32, True)]  # (dtype, per sample)
 
 
+def _affine_param(spec, gen):
+    """None, or a random weight/bias of AFFINE_PARAMS' ``(dtype, per sample)`` for 3 samples of 4 channels."""
+    return None if spec is None else torch.randn((3, 4) if spec[1] else (4,), generator=gen).to(spec[0])
+
+
 @pytest.mark.parametrize("bias", AFFINE_PARAMS)
 @pytest.mark.parametrize("weight", AFFINE_PARAMS)
 @pytest.mark.parametrize("x_dtype", [torch.float32, torch.float64, torch.bfloat16])
@@ -276,11 +281,7 @@ def test_affine_is_x_times_weight_plus_bias_in_the_inputs_dtype(x_dtype, weight,
     path where it takes the dtypes, composed ops elsewhere, the same values."""
     gen = torch.Generator().manual_seed(4)
     x = (torch.randn(3, 4, 2, 5, generator=gen) * 2 + 0.5).to(x_dtype)
-
-    def make(spec):
-        return None if spec is None else torch.randn((3, 4) if spec[1] else (4,), generator=gen).to(spec[0])
-
-    w, b = make(weight), make(bias)
+    w, b = _affine_param(weight, gen), _affine_param(bias, gen)
     out = EF.affine(x, w, b)
     assert out.dtype == x_dtype and out.shape == x.shape
     if w is None and b is None:
@@ -441,7 +442,7 @@ def test_batch_norm_is_its_formula_for_every_affine_and_buffer_dtype(training, b
     and leaves the moving averages and their count, training counts the batch."""
     gen = torch.Generator().manual_seed(6)
     x = torch.randn(3, 4, 2, 5, generator=gen, dtype=torch.float64) * 2 + 0.5
-    w, b = (None if s is None else torch.randn((3, 4) if s[1] else (4,), generator=gen).to(s[0]) for s in (weight, bias))
+    w, b = _affine_param(weight, gen), _affine_param(bias, gen)
     running_mean, running_var = torch.randn(4, generator=gen).to(buffers), torch.rand(4, generator=gen).to(buffers) + 0.5
     tracked = torch.tensor(5)
     mean, var = (x.mean(dim=(0, 2, 3)), x.var(dim=(0, 2, 3), unbiased=False)) if training else \
@@ -459,7 +460,7 @@ def test_batch_norm_is_its_formula_for_every_affine_and_buffer_dtype(training, b
 def test_group_norm_is_its_formula_for_every_affine(weight, bias):
     gen = torch.Generator().manual_seed(7)
     x = torch.randn(3, 4, 2, 5, generator=gen, dtype=torch.float64) * 2 + 0.5
-    w, b = (None if s is None else torch.randn((3, 4) if s[1] else (4,), generator=gen).to(s[0]) for s in (weight, bias))
+    w, b = _affine_param(weight, gen), _affine_param(bias, gen)
     grouped = x.view(3, 2, -1)
     mean = grouped.mean(dim=2, keepdim=True)
     var = grouped.var(dim=2, unbiased=False, keepdim=True)
