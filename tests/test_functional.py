@@ -549,3 +549,23 @@ def test_evonorm_s_defaults_to_the_centred_group_variance_and_keeps_a_bfloat16_i
     assert half.dtype == torch.bfloat16
     torch.testing.assert_close(half.double(), out, rtol=2e-2, atol=2e-2)
 
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # a trace specializes shapes: expected here
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:FutureWarning")
+@pytest.mark.parametrize("impl", ["fused", "reference"])
+def test_evonorm_b_traced_by_torch_jit_updates_the_moving_variance_as_in_eager(impl):
+    """Under torch.jit.trace sizes are tensors: the batch count is made an int again, so the traced function
+    unbiases the variance (count / (count - 1)) and counts the batch exactly as eager code does."""
+    ones = torch.ones(8, dtype=torch.float64)
+
+    def step(x, running_var, tracked):
+        return _evonorm_b(x=x, weight=ones, bias=ones - 1, v1=ones, running_var=running_var,
+                          num_batches_tracked=tracked, impl=impl)
+
+    x = torch.randn(2, 8, 3, 3, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    traced = torch.jit.trace(step, (x, ones.clone(), torch.tensor(0)), check_trace=False)
+    (eager_var, eager_count), (traced_var, traced_count) = (ones.clone(), torch.tensor(0)), (ones.clone(), torch.tensor(0))
+    torch.testing.assert_close(traced(x, traced_var, traced_count), step(x, eager_var, eager_count))
+    torch.testing.assert_close(traced_var, eager_var)
+    assert int(traced_count) == int(eager_count) == 1
