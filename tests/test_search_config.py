@@ -14,6 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from evonorm_core.classifiers.optimizer import OptimizerSettings
+from evonorm_core.classifiers.proxy_task import PROXY_TRAINING
+from evonorm_core.experiment.config import ConfigError
 from evonorm_core.search import EvolutionConfig, Member, parse, to_infix
 from evonorm_core.search.evolution import Proposer
 from evonorm_core.search.rejection import conv_weights, worst_case_gradient_norm
@@ -343,3 +346,19 @@ def test_proxy_models_start_from_the_seed_not_the_global_random_state():
     assert first.keys() == second.keys()
     assert all(torch.equal(first[k], second[k]) for k in first)
     assert not all(torch.equal(first[k], other[k]) for k in first)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"anchors": ()}, r"^--anchors must name at least one anchor$"),
+    ({"image_size": 16, "crop_size": 20}, r"^--crop-size must be <= --image-size \(16\), got 20$"),
+    ({"train_steps": 50, "quality_steps": 60}, r"^--quality-steps must be <= --train-steps \(50\), got 60$"),
+])
+def test_proxy_config_refuses_inconsistent_options_naming_the_flags(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        ProxyConfig(**changes)
+
+
+def test_proxy_config_optimizer_is_the_proxy_task_s_with_its_own_rate_and_decay():
+    cfg = ProxyConfig(lr=0.05, weight_decay=3e-4)
+    assert cfg.optimizer_settings() == OptimizerSettings(PROXY_TRAINING.optimizer.name, lr=0.05, weight_decay=3e-4)
+    assert PROXY_TRAINING.optimizer.name == "sgd" and OptimizerSettings(lr=0.05).weight_decay != 3e-4
