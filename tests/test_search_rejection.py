@@ -393,3 +393,35 @@ def test_stability_edge_cases_counted_by_hand():
     assert model.unused.weight.item() == -2.0 and model.used.weight.item() == pytest.approx(0.5 + 3 * lr * s ** 2)
     with pytest.raises(ValueError, match=r"^the stability test needs a model with convolutions$"):
         worst_case_gradient_norm(torch.nn.Linear(2, 2), lambda m: m.weight.sum())
+
+
+def test_validation_and_stability_batches_follow_the_evaluator_s_seed_not_the_global_generator(monkeypatch):
+    """The recalibration batch and the stability test's batch are drawn from generators seeded by the run's seed:
+    the same whatever torch's global generator holds (so equal layers get equal scores), any image eligible (a
+    one-image training set works), and the stability test runs from its first ascent step on."""
+    from evonorm_suite.search import proxy
+    from evonorm_suite.search.proxy import _AnchorTraining
+
+    config = ProxyConfig(image_size=16, crop_size=12, batch_size=4, stability_steps=1, stability_batch_size=3,
+                         anchors=("resnet50_cifar",), anchor_depth=0.34)
+    one = (torch.randn(1, 3, 16, 16), torch.tensor([3]))
+    data = (torch.randn(20, 3, 16, 16), torch.arange(20) % 10)
+    seen = []
+
+    def record(model, loss, steps, lr, threshold):  # the ascent's loss closes over the stability batch
+        seen.append([cell.cell_contents for cell in loss.__closure__])
+        return 0.0, steps
+
+    monkeypatch.setattr(proxy, "worst_case_gradient_norm", record)
+    evaluator = ProxyEvaluator(config, seed=5, threads=1)
+    genome = parse(BASELINES["bn_relu"])
+    batches = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        run = _AnchorTraining(torch.nn.Conv2d(3, 3, 1), config, (*data, *data), seed=5)
+        batches.append(run.validation_batch())
+        assert evaluator.stability_failure(genome, data) is None
+    assert torch.equal(batches[0], batches[1])
+    assert len(seen) == 2 and all(torch.equal(a, b) for a, b in zip(*seen))
+    assert _AnchorTraining(torch.nn.Conv2d(3, 3, 1), config, (*one, *one), seed=5).validation_batch().shape[0] == 4
+    assert evaluator.stability_failure(genome, one) is None and len(seen) == 3
