@@ -493,8 +493,8 @@ def test_a_detection_grid_of_another_length_is_shown_apart_and_judges_nothing(re
     """Table 4's summary of another length (``<images>_images/miniature.json`` beside the current one) is shown
     under its own heading with its numbers; the claims read only the current summary (here none: not measured)."""
     monkeypatch.setattr(reproduce, "ROOT", tmp_path)
-    cells = [{"setting": "batch8", "layer": layer, "label": label, "runs": [{"seed": s, "box_ap": ap + s, "mask_ap": ap}
-                                                                            for s in range(3)]}
+    cells = [{"setting": "batch8", "layer": layer, "label": label, "images_seen": 7200,
+              "runs": [{"seed": s, "box_ap": ap + s, "mask_ap": ap} for s in range(3)]}
              for layer, label, ap in (("bn", "BN-ReLU", 38.0), ("no_norm_relu", "ReLU (no norm)", 41.0))]
     earlier = reproduce.STEPS["table4"].summary.parent / "7200_images" / "miniature.json"
     write(tmp_path, earlier, {"iterations": 900, "command": "python detection/miniature.py --iterations 900",

@@ -924,7 +924,7 @@ def table3_section(judged: Judged, steps_log: dict) -> list[str]:
                                   "series)")
 
 
-def table4_rows(summary: dict) -> list[list[str]]:
+def table4_table(summary: dict) -> str:
     """Per setting and layer of a detection summary: the paper's R-50-FPN box / mask AP and the miniature's."""
     # here, not at the top: the detection package imports detectron2 (3.5 s), which only this section needs
     from evonorm_suite.detection.paper import TABLE4
@@ -937,7 +937,7 @@ def table4_rows(summary: dict) -> list[list[str]]:
         rows.append([cell["setting"], cell["label"] + control, f"{paper[0]:g} / {paper[3]:g}" if paper else "-",
                      format_mean_std([r["box_ap"] for r in cell["runs"]]),
                      format_mean_std([r["mask_ap"] for r in cell["runs"]])])
-    return rows
+    return markdown_table(["setting", "layer", "paper box / mask AP", "box AP", "mask AP"], rows)
 
 
 def earlier_detection_lines(current: Path) -> list[str]:
@@ -946,13 +946,12 @@ def earlier_detection_lines(current: Path) -> list[str]:
     lines = []
     for path in sorted(p.relative_to(ROOT) for p in (ROOT / current.parent).glob("*_images/miniature.json")):
         summary = load(path)
-        images = summary["iterations"] * 8
+        images = summary["cells"][0]["images_seen"]  # every cell sees the same images
         lines += [f"### Earlier setting: {summary['iterations']} steps of 8 images ({images} images per run), "
                   "not used for any verdict", "",
                   f"Trained for another length than the grid trains now (docs/detection.md says why it changed); "
                   f"command: `{summary['command']}`. Numbers: [{path}]({path.relative_to(RESULTS)}).", "",
-                  markdown_table(["setting", "layer", "paper box / mask AP", "box AP", "mask AP"], table4_rows(summary)),
-                  ""]
+                  table4_table(summary), ""]
     return lines
 
 
@@ -968,7 +967,7 @@ def table4_section(judged: Judged, steps_log: dict) -> list[str]:
             f"half-width ResNet-18-FPN trained from scratch for {summary['iterations']} steps of 8 images (or as many "
             "images at 2 per step), AP on the validation images, mean ± std over seeds. The claims are tested in the "
             f"setting {MINIATURE['table4']['R-50-FPN']!r} (the paper's 8 images per worker).",
-            "", markdown_table(["setting", "layer", "paper box / mask AP", "box AP", "mask AP"], table4_rows(summary)),
+            "", table4_table(summary),
             "", *control_line("table4", has_control, "in this miniature (it has no such backbone)"),
             *verdict_lines(judged, "table4"),
             *provenance(current_entry(steps_log, step), step.summary, shown(step.commands[0])), *earlier]
