@@ -589,14 +589,9 @@ class _BatchVarianceScaled(BatchStatsNormAct2d):
 
 
 @pytest.mark.parametrize("cls", [_Halved, _GroupedHalved, _BatchVarianceScaled], ids=lambda c: c.__name__)
-def test_the_base_classes_give_a_users_layer_the_paper_defaults(cls):
-    layer = cls(8)
-    assert layer.nonlinearity is True and layer.eps == 1e-5 and layer.affine is True and layer.activation is None
-    assert torch.equal(layer.weight, torch.ones(8)) and torch.equal(layer.bias, torch.zeros(8))
-    assert layer.uses_batch_statistics is cls.batch_statistics
-    if cls.batch_statistics:
-        assert layer.momentum == 0.1 and layer.sync is False and layer.process_group is None
-        assert not hasattr(layer, "running_mean") and layer.num_batches_tracked.dtype == torch.long
+def test_the_base_classes_refuse_an_unknown_activation_and_track_no_mean_unless_asked(cls):
+    """(Their defaults: test_layer_classes_built_without_options_are_the_paper_layers.)"""
+    assert not hasattr(cls(8), "running_mean")
     with pytest.raises(ValueError, match=r"^unknown activation 'bogus'; accepted: \['max_v0', 'relu', 'swish', 'swish1'\]$"):
         cls(8, activation="bogus")
 
@@ -632,21 +627,24 @@ DEFAULT_ACTIVATIONS = {
     layers.BatchNormAct2d: "relu", layers.GroupNormAct2d: "relu", layers.LayerNormAct2d: "relu",
     layers.PixelNormAct2d: "relu", layers.FilterResponseNorm2d: "max_v0", layers.BatchRMSNormReLU2d: None,
     layers.AffineReLU2d: "relu", layers.TanhMaxTanh2d: None,
+    _Halved: None, _GroupedHalved: None, _BatchVarianceScaled: None,  # a user's own layers on the base classes
 }
 
 
 @pytest.mark.parametrize("cls", DEFAULT_ACTIVATIONS, ids=lambda c: c.__name__)
 def test_layer_classes_built_without_options_are_the_paper_layers(cls):
     """The class alone (not the registry, which passes its own options) gives the paper's layer: with its
-    nonlinearity and activation, affine, eps 1e-5; batch statistics unsynchronized with momentum 0.1; EvoNorms
-    on the fused operators, a bad ``impl`` named as such."""
+    nonlinearity and activation, affine (gamma 1, beta 0), eps 1e-5; batch statistics unsynchronized with momentum
+    0.1 and an integer batch count; EvoNorms on the fused operators, a bad ``impl`` named as such."""
     layer = cls(8)
     batch_layer = issubclass(cls, BatchStatsNormAct2d)
     assert layer.nonlinearity is True and layer.activation == DEFAULT_ACTIVATIONS[cls]
     assert layer.affine is True and layer.eps == 1e-5
+    assert torch.equal(layer.weight, torch.ones(8)) and torch.equal(layer.bias, torch.zeros(8))
     assert cls.uses_batch_statistics_for() is batch_layer and layer.uses_batch_statistics is batch_layer
     if batch_layer:
         assert layer.sync is False and layer.process_group is None and layer.momentum == 0.1
+        assert layer.num_batches_tracked.dtype == torch.long
     if cls.__name__.startswith("EvoNorm"):
         assert layer.impl == "fused"
         with pytest.raises(ValueError, match=r"^impl must be one of \['fused', 'reference'\], got 'bogus'$"):
