@@ -192,6 +192,109 @@ def test_divergence_is_a_quality_rejection_early_and_a_fitness_rejection_late(sc
     assert result.stage is Stage.FITNESS and "non-finite loss on mobilenetv2_cifar within 30 steps" in result.reason
 
 
+class SteppedClock:
+    """``time.monotonic`` for the proxy module: each call returns the next of ``ticks``."""
+
+    def __init__(self, *ticks):
+        self.ticks = iter(ticks)
+
+    def monotonic(self):
+        return next(self.ticks)
+
+
+# each stage starts on an even second; quality lasts 1.2344 s, stability 0.5 s, fitness 3.33333 s
+CLOCK = (10.0, 11.2344, 20.0, 20.5, 30.0, 33.33333)
+
+
+@pytest.mark.parametrize("outcome, timings", [
+    ("diverges in quality", {"quality": 1.234}), ("below the threshold", {"quality": 1.234}),
+    ("unstable", {"quality": 1.234, "stability": 0.5}),
+    ("diverges in fitness", {"quality": 1.234, "stability": 0.5, "fitness": 3.333}),
+    ("accepted", {"quality": 1.234, "stability": 0.5, "fitness": 3.333}),
+])
+def test_each_stage_run_is_timed_in_seconds_to_the_millisecond(scripted, monkeypatch, outcome, timings):
+    """A candidate's ``timings`` hold the wall seconds of each stage it reached (the search log's cost per stage),
+    rounded to milliseconds; a rejected candidate keeps the accuracies measured before it failed."""
+    import evonorm_suite.search.proxy as proxy
+
+    monkeypatch.setattr(proxy, "time", SteppedClock(*CLOCK))
+    monkeypatch.setattr(proxy, "worst_case_gradient_norm", lambda *args: (1e9 if outcome == "unstable" else 1.0, 1))
+    ScriptedTraining.ACCURACY = {(a, s): 0.5 for a in ANCHORS3 for s in (10, 30)}
+    ScriptedTraining.ACCURACY[("mobilenetv2_cifar", 10)] = 0.1 if outcome == "below the threshold" else 0.5
+    ScriptedTraining.DIVERGES = {"diverges in quality": {("resnet50_cifar", 10)},
+                                 "diverges in fitness": {("efficientnet_cifar", 30)}}.get(outcome, set())
+    result = ProxyEvaluator(scripted_proxy(stability_steps=1))(parse("tanh(x)").to_dict())
+    assert result.timings == timings
+    if outcome == "diverges in fitness":
+        assert result.stage is Stage.FITNESS and result.accuracies == {
+            "resnet50_cifar": 0.5, "mobilenetv2_cifar": 0.5, "efficientnet_cifar": 0.5}
+
+
+def test_an_evaluator_trains_from_seed_0_on_one_thread_by_default(scripted, monkeypatch):
+    """``ProxyEvaluator(config)`` trains every candidate from seed 0 with one torch thread (the search's workers
+    each take a core)."""
+    import evonorm_suite.search.proxy as proxy
+
+    seeds = []
+
+    class SeedRecorder(ScriptedTraining):
+        def __init__(self, model, config, data, seed):
+            super().__init__(model, config, data, seed)
+            seeds.append(seed)
+
+    monkeypatch.setattr(proxy, "_AnchorTraining", SeedRecorder)
+    ScriptedTraining.ACCURACY = {(a, s): 0.5 for a in ANCHORS3 for s in (10, 30)}
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert ProxyEvaluator(scripted_proxy())(parse("tanh(x)").to_dict()).accepted
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert seeds == [0, 0, 0]
+
+
+def test_an_evaluator_builds_its_anchors_at_the_configured_depth_and_momentum():
+    """``build`` without a depth makes the anchor at ``anchor_depth``; its searched layers average with
+    ``bn_momentum``."""
+    from evonorm_core.search import GraphLayer
+
+    config = ProxyConfig(anchors=("resnet50_cifar",), anchor_depth=0.34, bn_momentum=0.3)
+    model = ProxyEvaluator(config).build("resnet50_cifar", parse(BASELINES["bn_relu"]))
+    reference = build_anchor("resnet50_cifar", genome_norm_act(parse(BASELINES["bn_relu"])), depth_multiplier=0.34)
+    assert [name for name, _ in model.named_parameters()] == [name for name, _ in reference.named_parameters()]
+    momenta = {m.momentum for m in model.modules() if isinstance(m, GraphLayer)}
+    assert momenta == {0.3}
+
+
+def test_an_evaluator_reads_the_configured_data_folder_and_holdout(tmp_path, monkeypatch):
+    """``data()`` is ``load_data`` of the config: CIFAR-10 from ``data_dir``, and with ``holdout`` the tenth of
+    the training set kept out (reranking) in place of the validation set."""
+    write_fake_cifar(tmp_path / "cifar-10-batches-py", monkeypatch)
+    got = ProxyEvaluator(ProxyConfig(data="cifar10", data_dir=str(tmp_path), image_size=32, crop_size=24)).data()
+    for a, b in zip(got, load_cifar10(tmp_path)):
+        assert torch.equal(a, b)
+    got = ProxyEvaluator(ProxyConfig(data="digits", image_size=8, crop_size=8, holdout=True)).data()
+    for a, b in zip(got, load_data("digits", None, 8, holdout=True)):
+        assert torch.equal(a, b)
+
+
+def test_anchor_training_stops_at_the_first_non_finite_loss():
+    """``train_to`` reports a diverged run (False) at the first batch whose loss is not finite, trains no further
+    and counts no step for it."""
+    from evonorm_suite.search.proxy import _AnchorTraining
+
+    config = ProxyConfig(image_size=16, crop_size=12, batch_size=4, train_steps=5, quality_steps=2)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 10, 1), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
+    with torch.no_grad():
+        model[0].bias.fill_(float("nan"))
+    data = (torch.randn(20, 3, 16, 16), torch.arange(20) % 10)
+    run = _AnchorTraining(model, config, (*data, *data), seed=0)
+    forwards = []
+    model.register_forward_hook(lambda *args: forwards.append(1))
+    assert run.train_to(5) is False and run.trainer.steps == 0 and len(forwards) == 1
+
+
 @pytest.mark.parametrize("stability_anchors, tested", [(None, ANCHORS3), (ANCHORS3[:1], ANCHORS3[:1]),
                                                        (ANCHORS3[:2], ANCHORS3[:2]), (ANCHORS3[1:2], ANCHORS3[1:2])])
 def test_stability_runs_on_the_named_anchors_on_crops_and_its_threshold(scripted, monkeypatch, stability_anchors,
@@ -395,10 +498,11 @@ def test_stability_edge_cases_counted_by_hand():
         worst_case_gradient_norm(torch.nn.Linear(2, 2), lambda m: m.weight.sum())
 
 
-def test_validation_and_stability_batches_follow_the_evaluator_s_seed_not_the_global_generator(monkeypatch):
-    """The recalibration batch and the stability test's batch are drawn from generators seeded by the run's seed:
-    the same whatever torch's global generator holds (so equal layers get equal scores), any image eligible (a
-    one-image training set works), and the stability test runs from its first ascent step on."""
+def test_training_validation_and_stability_batches_follow_the_evaluator_s_seed_not_the_global_generator(monkeypatch):
+    """The training batches, the recalibration batch and the stability test's batch are drawn from generators
+    seeded by the run's seed: the same whatever torch's global generator holds (so equal layers get equal scores)
+    and not the same under another seed, any image eligible (a one-image training set works), and the stability
+    test runs from its first ascent step on."""
     from evonorm_suite.search import proxy
     from evonorm_suite.search.proxy import _AnchorTraining
 
@@ -419,9 +523,11 @@ def test_validation_and_stability_batches_follow_the_evaluator_s_seed_not_the_gl
     for global_seed in (1, 2):
         torch.manual_seed(global_seed)
         run = _AnchorTraining(torch.nn.Conv2d(3, 3, 1), config, (*data, *data), seed=5)
-        batches.append(run.validation_batch())
+        batches.append((run.validation_batch(), *next(run.batches)))
         assert evaluator.stability_failure(genome, data) is None
-    assert torch.equal(batches[0], batches[1])
+    assert all(torch.equal(a, b) for a, b in zip(*batches))
+    other = _AnchorTraining(torch.nn.Conv2d(3, 3, 1), config, (*data, *data), seed=6)
+    assert not torch.equal(next(other.batches)[0], batches[0][1])  # another seed, other training crops
     assert len(seen) == 2 and all(torch.equal(a, b) for a, b in zip(*seen))
     assert _AnchorTraining(torch.nn.Conv2d(3, 3, 1), config, (*one, *one), seed=5).validation_batch().shape[0] == 4
     assert evaluator.stability_failure(genome, one) is None and len(seen) == 3
