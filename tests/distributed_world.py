@@ -1,15 +1,25 @@
-"""torch.distributed as one process of a larger world sees it, in the test's own process.
+"""torch.distributed for the tests: as one process of a larger world sees it, in the test's own process, and a
+free port for the tests that start real process groups.
 
 The synchronized paths (``sync=True``) then run where mutation testing (``tools/mutation.py``) sees which test
 covers them; the same with two real gloo processes is ``test_sync_batch_stats.py``.
 """
 from __future__ import annotations
 
+import socket
+
 import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dist_nn
 
 GROUP = object()  # a process group, as far as these calls can tell
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for MASTER_PORT)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class World:

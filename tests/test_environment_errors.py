@@ -10,11 +10,7 @@ from evonorm_core.experiment.distributed import DistributedSetupError, environme
 from evonorm_suite.gan import train_biggan
 from evonorm_suite.search import backends, evolve
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .distributed_world import free_port
 
 
 @pytest.mark.parametrize("env, expected", [

@@ -2,7 +2,6 @@
 also when one process has an empty batch (it must still take part in the all-reduce)."""
 import datetime
 import os
-import socket
 
 import pytest
 import torch
@@ -11,13 +10,9 @@ import torch.multiprocessing as mp
 
 import evonorm_core
 
+from .distributed_world import free_port
+
 SYNCED = ["evonorm_b0", "evonorm_b1", "evonorm_b2", "bn_relu", "bn_swish", "rs_rej"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 SPLITS = {"even": (3, 3), "one_empty": (6, 0)}  # samples per process
@@ -45,7 +40,7 @@ def synced_results():
     x = torch.randn(6, 4, 3, 3, dtype=torch.float64) * 2 + 0.5
     grad_out = torch.randn_like(x)
     results = mp.Manager().dict()
-    mp.spawn(_worker, args=(2, _free_port(), x, grad_out, results), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, free_port(), x, grad_out, results), nprocs=2, join=True)
     return x, grad_out, dict(results)
 
 

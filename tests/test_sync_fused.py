@@ -6,7 +6,6 @@ the batch variance flows back through the all-reduce. Compared with the float64 
 formula on the full batch (outputs, input and parameter gradients, running_var).
 """
 import os
-import socket
 
 import pytest
 import torch
@@ -17,14 +16,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from evonorm_core import functional as EF
 
 from . import paper_reference as ref
+from .distributed_world import free_port
 
 VARIANTS = ["b0", "b1", "b2"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _CountOps(TorchDispatchMode):
@@ -67,7 +61,7 @@ def synced():
     v1 = torch.rand(5, generator=gen, dtype=torch.float64) + 0.5
     grad = torch.randn(x.shape, generator=gen, dtype=torch.float64)
     results = mp.Manager().dict()
-    mp.spawn(_worker, args=(2, _free_port(), (x, w, b, v1, grad), results), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, free_port(), (x, w, b, v1, grad), results), nprocs=2, join=True)
     return (x, w, b, v1, grad), dict(results)
 
 
