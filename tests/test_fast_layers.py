@@ -208,11 +208,13 @@ def test_eager_entry_point_is_the_registered_autograd(cpp_kernels, op, args):
         assert all(not t.requires_grad for t in out[1:])
         return [*out, *grads]
 
+    # the module's entry point (made at import) and one made here, where mutation testing sees the factory run
+    entries = [getattr(library, f"{op}_eager"), library._eager_autograd(op).apply]
     for create_graph in (False, True):
         want = run(getattr(torch.ops.evonorm, op), create_graph)
-        got = run(getattr(library, f"{op}_eager"), create_graph)
-        for g, w in zip(got, want):
-            torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+        for entry in entries:
+            for g, w in zip(run(entry, create_graph), want, strict=True):
+                torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
 
 
 def test_kernel_status_is_reported_once(cpp_kernels):

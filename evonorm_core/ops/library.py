@@ -314,12 +314,18 @@ def _b_backward(ctx, grad, *_unused):
 
 # ---- the eager entry points -----------------------------------------------------------------
 
-def _eager_autograd(name: str, setup_context, backward) -> type[torch.autograd.Function]:
+# each differentiable operator's (setup_context, backward): registered with it, and its eager entry point's
+AUTOGRAD = {"s_forward": (_s_setup_context, _s_backward), "b_forward": (_b_setup_context, _b_backward)}
+
+
+def _eager_autograd(name: str) -> type[torch.autograd.Function]:
     """``torch.ops.evonorm.<name>`` under the registered autograd (same ``setup_context`` and
     backward), without the per-call argument handling of ``torch.library``'s generated
     wrapper, which costs a B0 layer at a ResNet-50 7x7 stage about as much as its kernels.
     Eager only: program capture (compile, export, tracing) calls the operators themselves,
     whose registered autograd is what it records."""
+    setup_context, backward = AUTOGRAD[name]
+
     def forward(ctx, *inputs):  # forward(ctx, ...): Function.apply binds no signature per call
         output = getattr(torch.ops.evonorm, name)(*inputs)
         setup_context(ctx, inputs, output)
@@ -329,8 +335,8 @@ def _eager_autograd(name: str, setup_context, backward) -> type[torch.autograd.F
     return type(f"{name}_eager", (torch.autograd.Function,), members)
 
 
-s_forward_eager = _eager_autograd("s_forward", _s_setup_context, _s_backward).apply
-b_forward_eager = _eager_autograd("b_forward", _b_setup_context, _b_backward).apply
+s_forward_eager = _eager_autograd("s_forward").apply
+b_forward_eager = _eager_autograd("b_forward").apply
 
 
 @functools.lru_cache(maxsize=None)
@@ -347,6 +353,6 @@ def define() -> torch.library.Library:
     ]:
         torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=lib)
         lib.impl(name, generic, "CompositeExplicitAutograd")
-    torch.library.register_autograd(f"{NAMESPACE}::s_forward", _s_backward, setup_context=_s_setup_context, lib=lib)
-    torch.library.register_autograd(f"{NAMESPACE}::b_forward", _b_backward, setup_context=_b_setup_context, lib=lib)
+    for name, (setup_context, backward) in AUTOGRAD.items():
+        torch.library.register_autograd(f"{NAMESPACE}::{name}", backward, setup_context=setup_context, lib=lib)
     return lib
