@@ -153,6 +153,27 @@ def test_generic_implementation_matches_paper(name, training, given, layout):
             assert_matches(*through_generic(name, training, given, *args, groups), *want, DTYPES[dtype], LAYOUTS[layout])
 
 
+@pytest.mark.parametrize("x_dtype, p_dtype", [(torch.bfloat16, torch.float32), (torch.float16, torch.float32),
+                                              (torch.float32, torch.float64)], ids=str)
+@pytest.mark.parametrize("name,training,given", [("evonorm_s0", True, False), ("evonorm_s2", True, False),
+                                                 ("evonorm_b0", True, False), ("evonorm_b0", False, True)])
+def test_generic_implementation_computes_in_the_compute_dtype(name, training, given, x_dtype, p_dtype):
+    """Every input of the generic implementation is first taken to the compute dtype (float32 unless x is
+    float64), parameters of another dtype included: its results are exactly those of the same values given in
+    float32, rounded once at the end to x's dtype (y, dx) and to each parameter's (its gradient)."""
+    x, w, b, v1, batch_var, grad = make_inputs(name, (3, 8, 5, 4), torch.float64, torch.contiguous_format, "channel")
+    given_dtypes = [x_dtype, p_dtype, p_dtype, p_dtype, p_dtype, x_dtype]
+    low = [None if t is None else t.to(dtype) for t, dtype in zip((x, w, b, v1, batch_var, grad), given_dtypes)]
+    high = [None if t is None else t.float() for t in low]
+    got_y, got_grads = through_generic(name, training, given, *low, 4)
+    want_y, want_grads = through_generic(name, training, given, *high, 4)
+    assert got_y.dtype == x_dtype and torch.equal(got_y, want_y.to(x_dtype))
+    for got, want, t in zip(got_grads, want_grads, [low[0], *low[1:5]], strict=True):
+        assert (got is None) == (want is None)
+        if got is not None:
+            assert got.dtype == t.dtype and torch.equal(got, want.to(t.dtype))
+
+
 @pytest.mark.parametrize("op,args", [
     ("s_forward", lambda x, w, b, v: (x, w, b, v, 4, 1e-5, True)),
     ("s_forward", lambda x, w, b, v: (x, None, None, None, 2, 1e-5, False)),
