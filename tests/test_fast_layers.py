@@ -174,6 +174,33 @@ def test_generic_implementation_computes_in_the_compute_dtype(name, training, gi
             assert got.dtype == t.dtype and torch.equal(got, want.to(t.dtype))
 
 
+def generic_and_fake_calls(x, w, b, v, batch_var, grad):
+    """Each operator's (generic, fake, arguments) for a run with the batch's own variance and one with it
+    given, every gradient asked for and only some."""
+    y, mean, rstd = library.generic_s_forward(x, w, b, v, 4, 1e-5, True)
+    calls = [("s_forward", (x, w, b, v, 4, 1e-5, True)),
+             *(("s_backward", (grad, x, w, b, v, mean, rstd, 4, True, mask)) for mask in ([True] * 3, [False, True, False]))]
+    for given in (None, batch_var):
+        y, mean, q, b_mean, b_var = library.generic_b_forward(x, w, b, v, given, 0, 1e-5)
+        used, from_x = (b_var, True) if given is None else (given, False)
+        calls += [("b_forward", (x, w, b, v, given, 0, 1e-5)),
+                  *(("b_backward", (grad, x, w, b, v, mean, q, b_mean, used, 0, 1e-5, from_x, mask))
+                    for mask in ([True] * 4, [False, True, False, True]))]
+    return [(getattr(library, f"generic_{op}"), getattr(library, f"fake_{op}"), args) for op, args in calls]
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
+def test_fake_implementation_describes_the_generic_one(dtype, layout):
+    """torch.compile and export trace with the fake implementation, so each output's shape, dtype and memory
+    layout must be what the generic implementation returns (statistics float32 for a bf16 input, empty tensors
+    for batch statistics that were given and for gradients not asked for)."""
+    x, w, b, v, batch_var, grad = make_inputs("evonorm_b0", (3, 8, 5, 4), dtype, LAYOUTS[layout], "channel")
+    for generic, fake, args in generic_and_fake_calls(x, w, b, v, batch_var, grad):
+        real, described = generic(*args), fake(*args)
+        assert [(t.shape, t.dtype, t.stride()) for t in described] == [(t.shape, t.dtype, t.stride()) for t in real]
+
+
 @pytest.mark.parametrize("op,args", [
     ("s_forward", lambda x, w, b, v: (x, w, b, v, 4, 1e-5, True)),
     ("s_forward", lambda x, w, b, v: (x, None, None, None, 2, 1e-5, False)),
