@@ -79,19 +79,20 @@ def expected(name, training, given, x, w, b, v1, batch_var, grad, groups):
     return y.detach(), [None if t is None else next(grads) for t in leaves]
 
 
+def operator_y(name, given, x, w, b, v1, batch_var, groups):
+    """``y`` of the ``torch.ops.evonorm`` operator that computes layer ``name`` (eps 1e-3)."""
+    if name in S_OPTIONS:
+        return torch.ops.evonorm.s_forward(x, w, b, v1, groups, 1e-3, S_OPTIONS[name][1])[0]
+    return torch.ops.evonorm.b_forward(x, w, b, v1, batch_var if given else None, EF.B_VARIANTS.index(name[-2:]),
+                                       1e-3)[0]
+
+
 def through_operator(name, training, given, x, w, b, v1, batch_var, grad, groups):
     """Forward and backward through ``torch.ops.evonorm`` and its registered autograd."""
     leaves = [None if t is None else t.detach().clone().requires_grad_() for t in (x, w, b, v1, batch_var)]
-    x_, w_, b_, v_, bv_ = leaves
-    if name in S_OPTIONS:
-        y = torch.ops.evonorm.s_forward(x_, w_, b_, v_, groups, 1e-3, S_OPTIONS[name][1])[0]
-        leaves[4] = None
-    else:
-        y = torch.ops.evonorm.b_forward(x_, w_, b_, v_, bv_ if given else None, EF.B_VARIANTS.index(name[-2:]), 1e-3)[0]
-        if not given:
-            leaves[4] = None
+    y = operator_y(name, given, *leaves, groups)
     y.backward(grad)
-    return y, [None if t is None else t.grad for t in leaves]
+    return y, [None if t is None else t.grad for t in leaves]  # batch_var's: None where the operator did not take it
 
 
 def through_functions(forward_s, backward_s, forward_b, backward_b, name, training, given, x, w, b, v1, batch_var, grad,
@@ -372,6 +373,27 @@ def test_gradgradcheck_float64(name, training):
         return torch.func.functional_call(layer, {n: v for (n, _), v in zip(layer.named_parameters(), values)}, (x,))
 
     assert torch.autograd.gradgradcheck(f, (x, *layer.parameters()), fast_mode=True, atol=1e-5)
+
+
+@pytest.mark.parametrize("affine", ["none", "channel", "sample"])
+@pytest.mark.parametrize("name,training,given", MODES)
+def test_double_backward_matches_paper(cpp_kernels, name, training, given, affine):
+    """``create_graph=True`` (gradient penalties, gradgradcheck) differentiates a composed formula instead of the
+    kernels: its first gradients, and the gradients of a penalty on them, against the float64 paper formula,
+    for every layer, mode and form of the affine."""
+    def first_and_second(forward, x, w, b, v1, batch_var):
+        leaves = [t for t in (x, w, b, v1, batch_var if given and name in B_SERIES else None) if t is not None]
+        y = forward(x, w, b, v1, batch_var)
+        first = torch.autograd.grad((y * y.detach().cos()).sum(), leaves, create_graph=True)
+        penalty = sum(g.square().sum() for g in first)
+        return [*first, *torch.autograd.grad(penalty, leaves, materialize_grads=True)]
+
+    x, w, b, v1, batch_var, _ = make_inputs(name, (3, 8, 5, 4), torch.float64, torch.contiguous_format, affine)
+    inputs = [None if t is None else t.requires_grad_() for t in (x, w, b, v1, batch_var)]
+    got = first_and_second(lambda *t: operator_y(name, given, *t, 4), *inputs)
+    want = first_and_second(lambda *t: paper(name, training, given, *t, 4), *inputs)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-9)
 
 
 def test_gradient_penalty_matches_reference_in_float32():
