@@ -14,6 +14,7 @@ import sys
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import evonorm_core
 from evonorm_core import functional as EF
@@ -394,6 +395,41 @@ def test_double_backward_matches_paper(cpp_kernels, name, training, given, affin
     want = first_and_second(lambda *t: paper(name, training, given, *t, 4), *inputs)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-9)
+
+
+class BackwardMasks(TorchDispatchMode):
+    """Records the ``output_mask`` of every ``s_backward`` / ``b_backward`` call."""
+
+    def __init__(self):
+        super().__init__()
+        self.masks = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.evonorm.s_backward.default, torch.ops.evonorm.b_backward.default):
+            self.masks.append(list(args[-1]))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("name, wanted", [
+    *(("evonorm_s0", wanted) for wanted in ("wbv", "", "w", "b", "v")),
+    *(("evonorm_b0", wanted) for wanted in ("wbvr", "", "w", "b", "v", "r")),
+])
+def test_backward_computes_only_the_gradients_asked_for(cpp_kernels, name, wanted):
+    """The backward operator is asked (``output_mask``) for the gradients of exactly the parameters that require
+    one, gamma, beta, v1 and a given variance (r) each on its own, and each is the one computed with all asked."""
+    x, w, b, v1, batch_var, grad = make_inputs(name, (3, 8, 5, 4), torch.float64, torch.contiguous_format, "channel")
+    full = through_operator(name, True, name in B_SERIES, x, w, b, v1, batch_var, grad, 4)[1]
+    params = [t.detach().clone().requires_grad_(key in wanted) for t, key in zip((w, b, v1, batch_var), "wbvr")]
+    x = x.detach().clone().requires_grad_()
+    with BackwardMasks() as recorded:
+        operator_y(name, name in B_SERIES, x, *params, 4).backward(grad)
+    asked = [key in wanted for key in ("wbv" if name in S_OPTIONS else "wbvr")]
+    assert recorded.masks == [asked]
+    torch.testing.assert_close(x.grad, full[0], rtol=0, atol=0)
+    for t, key, want in zip(params, "wbvr", full[1:]):
+        assert (t.grad is None) == (key not in wanted or want is None)
+        if t.grad is not None:
+            torch.testing.assert_close(t.grad, want, rtol=0, atol=0)
 
 
 def test_gradient_penalty_matches_reference_in_float32():
