@@ -177,30 +177,43 @@ def test_generic_implementation_computes_in_the_compute_dtype(name, training, gi
 
 
 def generic_and_fake_calls(x, w, b, v, batch_var, grad):
-    """Each operator's (generic, fake, arguments) for a run with the batch's own variance and one with it
-    given, every gradient asked for and only some."""
+    """Each operator's (generic, fake, arguments, gradients computed) for a run with the batch's own variance and
+    one with it given, every gradient asked for and only some; "gradients computed" (backward only) says which
+    parameter gradients must be non-empty: those asked for, of parameters that are there."""
     y, mean, rstd = library.generic_s_forward(x, w, b, v, 4, 1e-5, True)
-    calls = [("s_forward", (x, w, b, v, 4, 1e-5, True)),
-             *(("s_backward", (grad, x, w, b, v, mean, rstd, 4, True, mask)) for mask in ([True] * 3, [False, True, False]))]
+    calls = [("s_forward", (x, w, b, v, 4, 1e-5, True), None)]
+    for mask in ([True] * 3, [False, True, False]):
+        computed = [asked and t is not None for asked, t in zip(mask, (w, b, v))]
+        calls.append(("s_backward", (grad, x, w, b, v, mean, rstd, 4, True, mask), computed))
     for given in (None, batch_var):
         y, mean, q, b_mean, b_var = library.generic_b_forward(x, w, b, v, given, 0, 1e-5)
+        calls.append(("b_forward", (x, w, b, v, given, 0, 1e-5), None))
         used, from_x = (b_var, True) if given is None else (given, False)
-        calls += [("b_forward", (x, w, b, v, given, 0, 1e-5)),
-                  *(("b_backward", (grad, x, w, b, v, mean, q, b_mean, used, 0, 1e-5, from_x, mask))
-                    for mask in ([True] * 4, [False, True, False, False]))]
-    return [(getattr(library, f"generic_{op}"), getattr(library, f"fake_{op}"), args) for op, args in calls]
+        for mask in ([True] * 4, [False, True, False, False]):
+            computed = [asked and t is not None for asked, t in zip(mask, (w, b, v, given))]
+            calls.append(("b_backward", (grad, x, w, b, v, mean, q, b_mean, used, 0, 1e-5, from_x, mask), computed))
+    return [(getattr(library, f"generic_{op}"), getattr(library, f"fake_{op}"), args, computed)
+            for op, args, computed in calls]
 
 
+@pytest.mark.parametrize("affine", ["channel", "none"])
+@pytest.mark.parametrize("device", ["cpu", "meta"])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
-def test_fake_implementation_describes_the_generic_one(dtype, layout):
-    """torch.compile and export trace with the fake implementation, so each output's shape, dtype and memory
-    layout must be what the generic implementation returns (statistics float32 for a bf16 input, empty tensors
-    for batch statistics that were given and for gradients not asked for)."""
-    x, w, b, v, batch_var, grad = make_inputs("evonorm_b0", (3, 8, 5, 4), dtype, LAYOUTS[layout], "channel")
-    for generic, fake, args in generic_and_fake_calls(x, w, b, v, batch_var, grad):
+def test_fake_implementation_describes_the_generic_one(dtype, layout, device, affine):
+    """torch.compile and export trace with the fake implementation, so each output's shape, dtype, memory
+    layout and device must be what the generic implementation returns (statistics float32 for a bf16 input,
+    empty tensors for batch statistics that were given and for gradients not asked for; on the input's device,
+    meta here, as on a GPU)."""
+    inputs = make_inputs("evonorm_b0", (3, 8, 5, 4), dtype, LAYOUTS[layout], affine)
+    x, w, b, v, batch_var, grad = (None if t is None else t.to(device) for t in inputs)
+    for generic, fake, args, computed in generic_and_fake_calls(x, w, b, v, batch_var, grad):
         real, described = generic(*args), fake(*args)
-        assert [(t.shape, t.dtype, t.stride()) for t in described] == [(t.shape, t.dtype, t.stride()) for t in real]
+        assert all(t.device == x.device for t in real)
+        if computed is not None:  # a gradient not asked for, or of an absent parameter, is an empty tensor
+            assert [t.numel() > 0 for t in real[1:]] == computed
+        assert [(t.shape, t.dtype, t.stride(), t.device) for t in described] == [
+            (t.shape, t.dtype, t.stride(), t.device) for t in real]
 
 
 @pytest.mark.parametrize("op,args", [
