@@ -4,6 +4,7 @@ No mutmut run here (that takes minutes per module): the parts that decide what i
 """
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,31 @@ def test_a_run_asks_for_what_has_no_verdict_and_a_changed_module_is_run_again():
     assert mutation.mutmut_arguments(SOME, done, changed=True, rerun_survivors=False) == SOME.globs()
     # after new tests: the survivors and the untested, by name (mutmut keeps a verdict otherwise)
     assert sorted(mutation.mutmut_arguments(WHOLE, verdicts, False, rerun_survivors=True)) == names[1:]
+
+
+def test_rerunning_the_survivors_maps_the_tests_to_the_functions_anew(tmp_path, monkeypatch):
+    """mutmut maps a function to the tests that called it at its first run and later maps only tests it has not
+    seen, so a test edited to reach a function would never meet its mutants: --rerun-survivors drops the map (a
+    resumed run keeps it)."""
+    module = mutation.MODULES["search/proxy.py"]
+    test_map = tmp_path / module.slug / "mutants" / "mutmut-stats.json"
+    verdicts = {"x_f__mutmut_1": "survived"}
+
+    def prepare(module, root):
+        test_map.parent.mkdir(parents=True, exist_ok=True)
+        test_map.write_text("{}")
+
+    seen = []
+    monkeypatch.setattr(mutation, "prepare", prepare)
+    monkeypatch.setattr(mutation, "mutmut", lambda root, *args, capture: seen.append(test_map.exists()) or
+                        subprocess.CompletedProcess(args, 0))
+    monkeypatch.setattr(mutation, "statuses", lambda module, root: verdicts)
+    monkeypatch.setattr(mutation, "summarize", lambda module, root, verdicts: {})
+    monkeypatch.setattr(mutation, "RESULTS", tmp_path / "results")
+    mutation.run_module(module, tmp_path, jobs=1, fresh=False, rerun_survivors=True)
+    verdicts["x_f__mutmut_2"] = "not checked"
+    mutation.run_module(module, tmp_path, jobs=1, fresh=False, rerun_survivors=False)
+    assert seen == [False, True]
 
 
 def test_equivalents_count_only_for_the_change_they_were_written_for():

@@ -410,6 +410,10 @@ def run_module(module: Module, work_dir: Path, jobs: int, fresh: bool, rerun_sur
     if fresh and root.exists():
         shutil.rmtree(root)
     prepare(module, root)
+    if rerun_survivors:
+        # mutmut maps each function to the tests that called it at its first run and, later, maps only tests it
+        # has not seen: a test edited since to reach a function would not be run against that function's mutants
+        (root / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
     # what the verdicts in this folder were obtained with: written after each mutmut run
     state_path = root / "verdicts-of.json"
     current = {"source_sha256": source_hash(module), "tests": list(module.tests)}
@@ -539,8 +543,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fresh", action="store_true",
                         help="delete the module's mutation folder first, so that every mutant runs again")
     parser.add_argument("--rerun-survivors", action="store_true",
-                        help="run the module's surviving and untested mutants again (after adding tests: mutmut "
-                             "keeps a verdict until the mutated function changes)")
+                        help="run the module's surviving and untested mutants again, with the tests mapped to the "
+                             "functions anew (after adding or editing tests: mutmut keeps a verdict until the mutated "
+                             "function changes)")
     parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR,
                         help="where the per-module mutation folders go (default: .mutation/ in the checkout, "
                              "git-ignored)")
