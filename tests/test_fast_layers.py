@@ -445,6 +445,47 @@ def test_backward_computes_only_the_gradients_asked_for(cpp_kernels, name, wante
             torch.testing.assert_close(t.grad, want, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("name", ["evonorm_s0", "evonorm_b0"])
+def test_double_backward_of_a_bf16_input_is_the_float32_one_rounded(cpp_kernels, name):
+    """With ``create_graph=True`` a bf16 input is differentiated through the float32 formula: its gradients are
+    exactly those of the same values in float32, x's rounded to bf16 and the float32 parameters' as they are."""
+    x, w, b, v1, batch_var, grad = make_inputs(name, (3, 8, 5, 4), torch.float32, torch.contiguous_format, "channel")
+    x, grad = x.bfloat16(), grad.bfloat16()
+
+    def first_gradients(x, grad):
+        leaves = [x.clone().requires_grad_(), *(t.clone().requires_grad_() for t in (w, b, v1))]
+        return torch.autograd.grad(operator_y(name, False, *leaves, batch_var, 4), leaves, grad, create_graph=True)
+
+    got, want = first_gradients(x, grad), first_gradients(x.float(), grad.float())
+    assert got[0].dtype == torch.bfloat16 and torch.equal(got[0], want[0].bfloat16())
+    for g, w_ in zip(got[1:], want[1:], strict=True):
+        assert torch.equal(g, w_)
+
+
+class NoGradient(torch.autograd.Function):
+    """Passes its input on and sends no gradient back (None)."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return t.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return None
+
+
+@pytest.mark.parametrize("name", ["evonorm_s0", "evonorm_b0"])
+def test_an_output_that_gets_no_gradient_costs_no_backward(cpp_kernels, name):
+    """When nothing flows back into ``y`` (its gradient is None: not materialized as zeros), the backward
+    returns None for every input without running the backward operator."""
+    x, w, b, v1, batch_var, _ = make_inputs(name, (3, 8, 5, 4), torch.float64, torch.contiguous_format, "channel")
+    leaves = [t.requires_grad_() for t in (x, w, b, v1)]
+    with BackwardMasks() as recorded:
+        (NoGradient.apply(operator_y(name, False, *leaves, batch_var, 4)).sum() + x.sum()).backward()
+    assert recorded.masks == [] and torch.equal(x.grad, torch.ones_like(x))  # x's gradient: the other term's only
+    assert [t.grad for t in leaves[1:]] == [None, None, None]
+
+
 def test_gradient_penalty_matches_reference_in_float32():
     x = torch.randn(2, 8, 5, 5, requires_grad=True)
     penalties = []

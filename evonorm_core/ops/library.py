@@ -260,7 +260,8 @@ def _double_backward(formula, grad: Tensor, inputs: tuple, bias: Tensor | None, 
     grads = [next(found).to(t.dtype) if t is not None and t.requires_grad else None for t in inputs]
     dbias = None
     if need_bias and bias is not None:
-        dbias = (grad.sum((2, 3)) if bias.dim() == 2 else grad.sum((0, 2, 3))).to(bias.dtype)
+        g = upcast(grad)  # summed in the compute dtype, as the kernels do: a bf16 sum over N H W loses digits
+        dbias = (g.sum((2, 3)) if bias.dim() == 2 else g.sum((0, 2, 3))).to(bias.dtype)
     return grads, dbias
 
 
