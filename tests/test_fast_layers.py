@@ -446,6 +446,16 @@ def test_backward_computes_only_the_gradients_asked_for(cpp_kernels, name, wante
 
 
 @pytest.mark.parametrize("name", ["evonorm_s0", "evonorm_b0"])
+def test_double_backward_of_the_bias_alone(cpp_kernels, name):
+    """``create_graph=True`` with only beta requiring a gradient (nothing for the composed formula to
+    differentiate): beta's gradient is the upstream gradient summed per channel, and differentiable."""
+    x, w, b, v1, batch_var, grad = make_inputs(name, (3, 8, 5, 4), torch.float64, torch.contiguous_format, "channel")
+    b.requires_grad_()
+    (db,) = torch.autograd.grad(operator_y(name, False, x, w, b, v1, batch_var, 4), b, grad, create_graph=True)
+    torch.testing.assert_close(db, grad.sum((0, 2, 3)), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["evonorm_s0", "evonorm_b0"])
 def test_double_backward_of_a_bf16_input_is_the_float32_one_rounded(cpp_kernels, name):
     """With ``create_graph=True`` a bf16 input is differentiated through the float32 formula: its gradients are
     exactly those of the same values in float32, x's rounded to bf16 and the float32 parameters' as they are."""
