@@ -22,7 +22,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def pytest_configure(config):
-    torch.set_num_threads(int(os.environ.get("EVONORM_TEST_THREADS", "2")))
+    # 2 torch threads per test process, or the cores shared out among pytest-xdist's workers (-n)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    default = max(1, min(2, (os.cpu_count() or 1) // workers))
+    torch.set_num_threads(int(os.environ.get("EVONORM_TEST_THREADS", default)))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -60,7 +60,8 @@ TABLE_END = "<!-- end of the mutation table -->"
 # The task folders are installed as evonorm_suite.<folder> (setup.py): a module of one is mutated under that
 # name, the name its tests import it by.
 TASK_FOLDERS = ("classification", "detection", "gan", "search")
-PYTEST_ARGS = ["-p", "no:cacheprovider"]
+# (-n 0: mutmut runs the tests in its own process; pyproject.toml's -n auto would start xdist workers)
+PYTEST_ARGS = ["-p", "no:cacheprovider", "-n", "0"]
 # mutmut's verdicts, grouped as the table counts them; any other (suspicious, segfault, skipped) is "other"
 KILLED, TIMEOUT, SURVIVED, NO_TESTS, EQUIVALENT, OTHER, PENDING = (
     "killed", "timeout", "survived", "no tests", "equivalent", "other", "not run")

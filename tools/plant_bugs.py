@@ -205,7 +205,7 @@ def run_in_copy(tree: Path, command: list[str], timeout: float) -> tuple[int | N
 
 
 def pytest_command(tests: tuple[str, ...], stop_first: bool = True) -> list[str]:
-    return [sys.executable, "-m", "pytest", *(["-x"] if stop_first else []), "-q", "-p", "no:cacheprovider",
+    return [sys.executable, "-m", "pytest", *(["-x"] if stop_first else []), "-q", "-n", "0", "-p", "no:cacheprovider",
             "-p", "no:randomly", *tests]
 
 
