@@ -8,6 +8,7 @@ than 256 channels, the channel chunk) and tiny planes (7x7, 1x1); layouts NCHW a
 channels_last; every accepted dtype; affine absent, per channel or per sample.
 """
 import os
+import re
 import subprocess
 import sys
 
@@ -278,6 +279,47 @@ def test_eager_entry_point_is_the_registered_autograd(cpp_kernels, op, args):
         for entry in entries:
             for g, w in zip(run(entry, create_graph), want, strict=True):
                 torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
+def s_args(x, w, v, stats, grad, groups=4):
+    """``s_forward`` and ``s_backward`` arguments (eps 1e-5, centered); ``stats``: the backward's (mean, rstd)."""
+    return (x, w, w, v, groups, 1e-5, True), (grad, x, w, w, v, *stats, groups, True, [True] * 3)
+
+
+def b_args(x, w, v, stats, grad, variant=0):
+    """``b_forward`` (the variance given) and ``b_backward`` arguments; ``stats``: (mean, q, batch mean, batch
+    variance) of the backward, from the batch."""
+    return (x, w, w, v, stats[3], variant, 1e-5), (grad, x, w, w, v, *stats, variant, 1e-5, True, [True] * 4)
+
+
+@pytest.mark.parametrize("series, change, message, in_forward", [
+    ("s", dict(w=torch.ones(6)), "weight must be (C,) = (8,) or (N, C) = (3, 8), got shape [6]", True),
+    ("s", dict(v=torch.ones(3, 6)), "v1 must be (C,) = (8,) or (N, C) = (3, 8), got shape [3, 6]", True),
+    ("s", dict(groups=3), "groups=3 does not divide C=8", True),
+    ("s", dict(stats=(torch.zeros(3, 2), torch.ones(3, 4))), "mean must have 12 elements, got shape [3, 2]", False),
+    ("s", dict(grad=torch.ones(3, 8, 5, 5)), "grad must have x's shape [3, 8, 5, 4], got [3, 8, 5, 5]", False),
+    ("b", dict(w=torch.ones(2, 8)), "weight must be (C,) = (8,) or (N, C) = (3, 8), got shape [2, 8]", True),
+    ("b", dict(variant=3), "variant must be 0, 1 or 2, got 3", True),
+    ("b", dict(stats=(torch.zeros(3, 8), torch.ones(3, 8), torch.zeros(8), torch.ones(7))),
+     "batch_var must have 8 elements, got shape [7]", True),
+    ("b", dict(stats=(torch.zeros(3, 8), torch.ones(24), torch.zeros(4), torch.ones(8))),
+     "batch_mean must have 8 elements, got shape [4]", False),
+])
+def test_the_kernels_name_an_argument_of_the_wrong_size(cpp_kernels, series, change, message, in_forward):
+    """Each operator checks the sizes of the tensors its kernels read (a wrong one would read out of bounds and
+    crash the process) and names the argument, its expected size and the one given; forward and backward alike
+    where both take it."""
+    x, grad = torch.randn(3, 8, 5, 4), torch.randn(3, 8, 5, 4)
+    good = dict(w=torch.ones(8), v=torch.ones(8), grad=grad, stats=(
+        (torch.zeros(3, 4), torch.ones(3, 4)) if series == "s" else
+        (torch.zeros(3, 8), torch.ones(3, 8), torch.zeros(8), torch.ones(8))))
+    forward_args, backward_args = (s_args if series == "s" else b_args)(x, **{**good, **change})
+    forward, backward = (getattr(torch.ops.evonorm, f"{series}_{step}") for step in ("forward", "backward"))
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        backward(*backward_args)
+    if in_forward:
+        with pytest.raises(RuntimeError, match=re.escape(message)):
+            forward(*forward_args)
 
 
 def test_kernel_status_is_reported_once(cpp_kernels):

@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <tuple>
@@ -263,6 +264,34 @@ void check_input(const Tensor& x, const char* op) {
     TORCH_CHECK(at::isFloatingType(x.scalar_type()), op, ": expected a floating-point tensor, got ", x.scalar_type());
 }
 
+// The sizes of the other tensors, checked before the kernels read them (a wrong size would read out of bounds).
+void check_numel(const Tensor& t, i64 numel, const char* op, const char* name) {
+    TORCH_CHECK(t.numel() == numel, op, ": ", name, " must have ", numel, " elements, got shape ", t.sizes());
+}
+
+// weight, bias and v1: absent, per channel (C,) or per sample (N, C)
+void check_params(const Shape& s, const char* op,
+                  std::initializer_list<std::pair<const char*, const std::optional<Tensor>*>> params) {
+    for (const auto& [name, t] : params) {
+        if (!t->has_value()) continue;
+        const Tensor& p = t->value();
+        TORCH_CHECK((p.dim() == 1 && p.size(0) == s.C) || (p.dim() == 2 && p.size(0) == s.N && p.size(1) == s.C), op,
+                    ": ", name, " must be (C,) = (", s.C, ",) or (N, C) = (", s.N, ", ", s.C, "), got shape ", p.sizes());
+    }
+}
+
+void check_grad(const Tensor& grad, const Tensor& x, const char* op) {
+    TORCH_CHECK(grad.sizes() == x.sizes(), op, ": grad must have x's shape ", x.sizes(), ", got ", grad.sizes());
+}
+
+void check_groups(i64 groups, i64 C, const char* op) {
+    TORCH_CHECK(groups > 0 && C % groups == 0, op, ": groups=", groups, " does not divide C=", C);
+}
+
+void check_variant(int64_t variant, const char* op) {
+    TORCH_CHECK(variant >= 0 && variant <= 2, op, ": variant must be 0, 1 or 2, got ", variant);
+}
+
 Tensor empty_vector() { return at::empty({0}, at::TensorOptions().dtype(at::kFloat)); }
 
 // ============================== S series ==============================================
@@ -301,8 +330,9 @@ std::tuple<Tensor, Tensor, Tensor> s_forward(const Tensor& x_in, const std::opti
     check_input(x_in, "evonorm::s_forward");
     const Tensor x = dense(x_in);
     const Shape s = shape_of(x);
+    check_groups(groups, s.C, "evonorm::s_forward");
+    check_params(s, "evonorm::s_forward", {{"weight", &weight}, {"bias", &bias}, {"v1", &v1}});
     const i64 G = groups, Cg = s.C / G;
-    TORCH_CHECK(G > 0 && s.C % G == 0, "evonorm::s_forward: groups=", G, " does not divide C=", s.C);
     const auto stats = x.options().dtype(acc_dtype(x));
     Tensor y = empty_like_layout(x, x.scalar_type());
     Tensor mean_t = at::empty({s.N, G}, stats), rstd_t = at::empty({s.N, G}, stats);
@@ -433,10 +463,16 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
                                                       const std::optional<Tensor>& v1, const Tensor& mean_t,
                                                       const Tensor& rstd_t, int64_t groups, bool centered,
                                                       std::array<bool, 3> mask) {
-    check_input(x_in, "evonorm::s_backward");
+    const char* op = "evonorm::s_backward";
+    check_input(x_in, op);
+    check_grad(grad_in, x_in, op);
     const Tensor x = dense(x_in);
     const Tensor g = like_layout(grad_in.to(x.scalar_type()), x);
     const Shape s = shape_of(x);
+    check_groups(groups, s.C, op);
+    check_params(s, op, {{"weight", &weight}, {"bias", &bias}, {"v1", &v1}});
+    check_numel(mean_t, s.N * groups, op, "mean");
+    check_numel(rstd_t, s.N * groups, op, "rstd");
     const i64 G = groups, Cg = s.C / G, NC = s.N * s.C;
     const std::vector<double> mean = as_double(mean_t), rstd = as_double(rstd_t);
     Tensor dx = empty_like_layout(x, x.scalar_type()), dweight, dbias, dv;
@@ -552,10 +588,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
                                                              const std::optional<Tensor>& v1,
                                                              const std::optional<Tensor>& batch_var_in,
                                                              int64_t variant, double eps) {
-    check_input(x_in, "evonorm::b_forward");
-    TORCH_CHECK(variant >= 0 && variant <= 2, "evonorm::b_forward: variant must be 0, 1 or 2, got ", variant);
+    const char* op = "evonorm::b_forward";
+    check_input(x_in, op);
+    check_variant(variant, op);
     const Tensor x = dense(x_in);
     const Shape s = shape_of(x);
+    check_params(s, op, {{"weight", &weight}, {"bias", &bias}, {"v1", &v1}});
+    if (batch_var_in.has_value()) check_numel(*batch_var_in, s.C, op, "batch_var");
     const i64 NC = s.N * s.C;
     const bool given = batch_var_in.has_value();
     const auto stats = x.options().dtype(acc_dtype(x));
@@ -700,11 +739,19 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
     const Tensor& grad_in, const Tensor& x_in, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
     const std::optional<Tensor>& v1, const Tensor& mean_t, const Tensor& q_t, const Tensor& batch_mean_t, const Tensor& batch_var_t, int64_t variant,
     double eps, bool batch_from_x, std::array<bool, 4> mask) {
-    check_input(x_in, "evonorm::b_backward");
+    const char* op = "evonorm::b_backward";
+    check_input(x_in, op);
+    check_grad(grad_in, x_in, op);
+    check_variant(variant, op);
     const Tensor x = dense(x_in);
     const Tensor g = like_layout(grad_in.to(x.scalar_type()), x);
     const Shape s = shape_of(x);
     const i64 NC = s.N * s.C;
+    check_params(s, op, {{"weight", &weight}, {"bias", &bias}, {"v1", &v1}});
+    check_numel(mean_t, NC, op, "mean");
+    check_numel(q_t, NC, op, "q");
+    check_numel(batch_var_t, s.C, op, "batch_var");
+    if (batch_from_x) check_numel(batch_mean_t, s.C, op, "batch_mean");
     const std::vector<double> mean = as_double(mean_t), q = as_double(q_t);
     const std::vector<double> batch_var = as_double(batch_var_t);
     const std::vector<double> batch_mean = batch_from_x ? as_double(batch_mean_t) : std::vector<double>();
