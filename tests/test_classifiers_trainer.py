@@ -10,7 +10,7 @@ from torch import nn
 from evonorm_core import build_norm_act
 from evonorm_core.classifiers.optimizer import OptimizerSettings
 from evonorm_core.classifiers.schedule import ScheduleSettings
-from evonorm_core.classifiers.trainer import TensorBatches, Trainer, evaluate, random_crops
+from evonorm_core.classifiers.trainer import TensorBatches, Trainer, centre_crops, evaluate, random_crops
 from evonorm_core.search import GraphLayer, parse
 
 CONSTANT = ScheduleSettings("constant", total_steps=1)
@@ -28,15 +28,30 @@ def test_random_crops_are_the_slices_they_claim():
 
 
 def test_tensor_batches_are_seeded_and_flip_mirrors():
-    images, labels = torch.randn(10, 1, 5, 5), torch.arange(10)
+    """Batches are drawn with replacement from every image; ``flip`` mirrors each image left-right (its last
+    dimension, not its channels) with probability 1/2, and without ``flip`` no image is mirrored."""
+    images, labels = torch.randn(10, 3, 5, 5), torch.arange(10)
     a = next(TensorBatches(images, labels, 4, crop=3, flip=True, generator=torch.Generator().manual_seed(0)))
     b = next(TensorBatches(images, labels, 4, crop=3, flip=True, generator=torch.Generator().manual_seed(0)))
-    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[0].shape == (4, 1, 3, 3)
-    flipped = next(TensorBatches(images, labels, 64, flip=True, generator=torch.Generator().manual_seed(1)))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[0].shape == (4, 3, 3, 3)
+    flipped = next(TensorBatches(images, labels, 400, flip=True, generator=torch.Generator().manual_seed(1)))
+    mirrored = []
     for image, label in zip(*flipped):
         assert torch.equal(image, images[label]) or torch.equal(image, images[label].flip(-1))
+        mirrored.append(not torch.equal(image, images[label]))
+    assert 160 <= sum(mirrored) <= 240  # Binomial(400, 1/2): 200 +- 20 (4 standard deviations)
+    assert set(flipped[1].tolist()) == set(range(10))  # every image eligible, the first and last included
+    plain = next(TensorBatches(images, labels, 400, generator=torch.Generator().manual_seed(1)))
+    assert all(torch.equal(image, images[label]) for image, label in zip(*plain))
     with pytest.raises(ValueError, match="crop must be in 1..5, got 6"):
         TensorBatches(images, labels, 4, crop=6)
+
+
+def test_centre_crops_take_the_middle_rows_and_columns_of_a_non_square_image():
+    """Rows and columns each from their own size (a 6 x 9 image's 4 x 4 centre: rows 1-4, columns 3-6; the
+    lower-right middle when the margin is odd)."""
+    images = torch.arange(2 * 6 * 9.0).view(1, 2, 6, 9)
+    assert torch.equal(centre_crops(images, 4), images[..., 1:5, 3:7])
 
 
 def tiny_model():
