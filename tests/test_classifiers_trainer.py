@@ -43,8 +43,29 @@ def test_tensor_batches_are_seeded_and_flip_mirrors():
     assert set(flipped[1].tolist()) == set(range(10))  # every image eligible, the first and last included
     plain = next(TensorBatches(images, labels, 400, generator=torch.Generator().manual_seed(1)))
     assert all(torch.equal(image, images[label]) for image, label in zip(*plain))
-    with pytest.raises(ValueError, match="crop must be in 1..5, got 6"):
+    with pytest.raises(ValueError, match=r"^crop must be in 1\.\.5 \(the images are 5 x 5\), got 6$"):
         TensorBatches(images, labels, 4, crop=6)
+
+
+def test_tensor_batches_accept_the_bounds_of_crop_and_batch_size():
+    """A crop of 1 pixel and of the whole image are valid (the whole image: the batches of no crop, draw for
+    draw), a batch of one image is; a crop of 0, one larger than the shorter side of non-square images and an
+    empty batch are refused, naming the value. Without a generator the batches are those of seed 0."""
+    images, labels = torch.randn(10, 3, 5, 5), torch.arange(10)
+    seeded = lambda **kwargs: TensorBatches(images, labels, 4, generator=torch.Generator().manual_seed(3), **kwargs)  # noqa: E731
+    assert next(seeded(crop=1))[0].shape == (4, 3, 1, 1) and next(TensorBatches(images, labels, 1))[0].shape[0] == 1
+    whole, uncropped = seeded(crop=5, flip=True), seeded(flip=True)
+    for _ in range(3):
+        assert torch.equal(next(whole)[0], next(uncropped)[0])
+    default, zero = TensorBatches(images, labels, 4), TensorBatches(images, labels, 4, generator=torch.Generator().manual_seed(0))
+    assert all(torch.equal(a, b) for a, b in zip(next(default), next(zero)))
+    assert next(TensorBatches(torch.randn(10, 3, 4, 6), labels, 2, crop=4))[0].shape == (2, 3, 4, 4)
+    for crop, size in ((0, "5 x 5"), (5, "4 x 6")):
+        shape = (10, 3, 5, 5) if size == "5 x 5" else (10, 3, 4, 6)
+        with pytest.raises(ValueError, match=rf"^crop must be in 1\.\.\d \(the images are {size}\), got {crop}$"):
+            TensorBatches(torch.randn(shape), labels, 4, crop=crop)
+    with pytest.raises(ValueError, match=r"^batch_size must be positive, got 0$"):
+        TensorBatches(images, labels, 0)
 
 
 def test_centre_crops_take_the_middle_rows_and_columns_of_a_non_square_image():
@@ -226,6 +247,13 @@ def test_the_schedule_is_in_steps_warmup_included():
     assert ScheduleSettings("constant", total_steps=5).multiplier(100) == 1.0
 
 
+def test_the_bounds_of_label_smoothing_and_workers_are_accepted():
+    """label_smoothing 0 and 1 (uniform targets) are both in [0, 1]; one worker is a worker."""
+    for smoothing in (0.0, 1.0):
+        assert Trainer(tiny_model(), OptimizerSettings(), CONSTANT, label_smoothing=smoothing).label_smoothing == smoothing
+    assert Trainer(tiny_model(), OptimizerSettings(), CONSTANT, workers=1).workers == 1
+
+
 @pytest.mark.parametrize("build,message", [
     (lambda: OptimizerSettings("adam"), "unknown optimizer 'adam'; accepted: sgd, rmsprop"),
     (lambda: OptimizerSettings(lr=0.0), "lr must be positive, got 0.0"),
@@ -236,6 +264,8 @@ def test_the_schedule_is_in_steps_warmup_included():
     (lambda: Trainer(tiny_model(), OptimizerSettings(), CONSTANT, label_smoothing=1.5),
      r"label_smoothing must be in \[0, 1\], got 1.5"),
     (lambda: Trainer(tiny_model(), OptimizerSettings(), CONSTANT, workers=0), "workers must be a positive int, got 0"),
+    (lambda: Trainer(tiny_model(), OptimizerSettings(), CONSTANT, workers=True),
+     "workers must be a positive int, got True"),
     (lambda: Trainer(tiny_model(), OptimizerSettings(), CONSTANT, workers=3).step(
         torch.randn(8, 1, 5, 5), torch.zeros(8, dtype=torch.long)),
      "a batch of 8 images does not split into 3 workers: give a multiple of 3"),

@@ -126,13 +126,13 @@ class TensorBatches:
         flip: bool = False,
         generator: torch.Generator | None = None,
     ) -> None:
-        size = images.shape[-1]
-        if crop is not None and not 0 < crop <= size:
-            raise ValueError(f"crop must be in 1..{size}, got {crop!r}")
+        h, w = images.shape[-2:]
+        if crop is not None and not 0 < crop <= min(h, w):
+            raise ValueError(f"crop must be in 1..{min(h, w)} (the images are {h} x {w}), got {crop!r}")
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size!r}")
         self.images, self.labels, self.batch_size = images, labels, batch_size
-        self.crop = None if crop in (None, size) else crop
+        self.crop = None if crop is None or crop == h == w else crop
         self.flip = flip
         self.generator = generator or torch.Generator().manual_seed(0)
 
