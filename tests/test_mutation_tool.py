@@ -50,10 +50,11 @@ def test_a_run_asks_for_what_has_no_verdict_and_a_changed_module_is_run_again():
     assert sorted(mutation.mutmut_arguments(WHOLE, verdicts, False, rerun_survivors=True)) == names[1:]
 
 
-def test_rerunning_the_survivors_maps_the_tests_to_the_functions_anew(tmp_path, monkeypatch):
+def test_rerunning_the_survivors_maps_the_tests_anew_and_runs_the_mutants_of_changed_functions(tmp_path, monkeypatch):
     """mutmut maps a function to the tests that called it at its first run and later maps only tests it has not
     seen, so a test edited to reach a function would never meet its mutants: --rerun-survivors drops the map (a
-    resumed run keeps it)."""
+    resumed run keeps it). A function edited since has new mutants that a run of the named survivors leaves
+    unchecked: they are run after it."""
     module = mutation.MODULES["search/proxy.py"]
     test_map = tmp_path / module.slug / "mutants" / "mutmut-stats.json"
     verdicts = {"x_f__mutmut_1": "survived"}
@@ -62,17 +63,23 @@ def test_rerunning_the_survivors_maps_the_tests_to_the_functions_anew(tmp_path, 
         test_map.parent.mkdir(parents=True, exist_ok=True)
         test_map.write_text("{}")
 
-    seen = []
+    def mutmut(root, *args, capture):
+        calls.append((test_map.exists(), args[3:]))
+        verdicts["x_g__mutmut_1"] = "killed" if len(calls) > 1 else "not checked"  # g's mutant, new since g changed
+        return subprocess.CompletedProcess(args, 0)
+
+    calls = []
     monkeypatch.setattr(mutation, "prepare", prepare)
-    monkeypatch.setattr(mutation, "mutmut", lambda root, *args, capture: seen.append(test_map.exists()) or
-                        subprocess.CompletedProcess(args, 0))
+    monkeypatch.setattr(mutation, "mutmut", mutmut)
     monkeypatch.setattr(mutation, "statuses", lambda module, root: verdicts)
     monkeypatch.setattr(mutation, "summarize", lambda module, root, verdicts: {})
     monkeypatch.setattr(mutation, "RESULTS", tmp_path / "results")
     mutation.run_module(module, tmp_path, jobs=1, fresh=False, rerun_survivors=True)
+    assert calls == [(False, ("x_f__mutmut_1",)), (False, ())]
+    calls.clear()
     verdicts["x_f__mutmut_2"] = "not checked"
     mutation.run_module(module, tmp_path, jobs=1, fresh=False, rerun_survivors=False)
-    assert seen == [False, True]
+    assert calls == [(True, ())]
 
 
 def test_equivalents_count_only_for_the_change_they_were_written_for():

@@ -406,6 +406,14 @@ def mutmut_arguments(module: Module, verdicts: dict[str, str], changed: bool,
     return [] if changed and not module.functions else None
 
 
+def run_mutmut(module: Module, root: Path, jobs: int, names: list[str]) -> None:
+    """``mutmut run`` of ``names`` (empty: every mutant without a verdict) in the module's folder."""
+    done = mutmut(root, "run", "--max-children", str(jobs), *names, capture=False)
+    if done.returncode:
+        raise SystemExit(f"[mutation] mutmut run failed for {module.path} (exit status {done.returncode}); "
+                         f"its output is above; the folder is {root}")
+
+
 def run_module(module: Module, work_dir: Path, jobs: int, fresh: bool, rerun_survivors: bool) -> dict:
     root = work_dir / module.slug
     if fresh and root.exists():
@@ -427,10 +435,11 @@ def run_module(module: Module, work_dir: Path, jobs: int, fresh: bool, rerun_sur
         what = ("the selected functions' mutants" if module.functions and names == module.globs() else
                 f"{len(names)} mutants" if names else "the mutants without a verdict")
         print(f"[mutation] {module.path}: mutmut run in {root}: {what}", flush=True)
-        done = mutmut(root, "run", "--max-children", str(jobs), *names, capture=False)
-        if done.returncode:
-            raise SystemExit(f"[mutation] mutmut run failed for {module.path} (exit status {done.returncode}); "
-                             f"its output is above; the folder is {root}")
+        run_mutmut(module, root, jobs, names)
+        if rerun_survivors and any(status in PENDING_STATUSES for status in statuses(module, root).values()):
+            # the functions edited since have new mutants, which a run of the named survivors leaves unchecked
+            print(f"[mutation] {module.path}: and the mutants of the functions changed since", flush=True)
+            run_mutmut(module, root, jobs, module.globs() if module.functions else [])
         atomic_write(state_path, json.dumps(current) + "\n")
     summary = summarize(module, root, statuses(module, root))
     atomic_write(RESULTS / f"{module.slug}.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
