@@ -436,10 +436,11 @@ def run_module(module: Module, work_dir: Path, jobs: int, fresh: bool, rerun_sur
                 f"{len(names)} mutants" if names else "the mutants without a verdict")
         print(f"[mutation] {module.path}: mutmut run in {root}: {what}", flush=True)
         run_mutmut(module, root, jobs, names)
-        if rerun_survivors and any(status in PENDING_STATUSES for status in statuses(module, root).values()):
-            # the functions edited since have new mutants, which a run of the named survivors leaves unchecked
+        # the functions edited since have new mutants, which a run of the named survivors leaves unchecked
+        pending = mutmut_arguments(module, statuses(module, root), False, False) if rerun_survivors else None
+        if pending is not None:
             print(f"[mutation] {module.path}: and the mutants of the functions changed since", flush=True)
-            run_mutmut(module, root, jobs, module.globs() if module.functions else [])
+            run_mutmut(module, root, jobs, pending)
         atomic_write(state_path, json.dumps(current) + "\n")
     summary = summarize(module, root, statuses(module, root))
     atomic_write(RESULTS / f"{module.slug}.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
