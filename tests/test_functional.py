@@ -550,7 +550,6 @@ def test_evonorm_s_defaults_to_the_centred_group_variance_and_keeps_a_bfloat16_i
     torch.testing.assert_close(half.double(), out, rtol=2e-2, atol=2e-2)
 
 
-
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # a trace specializes shapes: expected here
 @pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:FutureWarning")
 @pytest.mark.parametrize("impl", ["fused", "reference"])
