@@ -305,20 +305,38 @@ def b_args(x, w, v, stats, grad, variant=0):
     ("b", dict(stats=(torch.zeros(3, 8), torch.ones(24), torch.zeros(4), torch.ones(8))),
      "batch_mean must have 8 elements, got shape [4]", False),
 ])
-def test_the_kernels_name_an_argument_of_the_wrong_size(cpp_kernels, series, change, message, in_forward):
-    """Each operator checks the sizes of the tensors its kernels read (a wrong one would read out of bounds and
-    crash the process) and names the argument, its expected size and the one given; forward and backward alike
-    where both take it."""
+@pytest.mark.parametrize("implementation", ["cpu", "generic", "triton", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_operators_name_an_argument_of_the_wrong_size(request, implementation, series, change, message,
+                                                          in_forward):
+    """Each implementation of each operator (the C++ CPU kernels, the device-generic one, the Triton kernels,
+    and what CUDA dispatches to) checks the sizes of the tensors it reads (a wrong one would read out of bounds
+    and crash the process) and names the operator, the argument, its expected size and the one given, in the
+    same words; forward and backward alike where both take it. The Triton kernels' functions check before they
+    launch anything, so they are called here on the CPU."""
     x, grad = torch.randn(3, 8, 5, 4), torch.randn(3, 8, 5, 4)
     good = dict(w=torch.ones(8), v=torch.ones(8), grad=grad, stats=(
         (torch.zeros(3, 4), torch.ones(3, 4)) if series == "s" else
         (torch.zeros(3, 8), torch.ones(3, 8), torch.zeros(8), torch.ones(8))))
     forward_args, backward_args = (s_args if series == "s" else b_args)(x, **{**good, **change})
-    forward, backward = (getattr(torch.ops.evonorm, f"{series}_{step}") for step in ("forward", "backward"))
-    with pytest.raises(RuntimeError, match=re.escape(message)):
+    names = [f"{series}_{step}" for step in ("forward", "backward")]
+    if implementation == "generic":
+        forward, backward = (getattr(library, f"generic_{name}") for name in names)
+    elif implementation == "triton":
+        kernels = pytest.importorskip("evonorm_core.ops.triton_kernels", reason="Triton is not installed")
+        forward, backward = (getattr(kernels, name) for name in names)
+    else:
+        device = "cuda" if implementation == "cuda" else "cpu"
+        if implementation == "cpu":
+            request.getfixturevalue("cpp_kernels")
+        else:
+            ops.load(device)
+        forward, backward = (getattr(torch.ops.evonorm, name) for name in names)
+        forward_args, backward_args = ([a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
+                                       for args in (forward_args, backward_args))
+    with pytest.raises(RuntimeError, match=re.escape(f"evonorm::{names[1]}: {message}")):
         backward(*backward_args)
     if in_forward:
-        with pytest.raises(RuntimeError, match=re.escape(message)):
+        with pytest.raises(RuntimeError, match=re.escape(f"evonorm::{names[0]}: {message}")):
             forward(*forward_args)
 
 
@@ -641,7 +659,7 @@ def test_near_constant_planes_keep_exact_statistics(name, channels_last):
 @pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
 @pytest.mark.parametrize("name", EVONORMS)
 def test_cuda_operator_matches_reference(name, layout):
-    """On CUDA the operators run their PyTorch implementation (eager)."""
+    """On CUDA the operators run their Triton kernels (the device-generic implementation without Triton)."""
     layer, p = make_pair(name, 32, 8, dtype=torch.float32)
     layer = layer.cuda()
     x = (torch.randn(4, 32, 9, 7, device="cuda") * 1.5 + 0.3).contiguous(memory_format=layout).requires_grad_()

@@ -61,6 +61,7 @@ import torch
 from torch import Tensor
 
 from ..formulas import B_VARIANTS, apply_affine, b_transform, compute_dtype, s_transform, to_nchw, upcast
+from . import checks
 
 NAMESPACE = "evonorm"
 # b_forward's and b_backward's `int variant` is the index of the variant's name in B_VARIANTS
@@ -146,6 +147,7 @@ def _out(t: Tensor, x: Tensor) -> Tensor:
 
 
 def generic_s_forward(x, weight, bias, v1, groups, eps, centered):
+    checks.s_forward(x, weight, bias, v1, groups, eps, centered)
     acc = compute_dtype(x)
     xa = x.to(acc)
     n, c = x.shape[:2]
@@ -158,6 +160,7 @@ def generic_s_forward(x, weight, bias, v1, groups, eps, centered):
 
 
 def generic_s_backward(grad, x, weight, bias, v1, mean, rstd, groups, centered, output_mask):
+    checks.s_backward(grad, x, weight, bias, v1, mean, rstd, groups, centered, output_mask)
     acc = compute_dtype(x)
     xa, g = x.to(acc), grad.to(acc)
     n, c, h, w = x.shape
@@ -192,6 +195,7 @@ def _b_coefficients(xa, v1, mean, var_or_q, variant, eps, from_moments: bool):
 
 
 def generic_b_forward(x, weight, bias, v1, batch_var, variant, eps):
+    checks.b_forward(x, weight, bias, v1, batch_var, variant, eps)
     acc = compute_dtype(x)
     xa = x.to(acc)
     var, mean = torch.var_mean(xa, dim=(2, 3), unbiased=False)
@@ -209,6 +213,7 @@ def generic_b_forward(x, weight, bias, v1, batch_var, variant, eps):
 
 
 def generic_b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var, variant, eps, batch_from_x, output_mask):
+    checks.b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var, variant, eps, batch_from_x, output_mask)
     acc = compute_dtype(x)
     xa, g = x.to(acc), grad.to(acc)
     n, c, h, w = x.shape

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from . import library
+from . import checks, library
 
 TILE = 2048  # elements per loaded tile
 NUM_WARPS = 4
@@ -190,6 +190,7 @@ def _s_backward_kernel(g_ptr, x_ptr, dx_ptr, w_ptr, v_ptr, mean_ptr, rstd_ptr, s
 
 
 def s_forward(x, weight, bias, v1, groups, eps, centered):
+    checks.s_forward(x, weight, bias, v1, groups, eps, centered)
     x, s_c, s_p, channels_last = _layout(x)
     n, c, h, w = x.shape
     cg = c // groups
@@ -206,6 +207,7 @@ def s_forward(x, weight, bias, v1, groups, eps, centered):
 
 
 def s_backward(grad, x, weight, bias, v1, mean, rstd, groups, centered, output_mask):
+    checks.s_backward(grad, x, weight, bias, v1, mean, rstd, groups, centered, output_mask)
     x, s_c, s_p, channels_last = _layout(x)
     grad = grad.contiguous(memory_format=library.memory_format(x))
     n, c, h, w = x.shape
@@ -393,6 +395,7 @@ def _b_grid(x: Tensor, channels_last: bool) -> tuple[tuple[int, int], int, int]:
 
 
 def b_forward(x, weight, bias, v1, batch_var, variant, eps):
+    checks.b_forward(x, weight, bias, v1, batch_var, variant, eps)
     x, s_c, s_p, channels_last = _layout(x)
     n, c, h, w = x.shape
     grid, block_c, block_p = _b_grid(x, channels_last)
@@ -412,6 +415,7 @@ def b_forward(x, weight, bias, v1, batch_var, variant, eps):
 
 
 def b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var, variant, eps, batch_from_x, output_mask):
+    checks.b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var, variant, eps, batch_from_x, output_mask)
     x, s_c, s_p, channels_last = _layout(x)
     grad = grad.contiguous(memory_format=library.memory_format(x))
     n, c, h, w = x.shape
