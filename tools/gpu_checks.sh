@@ -10,7 +10,8 @@
 #      torchrun (DDP with NCCL, one process).
 # Usage: OUT=results_dir bash tools/gpu_checks.sh [STEP ...]   (run from the repository root; the
 # named steps only, default all: env gpu_tests benchmark_cuda compiled_choice_cuda overhead_cuda train_cuda train_ddp; each step is
-# time-limited so that the others still run, and writes its log and files into $OUT)
+# time-limited so that the others still run, and writes its log and files into $OUT; the exit status is 1
+# when any step that ran failed, or ran past its limit)
 set -u
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
 out=${OUT:?set OUT to a folder for the logs and results (OUT=folder bash tools/gpu_checks.sh; --help for more)}
@@ -43,14 +44,18 @@ step() {  # step NAME SECONDS COMMAND...: run COMMAND with a time limit, its out
     echo "=== $name (limit ${seconds}s): $*"
     local start=$SECONDS
     timeout "$seconds" "$@" > "$out/$name.log" 2>&1
-    echo "=== $name: exit $? after $((SECONDS - start))s"
+    local rc=$?
+    echo "=== $name: exit $rc after $((SECONDS - start))s"
     tail -n 25 "$out/$name.log"
+    ((rc == 0)) || failed+=("$name")
 }
+failed=()
 
 step env 60 bash -c "nvidia-smi -L; $py -c 'import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name())'"
-pytest=("$py" -m pytest -q -p no:randomly -p no:cacheprovider -rs)
-step gpu_tests 480 bash -c "${pytest[*]} -m gpu tests/test_fast_layers.py tests/test_layers_bad_inputs.py; \
-    ${pytest[*]} tests/test_triton_kernels.py"
+pytest=("$py" -m pytest -q -p no:randomly -p no:cacheprovider -p no:benchmark -rs)
+# both files run; the step fails when either does
+step gpu_tests 480 bash -c "${pytest[*]} -m gpu tests/test_fast_layers.py tests/test_layers_bad_inputs.py; first=\$?; \
+    ${pytest[*]} tests/test_triton_kernels.py && exit \$first"
 step benchmark_cuda 220 "$py" tools/benchmark_layers.py --device cuda --dtype bfloat16 --reps 20 \
     --shapes 32x256x56x56 32x512x28x28 32x1024x14x14 32x2048x7x7 --compiled-layers evonorm_s0 evonorm_b0 \
     --no-compiled-model --model-batch 32 --model-size 224 --model-reps 10 \
@@ -64,3 +69,8 @@ step train_cuda 75 "$py" classification/train.py --data mnist --model resnet50 -
     --max-steps 150 --output-dir /tmp/train_cuda_run
 step train_ddp 60 "$py" -m torch.distributed.run --nproc_per_node 1 classification/train.py --data mnist \
     --model resnet50 --norm-act evonorm_s0 --max-steps 40 --output-dir /tmp/train_ddp_run
+if ((${#failed[@]})); then
+    echo "failed steps (their logs are in $out): ${failed[*]}" >&2
+    exit 1
+fi
+echo "every step run passed"
