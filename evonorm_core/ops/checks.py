@@ -26,9 +26,7 @@ def _params(op: str, x: Tensor, **params: Tensor | None) -> None:
     n, c = x.shape[:2]
     for name, p in params.items():
         if p is not None:
-            # sizes compared one by one: Dynamo in torch 2.11 misjudged `tuple(shape) in (...)`
-            fits = (p.dim() == 1 and p.shape[0] == c) or (p.dim() == 2 and p.shape[0] == n and p.shape[1] == c)
-            _require(fits, op,
+            _require(p.shape == (c,) or p.shape == (n, c), op,
                      f"{name} must be (C,) = ({c},) or (N, C) = ({n}, {c}), got shape {list(p.shape)}")
 
 
