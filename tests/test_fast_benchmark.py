@@ -66,6 +66,26 @@ def test_layer_table_targets_and_json(tmp_path, capsys):
     assert "copy_ (x -> buffer)" in printed and "GB/s read + write" in printed
 
 
+def test_host_profile_names_the_layers_own_calls(tmp_path, capsys):
+    """--profile-host times each layer's eager fwd+bwd and lists, per step, the functions that take the host
+    time: the fused S0's list holds its operators, the native baseline's its ATen call."""
+    out = tmp_path / "profile.json"
+    argv = ["--profile-host", "--shapes", "2x16x6x6", "--layers", "s0 (fused)", "--reps", "3", "--warmup", "1",
+            "--threads", "1", "--no-timm", "--compiled-layers", "--profile-top", "40", "--json", str(out)]
+    assert bench.main(argv) == 0
+    payload = json.loads(out.read_text())
+    layers = payload["host_profile"]["2x16x6x6"]
+    assert set(layers) == {"bn_relu (native)", "gn_relu (native)", "gn_silu (native)", "evonorm_s0 (fused)"}
+    s0 = layers["evonorm_s0 (fused)"]
+    assert s0["median_us"] > 0 and len(s0["top"]) == 40
+    names = " ".join(row["function"] for row in s0["top"])
+    assert "evonorm.s_forward" in names and "evonorm.s_backward" in names
+    assert "group_norm" in " ".join(row["function"] for row in layers["gn_silu (native)"]["top"])
+    own = [row["own_us"] for row in s0["top"]]
+    assert own == sorted(own, reverse=True) and all(row["calls_per_step"] > 0 for row in s0["top"])
+    assert "us per eager fwd+bwd" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     "argv,message",
     [
@@ -74,6 +94,7 @@ def test_layer_table_targets_and_json(tmp_path, capsys):
         (["--dtype", "int8"], "invalid choice"),
         (["--device", "tpu9"], "is not a torch device"),
         (["--compiled-layers", "evonorm_x9"], "'evonorm_x9' is not one of"),
+        (["--profile-host", "--profile-top", "0"], "--profile-top must be at least 1, got 0"),
     ],
 )
 def test_bad_flags_name_the_value(capsys, argv, message):

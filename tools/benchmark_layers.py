@@ -25,6 +25,7 @@ can take 3-20 s), so there the minimum's ratio is the one to read.
     python tools/benchmark_layers.py                       # ResNet-50 stage outputs, batch 16, CPU
     python tools/benchmark_layers.py --shapes 16x64x56x56 --reps 30 --json bench.json
     python tools/benchmark_layers.py --device cuda --dtype bfloat16 --model-batch 8 --model-size 224
+    python tools/benchmark_layers.py --profile-host --shapes 2x64x8x8 --layers "s0 (fused)"   # host time, by call
 
 The speed targets (:data:`TARGETS`, docs/benchmarks.md) are checked at the end
 (``--no-targets`` to skip): every fused EvoNorm's fwd+bwd no slower than its baseline (1.0x), eager and
@@ -44,10 +45,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import io
 import json
 import math
 import os
+import pstats
 import statistics
 import subprocess
 import sys
@@ -516,6 +519,47 @@ def compare_compiled(args) -> dict:
     return results
 
 
+def host_profile(step: Callable[[], None], reps: int, top: int, device: torch.device) -> list[dict]:
+    """cProfile of ``reps`` calls of ``step``: the ``top`` functions by own time, in microseconds per step."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(reps):
+        step()
+    synchronize(device)
+    profiler.disable()
+    stats = pstats.Stats(profiler).sort_stats("tottime")
+    rows = []
+    for (path, line, func), (_, calls, own, total, _) in list(stats.stats.items()):
+        where = func if path == "~" else f"{Path(path).name}:{line}({func})"
+        rows.append({"function": where, "calls_per_step": calls / reps, "own_us": own / reps * 1e6,
+                     "cumulative_us": total / reps * 1e6})
+    return sorted(rows, key=lambda r: -r["own_us"])[:top]
+
+
+def profile_hosts(args) -> dict:
+    """Per shape and selected layer: eager fwd+bwd time per step (unprofiled, ``args.reps`` steps) and its
+    :func:`host_profile`. Where a layer is bound by the host (small inputs; any layer on a GPU at these
+    sizes) this says which calls take the time."""
+    layers, _ = select_layers(args)
+    dtype, out = DTYPES[args.dtype], {}
+    for shape in args.shapes:
+        x = torch.randn(shape, device=args.device, dtype=dtype)
+        grad = torch.randn_like(x)
+        key = "x".join(map(str, shape))
+        out[key] = {}
+        for name, make in layers.items():
+            step = layer_step(placed(make(shape[1]), x).train(not args.eval), x, grad)
+            times = interleaved_times({name: step}, args.reps, args.warmup, args.device)[name]
+            top = host_profile(step, args.reps, args.profile_top, args.device)
+            out[key][name] = {"median_us": statistics.median(times) * 1e6, "top": top}
+            print(f"{key} {name}: {statistics.median(times) * 1e6:.0f} us per eager fwd+bwd (median of "
+                  f"{args.reps}); by own time under cProfile, us per step:")
+            for row in top:
+                print(f"  {row['own_us']:8.1f} own {row['cumulative_us']:8.1f} cum {row['calls_per_step']:5.1f} calls  "
+                      f"{row['function']}")
+    return out
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python tools/benchmark_layers.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -545,16 +589,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model-reps", type=int, default=5, help="timed repetitions of the model step (default 5)")
     p.add_argument("--json", metavar="PATH", default=None,
                    help="write every number to this JSON file (default docs/results/benchmark_layers.json, with "
-                        "--compare-compiled docs/results/compiled_choice.json; '' for none)")
+                        "--compare-compiled docs/results/compiled_choice.json, with --profile-host "
+                        "docs/results/host_profile.json; '' for none)")
     p.add_argument("--plot", metavar="PATH", default="docs/results/benchmark_layers.png",
                    help="draw the ratios into this PNG file (default docs/results/benchmark_layers.png; '' for none)")
     p.add_argument("--no-targets", action="store_true", help="do not print the speed targets and whether each is met")
     p.add_argument("--compare-compiled", action="store_true",
                    help="only compare, under torch.compile, EvoNorm-S0/B0 running the registered operator against "
                         "the composed formula (what functional.COMPILED_OPERATOR_MIN_NUMEL chooses between)")
+    p.add_argument("--profile-host", action="store_true",
+                   help="only profile (cProfile) the host time of each selected layer's eager fwd+bwd per shape: "
+                        "where a layer is bound by the host (small inputs, or a GPU) the calls that take the time; "
+                        "--layers picks the layers (baselines kept), --reps the steps profiled")
+    p.add_argument("--profile-top", type=int, default=15,
+                   help="with --profile-host: how many functions to list per layer, by own time (default 15)")
     p.add_argument("--compiled-choice-worker", choices=["operator", "formula"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for name in ("reps", "warmup", "threads", "model_reps"):
+    for name in ("reps", "warmup", "threads", "model_reps", "profile_top"):
         if getattr(args, name) < (0 if name == "warmup" else 1):
             p.error(f"--{name.replace('_', '-')} must be at least {0 if name == 'warmup' else 1}, got {getattr(args, name)}")
     unknown = [n for n in args.compiled_layers if n not in EVONORMS]
@@ -567,7 +618,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda was given but no CUDA GPU is available")
     if args.json is None:
-        args.json = "docs/results/" + ("compiled_choice.json" if args.compare_compiled else "benchmark_layers.json")
+        args.json = "docs/results/" + ("compiled_choice.json" if args.compare_compiled else
+                                       "host_profile.json" if args.profile_host else "benchmark_layers.json")
     on_gpu = args.device.type == "cuda"
     args.model_batch = args.model_batch or (8 if on_gpu else 4)
     args.model_size = args.model_size or (224 if on_gpu else 128)
@@ -600,11 +652,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.compiled_choice_worker:
         print(json.dumps(compiled_choice_times(args.shapes, args.compiled_choice_worker, args.reps, args.device)))
         return 0
-    if args.compare_compiled:
-        print(f"# torch {torch.__version__}, device {args.device}, {args.threads} threads, minimum of {args.reps} reps; "
+    if args.compare_compiled or args.profile_host:
+        print(f"# torch {torch.__version__}, device {args.device}, {args.threads} threads, {args.reps} reps; "
               f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
         payload = {"command": command_line("python tools/benchmark_layers.py", argv),
-                   "torch": torch.__version__, "load_average": os.getloadavg(), "min_ms": compare_compiled(args)}
+                   "torch": torch.__version__, "load_average": os.getloadavg()}
+        if args.compare_compiled:
+            payload["min_ms"] = compare_compiled(args)
+        else:
+            payload["kernels"], payload["dtype"], payload["host_profile"] = str(ops.status()), args.dtype, \
+                profile_hosts(args)
         if _write(args.json):
             with open(args.json, "w") as f:
                 json.dump(payload, f, indent=1)

