@@ -155,6 +155,8 @@ MODULES = {m.path: m for m in [
     Module("evonorm_core/layers/controls.py", "layers and functionals", ("tests/test_layers.py", *SLOW_OFF)),
     Module("evonorm_core/ops/library.py", "layers and functionals: fused operators",
            ("tests/test_fast_layers.py", *SLOW_OFF)),
+    Module("evonorm_core/ops/checks.py", "layers and functionals: operator argument checks",
+           ("tests/test_fast_layers.py", *SLOW_OFF)),
     Module("evonorm_core/classifiers/trainer.py", "classifier trainer",
            ("tests/test_classifiers_trainer.py", "tests/test_search_rejection.py",
             "tests/test_behaviour_classes.py::test_a_step_trains_in_training_mode_whatever_mode_the_caller_left",
