@@ -292,52 +292,99 @@ def b_args(x, w, v, stats, grad, variant=0):
     return (x, w, w, v, stats[3], variant, 1e-5), (grad, x, w, w, v, *stats, variant, 1e-5, True, [True] * 4)
 
 
+def operator_pair(request, implementation: str, series: str, forward_args, backward_args):
+    """``(forward, backward, forward_args, backward_args)`` of one implementation of a series' operators: the
+    C++ CPU kernels, the device-generic functions, the Triton kernels' functions (called on the CPU: they
+    check their arguments before launching anything) or the CUDA dispatch."""
+    names = [f"{series}_{step}" for step in ("forward", "backward")]
+    if implementation == "generic":
+        return (*(getattr(library, f"generic_{name}") for name in names), forward_args, backward_args)
+    if implementation == "triton":
+        kernels = pytest.importorskip("evonorm_core.ops.triton_kernels", reason="Triton is not installed")
+        return (*(getattr(kernels, name) for name in names), forward_args, backward_args)
+    device = "cuda" if implementation == "cuda" else "cpu"
+    if implementation == "cpu":
+        request.getfixturevalue("cpp_kernels")
+    else:
+        ops.load(device)
+    moved = ([a.to(device) if isinstance(a, torch.Tensor) else a for a in args] for args in (forward_args, backward_args))
+    return (*(getattr(torch.ops.evonorm, name) for name in names), *moved)
+
+
+def size_check_args(series: str, x: torch.Tensor, **change):
+    """Forward and backward arguments of a series on ``x`` (3 x 8 channels), right-sized unless ``change``d."""
+    n, c = x.shape[0], 8
+    good = dict(w=torch.ones(c), v=torch.ones(c), grad=torch.randn(x.shape), stats=(
+        (torch.zeros(n, 4), torch.ones(n, 4)) if series == "s" else
+        (torch.zeros(n, c), torch.ones(n, c), torch.zeros(c), torch.ones(c))))
+    return (s_args if series == "s" else b_args)(x, **{**good, **change})
+
+
+IMPLEMENTATIONS = ["cpu", "generic", "triton", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
 @pytest.mark.parametrize("series, change, message, in_forward", [
     ("s", dict(w=torch.ones(6)), "weight must be (C,) = (8,) or (N, C) = (3, 8), got shape [6]", True),
     ("s", dict(v=torch.ones(3, 6)), "v1 must be (C,) = (8,) or (N, C) = (3, 8), got shape [3, 6]", True),
     ("s", dict(groups=3), "groups=3 does not divide C=8", True),
     ("s", dict(stats=(torch.zeros(3, 2), torch.ones(3, 4))), "mean must have 12 elements, got shape [3, 2]", False),
+    ("s", dict(stats=(torch.zeros(3, 4), torch.ones(4, 4))), "rstd must have 12 elements, got shape [4, 4]", False),
     ("s", dict(grad=torch.ones(3, 8, 5, 5)), "grad must have x's shape [3, 8, 5, 4], got [3, 8, 5, 5]", False),
     ("b", dict(w=torch.ones(2, 8)), "weight must be (C,) = (8,) or (N, C) = (3, 8), got shape [2, 8]", True),
     ("b", dict(variant=3), "variant must be 0, 1 or 2, got 3", True),
+    ("b", dict(variant=-1), "variant must be 0, 1 or 2, got -1", True),
     ("b", dict(stats=(torch.zeros(3, 8), torch.ones(3, 8), torch.zeros(8), torch.ones(7))),
      "batch_var must have 8 elements, got shape [7]", True),
     ("b", dict(stats=(torch.zeros(3, 8), torch.ones(24), torch.zeros(4), torch.ones(8))),
      "batch_mean must have 8 elements, got shape [4]", False),
+    ("b", dict(stats=(torch.zeros(2, 8), torch.ones(3, 8), torch.zeros(8), torch.ones(8))),
+     "mean must have 24 elements, got shape [2, 8]", False),
+    ("b", dict(stats=(torch.zeros(3, 8), torch.ones(3, 7), torch.zeros(8), torch.ones(8))),
+     "q must have 24 elements, got shape [3, 7]", False),
 ])
-@pytest.mark.parametrize("implementation", ["cpu", "generic", "triton", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_the_operators_name_an_argument_of_the_wrong_size(request, implementation, series, change, message,
                                                           in_forward):
     """Each implementation of each operator (the C++ CPU kernels, the device-generic one, the Triton kernels,
     and what CUDA dispatches to) checks the sizes of the tensors it reads (a wrong one would read out of bounds
     and crash the process) and names the operator, the argument, its expected size and the one given, in the
-    same words; forward and backward alike where both take it. The Triton kernels' functions check before they
-    launch anything, so they are called here on the CPU."""
-    x, grad = torch.randn(3, 8, 5, 4), torch.randn(3, 8, 5, 4)
-    good = dict(w=torch.ones(8), v=torch.ones(8), grad=grad, stats=(
-        (torch.zeros(3, 4), torch.ones(3, 4)) if series == "s" else
-        (torch.zeros(3, 8), torch.ones(3, 8), torch.zeros(8), torch.ones(8))))
-    forward_args, backward_args = (s_args if series == "s" else b_args)(x, **{**good, **change})
-    names = [f"{series}_{step}" for step in ("forward", "backward")]
-    if implementation == "generic":
-        forward, backward = (getattr(library, f"generic_{name}") for name in names)
-    elif implementation == "triton":
-        kernels = pytest.importorskip("evonorm_core.ops.triton_kernels", reason="Triton is not installed")
-        forward, backward = (getattr(kernels, name) for name in names)
-    else:
-        device = "cuda" if implementation == "cuda" else "cpu"
-        if implementation == "cpu":
-            request.getfixturevalue("cpp_kernels")
-        else:
-            ops.load(device)
-        forward, backward = (getattr(torch.ops.evonorm, name) for name in names)
-        forward_args, backward_args = ([a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
-                                       for args in (forward_args, backward_args))
-    with pytest.raises(RuntimeError, match=re.escape(f"evonorm::{names[1]}: {message}")):
+    same words; forward and backward alike where both take it."""
+    args = size_check_args(series, torch.randn(3, 8, 5, 4), **change)
+    forward, backward, forward_args, backward_args = operator_pair(request, implementation, series, *args)
+    with pytest.raises(RuntimeError, match=re.escape(f"evonorm::{series}_backward: {message}")):
         backward(*backward_args)
     if in_forward:
-        with pytest.raises(RuntimeError, match=re.escape(f"evonorm::{names[0]}: {message}")):
+        with pytest.raises(RuntimeError, match=re.escape(f"evonorm::{series}_forward: {message}")):
             forward(*forward_args)
+
+
+@pytest.mark.parametrize("x, message", [
+    (torch.randn(3, 8, 20), "expected an NCHW tensor, got 3 dims"),
+    (torch.ones(3, 8, 5, 4, dtype=torch.int64), "expected a floating-point tensor, got "),
+])
+@pytest.mark.parametrize("series", ["s", "b"])
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_the_operators_refuse_an_input_they_cannot_read(request, implementation, series, x, message):
+    """An input that is not a 4-d floating-point tensor is refused by name by every implementation, in both
+    directions (the dtype is then spelt as the implementation's language spells it)."""
+    forward, backward, forward_args, backward_args = operator_pair(request, implementation, series,
+                                                                   *size_check_args(series, x))
+    for step, call, args in (("forward", forward, forward_args), ("backward", backward, backward_args)):
+        with pytest.raises(RuntimeError, match=re.escape(f"evonorm::{series}_{step}: {message}")):
+            call(*args)
+
+
+@pytest.mark.parametrize("per_sample", [False, True])
+@pytest.mark.parametrize("series", ["s", "b"])
+@pytest.mark.parametrize("implementation", ["cpu", "generic"])
+def test_the_size_checks_pass_right_sized_arguments(request, implementation, series, per_sample):
+    """The checks refuse only what is wrong: per-channel and per-sample parameters of the right sizes run."""
+    w = torch.ones(3, 8) if per_sample else torch.ones(8)
+    args = size_check_args(series, torch.randn(3, 8, 5, 4), w=w, v=torch.ones(8))
+    forward, backward, forward_args, backward_args = operator_pair(request, implementation, series, *args)
+    y = forward(*forward_args)[0]
+    dx = backward(*backward_args)[0]
+    assert y.shape == dx.shape == (3, 8, 5, 4) and torch.isfinite(y).all() and torch.isfinite(dx).all()
 
 
 def test_kernel_status_is_reported_once(cpp_kernels):
