@@ -281,15 +281,15 @@ def test_eager_entry_point_is_the_registered_autograd(cpp_kernels, op, args):
                 torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
 
 
-def s_args(x, w, v, stats, grad, groups=4):
+def s_args(x, w, b, v, stats, grad, groups=4):
     """``s_forward`` and ``s_backward`` arguments (eps 1e-5, centered); ``stats``: the backward's (mean, rstd)."""
-    return (x, w, w, v, groups, 1e-5, True), (grad, x, w, w, v, *stats, groups, True, [True] * 3)
+    return (x, w, b, v, groups, 1e-5, True), (grad, x, w, b, v, *stats, groups, True, [True] * 3)
 
 
-def b_args(x, w, v, stats, grad, variant=0):
+def b_args(x, w, b, v, stats, grad, variant=0):
     """``b_forward`` (the variance given) and ``b_backward`` arguments; ``stats``: (mean, q, batch mean, batch
     variance) of the backward, from the batch."""
-    return (x, w, w, v, stats[3], variant, 1e-5), (grad, x, w, w, v, *stats, variant, 1e-5, True, [True] * 4)
+    return (x, w, b, v, stats[3], variant, 1e-5), (grad, x, w, b, v, *stats, variant, 1e-5, True, [True] * 4)
 
 
 def operator_pair(request, implementation: str, series: str, forward_args, backward_args):
@@ -314,8 +314,9 @@ def operator_pair(request, implementation: str, series: str, forward_args, backw
 def size_check_args(series: str, x: torch.Tensor, **change):
     """Forward and backward arguments of a series on ``x`` (3 x 8 channels), right-sized unless ``change``d."""
     n, c = x.shape[0], 8
-    good = dict(w=torch.ones(c), v=torch.ones(c), grad=torch.randn(x.shape), stats=(
-        (torch.zeros(n, 4), torch.ones(n, 4)) if series == "s" else
+    groups = change.get("groups", 4)
+    good = dict(w=torch.ones(c), b=torch.zeros(c), v=torch.ones(c), grad=torch.randn(x.shape), stats=(
+        (torch.zeros(n, groups), torch.ones(n, groups)) if series == "s" else
         (torch.zeros(n, c), torch.ones(n, c), torch.zeros(c), torch.ones(c))))
     return (s_args if series == "s" else b_args)(x, **{**good, **change})
 
@@ -326,11 +327,16 @@ IMPLEMENTATIONS = ["cpu", "generic", "triton", pytest.param("cuda", marks=pytest
 @pytest.mark.parametrize("series, change, message, in_forward", [
     ("s", dict(w=torch.ones(6)), "weight must be (C,) = (8,) or (N, C) = (3, 8), got shape [6]", True),
     ("s", dict(v=torch.ones(3, 6)), "v1 must be (C,) = (8,) or (N, C) = (3, 8), got shape [3, 6]", True),
+    ("s", dict(b=torch.ones(3, 7)), "bias must be (C,) = (8,) or (N, C) = (3, 8), got shape [3, 7]", True),
     ("s", dict(groups=3), "groups=3 does not divide C=8", True),
+    ("s", dict(groups=0), "groups=0 does not divide C=8", True),
     ("s", dict(stats=(torch.zeros(3, 2), torch.ones(3, 4))), "mean must have 12 elements, got shape [3, 2]", False),
     ("s", dict(stats=(torch.zeros(3, 4), torch.ones(4, 4))), "rstd must have 12 elements, got shape [4, 4]", False),
     ("s", dict(grad=torch.ones(3, 8, 5, 5)), "grad must have x's shape [3, 8, 5, 4], got [3, 8, 5, 5]", False),
     ("b", dict(w=torch.ones(2, 8)), "weight must be (C,) = (8,) or (N, C) = (3, 8), got shape [2, 8]", True),
+    ("b", dict(b=torch.ones(7)), "bias must be (C,) = (8,) or (N, C) = (3, 8), got shape [7]", True),
+    ("b", dict(v=torch.ones(2, 8)), "v1 must be (C,) = (8,) or (N, C) = (3, 8), got shape [2, 8]", True),
+    ("b", dict(grad=torch.ones(3, 8, 4, 5)), "grad must have x's shape [3, 8, 5, 4], got [3, 8, 4, 5]", False),
     ("b", dict(variant=3), "variant must be 0, 1 or 2, got 3", True),
     ("b", dict(variant=-1), "variant must be 0, 1 or 2, got -1", True),
     ("b", dict(stats=(torch.zeros(3, 8), torch.ones(3, 8), torch.zeros(8), torch.ones(7))),
@@ -374,13 +380,15 @@ def test_the_operators_refuse_an_input_they_cannot_read(request, implementation,
             call(*args)
 
 
+@pytest.mark.parametrize("series, setting", [("s", dict(groups=1)), ("s", dict(groups=8)), ("b", dict(variant=0)),
+                                             ("b", dict(variant=2))])
 @pytest.mark.parametrize("per_sample", [False, True])
-@pytest.mark.parametrize("series", ["s", "b"])
 @pytest.mark.parametrize("implementation", ["cpu", "generic"])
-def test_the_size_checks_pass_right_sized_arguments(request, implementation, series, per_sample):
-    """The checks refuse only what is wrong: per-channel and per-sample parameters of the right sizes run."""
+def test_the_size_checks_pass_right_sized_arguments(request, implementation, series, setting, per_sample):
+    """The checks refuse only what is wrong: per-channel and per-sample parameters of the right sizes run, with
+    the extreme group counts (1 and C) and the first and last B variants."""
     w = torch.ones(3, 8) if per_sample else torch.ones(8)
-    args = size_check_args(series, torch.randn(3, 8, 5, 4), w=w, v=torch.ones(8))
+    args = size_check_args(series, torch.randn(3, 8, 5, 4), w=w, b=torch.zeros_like(w), **setting)
     forward, backward, forward_args, backward_args = operator_pair(request, implementation, series, *args)
     y = forward(*forward_args)[0]
     dx = backward(*backward_args)[0]
