@@ -47,6 +47,19 @@ def upcast(x: Tensor) -> Tensor:
     return x.to(compute_dtype(x))
 
 
+def has_shape(t: Tensor, *sizes: int) -> bool:
+    """Whether ``t.shape == sizes``, compared size by size: under torch.compile (torch 2.11) Dynamo
+    misjudged ``tuple(t.shape) in ((c,), (n, c))`` once it recompiled with dynamic shapes."""
+    return t.dim() == len(sizes) and all(a == b for a, b in zip(t.shape, sizes))
+
+
+def is_affine_shape(t: Tensor, x: Tensor) -> bool:
+    """Whether ``t`` is per channel ``(C,)`` or per sample ``(N, C)`` for the NCHW ``x``: the shapes
+    :func:`to_nchw` and :func:`apply_affine` take."""
+    n, c = x.shape[:2]
+    return has_shape(t, c) or has_shape(t, n, c)
+
+
 def to_nchw(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:
     """A (C,) or per-sample (N, C) tensor as (C, 1, 1) or (N, C, 1, 1) in ``dtype``: it
     broadcasts over NCHW (and traces: no branch on its shape); None stays None."""

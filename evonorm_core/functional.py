@@ -50,7 +50,7 @@ from torch import Tensor
 
 from . import ops, running_stats
 from . import statistics as stats
-from .formulas import B_VARIANTS, apply_affine, b_transform, s_transform, upcast
+from .formulas import B_VARIANTS, apply_affine, b_transform, has_shape, is_affine_shape, s_transform, upcast
 
 IMPLS = ("fused", "reference")
 
@@ -84,18 +84,12 @@ def check_nchw(fn: str, x: Tensor) -> None:
         )
 
 
-def has_shape(t: Tensor, *sizes: int) -> bool:
-    """Whether ``t.shape == sizes``, compared size by size: under torch.compile (torch 2.11) Dynamo
-    misjudged ``tuple(t.shape) in ((c,), (n, c))`` once it recompiled with dynamic shapes."""
-    return t.dim() == len(sizes) and all(a == b for a, b in zip(t.shape, sizes))
-
-
 def check_affine(fn: str, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> None:
     """Raise a ``ValueError`` naming ``fn`` unless ``weight`` and ``bias`` are each None, per
     channel (C,) or per sample (N, C) for the NCHW input ``x``."""
     n, c = x.shape[:2]
     for name, t in (("weight", weight), ("bias", bias)):
-        if t is not None and not (has_shape(t, c) or has_shape(t, n, c)):
+        if t is not None and not is_affine_shape(t, x):
             raise ValueError(f"{fn}: {name} must be None, ({c},) or per sample ({n}, {c}) for input of shape "
                              f"{tuple(x.shape)}, got shape {tuple(t.shape)}")
 

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 from torch import Tensor
 
+from ..formulas import is_affine_shape
+
 
 def _require(ok: bool, op: str, message: str) -> None:
     if not ok:
@@ -26,7 +28,7 @@ def _params(op: str, x: Tensor, **params: Tensor | None) -> None:
     n, c = x.shape[:2]
     for name, p in params.items():
         if p is not None:
-            _require(p.shape == (c,) or p.shape == (n, c), op,
+            _require(is_affine_shape(p, x), op,
                      f"{name} must be (C,) = ({c},) or (N, C) = ({n}, {c}), got shape {list(p.shape)}")
 
 
