@@ -529,7 +529,7 @@ def host_profile(step: Callable[[], None], reps: int, top: int, device: torch.de
     profiler.disable()
     stats = pstats.Stats(profiler).sort_stats("tottime")
     rows = []
-    for (path, line, func), (_, calls, own, total, _) in list(stats.stats.items()):
+    for (path, line, func), (_, calls, own, total, _) in stats.stats.items():
         where = func if path == "~" else f"{Path(path).name}:{line}({func})"
         rows.append({"function": where, "calls_per_step": calls / reps, "own_us": own / reps * 1e6,
                      "cumulative_us": total / reps * 1e6})
@@ -550,9 +550,10 @@ def profile_hosts(args) -> dict:
         for name, make in layers.items():
             step = layer_step(placed(make(shape[1]), x).train(not args.eval), x, grad)
             times = interleaved_times({name: step}, args.reps, args.warmup, args.device)[name]
+            median_us = statistics.median(times) * 1e6
             top = host_profile(step, args.reps, args.profile_top, args.device)
-            out[key][name] = {"median_us": statistics.median(times) * 1e6, "top": top}
-            print(f"{key} {name}: {statistics.median(times) * 1e6:.0f} us per eager fwd+bwd (median of "
+            out[key][name] = {"median_us": median_us, "top": top}
+            print(f"{key} {name}: {median_us:.0f} us per eager fwd+bwd (median of "
                   f"{args.reps}); by own time under cProfile, us per step:")
             for row in top:
                 print(f"  {row['own_us']:8.1f} own {row['cumulative_us']:8.1f} cum {row['calls_per_step']:5.1f} calls  "
@@ -660,8 +661,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.compare_compiled:
             payload["min_ms"] = compare_compiled(args)
         else:
-            payload["kernels"], payload["dtype"], payload["host_profile"] = str(ops.status()), args.dtype, \
-                profile_hosts(args)
+            payload.update(kernels=str(ops.status()), dtype=args.dtype, host_profile=profile_hosts(args))
         if _write(args.json):
             with open(args.json, "w") as f:
                 json.dump(payload, f, indent=1)
