@@ -146,6 +146,23 @@ def test_cpp_kernels_match_paper(cpp_kernels, name, training, given, dtype, layo
         assert_matches(*through_operator(name, training, given, *args, groups), *want, DTYPES[dtype], LAYOUTS[layout])
 
 
+@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("name", B_SERIES)
+def test_b_kernels_with_a_given_variance_match_paper_at_any_thread_count(cpp_kernels, name, threads):
+    """With the batch variance given, the B forward reads each plane (channels_last: each sample, when there are
+    at least as many samples as threads) for its moments and its output in one task, else in two passes over x:
+    3 channels_last samples on 1 thread take the first path, on 4 threads the second; both match the paper."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for layout in LAYOUTS.values():
+            args = make_inputs(name, (3, 40, 5, 6), torch.float32, layout, "sample", seed=threads)
+            want = expected(name, False, True, *args, 1)
+            assert_matches(*through_operator(name, False, True, *args, 1), *want, DTYPES[torch.float32], layout)
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("name,training,given", MODES)
 def test_generic_implementation_matches_paper(name, training, given, layout):

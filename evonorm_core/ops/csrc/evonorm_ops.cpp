@@ -114,6 +114,9 @@ at::ScalarType acc_dtype(const Tensor& x) {
     return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
+// Elements of the runs of small NCHW planes that the B forward handles together (16 KiB of float32: in L1).
+constexpr i64 PLANE_RUN = 4096;
+
 i64 grain(i64 work_per_item) { return std::max<i64>(1, 16384 / std::max<i64>(1, work_per_item)); }
 
 // body(i) for i in [0, count), in parallel: the O(N C) work between the passes over x is a
@@ -194,6 +197,23 @@ void slab_moments(const T* x, i64 HW, i64 C, std::vector<A>& k, std::vector<A>& 
     }
 }
 
+// The per-channel mean and biased variance of channels_last samples, into mean[n C + c] and var[n C + c] (one
+// per thread: it holds the scratch of slab_moments).
+template <typename T, typename A>
+struct SampleMoments {
+    explicit SampleMoments(i64 C) : k(C), acc(2 * C), s1(C), s2(C) {}
+    void operator()(const T* x, const Shape& s, i64 n, double* mean, double* var) {
+        slab_moments<T, A>(x + n * s.HW * s.C, s.HW, s.C, k, acc, s1, s2);
+        for (i64 c = 0; c < s.C; c++) {
+            const double offset = s1[c] / s.HW;
+            mean[n * s.C + c] = k[c] + offset;
+            var[n * s.C + c] = std::max(s2[c] / s.HW - offset * offset, 0.0);
+        }
+    }
+    std::vector<A> k, acc;
+    std::vector<double> s1, s2;
+};
+
 // Per-(n, c) mean and biased variance: NCHW plane by plane, channels_last a sample's slab at a time.
 template <typename T, typename A>
 void plane_moments(const T* x, const Shape& s, std::vector<double>& mean, std::vector<double>& var) {
@@ -204,16 +224,8 @@ void plane_moments(const T* x, const Shape& s, std::vector<double>& mean, std::v
         return;
     }
     at::parallel_for(0, s.N, grain(s.HW * s.C), [&](i64 begin, i64 end) {
-        std::vector<A> k(s.C), acc(2 * s.C);
-        std::vector<double> s1(s.C), s2(s.C);
-        for (i64 n = begin; n < end; n++) {
-            slab_moments<T, A>(x + n * s.HW * s.C, s.HW, s.C, k, acc, s1, s2);
-            for (i64 c = 0; c < s.C; c++) {
-                const double offset = s1[c] / s.HW;
-                mean[n * s.C + c] = k[c] + offset;
-                var[n * s.C + c] = std::max(s2[c] / s.HW - offset * offset, 0.0);
-            }
-        }
+        SampleMoments<T, A> moments(s.C);
+        for (i64 n = begin; n < end; n++) moments(x, s, n, mean.data(), var.data());
     });
 }
 
@@ -602,11 +614,20 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
     Tensor mean_t = at::empty({s.N, s.C}, stats), q_t = at::empty({s.N, s.C}, stats);
     Tensor batch_mean_t = at::empty({given ? 0 : s.C}, stats), batch_var_t = at::empty({given ? 0 : s.C}, stats);
     std::vector<double> mean, var, batch_mean, batch_var;
+    // With batch_var given (eval) a plane's output needs only its own moments: each plane (channels_last: each
+    // sample, where there is a sample per thread) is read for its moments and then for its output while it is
+    // in cache, one pass over memory instead of two.
+    const bool per_plane = given && (!s.nhwc || s.N >= at::get_num_threads());
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "evonorm_b_forward", [&] {
         using A = typename AccOf<scalar_t>::type;
         const scalar_t* xp = x.const_data_ptr<scalar_t>();
-        plane_moments<scalar_t, A>(xp, s, mean, var);
-        if (batch_var_in.has_value()) {
+        if (per_plane) {
+            mean.resize(NC);
+            var.resize(NC);
+        } else {
+            plane_moments<scalar_t, A>(xp, s, mean, var);
+        }
+        if (given) {
             batch_var = as_double(*batch_var_in);
         } else {
             batch_mean = sum_over_batch(s.N, s.C, [&](i64 n, i64 c) { return mean[n * s.C + c] / s.N; });
@@ -626,16 +647,41 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
             return q_out[nc];
         };
         scalar_t* yp = y.data_ptr<scalar_t>();
-        if (!s.nhwc) {  // a plane's q and p, then its output with them in registers
-            for_each_index(NC, s.HW, [&](i64 nc) {
-                const i64 n = nc / s.C, c = nc % s.C;
-                const A q = plane_q(nc);
-                b_output_plane<scalar_t, A>(xp + nc * s.HW, yp + nc * s.HW, s.HW, sb[c], b_slope(variant, v, c, q), q,
-                                            w(n, c), b(n, c));
+        if (!s.nhwc) {
+            // Runs of planes of about PLANE_RUN elements: (eval) their moments, then their q, then each plane's
+            // output with its p and q in registers. Small planes (7 x 7) stay in L1 from the moments to the output,
+            // and the run's sums and square roots, independent of each other, overlap instead of each plane's
+            // output waiting on its own.
+            const i64 run = std::max<i64>(1, PLANE_RUN / s.HW), runs = (NC + run - 1) / run;
+            for_each_index(runs, run * s.HW, [&](i64 r) {
+                const i64 nc0 = r * run, nc1 = std::min(NC, nc0 + run);
+                if (per_plane)
+                    for (i64 nc = nc0; nc < nc1; nc++) run_moments<scalar_t, A>(xp + nc * s.HW, s.HW, mean[nc], var[nc]);
+                for (i64 nc = nc0; nc < nc1; nc++) plane_q(nc);
+                for (i64 nc = nc0; nc < nc1; nc++) {
+                    const i64 n = nc / s.C, c = nc % s.C;
+                    const A q = q_out[nc];
+                    b_output_plane<scalar_t, A>(xp + nc * s.HW, yp + nc * s.HW, s.HW, sb[c], b_slope(variant, v, c, q),
+                                                q, w(n, c), b(n, c));
+                }
             });
             return;
         }
         std::vector<A> p(NC);
+        if (per_plane) {  // a sample's moments, p and q, then its rows
+            at::parallel_for(0, s.N, grain(s.HW * s.C), [&](i64 begin, i64 end) {
+                SampleMoments<scalar_t, A> moments(s.C);
+                for (i64 n = begin; n < end; n++) {
+                    moments(xp, s, n, mean.data(), var.data());
+                    const i64 nc0 = n * s.C;
+                    for (i64 c = 0; c < s.C; c++) p[nc0 + c] = b_slope(variant, v, c, plane_q(nc0 + c));
+                    for (i64 off = nc0 * s.HW; off < (nc0 + s.C) * s.HW; off += s.C)
+                        b_output_row<scalar_t, A>(xp + off, yp + off, s.C, sb.data(), p.data() + nc0, q_out + nc0,
+                                                  w.row(n), b.row(n));
+                }
+            });
+            return;
+        }
         for_each_index(NC, 4, [&](i64 nc) { p[nc] = b_slope(variant, v, nc % s.C, plane_q(nc)); });
         for_each_index(s.N * s.HW, s.C, [&](i64 row) {
             const i64 n = row / s.HW, off = row * s.C;
