@@ -13,6 +13,8 @@ divided by the wrong baseline, a lost compile time or a minimum in the wrong uni
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch import nn
@@ -83,6 +85,7 @@ class LayerCosts:
 
     def __init__(self) -> None:
         self.seen: list[tuple[nn.Module, torch.Tensor, bool]] = []  # (module, input, compiled)
+        self.inference_mode: list[bool] = []  # per forward: whether it ran under torch.inference_mode
         self.compiled: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
         self.timer_calls: list[tuple[int, int, torch.device]] = []
         self._ran: list[tuple[nn.Module, torch.Tensor]] = []
@@ -91,9 +94,13 @@ class LayerCosts:
     def watched(self, make):
         def build(channels: int) -> nn.Module:
             module = make(channels).double()
-            module.register_forward_hook(lambda m, args, out: self._ran.append((m, args[0])))
+            module.register_forward_hook(self.record)
             return module
         return build
+
+    def record(self, module: nn.Module, args: tuple, out: torch.Tensor) -> None:
+        self._ran.append((module, args[0]))
+        self.inference_mode.append(torch.is_inference_mode_enabled())
 
     def compile_layer(self, module, step_input, grad):
         self.compiled.append((module, step_input, grad))
@@ -136,9 +143,12 @@ def kinds_by_name() -> dict[str, str]:
     return {name: kind(make(8)) for name, make in bench.layer_factories(False).items()}
 
 
-@pytest.mark.parametrize("argv", [[], ["--eval", "--channels-last"]])
+@pytest.mark.parametrize("argv", [[], ["--eval", "--channels-last"], ["--inference"]])
 def test_each_layer_row_against_its_hand_computed_baseline_times_and_bytes(monkeypatch, argv):
+    """Forward + backward (train or eval mode), or with --inference one forward under inference_mode in eval mode,
+    which keeps nothing for backward and counts 3 passes over the input instead of 8."""
     shape = (2, 8, 28, 27)
+    inference = "--inference" in argv
     results, costs = run_table(monkeypatch, argv, shape, torch.device("cpu"))
     input_bytes = 2 * 8 * 28 * 27 * 8  # float64
     assert costs.timer_calls == [(3, 2, torch.device("cpu"))]
@@ -158,8 +168,10 @@ def test_each_layer_row_against_its_hand_computed_baseline_times_and_bytes(monke
         assert r.ratio == pytest.approx(median / base_median) and r.min_ratio == pytest.approx(minimum / base_minimum)
         assert r.copy_ms == pytest.approx(COPY_MS[0])
         assert r.compile_s == (COMPILE_S[kinds[eager]] if r.compiled else 0.0)
-        if r.compiled:
-            assert r.saved_bytes == 0  # not measured for compiled layers
+        assert r.step == ("inference" if inference else "fwd+bwd") and r.passes == (3 if inference else 8)
+        assert r.roofline == pytest.approx(r.passes * COPY_MS[0] / (2 * median))
+        if r.compiled or inference:
+            assert r.saved_bytes == 0  # not measured for compiled layers; nothing kept in inference
         elif name.endswith("(fused)"):
             assert input_bytes <= r.saved_bytes <= 1.1 * input_bytes  # the fused layers keep their input only
         elif name.endswith("(reference)"):
@@ -169,11 +181,14 @@ def test_each_layer_row_against_its_hand_computed_baseline_times_and_bytes(monke
     assert sorted(kind(m) for m, _, c in costs.seen if c) == sorted(kinds[n] for n in COMPILED)
     assert len(costs.seen) == len(rows)
     for module, x, _ in costs.seen:
-        assert module.training == ("--eval" not in argv)
+        assert module.training == ("--eval" not in argv and not inference)
         assert x.shape == shape and x.dtype == torch.float64 and x.is_contiguous(memory_format=layout)
+    timed = costs.inference_mode[:len(costs.seen)]  # the timed forwards (saved_bytes' come after them)
+    assert timed == [inference] * len(costs.seen)
     for module, x, grad in costs.compiled:  # each compiled layer: a module of its own, compiled on that input
         assert not any(module is m for m, _, c in costs.seen if not c)
-        assert x.shape == grad.shape == shape and x.is_contiguous(memory_format=layout)
+        assert x.shape == shape and x.is_contiguous(memory_format=layout)
+        assert grad is None if inference else grad.shape == shape
 
 
 def test_layers_and_their_input_are_on_the_device_given(monkeypatch):
@@ -327,3 +342,49 @@ def test_model_pairs_times_memory_and_compile_times_by_hand(monkeypatch, arch, c
         assert x.device == device and x.is_contiguous(memory_format=layout) and model.training
         conv = next(m for m in model.modules() if isinstance(m, nn.Conv2d) and m.groups == 1 and m.kernel_size == (3, 3))
         assert conv.weight.device == device and conv.weight.is_contiguous(memory_format=layout)
+
+
+def test_the_matrix_times_each_combination_once_and_holds_it_to_its_targets(monkeypatch, tmp_path, capsys):
+    """--matrix: every layout x dtype x pass at every --matrix-batches batch, the shapes' channels and planes at that
+    batch, native and fused layers only, nothing compiled; each cell's targets are its own (roofline rows only for
+    fwd+bwd at the largest batch), and a slow layer in one cell is a miss of that cell alone."""
+    calls = []
+
+    def table(shape, layers, compiled_names, args, device, dtype):
+        calls.append((shape, args.channels_last, dtype, args.inference, args.eval, tuple(compiled_names),
+                      tuple(sorted(layers))))
+        slow = args.channels_last and dtype is torch.bfloat16 and args.inference and shape == (2, 8, 7, 7)
+        return [bench.LayerResult(name, shape, bench.baseline_of(name), 1.0, 1.0, 0, 4, ratio=1.0, min_ratio=1.0,
+                                  copy_ms=0.5, step="inference" if args.inference else "fwd+bwd")
+                for name in layers if "(native)" in name] + [
+                bench.LayerResult(name, shape, bench.baseline_of(name), 0.8, 0.7, 0, 4,
+                                  ratio=1.25 if slow and name == "evonorm_b1 (fused)" else 0.8, min_ratio=0.7,
+                                  copy_ms=0.5, step="inference" if args.inference else "fwd+bwd")
+                for name in layers if "(fused)" in name]
+
+    monkeypatch.setattr(bench, "bench_shape", table)
+    out = tmp_path / "matrix.json"
+    assert bench.main(["--matrix", "--shapes", "4x8x28x28", "4x8x7x7", "--json", str(out), "--plot", ""]) == 0
+    fused = tuple(sorted(f"{n} (fused)" for n in bench.EVONORMS))
+    assert all(c[4:] == (False, (), tuple(sorted([BN_RELU, GN_RELU, GN_SILU, *fused]))) for c in calls)
+    combos = {(shape, cl, dtype, inference) for shape, cl, dtype, inference, *_ in calls}
+    assert len(calls) == len(combos) == 2 * 2 * 2 * 2 * 2  # layouts, dtypes, passes, batches, shapes
+    assert {shape for shape, *_ in calls} == {(16, 8, 28, 28), (16, 8, 7, 7), (2, 8, 28, 28), (2, 8, 7, 7)}
+    cells = json.loads(out.read_text())["cells"]
+    assert [(c["layout"], c["dtype"], c["step"], c["batch"]) for c in cells] == [
+        (layout, dtype, step, batch) for layout in ("NCHW", "channels_last") for dtype in ("float32", "bfloat16")
+        for step in ("fwd+bwd", "inference") for batch in (16, 2)]
+    for c in cells:
+        roofline = [t for t in c["targets"] if "copy rate" in t["target"]]
+        assert len(roofline) == (6 if (c["step"], c["batch"]) == ("fwd+bwd", 16) else 0)  # 28 x 28 only
+        assert len(c["targets"]) - len(roofline) == 12 and all(f" {c['step']} vs " in t["target"]
+                                                               for t in c["targets"] if t not in roofline)
+    missed = [(c["layout"], c["dtype"], c["step"], c["batch"], t["target"]) for c in cells for t in c["targets"]
+              if not t["met"]]
+    assert missed == [("channels_last", "bfloat16", "inference", 2,
+                       "evonorm_b1 inference vs bn_relu (native) at 2x8x7x7")]
+    printed = capsys.readouterr().out
+    assert ("channels_last bfloat16 inference batch 2: 11 of 12 targets met; worst S 0.80x (evonorm_s0 at 2x8x28x28); "
+            "worst B 1.25x (evonorm_b1 at 2x8x7x7); MISS: evonorm_b1 inference vs bn_relu (native) at 2x8x7x7 1.25"
+            in printed)
+    assert "matrix: 215 of 216 targets met in 16 combinations" in printed

@@ -66,6 +66,26 @@ def test_layer_table_targets_and_json(tmp_path, capsys):
     assert "copy_ (x -> buffer)" in printed and "GB/s read + write" in printed
 
 
+def test_matrix_times_real_layers_in_every_combination(tmp_path):
+    """--matrix on a small shape: 16 combinations of the real layers (natives and the fused EvoNorms asked for),
+    their input in the combination's dtype (bytes per element) at its batch, a PNG heat map."""
+    out, png = tmp_path / "matrix.json", tmp_path / "matrix.png"
+    argv = ["--matrix", "--shapes", "1x8x6x6", "--matrix-batches", "3", "1", "--layers", "s0", "b0", "--reps", "1",
+            "--warmup", "0", "--threads", "1", "--json", str(out), "--plot", str(png)]
+    assert bench.main(argv) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    cells = json.loads(out.read_text())["cells"]
+    assert len(cells) == 16
+    for c in cells:
+        rows = {r["layer"]: r for r in c["layers"]}
+        assert set(rows) == {"bn_relu (native)", "gn_relu (native)", "gn_silu (native)", "evonorm_s0 (fused)",
+                             "evonorm_b0 (fused)"}
+        size = {"float32": 4, "bfloat16": 2}[c["dtype"]]
+        assert all(r["shape"] == [c["batch"], 8, 6, 6] and r["input_bytes"] == c["batch"] * 8 * 36 * size
+                   and r["step"] == c["step"] and r["ms"] > 0 for r in rows.values())
+        assert (rows["evonorm_s0 (fused)"]["saved_bytes"] > 0) == (c["step"] == "fwd+bwd")
+
+
 def test_host_profile_names_the_layers_own_calls(tmp_path, capsys):
     """--profile-host times each layer's eager fwd+bwd and lists, per step, the functions that take the host
     time: the fused S0's list holds its operators, the native baseline's its ATen call."""
@@ -95,6 +115,7 @@ def test_host_profile_names_the_layers_own_calls(tmp_path, capsys):
         (["--device", "tpu9"], "is not a torch device"),
         (["--compiled-layers", "evonorm_x9"], "'evonorm_x9' is not one of"),
         (["--profile-host", "--profile-top", "0"], "--profile-top must be at least 1, got 0"),
+        (["--matrix", "--matrix-batches", "16", "0"], "--matrix-batches must be at least 1, got 0"),
     ],
 )
 def test_bad_flags_name_the_value(capsys, argv, message):

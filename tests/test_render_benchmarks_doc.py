@@ -14,7 +14,7 @@ RESULTS = ROOT / "docs" / "results"
 
 def test_placeholders_become_blocks_and_rendering_is_stable():
     doc = ("intro\n\nRESULTS_CAPTURE\n\nmiddle\n\nRESULTS_BENCHMARK\n\n### gpu\n\nRESULTS_BENCHMARK_CUDA\n\n"
-           "### compiled\n\nRESULTS_COMPILED\n")
+           "### matrix\n\nRESULTS_MATRIX\n\n### compiled\n\nRESULTS_COMPILED\n")
     once = render.render_all(doc, RESULTS)
     for name in render.BLOCKS:
         assert f"<!-- {name}:" in once and f"<!-- /{name} -->" in once
@@ -24,8 +24,10 @@ def test_placeholders_become_blocks_and_rendering_is_stable():
 
 
 def test_blocks_report_what_the_json_says():
-    doc = render.render_all("RESULTS_CAPTURE\nRESULTS_BENCHMARK\nRESULTS_BENCHMARK_CUDA\nRESULTS_COMPILED\n", RESULTS)
-    cpu_block, cuda_block = doc.split("<!-- /RESULTS_BENCHMARK -->")
+    doc = render.render_all("RESULTS_CAPTURE\nRESULTS_BENCHMARK\nRESULTS_BENCHMARK_CUDA\nRESULTS_MATRIX\n"
+                            "RESULTS_COMPILED\n", RESULTS)
+    cpu_block, rest = doc.split("<!-- /RESULTS_BENCHMARK -->")
+    cuda_block, matrix_block = rest.split("<!-- /RESULTS_BENCHMARK_CUDA -->")
     for block, name in ((cpu_block, "benchmark_layers.json"), (cuda_block, "benchmark_layers_cuda.json")):
         bench = json.loads((RESULTS / name).read_text())
         missed = [t for t in bench["targets"] if not t["met"]]
@@ -35,6 +37,14 @@ def test_blocks_report_what_the_json_says():
     bn_relu = next(r for r in bench["layers"] if r["layer"] == "bn_relu (native)")
     assert f"| bn_relu (native) | bn_relu | {bn_relu['ms']:.3g} ms |" in cuda_block  # sub-millisecond GPU times
     assert "the C++ kernels are CPU-only" in cuda_block and "EvoNorm CPU kernels" not in cuda_block
+    matrix = json.loads((RESULTS / "benchmark_matrix.json").read_text())["cells"]
+    targets = [t for c in matrix for t in c["targets"]]
+    missed = [t for t in targets if not t["met"]]
+    assert f"matrix's targets in this run: {len(targets) - len(missed)} of {len(targets)} met" in matrix_block
+    assert matrix_block.count("- **MISS**") == len(missed)
+    for c in matrix:  # one row per combination, with its count of targets met
+        assert (f"| {c['layout']} | {c['dtype']} | {c['step']} | {c['batch']} | " in matrix_block
+                and f"| {sum(t['met'] for t in c['targets'])} of {len(c['targets'])} |" in matrix_block)
     capture = json.loads((RESULTS / "capture_resnet50.json").read_text())["results"]
     assert f"{sum(r['ok'] for r in capture)} of {len(capture)} checks passed" in doc
     assert "Command: `python tools/benchmark_layers.py" in doc and "load average" in doc
@@ -66,3 +76,30 @@ def test_roofline_table_and_at_least_targets():
     assert render.target_line({"target": "t", "ratio": 0.25, "limit": 0.5, "at_least": True}) == \
         "t: 25 % (target >= 50 %)"
     assert render.target_line({"target": "t", "ratio": 1.25, "limit": 1.0}) == "t: 1.25x (target <= 1.0x)"
+
+
+def test_matrix_rows_show_the_slowest_layer_of_each_series(tmp_path):
+    """One row per combination: per shape the largest S ratio and the largest B ratio, bold above 1.0; each missed
+    target listed with its combination."""
+    def row(layer, shape, ratio):
+        return {"layer": layer, "shape": shape, "ratio": ratio}
+
+    cell = {"layout": "channels_last", "dtype": "bfloat16", "step": "inference", "batch": 2,
+            "layers": [row("evonorm_s0 (fused)", [2, 8, 7, 7], 0.5), row("evonorm_s1 (fused)", [2, 8, 7, 7], 0.75),
+                       row("evonorm_b0 (fused)", [2, 8, 7, 7], 1.25), row("evonorm_b2 (fused)", [2, 8, 7, 7], 0.25),
+                       row("bn_relu (native)", [2, 8, 7, 7], 1.0)],
+            "targets": [{"target": "evonorm_b0 inference vs bn_relu (native) at 2x8x7x7", "ratio": 1.25, "limit": 1.0,
+                         "met": False},
+                        {"target": "evonorm_s1 inference vs gn_silu (native) at 2x8x7x7", "ratio": 0.75, "limit": 1.0,
+                         "met": True}]}
+    path = tmp_path / "matrix.json"
+    path.write_text(json.dumps({"config": {"device": "cpu", "threads": 2, "reps": 3, "warmup": 1},
+                                "command": "python tools/benchmark_layers.py --matrix", "torch": "2.x",
+                                "kernels": "installed", "load_average": [0.1, 0.1, 0.1], "cells": [cell]}))
+    block = render.render_matrix(path, "m.png")
+    assert "| layout | dtype | pass | batch | S 8x7x7 | B 8x7x7 | targets met |" in block
+    assert "| channels_last | bfloat16 | inference | 2 | 0.75 | **1.25** | 1 of 2 |" in block
+    assert "targets in this run: 1 of 2 met" in block
+    assert ("- **MISS** channels_last bfloat16 batch 2: evonorm_b0 inference vs bn_relu (native) at 2x8x7x7: 1.25x "
+            "(target <= 1.0x)") in block
+    assert "![layer matrix](m.png)" in block and "is outside this checkout" in block

@@ -5,8 +5,8 @@ Per layer and input shape, in one process with interleaved repetitions (medians 
 warm-up, so a noisy shared machine shifts all layers alike), it measures:
 
 * the time of one forward + backward pass with a dense upstream gradient (train mode
-  unless ``--eval``), eager, and compiled with ``torch.compile`` for the layers of
-  ``--compiled-layers`` and their baselines;
+  unless ``--eval``; with ``--inference`` one forward in eval mode under ``torch.inference_mode``),
+  eager, and compiled with ``torch.compile`` for the layers of ``--compiled-layers`` and their baselines;
 * the bytes autograd keeps for backward, counted with ``torch.autograd.graph.saved_tensors_hooks``
   (each stored tensor once), also as a multiple of the input's bytes;
 
@@ -26,6 +26,7 @@ can take 3-20 s), so there the minimum's ratio is the one to read.
     python tools/benchmark_layers.py --shapes 16x64x56x56 --reps 30 --json bench.json
     python tools/benchmark_layers.py --device cuda --dtype bfloat16 --model-batch 8 --model-size 224
     python tools/benchmark_layers.py --profile-host --shapes 2x64x8x8 --layers "s0 (fused)"   # host time, by call
+    python tools/benchmark_layers.py --matrix     # every layout x dtype x pass x batch combination, layers only
 
 The speed targets (:data:`TARGETS`, docs/benchmarks.md) are checked at the end
 (``--no-targets`` to skip): every fused EvoNorm's fwd+bwd no slower than its baseline (1.0x), eager and
@@ -37,7 +38,13 @@ input, 2 passes), and each layer's ``copy %`` is the rate it would move 8 passes
 (:data:`TRAFFIC_PASSES`: the forward reads x for the moments, then reads x and writes y; the backward
 reads x and dy for the per-plane sums, then reads x and dy and writes dx) as a fraction of the copy's
 rate, ``8 * copy_ms / (2 * ms)``. A layer whose plane groups stay in cache between its passes needs
-fewer passes (5), so it can exceed 100 %.
+fewer passes (5), so it can exceed 100 %. An inference forward counts 3 (:data:`INFERENCE_PASSES`).
+
+The matrix (``--matrix``): the fused EvoNorms against their native baselines at every shape in each
+combination of memory layout (NCHW, channels_last), dtype (float32, bfloat16), pass (fwd+bwd in train
+mode, inference alone) and batch (``--matrix-batches``, default 16 and 2), without the compiled columns
+and the model steps; one summary line per combination, every ratio held to its 1.0x target, written to
+``docs/results/benchmark_matrix.json`` and ``.png``. About 10 minutes on 2 quiet cores.
 
 A tool, not part of the library: ``evonorm_core`` does not import it.
 """
@@ -86,6 +93,11 @@ COPY = "copy_ (x -> buffer)"
 # in cache between passes: forward 3 (read x for the moments, read x and write y), backward 5 (read x
 # and dy for the per-plane sums, read x and dy and write dx). A copy_ makes 2 (read, write).
 TRAFFIC_PASSES, COPY_PASSES = 8, 2
+# An inference forward: read x for the moments, then read x and write y.
+INFERENCE_PASSES = 3
+# --matrix: (channels_last, dtype, inference) combinations, each at every --matrix-batches batch
+MATRIX = [(channels_last, dtype, inference) for channels_last in (False, True) for dtype in ("float32", "bfloat16")
+          for inference in (False, True)]
 
 
 class NativeNormAct(nn.Sequential):
@@ -240,28 +252,40 @@ class LayerResult:
     ratio: float = float("nan")
     min_ratio: float = float("nan")
     copy_ms: float = float("nan")  # median of copy_ of the same input, timed in the same rounds
+    step: str = "fwd+bwd"  # or "inference": one forward under torch.inference_mode
 
     @property
     def saved_ratio(self) -> float:
         return self.saved_bytes / self.input_bytes
 
     @property
+    def passes(self) -> int:
+        return INFERENCE_PASSES if self.step == "inference" else TRAFFIC_PASSES
+
+    @property
     def roofline(self) -> float:
-        """The fraction of the copy rate the fwd+bwd reaches, counting :data:`TRAFFIC_PASSES` over the input:
-        ``(TRAFFIC_PASSES * bytes / ms) / (COPY_PASSES * bytes / copy_ms)``."""
-        return TRAFFIC_PASSES * self.copy_ms / (COPY_PASSES * self.ms)
+        """The fraction of the copy rate the step reaches, counting :attr:`passes` over the input:
+        ``(passes * bytes / ms) / (COPY_PASSES * bytes / copy_ms)``."""
+        return self.passes * self.copy_ms / (COPY_PASSES * self.ms)
 
 
-def layer_step(layer: Callable[[Tensor], Tensor], x: Tensor, grad: Tensor) -> Callable[[], None]:
+def layer_step(layer: Callable[[Tensor], Tensor], x: Tensor, grad: Tensor | None) -> Callable[[], None]:
+    """One forward + backward with ``grad`` as the upstream gradient; with ``grad`` None one forward under
+    ``torch.inference_mode`` (inference alone: no graph is built)."""
     def step() -> None:
+        if grad is None:
+            with torch.inference_mode():
+                layer(x)
+            return
         inp = x.detach().requires_grad_()
         layer(inp).backward(grad)
 
     return step
 
 
-def compile_layer(module: nn.Module, step_input: Tensor, grad: Tensor) -> tuple[Callable[[Tensor], Tensor], float]:
-    """``torch.compile(module, fullgraph=True)``, compiled (forward and backward) before timing."""
+def compile_layer(module: nn.Module, step_input: Tensor, grad: Tensor | None) -> tuple[Callable[[Tensor], Tensor], float]:
+    """``torch.compile(module, fullgraph=True)``, compiled (forward and backward; forward alone if ``grad``
+    is None) before timing."""
     start = time.perf_counter()
     compiled = torch.compile(module, fullgraph=True)
     layer_step(compiled, step_input, grad)()
@@ -282,12 +306,13 @@ def placed(module: nn.Module, x: Tensor) -> nn.Module:
 def bench_shape(shape, layers: dict, compiled_names: list[str], args, device, dtype) -> list[LayerResult]:
     layout = torch.channels_last if args.channels_last else torch.contiguous_format
     x = torch.randn(shape, device=device, dtype=dtype).contiguous(memory_format=layout)
-    grad = torch.randn_like(x)
-    modules = {name: placed(make(shape[1]), x).train(not args.eval) for name, make in layers.items()}
+    grad = None if args.inference else torch.randn_like(x)
+    training = not (args.eval or args.inference)
+    modules = {name: placed(make(shape[1]), x).train(training) for name, make in layers.items()}
     callables: dict[str, Callable[[Tensor], Tensor]] = dict(modules)
     compile_s: dict[str, float] = {}
     for name in compiled_names:
-        module = placed(layers[name](shape[1]), x).train(not args.eval)
+        module = placed(layers[name](shape[1]), x).train(training)
         callables[name + COMPILED], compile_s[name + COMPILED] = compile_layer(module, x, grad)
     steps = {name: layer_step(fn, x, grad) for name, fn in callables.items()}
     buffer = torch.empty_like(x)
@@ -296,11 +321,12 @@ def bench_shape(shape, layers: dict, compiled_names: list[str], args, device, dt
     copy_ms = statistics.median(times[COPY]) * 1e3
     results = []
     for name, fn in callables.items():
-        kept = saved_bytes(lambda fn=fn: fn(x.detach().requires_grad_())) if name in modules else 0
+        kept = saved_bytes(lambda fn=fn: fn(x.detach().requires_grad_())) if name in modules and grad is not None else 0
         base = baseline_of(name) + (COMPILED if name in compile_s else "")
         ms = statistics.median(times[name]) * 1e3, min(times[name]) * 1e3
         results.append(LayerResult(name, shape, base, *ms, kept, x.numel() * x.element_size(),
-                                   compiled=name in compile_s, compile_s=compile_s.get(name, 0.0), copy_ms=copy_ms))
+                                   compiled=name in compile_s, compile_s=compile_s.get(name, 0.0), copy_ms=copy_ms,
+                                   step="inference" if args.inference else "fwd+bwd"))
     by_name = {r.layer: r for r in results}
     for r in results:
         if r.baseline in by_name:
@@ -393,7 +419,7 @@ def format_layer_table(results: list[LayerResult]) -> str:
         r = results[0]
         rate = COPY_PASSES * r.input_bytes / r.copy_ms / 1e6
         lines.append(f"{'x'.join(map(str, r.shape)):<14} {COPY:<34} {r.copy_ms:>9.2f} "
-                     f"({rate:.1f} GB/s read + write; copy % counts {TRAFFIC_PASSES} passes of fwd+bwd at this rate)")
+                     f"({rate:.1f} GB/s read + write; copy % counts {r.passes} passes of {r.step} at this rate)")
     for r in results:
         shape = "x".join(map(str, r.shape))
         saved = f"{r.saved_bytes / 2**20:>9.2f} {r.saved_ratio:>8.2f}" if not r.compiled else f"{'-':>9} {'-':>8}"
@@ -414,8 +440,9 @@ def format_model_lines(results: list[ModelResult]) -> str:
     return "\n".join(lines)
 
 
-def target_rows(layers: list[LayerResult], models: list[ModelResult]) -> list[dict]:
-    """Each speed target (:data:`TARGETS`) with the measured median ratio and whether it is met."""
+def target_rows(layers: list[LayerResult], models: list[ModelResult], roofline: bool = True) -> list[dict]:
+    """Each speed target (:data:`TARGETS`) with the measured median ratio and whether it is met; the roofline
+    targets (fwd+bwd steps at memory-bound shapes) only if ``roofline``."""
     rows = []
     for r in layers:
         base = r.layer.split(" (")[0]
@@ -423,9 +450,9 @@ def target_rows(layers: list[LayerResult], models: list[ModelResult]) -> list[di
             continue
         kind = "compiled" if r.compiled else ("s_eager" if "_s" in base else "b_eager")
         shape = "x".join(map(str, r.shape))
-        rows.append({"target": f"{base}{' compiled' if r.compiled else ''} fwd+bwd vs {r.baseline} at {shape}",
+        rows.append({"target": f"{base}{' compiled' if r.compiled else ''} {r.step} vs {r.baseline} at {shape}",
                      "ratio": r.ratio, "limit": TARGETS[kind]})
-        if not r.compiled and r.shape[2] * r.shape[3] >= ROOFLINE_MIN_PLANE:
+        if roofline and r.step == "fwd+bwd" and not r.compiled and r.shape[2] * r.shape[3] >= ROOFLINE_MIN_PLANE:
             rows.append({"target": f"{base} fwd+bwd fraction of the copy rate at {shape}", "ratio": r.roofline,
                          "limit": ROOFLINE_TARGET, "at_least": True})
     for m in models:
@@ -451,9 +478,10 @@ def plot(results: list[LayerResult], models: list[ModelResult], path: str) -> No
     backward, and the whole-model steps (time and peak memory ratios), each with its target."""
     plt = pyplot()  # matplotlib: an optional dependency, imported only for --plot
     shapes = list(dict.fromkeys(r.shape for r in results))
+    step = results[0].step if results else "fwd+bwd"
     panels = [
-        ("fwd+bwd time / baseline (eager)", lambda r: not r.compiled, "ratio"),
-        ("fwd+bwd time / baseline (compiled)", lambda r: r.compiled, "ratio"),
+        (f"{step} time / baseline (eager)", lambda r: not r.compiled, "ratio"),
+        (f"{step} time / baseline (compiled)", lambda r: r.compiled, "ratio"),
         ("bytes kept for backward / input", lambda r: not r.compiled, "saved_ratio"),
     ]
     fig, axes = plt.subplots(len(panels) + 1, 1, figsize=(12, 4 * (len(panels) + 1)))
@@ -479,6 +507,77 @@ def plot(results: list[LayerResult], models: list[ModelResult], path: str) -> No
     ax.set_xticks(list(xs), labels, fontsize=8, rotation=20, ha="right")
     ax.set_ylabel("train step / GN-ReLU or BN-ReLU")
     ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def matrix_layers(args) -> dict[str, Callable[[int], nn.Module]]:
+    """The matrix's layers: the native baselines and the fused EvoNorms (``--layers`` narrows the EvoNorms)."""
+    layers, _ = select_layers(argparse.Namespace(**{**vars(args), "compiled_layers": []}))
+    return {n: make for n, make in layers.items() if "(native)" in n or "(fused)" in n}
+
+
+def bench_matrix(args) -> list[dict]:
+    """The layer table of :func:`matrix_layers` in each combination of :data:`MATRIX` at each ``--matrix-batches``
+    batch (the shapes' channels and planes), with its targets (the roofline ones for fwd+bwd at the largest batch);
+    one line printed per combination."""
+    layers, cells = matrix_layers(args), []
+    for channels_last, dtype, inference in MATRIX:
+        for batch in args.matrix_batches:
+            cell_args = argparse.Namespace(**{**vars(args), "channels_last": channels_last, "inference": inference,
+                                              "eval": False})
+            results = [r for shape in args.shapes
+                       for r in bench_shape((batch, *shape[1:]), layers, [], cell_args, args.device, DTYPES[dtype])]
+            cell = {"layout": "channels_last" if channels_last else "NCHW", "dtype": dtype,
+                    "step": "inference" if inference else "fwd+bwd", "batch": batch,
+                    "layers": [asdict(r) | {"saved_ratio": r.saved_ratio, "roofline": r.roofline} for r in results],
+                    "targets": target_rows(results, [], roofline=not inference and batch == max(args.matrix_batches))}
+            print(format_cell(cell), flush=True)
+            cells.append(cell)
+    return cells
+
+
+def cell_label(cell: dict) -> str:
+    return f"{cell['layout']} {cell['dtype']} {cell['step']} batch {cell['batch']}"
+
+
+def worst_ratio(cell: dict, series: str, shape: tuple[int, ...] | None = None) -> dict | None:
+    """The fused EvoNorm row of ``series`` ("s" or "b") with the largest median ratio (at ``shape`` if given)."""
+    rows = [r for r in cell["layers"] if r["layer"].startswith(f"evonorm_{series}") and
+            (shape is None or tuple(r["shape"][1:]) == tuple(shape))]
+    return max(rows, key=lambda r: r["ratio"]) if rows else None
+
+
+def format_cell(cell: dict) -> str:
+    """One line: the targets met, the worst S and B ratios, the misses."""
+    targets = cell["targets"]
+    parts = [f"{cell_label(cell)}: {sum(t['met'] for t in targets)} of {len(targets)} targets met"]
+    for series in ("s", "b"):
+        if (r := worst_ratio(cell, series)) is not None:
+            parts.append(f"worst {series.upper()} {r['ratio']:.2f}x ({r['layer'].split(' (')[0]} at "
+                         f"{'x'.join(map(str, r['shape']))})")
+    missed = [f"{t['target']} {t['ratio']:.2f}" for t in targets if not t["met"]]
+    return "; ".join(parts) + (f"; MISS: {', '.join(missed)}" if missed else "")
+
+
+def plot_matrix(cells: list[dict], path: str) -> None:
+    """A heat map: one row per combination, one column per shape and series, the worst fused ratio in each."""
+    plt = pyplot()
+    shapes = list(dict.fromkeys(tuple(r["shape"][1:]) for c in cells for r in c["layers"]))
+    columns = [(shape, series) for shape in shapes for series in ("s", "b")]
+    values = [[(r["ratio"] if (r := worst_ratio(c, series, shape)) else math.nan) for shape, series in columns]
+              for c in cells]
+    fig, ax = plt.subplots(figsize=(1.3 * len(columns) + 3, 0.45 * len(cells) + 1.5))
+    image = ax.imshow(values, cmap="RdYlGn_r", vmin=0.0, vmax=2.0, aspect="auto")
+    for i, row in enumerate(values):
+        for j, v in enumerate(row):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, fontweight="bold" if v > 1.0 else None)
+    ax.set_xticks(range(len(columns)), [f"{series.upper()} {'x'.join(map(str, shape))}" for shape, series in columns],
+                  rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(cells)), [cell_label(c) for c in cells], fontsize=8)
+    ax.set_title("worst fused EvoNorm time / baseline (S: GN-SiLU, B: BN-ReLU); target <= 1.00", fontsize=9)
+    fig.colorbar(image, ax=ax, fraction=0.03)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -571,6 +670,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
     p.add_argument("--channels-last", action="store_true", help="use the channels_last memory layout (default NCHW)")
     p.add_argument("--eval", action="store_true", help="benchmark layers in eval mode (default train mode)")
+    p.add_argument("--inference", action="store_true",
+                   help="time inference alone: one forward in eval mode under torch.inference_mode, no backward "
+                        "(default forward + backward)")
+    p.add_argument("--matrix", action="store_true",
+                   help="only the layer matrix: fused EvoNorms and native baselines (no compiled columns, no model "
+                        "step) in every combination of NCHW/channels_last, float32/bfloat16, fwd+bwd/inference and "
+                        "--matrix-batches; --shapes give the channels and planes (default JSON "
+                        "docs/results/benchmark_matrix.json, PNG docs/results/benchmark_matrix.png)")
+    p.add_argument("--matrix-batches", nargs="+", type=int, default=[16, 2], metavar="N",
+                   help="with --matrix: the batch sizes each shape is timed at (default 16 2)")
     p.add_argument("--reps", type=int, default=15, help="timed repetitions per layer and shape (default 15)")
     p.add_argument("--warmup", type=int, default=3, help="untimed repetitions before timing (default 3)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2, this machine's cores)")
@@ -592,8 +701,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="write every number to this JSON file (default docs/results/benchmark_layers.json, with "
                         "--compare-compiled docs/results/compiled_choice.json, with --profile-host "
                         "docs/results/host_profile.json; '' for none)")
-    p.add_argument("--plot", metavar="PATH", default="docs/results/benchmark_layers.png",
-                   help="draw the ratios into this PNG file (default docs/results/benchmark_layers.png; '' for none)")
+    p.add_argument("--plot", metavar="PATH", default=None,
+                   help="draw the ratios into this PNG file (default docs/results/benchmark_layers.png, with --matrix "
+                        "docs/results/benchmark_matrix.png; '' for none)")
     p.add_argument("--no-targets", action="store_true", help="do not print the speed targets and whether each is met")
     p.add_argument("--compare-compiled", action="store_true",
                    help="only compare, under torch.compile, EvoNorm-S0/B0 running the registered operator against "
@@ -618,9 +728,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--device {args.device!r} is not a torch device: {err}")
     if args.device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda was given but no CUDA GPU is available")
+    if min(args.matrix_batches) < 1:
+        p.error(f"--matrix-batches must be at least 1, got {min(args.matrix_batches)}")
     if args.json is None:
         args.json = "docs/results/" + ("compiled_choice.json" if args.compare_compiled else
-                                       "host_profile.json" if args.profile_host else "benchmark_layers.json")
+                                       "host_profile.json" if args.profile_host else
+                                       "benchmark_matrix.json" if args.matrix else "benchmark_layers.json")
+    if args.plot is None:
+        args.plot = f"docs/results/benchmark_{'matrix' if args.matrix else 'layers'}.png"
     on_gpu = args.device.type == "cuda"
     args.model_batch = args.model_batch or (8 if on_gpu else 4)
     args.model_size = args.model_size or (224 if on_gpu else 128)
@@ -637,6 +752,33 @@ def select_layers(args) -> tuple[dict[str, Callable[[int], nn.Module]], list[str
         layers.setdefault(name, layer_factories(False)[name])
     compiled = sorted({baseline_of(n) for n in fused}) + fused
     return layers, compiled
+
+
+def print_header(args, setting: str) -> None:
+    load = os.getloadavg()[0]
+    print(f"# torch {torch.__version__}, device {args.device}, {args.threads} threads, {setting}, "
+          f"median and min of {args.reps} interleaved reps after {args.warmup} warm-up; EvoNorm CPU kernels: "
+          f"{ops.status()}; load average {load:.1f} on {os.cpu_count()} CPUs"
+          f"{' (UNDER LOAD: other jobs share the CPUs)' if load > 0.5 * (os.cpu_count() or 1) else ''}", flush=True)
+
+
+def run_matrix(args, argv: list[str] | None) -> int:
+    print_header(args, f"the matrix: {{NCHW, channels_last}} x {{float32, bfloat16}} x {{fwd+bwd, inference}} x "
+                       f"batch {args.matrix_batches}")
+    cells = bench_matrix(args)
+    targets = [t for c in cells for t in c["targets"]]
+    print(f"matrix: {sum(t['met'] for t in targets)} of {len(targets)} targets met in {len(cells)} combinations")
+    if _write(args.plot):
+        plot_matrix(cells, args.plot)
+        print(f"wrote {args.plot}")
+    if _write(args.json):
+        payload = {"config": {k: str(v) if isinstance(v, torch.device) else v for k, v in vars(args).items()},
+                   "command": command_line("python tools/benchmark_layers.py", argv), "torch": torch.__version__,
+                   "kernels": str(ops.status()), "load_average": os.getloadavg(), "cells": cells}
+        with open(args.json, "w") as f:
+            json.dump(payload, f, indent=1)
+        print(f"wrote {args.json}")
+    return 0
 
 
 def _write(path: str) -> str | None:
@@ -668,13 +810,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {args.json}")
         return 0
 
+    if args.matrix:
+        return run_matrix(args, argv)
     dtype, (layers, compiled) = DTYPES[args.dtype], select_layers(args)
-    load = os.getloadavg()[0]
-    print(f"# torch {torch.__version__}, device {args.device}, {args.threads} threads, {args.dtype}, "
-          f"{'channels_last' if args.channels_last else 'NCHW'}, {'eval' if args.eval else 'train'} mode, "
-          f"median and min of {args.reps} interleaved reps after {args.warmup} warm-up; EvoNorm CPU kernels: "
-          f"{ops.status()}; load average {load:.1f} on {os.cpu_count()} CPUs"
-          f"{' (UNDER LOAD: other jobs share the CPUs)' if load > 0.5 * (os.cpu_count() or 1) else ''}", flush=True)
+    mode = "inference" if args.inference else f"{'eval' if args.eval else 'train'} mode"
+    print_header(args, f"{args.dtype}, {'channels_last' if args.channels_last else 'NCHW'}, {mode}")
     results = []
     for shape in args.shapes:
         results += bench_shape(shape, layers, compiled, args, args.device, dtype)

@@ -1,12 +1,13 @@
 """Writes the result tables of docs/benchmarks.md from the JSON files the benchmarks wrote.
 
-    python tools/render_benchmarks_doc.py            # rewrite the three result blocks in place
+    python tools/render_benchmarks_doc.py            # rewrite the result blocks in place
     python tools/render_benchmarks_doc.py --out -    # print the rendered document instead
 
 It reads ``docs/results/capture_resnet50.json`` (``tools/check_capture.py``),
-``benchmark_layers.json`` (``tools/benchmark_layers.py``) and ``compiled_choice.json``
-(``tools/benchmark_layers.py --compare-compiled``) and replaces the ``RESULTS_CAPTURE``,
-``RESULTS_BENCHMARK`` and ``RESULTS_COMPILED`` blocks of the document: first the bare
+``benchmark_layers.json`` and ``benchmark_layers_cuda.json`` (``tools/benchmark_layers.py``),
+``benchmark_matrix.json`` (``--matrix``) and ``compiled_choice.json`` (``--compare-compiled``) and
+replaces the ``RESULTS_CAPTURE``, ``RESULTS_BENCHMARK``, ``RESULTS_BENCHMARK_CUDA``, ``RESULTS_MATRIX``
+and ``RESULTS_COMPILED`` blocks of the document: first the bare
 placeholder line, later the block between ``<!-- RESULTS_X -->`` and ``<!-- /RESULTS_X -->``.
 Nothing is measured here. Each block says when its JSON was committed (git), the command,
 the machine load recorded with it, and which files of the code that produced it changed
@@ -23,7 +24,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCKS = ("RESULTS_CAPTURE", "RESULTS_BENCHMARK", "RESULTS_BENCHMARK_CUDA", "RESULTS_COMPILED")
+BLOCKS = ("RESULTS_CAPTURE", "RESULTS_BENCHMARK", "RESULTS_BENCHMARK_CUDA", "RESULTS_MATRIX", "RESULTS_COMPILED")
 # the code whose change makes a result stale (kernels, layers, the measuring code)
 CODE = ["evonorm_core/ops", "evonorm_core/functional.py", "evonorm_core/formulas.py", "evonorm_core/layers",
         "evonorm_core/statistics.py", "evonorm_core/running_stats.py", "evonorm_core/convert.py",
@@ -272,6 +273,48 @@ def render_roofline(layers: list[dict], shapes: list[str], eager: list[str], by:
     return lines
 
 
+# ---- the matrix: layouts, dtypes, passes, batches -----------------------------------------
+
+def render_matrix(path: Path, png: str) -> str:
+    """Per combination (layout, dtype, pass, batch) and stage shape, the worst fused ratio of each series."""
+    d = json.loads(path.read_text())
+    cfg, cells = d["config"], d["cells"]
+    shapes = list(dict.fromkeys(shape_name(r["shape"][1:]) for c in cells for r in c["layers"]))
+    targets = [t for c in cells for t in c["targets"]]
+    missed = [(c, t) for c in cells for t in c["targets"] if not t["met"]]
+    lines = [
+        f"**Last run:** {provenance(path)} Command: `{d['command'].strip()}` ({cfg['device'].upper()}, "
+        f"{cfg['threads']} threads, median of {cfg['reps']} interleaved repetitions after {cfg['warmup']} warm-up), "
+        f"torch {d['torch']}, {load_note(d['load_average'], cfg['threads'])}. {device_note(cfg['device'], d['kernels'])}.",
+        "",
+        "The slowest fused EvoNorm of each series at each stage shape (C x H x W; the batch is the row's), as a "
+        "multiple of its baseline's median time in the same rounds (S: native GN-SiLU, B: native BN-ReLU); above "
+        "1.00 in bold. fwd+bwd: train mode, dense upstream gradient; inference: one forward in eval mode under "
+        "`torch.inference_mode`.",
+        "",
+        "| layout | dtype | pass | batch | " + " | ".join(f"S {s} | B {s}" for s in shapes) + " | targets met |",
+        "| --- | --- | --- | ---: | " + " | ".join("---: | ---:" for _ in shapes) + " | ---: |",
+    ]
+    for c in cells:
+        ratios = []
+        for s in shapes:
+            for series in ("s", "b"):
+                rows = [r["ratio"] for r in c["layers"] if r["layer"].startswith(f"evonorm_{series}")
+                        and shape_name(r["shape"][1:]) == s]
+                worst = max(rows) if rows else math.nan
+                ratios.append(f"**{fmt(worst)}**" if worst > 1.0 else fmt(worst))
+        met = sum(t["met"] for t in c["targets"])
+        lines.append(f"| {c['layout']} | {c['dtype']} | {c['step']} | {c['batch']} | " + " | ".join(ratios)
+                     + f" | {met} of {len(c['targets'])} |")
+    lines += ["", f"**The matrix's targets in this run: {len(targets) - len(missed)} of {len(targets)} met** (every "
+              "fused layer <= 1.0x its baseline in every cell; the copy-rate fraction >= 50 % for fwd+bwd at the "
+              "largest batch where planes are 28 x 28 or larger)." + (" MISS:" if missed else "")]
+    lines += [f"- **MISS** {c['layout']} {c['dtype']} batch {c['batch']}: {target_line(t)}" for c, t in missed]
+    lines += ["", f"![layer matrix]({png})", "",
+              f"To measure again, on a quiet machine: `{d['command'].strip()}`, then `python tools/render_benchmarks_doc.py`."]
+    return "\n".join(lines)
+
+
 # ---- compiled: operator or formula -------------------------------------------------------
 
 def render_compiled(path: Path) -> str:
@@ -320,6 +363,7 @@ def render_all(doc: str, results: Path) -> str:
         "RESULTS_BENCHMARK": render_benchmark(results / "benchmark_layers.json", "results/benchmark_layers.png"),
         "RESULTS_BENCHMARK_CUDA": render_benchmark(results / "benchmark_layers_cuda.json",
                                                    "results/benchmark_layers_cuda.png"),
+        "RESULTS_MATRIX": render_matrix(results / "benchmark_matrix.json", "results/benchmark_matrix.png"),
         "RESULTS_COMPILED": render_compiled(results / "compiled_choice.json"),
     }
     for name, body in blocks.items():
