@@ -103,3 +103,10 @@ def test_matrix_rows_show_the_slowest_layer_of_each_series(tmp_path):
     assert ("- **MISS** channels_last bfloat16 batch 2: evonorm_b0 inference vs bn_relu (native) at 2x8x7x7: 1.25x "
             "(target <= 1.0x)") in block
     assert "![layer matrix](m.png)" in block and "is outside this checkout" in block
+
+
+@pytest.mark.parametrize("load,quiet", [(0.3, True), (2.0, True), (2.5, True), (2.6, False), (3.9, False)])
+def test_a_run_is_under_load_only_above_its_own_threads(load, quiet):
+    """A 2-thread run keeps the load average near 2 by itself: only above 2.5 did other jobs share the CPUs."""
+    note = render.load_note([load, 0.0, 0.0], 2)
+    assert ("quiet" in note) == quiet and ("measured under load" in note) == (not quiet)

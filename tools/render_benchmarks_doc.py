@@ -60,10 +60,11 @@ def provenance(path: Path) -> str:
 
 
 def load_note(load_average, threads: int, timings: bool = True) -> str:
-    """The load average recorded at the end of the run, judged against the threads it used."""
+    """The load average recorded at the end of the run, judged against the threads it used: the run's own
+    threads keep it near ``threads``, so only half a CPU more than that says other jobs shared the CPUs."""
     load = load_average[0]
-    if load <= 0.5 * threads:
-        return f"load average {load:.1f} when it finished (quiet)"
+    if load <= threads + 0.5:
+        return f"load average {load:.1f} when it finished (about its own {threads} threads: quiet)"
     note = f"load average {load:.1f} when it finished: **measured under load** (other jobs shared the CPUs)"
     return note + (", so single ratios are noisy" if timings else "; this affects the times, not the errors")
 
