@@ -701,7 +701,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", metavar="PATH", default=None,
                    help="write every number to this JSON file (default docs/results/benchmark_layers.json, with "
                         "--compare-compiled docs/results/compiled_choice.json, with --profile-host "
-                        "docs/results/host_profile.json; '' for none)")
+                        "docs/results/host_profile.json, with --matrix docs/results/benchmark_matrix.json; '' for none)")
     p.add_argument("--plot", metavar="PATH", default=None,
                    help="draw the ratios into this PNG file (default docs/results/benchmark_layers.png, with --matrix "
                         "docs/results/benchmark_matrix.png; '' for none)")
