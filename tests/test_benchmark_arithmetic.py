@@ -242,6 +242,20 @@ def test_target_rows_hold_each_kind_to_its_own_limit(monkeypatch):
     assert [r.get("model") for r in rows] == [None] * 5 + ["mobilenet_v2"] * 2 + ["resnet50"] * 2
 
 
+def test_inference_rows_are_held_to_their_ratio_only():
+    """The copy-rate target is for fwd+bwd (8 passes): an inference row at a memory-bound shape (28 x 28) gets its
+    ratio target, named for inference, and no roofline target; the same row as fwd+bwd gets both."""
+    row = layer_row("evonorm_b0 (fused)", 1.0, 4.0, shape=(2, 8, 28, 28))
+    row.step = "inference"
+    assert [r["target"] for r in bench.target_rows([row], [])] == [
+        "evonorm_b0 inference vs bn_relu (native) at 2x8x28x28"]
+    row.step = "fwd+bwd"
+    assert [r["target"] for r in bench.target_rows([row], [])] == [
+        "evonorm_b0 fwd+bwd vs bn_relu (native) at 2x8x28x28", "evonorm_b0 fwd+bwd fraction of the copy rate at 2x8x28x28"]
+    assert [r["target"] for r in bench.target_rows([row], [], roofline=False)] == [
+        "evonorm_b0 fwd+bwd vs bn_relu (native) at 2x8x28x28"]
+
+
 def test_a_ratio_equal_to_its_limit_meets_it(monkeypatch):
     """<= for the time and memory limits, >= for the roofline: equality meets both."""
     row = layer_row("evonorm_s0 (fused)", 2.2, 2.0)
