@@ -366,7 +366,7 @@ def test_the_matrix_times_each_combination_once_and_holds_it_to_its_targets(monk
 
     def table(shape, layers, compiled_names, args, device, dtype):
         calls.append((shape, args.channels_last, dtype, args.inference, args.eval, tuple(compiled_names),
-                      tuple(sorted(layers))))
+                      tuple(sorted(layers)), device))
         slow = args.channels_last and dtype is torch.bfloat16 and args.inference and shape == (2, 8, 7, 7)
         return [bench.LayerResult(name, shape, bench.baseline_of(name), 1.0, 1.0, 0, 4, ratio=1.0, min_ratio=1.0,
                                   copy_ms=0.5, step="inference" if args.inference else "fwd+bwd")
@@ -378,9 +378,11 @@ def test_the_matrix_times_each_combination_once_and_holds_it_to_its_targets(monk
 
     monkeypatch.setattr(bench, "bench_shape", table)
     out = tmp_path / "matrix.json"
-    assert bench.main(["--matrix", "--shapes", "4x8x28x28", "4x8x7x7", "--json", str(out), "--plot", ""]) == 0
+    # --eval is ignored: the fwd+bwd cells train, the inference cells run in eval mode by themselves
+    assert bench.main(["--matrix", "--eval", "--shapes", "4x8x28x28", "4x8x7x7", "--json", str(out), "--plot", ""]) == 0
     fused = tuple(sorted(f"{n} (fused)" for n in bench.EVONORMS))
-    assert all(c[4:] == (False, (), tuple(sorted([BN_RELU, GN_RELU, GN_SILU, *fused]))) for c in calls)
+    assert all(c[4:] == (False, (), tuple(sorted([BN_RELU, GN_RELU, GN_SILU, *fused])), torch.device("cpu"))
+               for c in calls)
     combos = {(shape, cl, dtype, inference) for shape, cl, dtype, inference, *_ in calls}
     assert len(calls) == len(combos) == 2 * 2 * 2 * 2 * 2  # layouts, dtypes, passes, batches, shapes
     assert {shape for shape, *_ in calls} == {(16, 8, 28, 28), (16, 8, 7, 7), (2, 8, 28, 28), (2, 8, 7, 7)}
@@ -389,6 +391,8 @@ def test_the_matrix_times_each_combination_once_and_holds_it_to_its_targets(monk
         (layout, dtype, step, batch) for layout in ("NCHW", "channels_last") for dtype in ("float32", "bfloat16")
         for step in ("fwd+bwd", "inference") for batch in (16, 2)]
     for c in cells:
+        assert all(r["saved_ratio"] == 0.0 and r["roofline"] == pytest.approx(r["copy_ms"] * (3 if c["step"] == "inference"
+                   else 8) / (2 * r["ms"])) for r in c["layers"])
         roofline = [t for t in c["targets"] if "copy rate" in t["target"]]
         assert len(roofline) == (6 if (c["step"], c["batch"]) == ("fwd+bwd", 16) else 0)  # 28 x 28 only
         assert len(c["targets"]) - len(roofline) == 12 and all(f" {c['step']} vs " in t["target"]
@@ -401,4 +405,34 @@ def test_the_matrix_times_each_combination_once_and_holds_it_to_its_targets(monk
     assert ("channels_last bfloat16 inference batch 2: 11 of 12 targets met; worst S 0.80x (evonorm_s0 at 2x8x28x28); "
             "worst B 1.25x (evonorm_b1 at 2x8x7x7); MISS: evonorm_b1 inference vs bn_relu (native) at 2x8x7x7 1.25"
             in printed)
+    assert ("NCHW float32 fwd+bwd batch 2: 12 of 12 targets met; worst S 0.80x (evonorm_s0 at 2x8x28x28); worst B 0.80x "
+            "(evonorm_b0 at 2x8x28x28)\n") in printed  # no MISS part where nothing missed
     assert "matrix: 215 of 216 targets met in 16 combinations" in printed
+
+
+def test_the_matrix_times_only_the_evonorms_asked_for(monkeypatch, tmp_path, capsys):
+    """--layers narrows the matrix's EvoNorms (the default compiled layers are not added: nothing is compiled); a
+    series with no layer is left out of the line instead of failing."""
+    timed = set()
+
+    def table(shape, layers, compiled_names, args, device, dtype):
+        timed.update(layers)
+        return [bench.LayerResult(name, shape, bench.baseline_of(name), 1.0, 1.0, 0, 4, ratio=1.0, min_ratio=1.0,
+                                  copy_ms=0.5) for name in layers]
+
+    monkeypatch.setattr(bench, "bench_shape", table)
+    argv = ["--matrix", "--layers", "b1", "--shapes", "4x8x7x7", "--matrix-batches", "2", "--json", "", "--plot", ""]
+    assert bench.main(argv) == 0
+    assert timed == {BN_RELU, GN_RELU, GN_SILU, "evonorm_b1 (fused)"}
+    assert "NCHW float32 fwd+bwd batch 2: 1 of 1 targets met; worst B 1.00x (evonorm_b1 at 2x8x7x7)\n" in capsys.readouterr().out
+
+
+def test_worst_ratio_picks_the_slowest_of_a_series_at_a_shape():
+    rows = [{"layer": "evonorm_s0 (fused)", "shape": [2, 8, 7, 7], "ratio": 0.5},
+            {"layer": "evonorm_s1 (fused)", "shape": [2, 8, 7, 7], "ratio": 0.9},
+            {"layer": "evonorm_s2 (fused)", "shape": [2, 16, 7, 7], "ratio": 1.5},
+            {"layer": "evonorm_b0 (fused)", "shape": [2, 8, 7, 7], "ratio": 2.0}]
+    cell = {"layers": rows}
+    assert bench.worst_ratio(cell, "s", (8, 7, 7)) is rows[1]
+    assert bench.worst_ratio(cell, "s", (16, 7, 7)) is rows[2] and bench.worst_ratio(cell, "s") is rows[2]
+    assert bench.worst_ratio(cell, "b", (16, 7, 7)) is None

@@ -108,7 +108,8 @@ MODULES = {m.path: m for m in [
            ("tests/test_benchmark_arithmetic.py",
             "tests/test_behaviour_classes.py::test_resnet50_step_ratios_are_evonorm_over_its_baseline",
             "tests/test_behaviour_classes.py::test_layer_table_ratios_are_each_layer_over_its_baseline"),
-           ("baseline_of", "bench_shape", "bench_model", "_evonorm_over_baseline", "target_rows", "format_targets")),
+           ("baseline_of", "bench_shape", "bench_model", "_evonorm_over_baseline", "target_rows", "format_targets",
+            "matrix_layers", "bench_matrix", "worst_ratio", "format_cell")),
     # (the two-process tests of test_sync_batch_stats.py run the synced path in child processes, which mutmut's
     # test-to-function map does not see: test_statistics.py runs it in one process)
     Module("evonorm_core/statistics.py", "statistics",
