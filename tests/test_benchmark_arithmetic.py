@@ -436,3 +436,10 @@ def test_worst_ratio_picks_the_slowest_of_a_series_at_a_shape():
     assert bench.worst_ratio(cell, "s", (8, 7, 7)) is rows[1]
     assert bench.worst_ratio(cell, "s", (16, 7, 7)) is rows[2] and bench.worst_ratio(cell, "s") is rows[2]
     assert bench.worst_ratio(cell, "b", (16, 7, 7)) is None
+
+
+def test_format_cell_lists_each_miss_with_its_ratio():
+    cell = {"layout": "NCHW", "dtype": "float32", "step": "fwd+bwd", "batch": 2, "layers": [],
+            "targets": [{"target": "a", "ratio": 1.5, "met": False}, {"target": "b", "ratio": 0.5, "met": True},
+                        {"target": "c", "ratio": 1.25, "met": False}]}
+    assert bench.format_cell(cell) == "NCHW float32 fwd+bwd batch 2: 1 of 3 targets met; MISS: a 1.50, c 1.25"
