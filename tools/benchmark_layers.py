@@ -531,11 +531,16 @@ def bench_matrix(args) -> list[dict]:
                        for r in bench_shape((batch, *shape[1:]), layers, [], cell_args, args.device, DTYPES[dtype])]
             cell = {"layout": "channels_last" if channels_last else "NCHW", "dtype": dtype,
                     "step": "inference" if inference else "fwd+bwd", "batch": batch,
-                    "layers": [asdict(r) | {"saved_ratio": r.saved_ratio, "roofline": r.roofline} for r in results],
+                    "layers": layer_rows(results),
                     "targets": target_rows(results, [], roofline=not inference and batch == max(args.matrix_batches))}
             print(format_cell(cell), flush=True)
             cells.append(cell)
     return cells
+
+
+def layer_rows(results: list[LayerResult]) -> list[dict]:
+    """The layer results as the JSON files keep them, with their derived ratios."""
+    return [asdict(r) | {"saved_ratio": r.saved_ratio, "roofline": r.roofline} for r in results]
 
 
 def cell_label(cell: dict) -> str:
@@ -772,14 +777,23 @@ def run_matrix(args, argv: list[str] | None) -> int:
     if _write(args.plot):
         plot_matrix(cells, args.plot)
         print(f"wrote {args.plot}")
-    if _write(args.json):
-        payload = {"config": {k: str(v) if isinstance(v, torch.device) else v for k, v in vars(args).items()},
-                   "command": command_line("python tools/benchmark_layers.py", argv), "torch": torch.__version__,
-                   "kernels": str(ops.status()), "load_average": os.getloadavg(), "cells": cells}
-        with open(args.json, "w") as f:
-            json.dump(payload, f, indent=1)
-        print(f"wrote {args.json}")
+    write_json(args.json, run_record(args, argv) | {"cells": cells})
     return 0
+
+
+def run_record(args, argv: list[str] | None) -> dict:
+    """What every results JSON of a layer run starts with: the settings, the command, torch, kernels and load."""
+    return {"config": {k: str(v) if isinstance(v, torch.device) else v for k, v in vars(args).items()},
+            "command": command_line("python tools/benchmark_layers.py", argv), "torch": torch.__version__,
+            "kernels": str(ops.status()), "load_average": os.getloadavg()}
+
+
+def write_json(path: str, payload: dict) -> None:
+    """``payload`` into ``path`` (its folder made), unless ``path`` is '' (--json '')."""
+    if _write(path):
+        with open(path, "w") as f:
+            json.dump(payload, f, indent=1)
+        print(f"wrote {path}")
 
 
 def _write(path: str) -> str | None:
@@ -805,10 +819,7 @@ def main(argv: list[str] | None = None) -> int:
             payload["min_ms"] = compare_compiled(args)
         else:
             payload.update(kernels=str(ops.status()), dtype=args.dtype, host_profile=profile_hosts(args))
-        if _write(args.json):
-            with open(args.json, "w") as f:
-                json.dump(payload, f, indent=1)
-            print(f"wrote {args.json}")
+        write_json(args.json, payload)
         return 0
 
     if args.matrix:
@@ -832,22 +843,12 @@ def main(argv: list[str] | None = None) -> int:
     if _write(args.plot):
         plot(results, models, args.plot)
         print(f"wrote {args.plot}")
-    if _write(args.json):
-        payload = {
-            "config": {k: str(v) if isinstance(v, torch.device) else v for k, v in vars(args).items()},
-            "command": command_line("python tools/benchmark_layers.py", argv),
-            "torch": torch.__version__,
-            "kernels": str(ops.status()),
-            "load_average": os.getloadavg(),
-            "layers": [asdict(r) | {"saved_ratio": r.saved_ratio, "roofline": r.roofline} for r in results],
-            "models": [asdict(r) | {"ratio": r.ratio, "min_ratio": r.min_ratio, "memory_ratio": r.memory_ratio,
-                                    "label": MODELS[r.model]}
-                       for r in models],
-            "targets": rows,
-        }
-        with open(args.json, "w") as f:
-            json.dump(payload, f, indent=1)
-        print(f"wrote {args.json}")
+    write_json(args.json, run_record(args, argv) | {
+        "layers": layer_rows(results),
+        "models": [asdict(r) | {"ratio": r.ratio, "min_ratio": r.min_ratio, "memory_ratio": r.memory_ratio,
+                                "label": MODELS[r.model]} for r in models],
+        "targets": rows,
+    })
     return 0
 
 
