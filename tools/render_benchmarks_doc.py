@@ -155,18 +155,21 @@ def render_capture(path: Path) -> str:
 
 # ---- layer benchmark and model step ------------------------------------------------------
 
+def last_run(path: Path, d: dict, setting: str = "") -> str:
+    """The first line of a layer-run block: where the JSON came from, its command, ``setting`` (e.g. dtype and
+    mode), device, threads, repetitions, torch, load and which kernels ran."""
+    cfg = d["config"]
+    return (f"**Last run:** {provenance(path)} Command: `{d['command'].strip()}` ({setting}{cfg['device'].upper()}, "
+            f"{cfg['threads']} threads, median of {cfg['reps']} interleaved repetitions after {cfg['warmup']} warm-up), "
+            f"torch {d['torch']}, {load_note(d['load_average'], cfg['threads'])}. {device_note(cfg['device'], d['kernels'])}.")
+
+
 def render_benchmark(path: Path, png: str) -> str:
     d = json.loads(path.read_text())
     cfg, layers, models, targets = d["config"], d["layers"], d["models"], d["targets"]
     shapes = list(dict.fromkeys(shape_name(r["shape"]) for r in layers))
     by = {(r["layer"], shape_name(r["shape"])): r for r in layers}
-    lines = [
-        f"**Last run:** {provenance(path)} Command: `{d['command'].strip()}` "
-        f"({cfg['dtype']}, {'eval' if cfg['eval'] else 'train'} mode, {cfg['device'].upper()}, {cfg['threads']} "
-        f"threads, median of {cfg['reps']} interleaved repetitions after {cfg['warmup']} warm-up), torch {d['torch']}, "
-        f"{load_note(d['load_average'], cfg['threads'])}. {device_note(cfg['device'], d['kernels'])}.",
-        "",
-    ]
+    lines = [last_run(path, d, f"{cfg['dtype']}, {'eval' if cfg['eval'] else 'train'} mode, "), ""]
     # how noisy: GN-ReLU and GN-SiLU do the same work and should time alike
     spread = [by[("gn_relu (native)", s)]["ratio"] for s in shapes if ("gn_relu (native)", s) in by]
     if spread:
@@ -279,14 +282,12 @@ def render_roofline(layers: list[dict], shapes: list[str], eager: list[str], by:
 def render_matrix(path: Path, png: str) -> str:
     """Per combination (layout, dtype, pass, batch) and stage shape, the worst fused ratio of each series."""
     d = json.loads(path.read_text())
-    cfg, cells = d["config"], d["cells"]
+    cells = d["cells"]
     shapes = list(dict.fromkeys(shape_name(r["shape"][1:]) for c in cells for r in c["layers"]))
     targets = [t for c in cells for t in c["targets"]]
     missed = [(c, t) for c in cells for t in c["targets"] if not t["met"]]
     lines = [
-        f"**Last run:** {provenance(path)} Command: `{d['command'].strip()}` ({cfg['device'].upper()}, "
-        f"{cfg['threads']} threads, median of {cfg['reps']} interleaved repetitions after {cfg['warmup']} warm-up), "
-        f"torch {d['torch']}, {load_note(d['load_average'], cfg['threads'])}. {device_note(cfg['device'], d['kernels'])}.",
+        last_run(path, d),
         "",
         "The slowest fused EvoNorm of each series at each stage shape (C x H x W; the batch is the row's), as a "
         "multiple of its baseline's median time in the same rounds (S: native GN-SiLU, B: native BN-ReLU); above "
