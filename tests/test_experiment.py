@@ -14,6 +14,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -248,6 +250,30 @@ def test_a_second_writer_is_refused_and_the_lock_dies_with_its_process(tmp_path)
     os.kill(holder.pid, signal.SIGKILL)
     holder.join()
     rundir.RunDir(tmp_path / "run", resume=True).close()  # kill -9 released it
+
+
+def _hold_file_lock(path, ready, release):
+    with rundir.file_lock(path):
+        ready.set()
+        release.wait(10)
+
+
+def test_file_lock_waits_for_its_holder_and_refuses_a_link(tmp_path):
+    """file_lock serialises the read-modify-write of a shared file: a second taker waits (it is not refused)
+    until the holder lets go; a lock path that is a link is refused as a run folder's .lock is."""
+    ctx = multiprocessing.get_context("fork")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold_file_lock, args=(tmp_path / "log.lock", ready, release))
+    holder.start()
+    assert ready.wait(10)
+    threading.Timer(0.5, release.set).start()
+    started = time.monotonic()
+    with rundir.file_lock(tmp_path / "log.lock"):
+        assert release.is_set() and time.monotonic() - started >= 0.4  # taken only once the holder let go
+    holder.join()
+    (tmp_path / "link.lock").symlink_to(tmp_path / "log.lock")
+    with pytest.raises(rundir.RunDirError, match="is a symbolic link"), rundir.file_lock(tmp_path / "link.lock"):
+        pass
 
 
 @pytest.mark.parametrize("seconds,text", [(0, "0s"), (59.6, "1m00s"), (185, "3m05s"), (3720, "1h02m"), (183600, "2d03h"), (float("nan"), "?")])

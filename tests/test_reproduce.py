@@ -481,9 +481,10 @@ def test_a_step_run_with_new_settings_keeps_the_earlier_entry_apart(reproduce, m
     none, the tool before 2026-11-25) moves to "earlier settings" and the report names it as the earlier setting's."""
     monkeypatch.setattr(reproduce, "ROOT", tmp_path)
     old = {"commands": ["python -m classification.tables run table2"], "wall_seconds": 10.0, "cpu_seconds": 20.0}
-    log: dict = {"table2": dict(old)}
+    write(tmp_path, reproduce.STEPS_FILE, {"table2": old})
     step = reproduce.Step("table2", ((sys.executable, "-c", "pass"),), tmp_path / "none.json", {"epochs": 15.0})
-    reproduce.run_step(step, log)
+    reproduce.run_step(step)
+    log = reproduce.read_steps_log()
     assert log[reproduce.EARLIER] == {"table2": [old]} and log["table2"]["setting"] == {"epochs": 15.0}
     assert reproduce.current_entry(log, step) is log["table2"] and reproduce.earlier_entries(log, step) == [old]
     assert reproduce.current_entry({"table2": old}, step) is None
@@ -527,21 +528,20 @@ def test_a_terminated_step_records_its_time(reproduce, monkeypatch, tmp_path):
     step = reproduce.Step("sleep", ((sys.executable, "-c", "import time\ntime.sleep(30)"),), tmp_path / "none.json")
     handler = signal.getsignal(signal.SIGTERM)
     threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
-    started, log = time.monotonic(), {}
+    started = time.monotonic()
     with pytest.raises(SystemExit, match=r"sleep: interrupted; finished runs are kept, so rerunning resumes"):
-        reproduce.run_step(step, log)
-    assert time.monotonic() - started < 20 and log["sleep"]["wall_seconds"] >= 0.9
-    assert json.loads((tmp_path / reproduce.STEPS_FILE).read_text())["sleep"] == log["sleep"]
+        reproduce.run_step(step)
+    assert time.monotonic() - started < 20 and reproduce.read_steps_log()["sleep"]["wall_seconds"] >= 0.9
     assert signal.getsignal(signal.SIGTERM) is handler  # the step's handler is gone with it
 
 
 def test_a_step_records_the_cpu_time_its_processes_used(reproduce, monkeypatch, tmp_path):
     monkeypatch.setattr(reproduce, "ROOT", tmp_path)
     burn = (sys.executable, "-c", "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass")
-    log: dict = {"old": {"commands": [], "wall_seconds": 10.0, "cpu_seconds": 20.0}}  # estimated by the old tool
-    reproduce.run_step(reproduce.Step("burn", (burn,), tmp_path / "none.json"), log)
+    write(tmp_path, reproduce.STEPS_FILE, {"old": {"commands": [], "wall_seconds": 10.0, "cpu_seconds": 20.0}})
+    reproduce.run_step(reproduce.Step("burn", (burn,), tmp_path / "none.json"))  # "old": estimated by the old tool
+    log = reproduce.read_steps_log()
     assert log["burn"]["cpu_measured"] and 0.25 <= log["burn"]["cpu_seconds"] <= 5
-    assert json.loads((tmp_path / reproduce.STEPS_FILE).read_text())["burn"]["cpu_seconds"] == log["burn"]["cpu_seconds"]
     text = "\n".join(reproduce.provenance(log["old"], reproduce.STEPS["table2"].summary, "cmd"))
     assert "recorded before CPU time was measured" in text
 
@@ -551,16 +551,29 @@ def test_a_failed_invocation_still_counts_its_cpu_time_and_a_resume_adds_to_it(r
     the step's entry sums both invocations instead of keeping only the one that finished."""
     monkeypatch.setattr(reproduce, "ROOT", tmp_path)
     burn = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
-    log: dict = {}
     failing = reproduce.Step("grid", ((sys.executable, "-c", burn + "raise SystemExit(3)"),), tmp_path / "none.json")
     with pytest.raises(SystemExit, match="exited with status 3"):
-        reproduce.run_step(failing, log)
-    first = log["grid"]["cpu_seconds"]
+        reproduce.run_step(failing)
+    first = reproduce.read_steps_log()["grid"]["cpu_seconds"]
     assert 0.25 <= first <= 5
-    reproduce.run_step(reproduce.Step("grid", ((sys.executable, "-c", burn),), tmp_path / "none.json"), log)
+    reproduce.run_step(reproduce.Step("grid", ((sys.executable, "-c", burn),), tmp_path / "none.json"))
+    log = reproduce.read_steps_log()
     assert 0.5 <= log["grid"]["cpu_seconds"] <= 10 and log["grid"]["cpu_seconds"] >= first + 0.25
     text = "\n".join(reproduce.provenance(log["grid"], reproduce.STEPS["table2"].summary, "cmd"))
     assert "over the invocations of this tool that ran it" in text and "killed outright" in text
+
+
+def test_a_step_keeps_the_entries_another_invocation_wrote_meanwhile(reproduce, monkeypatch, tmp_path):
+    """Two invocations side by side (``--only table2`` and ``--only table4``) share the steps log: the one
+    that finishes last must add its entry to the log as it is then, not to the copy it read when it started."""
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    other = {"commands": ["python detection/miniature.py"], "wall_seconds": 5.0, "cpu_seconds": 5.0,
+             "cpu_measured": True, "setting": None}
+    (tmp_path / reproduce.STEPS_FILE).parent.mkdir(parents=True)
+    finishes_meanwhile = f"import json\njson.dump({{'table4': {other!r}}}, open({str(tmp_path / reproduce.STEPS_FILE)!r}, 'w'))"
+    reproduce.run_step(reproduce.Step("table2", ((sys.executable, "-c", finishes_meanwhile),), tmp_path / "none.json"))
+    log = reproduce.read_steps_log()
+    assert log["table4"] == other and log["table2"]["wall_seconds"] > 0
 
 
 def test_fig10_row_shows_how_many_layers_each_seed_accepted(reproduce):

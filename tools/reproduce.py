@@ -121,6 +121,7 @@ from evonorm_core.experiment.children import run_command
 from evonorm_core.experiment.config import config_to_dict
 from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json
 from evonorm_core.experiment.progress import format_duration
+from evonorm_core.experiment.rundir import file_lock
 from evonorm_core.experiment.stopping import stop_signals_interrupt
 from evonorm_core.experiment.tables import format_mean_std, markdown_table
 from evonorm_core.experiment.verdicts import (
@@ -149,6 +150,7 @@ RESULTS = Path("docs/results")
 REPORT = Path("docs/reproduction.md")
 VERDICTS = RESULTS / "verdicts.json"
 STEPS_FILE = RESULTS / "reproduction_steps.json"
+STEPS_LOCK = RESULTS / ".reproduction_steps.lock"  # two invocations (e.g. --only table2, --only table4) share the log
 CLAIMS_FILE = Path(__file__).resolve().with_name("paper_claims.json")
 RUNS = Path("runs/reproduction")
 PY = [sys.executable]
@@ -218,7 +220,7 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_step(step: Step, log: dict) -> None:
+def run_step(step: Step) -> None:
     """Run ``step``'s commands one after another; its wall and CPU time go to the steps log however it ends
     (Ctrl-C and SIGTERM included: the running command's process group is stopped first)."""
     started, cpu_before = time.monotonic(), children_cpu_seconds()
@@ -235,20 +237,29 @@ def run_step(step: Step, log: dict) -> None:
                 raise SystemExit(f"[reproduce] {step.name}: `{shown(command)}` exited with status {code} (its message "
                                  "is above); finished runs are kept, so rerunning resumes")
     finally:  # an interrupted or failed invocation's time counts too: a resumed step adds to it
-        record_time(step, log, time.monotonic() - started, children_cpu_seconds() - cpu_before)
+        record_time(step, time.monotonic() - started, children_cpu_seconds() - cpu_before)
 
 
-def record_time(step: Step, log: dict, wall_seconds: float, cpu_seconds: float) -> None:
-    """Add one invocation's time to ``step``'s entry of the steps log (a new entry when its setting changed)."""
-    if step.name in log and log[step.name].get("setting") != step.setting:  # run before with other settings
-        log.setdefault(EARLIER, {}).setdefault(step.name, []).append(log.pop(step.name))
-    entry = log.setdefault(step.name, {"commands": [], "wall_seconds": 0.0, "cpu_seconds": 0.0, "cpu_measured": True,
-                                       "setting": step.setting})
-    entry["commands"] += [shown(c) for c in step.commands if shown(c) not in entry["commands"]]
-    entry["wall_seconds"] += wall_seconds
-    entry["cpu_seconds"] += cpu_seconds
-    entry["cpu_measured"] = entry.get("cpu_measured", False)  # entries from before the measurement estimated it
-    atomic_write_json(ROOT / STEPS_FILE, log)
+def read_steps_log() -> dict:
+    """The steps log (empty before the first step ran)."""
+    return read_json(ROOT / STEPS_FILE, what="step log") if (ROOT / STEPS_FILE).exists() else {}
+
+
+def record_time(step: Step, wall_seconds: float, cpu_seconds: float) -> None:
+    """Add one invocation's time to ``step``'s entry of the steps log (a new entry when its setting changed).
+    The log is read and written under a lock, so invocations running side by side keep each other's entries."""
+    (ROOT / STEPS_LOCK).parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(ROOT / STEPS_LOCK):
+        log = read_steps_log()
+        if step.name in log and log[step.name].get("setting") != step.setting:  # run before with other settings
+            log.setdefault(EARLIER, {}).setdefault(step.name, []).append(log.pop(step.name))
+        entry = log.setdefault(step.name, {"commands": [], "wall_seconds": 0.0, "cpu_seconds": 0.0,
+                                           "cpu_measured": True, "setting": step.setting})
+        entry["commands"] += [shown(c) for c in step.commands if shown(c) not in entry["commands"]]
+        entry["wall_seconds"] += wall_seconds
+        entry["cpu_seconds"] += cpu_seconds
+        entry["cpu_measured"] = entry.get("cpu_measured", False)  # entries from before the measurement estimated it
+        atomic_write_json(ROOT / STEPS_FILE, log)
 
 
 # ------------------------------------------------------------------------------ the claims, as data
@@ -1127,15 +1138,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="runs at once within an experiment, one thread each (default 2, this machine's cores)")
     args = parser.parse_args(argv)
     steps = experiment_steps(args.models, args.layers, args.jobs)
-    steps_log = read_json(ROOT / STEPS_FILE, what="step log") if (ROOT / STEPS_FILE).exists() else {}
     if not args.report_only:
         for name in args.only or list(STEPS):
             if args.dry_run:
                 print("\n".join(shown(c) for c in steps[name].commands))
                 continue
-            run_step(steps[name], steps_log)
+            run_step(steps[name])
     if not args.dry_run:
-        report(steps_log)
+        report(read_steps_log())
     return 0
 
 

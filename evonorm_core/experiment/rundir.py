@@ -15,7 +15,8 @@
   ``option(..., resumable=True)`` (:func:`evonorm_core.experiment.config.resume_config`).
 
 :class:`RunDir` alone is the folder rule and the lock, for programs that add files to a folder
-without being a run of their own.
+without being a run of their own; :func:`file_lock` is the same lock held around one update of
+a file that several processes rewrite (wait for it rather than fail).
 """
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ import errno
 import fcntl
 import os
 import stat
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from .config import ConfigError, load_config, option_values, resume_config, save_config
 from .files import CorruptFileError, atomic_write_json, read_json
@@ -203,10 +205,11 @@ def _shown(names: list[str]) -> str:
     return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
 
 
-def _acquire_lock(path: Path) -> int:
+def _acquire_lock(path: Path, *, wait: bool = False) -> int:
     """An open, ``flock``-ed descriptor of the lock file ``path``, which must be a regular file of
     its own: opened without following a link (a ``.lock`` symlink would make the run truncate its
-    target) and refused if it is a link, not a regular file, or has a second name (a hard link)."""
+    target) and refused if it is a link, not a regular file, or has a second name (a hard link).
+    Held by another process: wait for it (``wait``) or raise :class:`RunDirError` naming it."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as error:
@@ -219,7 +222,7 @@ def _acquire_lock(path: Path) -> int:
         raise _not_a_lock(path, "not a regular file" if not stat.S_ISREG(info.st_mode) else
                           f"a file with {info.st_nlink} names (a hard link)")
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     except OSError as error:
         holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
         os.close(fd)
@@ -232,6 +235,18 @@ def _acquire_lock(path: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"process {os.getpid()}\n".encode(), 0)
     return fd
+
+
+@contextmanager
+def file_lock(path: str | Path) -> Iterator[None]:
+    """Hold the exclusive lock ``path`` (created if missing; the same checks as a run folder's
+    ``.lock``) for the ``with`` block, waiting while another process holds it: the guard around a
+    read-modify-write of a file that concurrent processes update, so that none loses another's change."""
+    fd = _acquire_lock(Path(path), wait=True)
+    try:
+        yield
+    finally:
+        os.close(fd)
 
 
 def _not_a_lock(path: Path, what: str) -> RunDirError:
