@@ -702,10 +702,13 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
 template <typename A>
 inline void add_b_terms(A x, A g, A sb, A p, A q, A w, A& u_sum, A& ux_sum, A& b_sum, A& g_sum, A& gz_sum) {
     const A u = p * x + q, r = A(1) / max_of(sb, u), z = x * r, dd = -g * w * z * r;
+    // Both selects into values first, then plain sums: written as `sum += take_u ? dd : 0`, GCC turns the channels_last
+    // loop's sums (arrays) into masked loads and stores (vmaskmovps), which took B0's backward at 2x256x56x56 to 2x NCHW's.
     const bool take_u = u > sb;
-    u_sum += take_u ? dd : A(0);
-    ux_sum += take_u ? dd * x : A(0);
-    b_sum += take_u ? A(0) : dd;
+    const A du = take_u ? dd : A(0), db = take_u ? A(0) : dd;
+    u_sum += du;
+    ux_sum += du * x;
+    b_sum += db;
     g_sum += g;
     gz_sum += g * z;
 }
