@@ -233,8 +233,9 @@ def test_a_lock_that_is_not_a_regular_file_of_its_own_is_refused_and_nothing_is_
     assert victim.read_text() == "the user's data" and not (folder / rundir.RUN_FILE).exists()
 
 
-def _hold(path, ready, release):
-    with rundir.RunDir(path):
+def _hold(path, ready, release, lock=rundir.RunDir):
+    """Hold ``lock(path)`` (a run folder's, or ``rundir.file_lock``) until ``release`` is set."""
+    with lock(path):
         ready.set()
         release.wait(10)
 
@@ -252,18 +253,12 @@ def test_a_second_writer_is_refused_and_the_lock_dies_with_its_process(tmp_path)
     rundir.RunDir(tmp_path / "run", resume=True).close()  # kill -9 released it
 
 
-def _hold_file_lock(path, ready, release):
-    with rundir.file_lock(path):
-        ready.set()
-        release.wait(10)
-
-
 def test_file_lock_waits_for_its_holder_and_refuses_a_link(tmp_path):
     """file_lock serialises the read-modify-write of a shared file: a second taker waits (it is not refused)
     until the holder lets go; a lock path that is a link is refused as a run folder's .lock is."""
     ctx = multiprocessing.get_context("fork")
     ready, release = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=_hold_file_lock, args=(tmp_path / "log.lock", ready, release))
+    holder = ctx.Process(target=_hold, args=(tmp_path / "log.lock", ready, release, rundir.file_lock))
     holder.start()
     assert ready.wait(10)
     threading.Timer(0.5, release.set).start()
