@@ -389,8 +389,9 @@ def _fused_forward(x: Tensor, name: str) -> Callable[..., tuple[Tensor, ...]] | 
     """What ``impl="fused"`` runs for ``x`` here: the forward operator ``name`` of
     ``torch.ops.evonorm``, or None for the composed formula.
 
-    Eager: the operator, with gradients through its eager entry point
-    (``ops.library.<name>_eager``: the same autograd at less cost per call). Program capture
+    Eager: the operator through its eager entry points, ``ops.library.<name>_eager`` with
+    gradients (the same autograd at less cost per call) and ``<name>_no_grad`` without (past the
+    operator's autograd kernel, which has nothing to do then). Program capture
     calls the registered operator itself: ``torch.export`` and ``torch.jit.trace`` always (one
     node per layer), ``torch.compile`` per :data:`COMPILED_OPERATOR_MIN_NUMEL`; ONNX export
     takes the formula (plain ONNX ops).
@@ -401,7 +402,7 @@ def _fused_forward(x: Tensor, name: str) -> Callable[..., tuple[Tensor, ...]] | 
     if compiling or exporting or not ops.is_loaded(x.device.type):
         ops.load(x.device.type)
     if not (compiling or exporting or torch.jit.is_tracing()):
-        return getattr(ops.library, f"{name}_eager") if torch.is_grad_enabled() else getattr(torch.ops.evonorm, name)
+        return getattr(ops.library, f"{name}_eager" if torch.is_grad_enabled() else f"{name}_no_grad")
     if torch.onnx.is_in_onnx_export():
         return None
     if compiling and not exporting:

@@ -41,16 +41,15 @@ def momentum_factor(momentum: float | None, num_batches_tracked: Tensor | int | 
     return 1.0 / max(tracked, 1)
 
 
-# The functions below enter torch.no_grad() in their body rather than as a decorator: mutmut (tools/mutation.py)
-# leaves decorated functions unmutated.
+# The updates below need no torch.no_grad(): the buffers do not require grad and the batch values are
+# detached, so autograd records nothing (and entering no_grad costs a batch-2 layer's call ~5 us).
 
 
 def count_batch_(num_batches_tracked: Tensor | None, momentum: float | None) -> float:
     """Count one (non-empty) training batch in ``num_batches_tracked`` (if given) and return
     its weight :func:`momentum_factor` for :func:`update_running_`."""
     if num_batches_tracked is not None:
-        with torch.no_grad():
-            num_batches_tracked.add_(1)
+        num_batches_tracked.add_(1)
     return momentum_factor(momentum, num_batches_tracked)
 
 
@@ -60,11 +59,10 @@ def update_running_(running: Tensor, batch_value: Tensor, factor: float, count: 
     ``count``: the number of elements the batch variance ``batch_value`` was taken over; the
     variance is then stored unbiased (``* count / (count - 1)``), as ``nn.BatchNorm2d`` does.
     """
-    with torch.no_grad():
-        value = batch_value.detach()
-        if count is not None and count > 1:
-            value = value * (count / (count - 1))
-        running.lerp_(value.to(running.dtype), factor)
+    value = batch_value.detach()
+    if count is not None and count > 1:  # count is a tensor under jit.trace: scale the value, not the float alpha
+        value = value * (count / (count - 1))
+    running.mul_(1 - factor).add_(value, alpha=factor)
 
 
 def is_batch_statistics_layer(module: nn.Module) -> bool:

@@ -56,6 +56,7 @@ backward (``create_graph=True``) differentiates the composed formula of
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -324,6 +325,19 @@ def _b_backward(ctx, grad, *_unused):
 AUTOGRAD = {"s_forward": (_s_setup_context, _s_backward), "b_forward": (_b_setup_context, _b_backward)}
 
 
+def _below_autograd(name: str) -> Callable[..., tuple[Tensor, ...]]:
+    """``torch.ops.evonorm.<name>`` called past its autograd kernel, straight to the device's kernel.
+
+    The autograd kernel ``torch.library`` registers is Python, and with gradients off (inside an
+    autograd function's forward, under ``torch.no_grad``) all it does is step past itself: about
+    10 us a call, as much as the C++ kernels take for a batch-2 layer at a small plane."""
+    def call(*inputs):
+        with torch._C._AutoDispatchBelowAutograd():
+            return getattr(torch.ops.evonorm, name)(*inputs)  # looked up per call: define() may come later
+
+    return call
+
+
 def _eager_autograd(name: str) -> type[torch.autograd.Function]:
     """``torch.ops.evonorm.<name>`` under the registered autograd (same ``setup_context`` and
     backward), without the per-call argument handling of ``torch.library``'s generated
@@ -331,9 +345,10 @@ def _eager_autograd(name: str) -> type[torch.autograd.Function]:
     Eager only: program capture (compile, export, tracing) calls the operators themselves,
     whose registered autograd is what it records."""
     setup_context, backward = AUTOGRAD[name]
+    op = _below_autograd(name)
 
     def forward(ctx, *inputs):  # forward(ctx, ...): Function.apply binds no signature per call
-        output = getattr(torch.ops.evonorm, name)(*inputs)
+        output = op(*inputs)
         setup_context(ctx, inputs, output)
         return output
 
@@ -341,8 +356,11 @@ def _eager_autograd(name: str) -> type[torch.autograd.Function]:
     return type(f"{name}_eager", (torch.autograd.Function,), members)
 
 
+# the eager entry points: with gradients (the autograd functions) and without
 s_forward_eager = _eager_autograd("s_forward").apply
 b_forward_eager = _eager_autograd("b_forward").apply
+s_forward_no_grad = _below_autograd("s_forward")
+b_forward_no_grad = _below_autograd("b_forward")
 
 
 @functools.lru_cache(maxsize=None)
