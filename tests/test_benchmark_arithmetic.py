@@ -379,7 +379,8 @@ def test_the_matrix_times_each_combination_once_and_holds_it_to_its_targets(monk
     monkeypatch.setattr(bench, "bench_shape", table)
     out = tmp_path / "matrix.json"
     # --eval is ignored: the fwd+bwd cells train, the inference cells run in eval mode by themselves
-    assert bench.main(["--matrix", "--eval", "--shapes", "4x8x28x28", "4x8x7x7", "--json", str(out), "--plot", ""]) == 0
+    assert bench.main(["--matrix", "--eval", "--shapes", "4x8x28x28", "4x8x7x7", "--allocator", "system", "--json", str(out),
+                       "--plot", ""]) == 0
     fused = tuple(sorted(f"{n} (fused)" for n in bench.EVONORMS))
     assert all(c[4:] == (False, (), tuple(sorted([BN_RELU, GN_RELU, GN_SILU, *fused])), torch.device("cpu"))
                for c in calls)
@@ -421,7 +422,8 @@ def test_the_matrix_times_only_the_evonorms_asked_for(monkeypatch, tmp_path, cap
                                   copy_ms=0.5) for name in layers]
 
     monkeypatch.setattr(bench, "bench_shape", table)
-    argv = ["--matrix", "--layers", "b1", "--shapes", "4x8x7x7", "--matrix-batches", "2", "--json", "", "--plot", ""]
+    argv = ["--matrix", "--layers", "b1", "--shapes", "4x8x7x7", "--matrix-batches", "2", "--allocator", "system",
+            "--json", "", "--plot", ""]
     assert bench.main(argv) == 0
     assert timed == {BN_RELU, GN_RELU, GN_SILU, "evonorm_b1 (fused)"}
     assert "NCHW float32 fwd+bwd batch 2: 1 of 1 targets met; worst B 1.00x (evonorm_b1 at 2x8x7x7)\n" in capsys.readouterr().out

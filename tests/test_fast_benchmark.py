@@ -2,6 +2,9 @@
 memory, checks the targets, writes JSON and PNG, rejects bad flags."""
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -34,7 +37,7 @@ def test_peak_step_bytes_sees_a_large_temporary():
 def test_layer_table_targets_and_json(tmp_path, capsys):
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
     argv = ["--shapes", "2x32x12x12", "--reps", "2", "--warmup", "0", "--threads", "1", "--no-model", "--no-timm",
-            "--compiled-layers", "evonorm_s0", "--json", str(out), "--plot", str(png)]
+            "--compiled-layers", "evonorm_s0", "--allocator", "system", "--json", str(out), "--plot", str(png)]
     assert bench.main(argv) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
@@ -71,7 +74,7 @@ def test_matrix_times_real_layers_in_every_combination(tmp_path):
     their input in the combination's dtype (bytes per element) at its batch, a PNG heat map."""
     out, png = tmp_path / "matrix.json", tmp_path / "matrix.png"
     argv = ["--matrix", "--shapes", "1x8x6x6", "--matrix-batches", "3", "1", "--layers", "s0", "b0", "--reps", "1",
-            "--warmup", "0", "--threads", "1", "--json", str(out), "--plot", str(png)]
+            "--warmup", "0", "--threads", "1", "--allocator", "system", "--json", str(out), "--plot", str(png)]
     assert bench.main(argv) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     cells = json.loads(out.read_text())["cells"]
@@ -91,7 +94,8 @@ def test_host_profile_names_the_layers_own_calls(tmp_path, capsys):
     time: the fused S0's list holds its operators, the native baseline's its ATen call."""
     out = tmp_path / "profile.json"
     argv = ["--profile-host", "--shapes", "2x16x6x6", "--layers", "s0 (fused)", "--reps", "3", "--warmup", "1",
-            "--threads", "1", "--no-timm", "--compiled-layers", "--profile-top", "40", "--json", str(out)]
+            "--threads", "1", "--no-timm", "--compiled-layers", "--profile-top", "40", "--allocator", "system",
+            "--json", str(out)]
     assert bench.main(argv) == 0
     payload = json.loads(out.read_text())
     layers = payload["host_profile"]["2x16x6x6"]
@@ -147,3 +151,29 @@ def test_whole_models_normalize_every_position_with_their_layer():
     assert groups[16] == 16 and groups[24] == 8 and groups[32] == 32 and groups[1280] == 32
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in models["evonorm_s0"].modules())
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in models["evonorm_b0"].modules())
+
+
+# in a process of its own: the setting changes malloc for the rest of the process (the tests above pass
+# --allocator system for that reason)
+KEEPS_FREED_MEMORY = """
+import torch
+from tests.tool_scripts import load
+assert load("benchmark_layers").keep_freed_memory()
+def in_heap(address):
+    for line in open("/proc/self/maps"):
+        span, *rest = line.split()
+        low, high = (int(a, 16) for a in span.split("-"))
+        if low <= address < high:
+            return rest[-1] == "[heap]"
+    return False
+big = torch.empty(64 << 20, dtype=torch.uint8)  # 64 MiB: mmap'd by glibc's default, whatever its threshold
+print(in_heap(big.data_ptr()))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt and /proc/self/maps are glibc on Linux")
+def test_the_heap_allocator_serves_large_buffers_from_the_heap():
+    """--allocator heap (the default): a 64 MiB tensor comes from glibc's heap, not a fresh mmap."""
+    done = subprocess.run([sys.executable, "-c", KEEPS_FREED_MEMORY], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.stdout.strip() == "True"

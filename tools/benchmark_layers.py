@@ -53,10 +53,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import cProfile
+import ctypes
 import io
 import json
 import math
 import os
+import platform
 import pstats
 import statistics
 import subprocess
@@ -612,7 +614,7 @@ def compare_compiled(args) -> dict:
     results = {}
     for mode in ("operator", "formula"):
         cmd = [sys.executable, str(Path(__file__).resolve()), "--compiled-choice-worker", mode, "--threads",
-               str(args.threads), "--reps", str(args.reps), "--device", str(args.device),
+               str(args.threads), "--reps", str(args.reps), "--device", str(args.device), "--allocator", args.allocator,
                "--shapes", *["x".join(map(str, s)) for s in args.shapes]]
         done = subprocess.run(cmd, capture_output=True, text=True, check=True)
         results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -689,6 +691,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reps", type=int, default=15, help="timed repetitions per layer and shape (default 15)")
     p.add_argument("--warmup", type=int, default=3, help="untimed repetitions before timing (default 3)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2, this machine's cores)")
+    p.add_argument("--allocator", choices=list(ALLOCATORS), default="heap",
+                   help="heap (default): glibc's malloc serves every allocation from its heap and keeps what is "
+                        "freed (no mmap, no trimming), so a call's buffers are memory the process already touched; "
+                        "system: malloc as the process starts with it, where buffers of 32 MiB and more are mmap'd "
+                        "fresh on every call (docs/benchmarks.md, 'Fresh memory')")
     p.add_argument("--layers", nargs="+", metavar="SUBSTRING",
                    help="only layers whose name contains one of these (baselines are always kept)")
     p.add_argument("--compiled-layers", nargs="*", default=["evonorm_s0", "evonorm_b0"], metavar="NAME",
@@ -760,9 +767,32 @@ def select_layers(args) -> tuple[dict[str, Callable[[int], nn.Module]], list[str
     return layers, compiled
 
 
+# glibc's mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+ALLOCATORS = {"heap": "glibc malloc keeping freed memory (no mmap, no trim)", "system": "malloc as started"}
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc serve every allocation from its heap and never give freed memory back
+    (``mallopt``: no mmap, no trimming); whether it took effect (glibc only).
+
+    By default glibc maps each buffer of 32 MiB or more fresh and unmaps it when freed, so every
+    call of a layer at ResNet-50's 56 x 56 stage writes pages it has never touched. On a VM whose
+    balloon reports free memory to the host (virtio-balloon free page reporting, as here) those
+    pages are faulted in again through the hypervisor: measured at 16x256x56x56, that made every
+    layer's fwd+bwd 1.3-4x slower and some calls 8x (docs/benchmarks.md, "Fresh memory"). The
+    common remedy for PyTorch on CPUs is an allocator that keeps memory (jemalloc, tcmalloc); this
+    is glibc's own setting for it."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL(None)
+    return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
+
+
 def print_header(args, setting: str) -> None:
     load = os.getloadavg()[0]
     print(f"# torch {torch.__version__}, device {args.device}, {args.threads} threads, {setting}, "
+          f"allocator: {ALLOCATORS[args.allocator]}, "
           f"median and min of {args.reps} interleaved reps after {args.warmup} warm-up; EvoNorm CPU kernels: "
           f"{ops.status()}; load average {load:.1f} on {os.cpu_count()} CPUs"
           f"{' (UNDER LOAD: other jobs share the CPUs)' if load > 0.5 * (os.cpu_count() or 1) else ''}", flush=True)
@@ -805,6 +835,9 @@ def _write(path: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.allocator == "heap" and not keep_freed_memory():
+        print("note: --allocator heap needs glibc on Linux; measuring with the system allocator", file=sys.stderr)
+        args.allocator = "system"
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     if args.compiled_choice_worker:

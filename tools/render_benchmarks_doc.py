@@ -155,12 +155,18 @@ def render_capture(path: Path) -> str:
 
 # ---- layer benchmark and model step ------------------------------------------------------
 
+# tools/benchmark_layers.py --allocator
+ALLOCATORS = {"heap": "glibc malloc keeping freed memory (`--allocator heap`)", "system": "the system malloc"}
+
+
 def last_run(path: Path, d: dict, setting: str = "") -> str:
     """The first line of a layer-run block: where the JSON came from, its command, ``setting`` (e.g. dtype and
     mode), device, threads, repetitions, torch, load and which kernels ran."""
     cfg = d["config"]
+    allocator = ALLOCATORS[cfg.get("allocator", "system")]  # runs before --allocator used the system's
     return (f"**Last run:** {provenance(path)} Command: `{d['command'].strip()}` ({setting}{cfg['device'].upper()}, "
-            f"{cfg['threads']} threads, median of {cfg['reps']} interleaved repetitions after {cfg['warmup']} warm-up), "
+            f"{cfg['threads']} threads, median of {cfg['reps']} interleaved repetitions after {cfg['warmup']} warm-up, "
+            f"{allocator}), "
             f"torch {d['torch']}, {load_note(d['load_average'], cfg['threads'])}. {device_note(cfg['device'], d['kernels'])}.")
 
 
