@@ -44,7 +44,7 @@ The matrix (``--matrix``): the fused EvoNorms against their native baselines at 
 combination of memory layout (NCHW, channels_last), dtype (float32, bfloat16), pass (fwd+bwd in train
 mode, inference alone) and batch (``--matrix-batches``, default 16 and 2), without the compiled columns
 and the model steps; one summary line per combination, every ratio held to its 1.0x target, written to
-``docs/results/benchmark_matrix.json`` and ``.png``. About 10 minutes on 2 quiet cores.
+``docs/results/benchmark_matrix.json`` and ``.png``. 1-2 minutes on 2 quiet cores.
 
 A tool, not part of the library: ``evonorm_core`` does not import it.
 """

@@ -249,7 +249,7 @@ def render_benchmark(path: Path, png: str) -> str:
                      "layer targets: " + "; ".join(target_line(t) for t in stage))
     lines += [f"- met: {target_line(t)}" for t in model_met]
     lines += ["", f"![layer benchmark]({png})", "",
-              f"To measure again, on a quiet machine (about 10 minutes on 2 cores, most of it compiling): "
+              f"To measure again, on a quiet machine (a few minutes, most of it compiling): "
               f"`{d['command'].strip()}`, then `python tools/render_benchmarks_doc.py`."]
     return "\n".join(lines)
 
