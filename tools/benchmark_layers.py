@@ -504,8 +504,8 @@ def plot(results: list[LayerResult], models: list[ModelResult], path: str) -> No
     xs = range(len(models))
     ax.bar([x - 0.2 for x in xs], [m.ratio for m in models], 0.4, label="step time")
     ax.bar([x + 0.2 for x in xs], [m.memory_ratio for m in models], 0.4, label="peak memory")
-    ax.axhline(TARGETS["model_time"], color="r", lw=0.8, ls="--", label=f"{TARGETS['model_time']}x target")
     ax.axhline(1.0, color="k", lw=0.8)
+    ax.axhline(TARGETS["model_time"], color="r", lw=1.2, ls="--", label=f"{TARGETS['model_time']}x target")  # over 1.0
     ax.set_xticks(list(xs), labels, fontsize=8, rotation=20, ha="right")
     ax.set_ylabel("train step / GN-ReLU or BN-ReLU")
     ax.legend(fontsize=7)
