@@ -779,8 +779,8 @@ def keep_freed_memory() -> bool:
     By default glibc maps each buffer of 32 MiB or more fresh and unmaps it when freed, so every
     call of a layer at ResNet-50's 56 x 56 stage writes pages it has never touched. On a VM whose
     balloon reports free memory to the host (virtio-balloon free page reporting, as here) those
-    pages are faulted in again through the hypervisor: measured at 16x256x56x56, that made every
-    layer's fwd+bwd 1.3-4x slower and some calls 8x (docs/benchmarks.md, "Fresh memory"). The
+    pages are faulted in again through the hypervisor: measured at 16x256x56x56, every layer's
+    median fwd+bwd was 1.5-9x its time with memory kept (docs/benchmarks.md, "Fresh memory"). The
     common remedy for PyTorch on CPUs is an allocator that keeps memory (jemalloc, tcmalloc); this
     is glibc's own setting for it."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
