@@ -368,7 +368,10 @@ def define() -> torch.library.Library:
     """Define the operators (once per process) with their fake, generic and autograd parts."""
     lib = torch.library.Library(NAMESPACE, "DEF")
     for schema in SCHEMAS:
-        lib.define(schema)
+        # flexible_layout: the kernels take NCHW and channels_last alike, so Inductor hands over its buffers
+        # as they are (channels_last around its convolutions) instead of restriding them to the traced
+        # layout and back (docs/benchmarks.md, "Inductor restrides around the operators")
+        lib.define(schema, tags=(torch.Tag.flexible_layout,))
     for name, fake, generic in [
         ("s_forward", fake_s_forward, generic_s_forward),
         ("s_backward", fake_s_backward, generic_s_backward),
