@@ -135,17 +135,19 @@ def test_inductor_compiles_fused_layers(name, smallest, monkeypatch):
                                   "compile", backend="inductor"))
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("name,options,operator", [("evonorm_s0", {"groups": 4}, "s_forward"),
                                                     ("evonorm_b0", {}, "b_forward")])
-def test_inductor_hands_channels_last_buffers_to_the_operators(name, options, operator, monkeypatch):
+def test_inductor_hands_channels_last_buffers_to_the_operators(name, options, operator, device, monkeypatch):
     """Between convolutions Inductor lays buffers out channels_last; the operators are tagged
     ``flexible_layout``, so they get those buffers as they are, and their fake (meta) outputs must
-    have the strides the kernels give: the compiled step matches eager in values and gradients."""
-    monkeypatch.setitem(EF.COMPILED_OPERATOR_MIN_NUMEL, "cpu", 0)
+    have the strides the kernels give (the C++ ones on the CPU, the Triton ones on CUDA): the
+    compiled step matches eager in values and gradients."""
+    monkeypatch.setitem(EF.COMPILED_OPERATOR_MIN_NUMEL, device, 0)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), evonorm_core.build_norm_act(name, 16, **options),
-                          nn.Conv2d(16, 8, 3, padding=1)).train()
-    x = torch.randn(4, 3, 12, 12)
+                          nn.Conv2d(16, 8, 3, padding=1)).to(device).train()
+    x = torch.randn(4, 3, 12, 12, device=device)
     results = []
     for forward in (model, torch.compile(model, backend="inductor", fullgraph=True)):
         model.zero_grad()

@@ -55,9 +55,11 @@ failed=()
 
 step env 60 bash -c "nvidia-smi -L; $py -c 'import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name())'"
 pytest=("$py" -m pytest -q -p no:randomly -p no:cacheprovider -p no:benchmark -rs)
-# both files run; the step fails when either does
+# every call runs; the step fails when any does (the capture file's gpu test is Inductor
+# handing channels_last buffers to the Triton operators, the compiled step against eager)
 step gpu_tests 480 bash -c "${pytest[*]} -m gpu tests/test_fast_layers.py tests/test_layers_bad_inputs.py; first=\$?; \
-    ${pytest[*]} tests/test_triton_kernels.py && exit \$first"
+    ${pytest[*]} -m gpu tests/test_capture.py; second=\$?; \
+    ${pytest[*]} tests/test_triton_kernels.py && exit \$((first || second))"
 step benchmark_cuda 220 "$py" tools/benchmark_layers.py --device cuda --dtype bfloat16 --reps 20 \
     --shapes 32x256x56x56 32x512x28x28 32x1024x14x14 32x2048x7x7 --compiled-layers evonorm_s0 evonorm_b0 \
     --no-compiled-model --model-batch 32 --model-size 224 --model-reps 10 \
