@@ -329,6 +329,7 @@ def train(config: TrainConfig) -> dict:
         total_batch = setup.recipe.batch_per_worker * config.workers * env.world_size
         result = {"config": config_to_dict(config), "recipe": dataclasses.asdict(setup.recipe),
                   "steps": history[-1]["step"] if history else step, "world_size": env.world_size,
+                  "device": env.device_name,
                   "total_batch": total_batch, "peak_lr": setup.recipe.peak_lr(total_batch),
                   "history": history, "final_top1": history[-1]["top1"] if history else None,
                   "best_top1": max((h["top1"] for h in history), default=None),

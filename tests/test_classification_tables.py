@@ -3,6 +3,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from evonorm_core.experiment.config import config_to_dict
 from evonorm_core.experiment.files import CorruptFileError
@@ -304,6 +305,7 @@ def test_the_mini_grid_trains_each_cell_once_with_its_log(tmp_path, capsys):
     result = json.loads((cell / "result.json").read_text())
     # one epoch of 4,000 digits at 8 x 16 = 128 images per step: 31 steps (0.2 epochs of cosine, then LR 0)
     assert result["steps"] == 31 and result["config"]["model"] == "resnet50_cifar" and result["total_batch"] == 128
+    assert result["device"] == ("cpu" if not torch.cuda.is_available() else torch.cuda.get_device_name())
     assert "resnet50_cifar evonorm_s0 8 x 16 images = 128, LR 0.05, seed 0: top-1" in (
         cell.parent / "seed0.log").read_text()
     assert "[table3 mini] 1/1 cells (100%)" in capsys.readouterr().out

@@ -131,6 +131,11 @@ class DistributedContext:
     def distributed(self) -> bool:
         return self.world_size > 1
 
+    @property
+    def device_name(self) -> str:
+        """What trained: ``"cpu"``, or the GPU's name (``torch.cuda.get_device_name``)."""
+        return torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else self.device.type
+
     def all_sum(self, values: list[float]) -> list[float]:
         """Element-wise sum of ``values`` over all processes."""
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
