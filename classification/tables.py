@@ -33,6 +33,7 @@ import torch
 from evonorm_core.experiment import data
 from evonorm_core.experiment.config import config_to_dict
 from evonorm_core.experiment.convergence import last_fifth_flatness
+from evonorm_core.experiment.distributed import describe_device, training_device
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
 from evonorm_core.experiment.grid import Cell as GridCell
 from evonorm_core.experiment.grid import run_grid
@@ -277,7 +278,8 @@ def run_mini_cell(config: TrainConfig) -> None:
         result = train(config)
     except FloatingPointError as error:
         atomic_write_json(Path(config.output_dir) / "result.json",
-                          {"config": config_to_dict(config), "final_top1": None, "diverged": str(error)})
+                          {"config": config_to_dict(config), "final_top1": None, "diverged": str(error),
+                           "device": describe_device(training_device())})
         print(f"{name}: diverged ({error})")
         return
     print(f"{name}: top-1 {result['final_top1']:.1f}% after {result['steps']} steps")
@@ -333,12 +335,19 @@ def summary(table: PaperTable, runs_dir: Path) -> dict:
             "setting": cell_setting(runs, f"{runs_dir}: {model} {layer} batch {batch}"),
             "seeds": [r["config"]["seed"] for r in runs], "final_top1": [r["final_top1"] for r in runs],
             **mean_std_fields(finals),
-            "diverged": sum(r["final_top1"] is None for r in runs),
+            "diverged": sum(r["final_top1"] is None for r in runs), "devices": devices_of(runs),
             "paper": table.paper_value(model, label, batch) if label in LAYERS else None,
             "curves": curves, "flatness": flatness, "last_fifth_range_max": max(ranges, default=None),
         })
     return {"table": table.key, "title": table.title, "runs_dir": str(runs_dir), "flatness": FLATNESS_MEANING,
             "cells": cells_out}
+
+
+def devices_of(runs: list[dict]) -> dict[str, int]:
+    """How many of ``runs`` trained on each device (``"not recorded"``: a result file from before
+    classification/train.py recorded it)."""
+    names = [run.get("device", "not recorded") for run in runs]
+    return {name: names.count(name) for name in sorted(set(names))}
 
 
 def first_of(runs: list[dict], key: str) -> float | int | None:
@@ -494,6 +503,8 @@ def report(args: argparse.Namespace) -> None:
     print(f"measured: final top-1 of the runs under {runs_dir} (mean ± std over seeds); mini-scale runs are the "
           "CIFAR anchors trained on the embedded MNIST digits, not ImageNet, so compare trends, not values; rows "
           "marked (control) have no normalization.")
+    devices = devices_of([run for cell in runs.values() for run in cell])
+    print("trained on: " + ", ".join(f"{name} ({count} runs)" for name, count in devices.items()))
     if table.is_batch_sweep:
         png = Path(args.png or runs_dir / f"{table.key}.png")
         plot_batch_sweep(table, results, png)

@@ -9,6 +9,7 @@ from evonorm_core.experiment.config import config_to_dict
 from evonorm_core.experiment.files import CorruptFileError
 from evonorm_core.experiment.rundir import open_run
 from evonorm_core.experiment.tables import plot_series
+from evonorm_suite.classification import tables as tables_module
 from evonorm_suite.classification.paper_tables import LAYERS, TABLES
 from evonorm_suite.classification.tables import (
     CIFAR10_FRAMING,
@@ -110,6 +111,27 @@ def test_report_cli_writes_the_batch_plot(fixture_runs, capsys):
     assert "## Table 3" in capsys.readouterr().out
     png = fixture_runs / "table3.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_the_report_says_what_trained_the_runs(fixture_runs, capsys):
+    for i, result in enumerate(sorted(fixture_runs.rglob("result.json"))):
+        data = json.loads(result.read_text())
+        data["device"] = "NVIDIA H100 80GB HBM3" if i == 0 else "cpu"
+        result.write_text(json.dumps(data))
+    main(["report", "table3", str(fixture_runs)])
+    assert "trained on: NVIDIA H100 80GB HBM3 (1 runs), cpu (7 runs)" in capsys.readouterr().out
+
+
+def test_a_diverged_mini_cell_records_its_device(tmp_path, monkeypatch):
+    def diverge(config):
+        raise FloatingPointError("loss became nan at step 3")
+
+    monkeypatch.setattr(tables_module, "train", diverge)
+    config = mini_config(TABLES["table3"], Cell("resnet50", "ReLU (no norm)", 32), MiniScale(), tmp_path)
+    tables_module.run_mini_cell(config)
+    result = json.loads((Path(config.output_dir) / "result.json").read_text())
+    assert result["final_top1"] is None and result["diverged"] == "loss became nan at step 3"
+    assert result["device"] == ("cpu" if not torch.cuda.is_available() else torch.cuda.get_device_name())
 
 
 def test_table2_report_and_missing_dir(tmp_path, capsys):
@@ -367,6 +389,7 @@ def test_summary_lists_cells_largest_batch_first_and_averages_finite_runs(fixtur
         ("bn_relu", 128), ("bn_relu", 16), ("bn_relu", 2), ("evonorm_s0", 128), ("evonorm_s0", 2)]
     b16 = cells_out[1]
     assert (b16["diverged"], b16["mean"], b16["final_top1"], b16["paper"]) == (1, 70.0, [None, 70.0], 75.6)
+    assert b16["devices"] == {"not recorded": 2}
     assert cells_out[0]["std"] == pytest.approx(2 ** 0.5)  # 90 and 92: sample std
     assert cells_out[0]["label"] == "BN-ReLU"
 

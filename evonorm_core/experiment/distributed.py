@@ -96,6 +96,16 @@ def wait_for_rendezvous(rank: int, world_size: int, env: dict[str, str] | None =
         time.sleep(0.5)
 
 
+def training_device(local_rank: int = 0) -> torch.device:
+    """The device a training process uses: ``cuda:local_rank`` when CUDA is available, else the CPU."""
+    return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def describe_device(device: torch.device) -> str:
+    """What a run trained on, for its result file: ``"cpu"``, or the GPU's name."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
 @dataclass(frozen=True)
 class DistributedContext:
     """Rank, world size and device of this process.
@@ -114,8 +124,8 @@ class DistributedContext:
     @classmethod
     def from_env(cls) -> "DistributedContext":
         rank, world_size, local_rank = environment_ranks()
-        cuda = torch.cuda.is_available()
-        device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+        device = training_device(local_rank)
+        cuda = device.type == "cuda"
         if cuda:
             torch.cuda.set_device(device)
         if world_size > 1 and not dist.is_initialized():
@@ -133,8 +143,7 @@ class DistributedContext:
 
     @property
     def device_name(self) -> str:
-        """What trained: ``"cpu"``, or the GPU's name (``torch.cuda.get_device_name``)."""
-        return torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else self.device.type
+        return describe_device(self.device)
 
     def all_sum(self, values: list[float]) -> list[float]:
         """Element-wise sum of ``values`` over all processes."""
