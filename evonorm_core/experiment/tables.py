@@ -191,6 +191,7 @@ def plot_series(
             ax.legend(fontsize=7)
         else:
             ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+            ax.set(xticks=[], yticks=[])  # an empty panel has no scale to show
     for ax in list(axes.flat)[count:]:
         ax.set_visible(False)
     fig.tight_layout()
