@@ -197,11 +197,14 @@ def training_steps(models: dict[str, nn.Module], images: Tensor, labels: Tensor,
 
     def train_step(forward: Callable[[Tensor], Tensor], optimizer: torch.optim.Optimizer) -> Callable[[], None]:
         def step() -> None:
-            optimizer.zero_grad(set_to_none=True)
             with torch.autocast(images.device.type, dtype=DTYPES[dtype], enabled=autocast):
                 loss = F.cross_entropy(forward(images), labels)
             loss.backward()
             optimizer.step()
+            # released here, not at the next step's start: a step then frees nothing allocated before it, so
+            # its peak (peak_step_bytes) is its activations, gradients and temporaries whether or not the
+            # profiler records frees of earlier memory (a process's first profiled step did not: +1x the weights)
+            optimizer.zero_grad(set_to_none=True)
 
         return step
 
