@@ -30,6 +30,8 @@ from evonorm_suite.classification.train import RUN_KIND, config_from_argv, resol
 
 from . import paper_classification_tables as paper
 
+THIS_MACHINE = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"  # what a run here records
+
 
 def printed(value: float) -> str:
     return "1e-3" if value == 1e-3 else f"{value:.1f}"
@@ -131,7 +133,7 @@ def test_a_diverged_mini_cell_records_its_device(tmp_path, monkeypatch):
     tables_module.run_mini_cell(config)
     result = json.loads((Path(config.output_dir) / "result.json").read_text())
     assert result["final_top1"] is None and result["diverged"] == "loss became nan at step 3"
-    assert result["device"] == ("cpu" if not torch.cuda.is_available() else torch.cuda.get_device_name())
+    assert result["device"] == THIS_MACHINE
 
 
 def test_table2_report_and_missing_dir(tmp_path, capsys):
@@ -327,7 +329,7 @@ def test_the_mini_grid_trains_each_cell_once_with_its_log(tmp_path, capsys):
     result = json.loads((cell / "result.json").read_text())
     # one epoch of 4,000 digits at 8 x 16 = 128 images per step: 31 steps (0.2 epochs of cosine, then LR 0)
     assert result["steps"] == 31 and result["config"]["model"] == "resnet50_cifar" and result["total_batch"] == 128
-    assert result["device"] == ("cpu" if not torch.cuda.is_available() else torch.cuda.get_device_name())
+    assert result["device"] == THIS_MACHINE
     assert "resnet50_cifar evonorm_s0 8 x 16 images = 128, LR 0.05, seed 0: top-1" in (
         cell.parent / "seed0.log").read_text()
     assert "[table3 mini] 1/1 cells (100%)" in capsys.readouterr().out

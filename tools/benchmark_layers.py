@@ -203,7 +203,7 @@ def training_steps(models: dict[str, nn.Module], images: Tensor, labels: Tensor,
             optimizer.step()
             # released here, not at the next step's start: a step then frees nothing allocated before it, so
             # its peak (peak_step_bytes) is its activations, gradients and temporaries whether or not the
-            # profiler records frees of earlier memory (a process's first profiled step did not: +1x the weights)
+            # profiler records frees of earlier memory (a step's first profiled call did not: +1x the weights)
             optimizer.zero_grad(set_to_none=True)
 
         return step
