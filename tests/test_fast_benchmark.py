@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from evonorm_core import EvoNormS0
+
 from .tool_scripts import load
 
 bench = load("benchmark_layers")
@@ -46,6 +48,15 @@ def test_a_training_steps_peak_is_the_same_on_every_profiled_call():
     peaks = [bench.peak_step_bytes(steps["m"], torch.device("cpu")) for _ in range(3)]
     weights = sum(p.numel() * 4 for p in model.parameters())
     assert peaks[0] == peaks[1] == peaks[2] and weights <= peaks[0] <= 3 * weights
+
+
+def test_the_layer_table_takes_channels_that_32_does_not_divide(capsys):
+    """MobileNetV2's widths (144 channels): GroupNorm and timm's S0 take the S layers' groups (24), not 32."""
+    argv = ["--shapes", "2x144x4x4", "--reps", "1", "--warmup", "0", "--threads", "1", "--no-model",
+            "--no-targets", "--allocator", "system", "--json", "", "--plot", ""]
+    assert bench.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "2x144x4x4      gn_silu (native)" in printed and "2x144x4x4      evonorm_s0 (fused)" in printed
 
 
 def test_layer_table_targets_and_json(tmp_path, capsys):
@@ -159,10 +170,11 @@ def test_whole_model_step_pairs(arch):
 
 
 def test_whole_models_normalize_every_position_with_their_layer():
-    """MobileNetV2's GroupNorm baseline takes gcd(32, C) groups where 32 does not divide C (16, 24 channels)."""
+    """MobileNetV2's GroupNorm baseline takes the S0 layers' groups where 32 does not divide C (16, 24, 144)."""
     models = bench.whole_models("mobilenet_v2", torch.device("cpu"), torch.contiguous_format)
     groups = {m.num_channels: m.num_groups for m in models[bench.GN_RELU].modules() if isinstance(m, torch.nn.GroupNorm)}
-    assert groups[16] == 16 and groups[24] == 8 and groups[32] == 32 and groups[1280] == 32
+    assert groups == {m.num_channels: m.groups for m in models["evonorm_s0"].modules() if isinstance(m, EvoNormS0)}
+    assert groups[16] == 16 and groups[24] == 24 and groups[144] == 24 and groups[32] == 32 and groups[1280] == 32
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in models["evonorm_s0"].modules())
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in models["evonorm_b0"].modules())
 

@@ -78,6 +78,7 @@ from evonorm_core import functional, ops
 from evonorm_core.convert import convert_norm_act
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.tables import pyplot
+from evonorm_core.statistics import resolve_groups
 
 # The block outputs of ResNet-50's four stages at batch 16 (224 x 224 input).
 DEFAULT_SHAPES = ["16x256x56x56", "16x512x28x28", "16x1024x14x14", "16x2048x7x7"]
@@ -110,6 +111,12 @@ def native(norm: Callable[[int], nn.Module], act: Callable[[], nn.Module]) -> Ca
     return lambda c: NativeNormAct(norm(c), act())
 
 
+def group_norm(num_channels: int) -> nn.GroupNorm:
+    """Native GroupNorm with the S layers' groups (32, lowered until it divides the channels), so that
+    any width works and the baseline normalizes over the same groups as the layer it is timed against."""
+    return nn.GroupNorm(resolve_groups(num_channels, None), num_channels)
+
+
 def baseline_of(name: str) -> str:
     """The layer a layer's ratio is taken against: GN-SiLU for S series / GroupNorm, else BN-ReLU."""
     return GN_SILU if ("_s" in name or "gn_" in name or "S0" in name) else BN_RELU
@@ -119,8 +126,8 @@ def layer_factories(include_timm: bool) -> dict[str, Callable[[int], nn.Module]]
     """name -> factory of num_channels."""
     layers = {
         BN_RELU: native(nn.BatchNorm2d, nn.ReLU),
-        GN_RELU: native(lambda c: nn.GroupNorm(min(32, c), c), nn.ReLU),
-        GN_SILU: native(lambda c: nn.GroupNorm(min(32, c), c), nn.SiLU),
+        GN_RELU: native(group_norm, nn.ReLU),
+        GN_SILU: native(group_norm, nn.SiLU),
     }
     for name in EVONORMS:
         for impl in ("reference", "fused"):
@@ -131,7 +138,7 @@ def layer_factories(include_timm: bool) -> dict[str, Callable[[int], nn.Module]]
         except ImportError:
             print("timm is not importable: skipping its EvoNorms", file=sys.stderr)
         else:
-            layers["timm EvoNorm2dS0"] = EvoNorm2dS0
+            layers["timm EvoNorm2dS0"] = lambda c: EvoNorm2dS0(c, groups=resolve_groups(c, None))
             layers["timm EvoNorm2dB0"] = EvoNorm2dB0
     return layers
 
@@ -381,7 +388,7 @@ MODELS = {"resnet50": "ResNet-50", "mobilenet_v2": "MobileNetV2"}
 def whole_models(arch: str, device: torch.device, layout) -> dict[str, nn.Module]:
     """torchvision's ``arch`` (random init) converted to EvoNorm-S0 and B0, and with native GN-ReLU and BN-ReLU.
 
-    GroupNorm takes 32 groups, or gcd(32, C) where 32 does not divide C (MobileNetV2's 16 and 24 channels).
+    GroupNorm takes the S layers' groups (:func:`group_norm`; MobileNetV2's 24 and 144 channels: 24 groups).
     """
     # torchvision is an optional dependency here: --no-model runs without it
     import torchvision.models
@@ -389,7 +396,7 @@ def whole_models(arch: str, device: torch.device, layout) -> dict[str, nn.Module
     build = getattr(torchvision.models, arch)
     models = {
         "evonorm_s0": convert_norm_act(build(), "evonorm_s0"),
-        GN_RELU: build(norm_layer=lambda c: nn.GroupNorm(math.gcd(32, c), c)),
+        GN_RELU: build(norm_layer=group_norm),
         "evonorm_b0": convert_norm_act(build(), "evonorm_b0"),
         BN_RELU: build(),
     }
