@@ -59,6 +59,18 @@ def test_the_layer_table_takes_channels_that_32_does_not_divide(capsys):
     assert "2x144x4x4      gn_silu (native)" in printed and "2x144x4x4      evonorm_s0 (fused)" in printed
 
 
+def test_compiled_layers_run_at_more_shapes_than_dynamos_default_limit_allows(capsys):
+    """Six shapes with S0 and B0 compiled (their baselines too): 12 compiled versions of the layers' shared
+    forward, past Dynamo's default limit of 8, which under fullgraph=True stopped the run."""
+    shapes = [f"2x{channels}x4x4" for channels in (8, 16, 24, 32, 40, 48)]  # new parameters at each: no dynamic shapes
+    argv = ["--shapes", *shapes, "--reps", "1", "--warmup", "0", "--threads", "1", "--no-model", "--no-timm",
+            "--no-targets", "--layers", "s0 (fused)", "b0 (fused)", "--compiled-layers", "evonorm_s0", "evonorm_b0",
+            "--allocator", "system", "--json", "", "--plot", ""]
+    assert bench.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("2x48x4x4 ") and "evonorm_b0 (fused) compiled" in line for line in lines)
+
+
 def test_layer_table_targets_and_json(tmp_path, capsys):
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
     argv = ["--shapes", "2x32x12x12", "--reps", "2", "--warmup", "0", "--threads", "1", "--no-model", "--no-timm",

@@ -601,12 +601,19 @@ def plot_matrix(cells: list[dict], path: str) -> None:
     plt.close(fig)
 
 
+def allow_recompiles(shapes: list) -> None:
+    """Let Dynamo compile each layer once per shape: layers of one class share their forward's code, whose
+    compiled versions count against one limit (8 by default), and under ``fullgraph=True`` reaching it is an
+    error (a run of six shapes with compiled layers failed)."""
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 4 * len(shapes))
+
+
 def compiled_choice_times(shapes, mode: str, reps: int, device: torch.device) -> dict[str, dict[str, float]]:
     """Fwd+bwd milliseconds (minimum of ``reps``) of compiled EvoNorm-S0 and B0 running the
     registered operator (``mode="operator"``) or the composed formula (``"formula"``) under
     Inductor. One mode per process: the choice is read when Dynamo traces."""
     functional.COMPILED_OPERATOR_MIN_NUMEL[device.type] = 0 if mode == "operator" else None
-    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 4 * len(shapes))
+    allow_recompiles(shapes)
     out = {}
     for shape in shapes:
         x = torch.randn(shape, device=device)
@@ -870,6 +877,7 @@ def main(argv: list[str] | None = None) -> int:
     dtype, (layers, compiled) = DTYPES[args.dtype], select_layers(args)
     mode = "inference" if args.inference else f"{'eval' if args.eval else 'train'} mode"
     print_header(args, f"{args.dtype}, {'channels_last' if args.channels_last else 'NCHW'}, {mode}")
+    allow_recompiles(args.shapes)
     results = []
     for shape in args.shapes:
         results += bench_shape(shape, layers, compiled, args, args.device, dtype)
