@@ -9,8 +9,8 @@ tag since) passes Inductor's buffers as they are (the kernels take NCHW and chan
 are the operator's own, where Inductor hands the backward a gradient in another layout than the
 saved input (around MobileNetV2's depthwise convolutions).
 
-One process per constraint (it is read when the graph is compiled; for ``needs_fixed_stride_order`` the probe
-takes the tag off the operators in its own process), Inductor's caches off. The models, the compiled SGD
+One process per constraint (it is read when the graph is compiled; in both arms the probe takes the tag off the
+operators in its own process and sets Inductor's default constraint to the arm's), Inductor's caches off. The models, the compiled SGD
 step, the interleaved timing and the allocator setting are tools/benchmark_layers.py's (its whole-model
 steps, ``--allocator heap``): the converted model's step and its native model's, median of ``reps`` after 2
 warm-up rounds. A probe, not a benchmark:
