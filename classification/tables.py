@@ -402,12 +402,18 @@ def plot_curves(table: PaperTable, results: dict[tuple[str, str, int | None], li
     return plot_series(path, panels, xlabel="epoch", ylabel="validation top-1 (%)")
 
 
+def diverged_as_zero(values: list[float]) -> list[float]:
+    """``values`` with each diverged run (NaN) counted as 0 % top-1, as the verdicts count it (the
+    paper's "1e-3" for a layer that does not train)."""
+    return [0.0 if math.isnan(v) else v for v in values]
+
+
 def format_measured(values: list[float] | None) -> str:
     if not values:
         return "-"
-    if any(math.isnan(v) for v in values):
-        return f"diverged ({sum(math.isnan(v) for v in values)}/{len(values)})"
-    return format_mean_std(values)
+    diverged = sum(math.isnan(v) for v in values)
+    shown = format_mean_std(diverged_as_zero(values))
+    return f"{shown}, diverged ({diverged}/{len(values)}) counted as 0" if diverged else shown
 
 
 def row_name(label: str) -> str:
@@ -481,12 +487,12 @@ def plot_batch_sweep(table: PaperTable, results: dict, path: Path) -> Path:
         for label in table.row_labels(model, with_controls=True):
             if (model, label) in table.accuracy:
                 paper.append(Series(label, list(table.batches), list(table.accuracy[(model, label)])))
-            measured = sorted((b, v) for (m, n, b), v in results.items() if m == model and n == LAYERS[label] and b)
-            finite = [(b, [x for x in v if not math.isnan(x)]) for b, v in measured]
-            finite = [(b, v) for b, v in finite if v]
-            if finite:
-                ours.append(Series(label, [b for b, _ in finite], [statistics.mean(v) for _, v in finite],
-                                   [statistics.stdev(v) if len(v) > 1 else 0.0 for _, v in finite], dashed=True))
+            measured = sorted((b, diverged_as_zero(v), any(map(math.isnan, v)))
+                              for (m, n, b), v in results.items() if m == model and n == LAYERS[label] and b and v)
+            if measured:
+                name = f"{label} (diverged runs at 0 %)" if any(d for _, _, d in measured) else label
+                ours.append(Series(name, [b for b, _, _ in measured], [statistics.mean(v) for _, v, _ in measured],
+                                   [statistics.stdev(v) if len(v) > 1 else 0.0 for _, v, _ in measured], dashed=True))
         panels[f"{model}: paper (ImageNet)"] = paper
         panels[f"{MINI_MODELS.get(model, model)}: measured (mean, std over seeds)"] = ours
     return plot_series(path, panels, xlabel="images per worker", ylabel="top-1 (%)", log2_x=True, invert_x=True)

@@ -17,6 +17,7 @@ from evonorm_suite.classification.tables import (
     Cell,
     MiniScale,
     cells,
+    format_measured,
     load_results,
     main,
     mean_curve,
@@ -177,7 +178,12 @@ def test_diverged_runs_are_reported_as_such(tmp_path):
     folder.mkdir(parents=True)
     (folder / "result.json").write_text(json.dumps({"config": {"model": "resnet50_cifar", "norm_act": "frn"},
                                                     "final_top1": None, "diverged": "loss became nan"}))
-    assert "diverged (1/1)" in report_markdown(TABLES["table3"], load_results(tmp_path))
+    assert "0.0 (n=1), diverged (1/1) counted as 0" in report_markdown(TABLES["table3"], load_results(tmp_path))
+
+
+def test_diverged_runs_count_as_zero_beside_the_others():
+    assert format_measured([98.0, float("nan")]) == "49.0 ± 69.3 (n=2), diverged (1/2) counted as 0"
+    assert format_measured([97.0, 99.0]) == "98.0 ± 1.4 (n=2)"
 
 
 # The paper's training setup of every table (section 5.1 and the NeurIPS appendix), typed from the
