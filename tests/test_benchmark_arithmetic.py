@@ -14,6 +14,7 @@ divided by the wrong baseline, a lost compile time or a minimum in the wrong uni
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 import torch
@@ -220,9 +221,9 @@ def test_target_rows_hold_each_kind_to_its_own_limit(monkeypatch):
         layer_row("evonorm_s0 (fused)", 2.6, 2.0, compiled=True),
         layer_row("evonorm_b0 (fused)", 1.0, 4.0, shape=(2, 8, 28, 28)),
     ]
-    models = [bench.ModelResult("evonorm_s0 vs gn_relu (native)", False, 2, 32, {"a": 3.0, "b": 2.0},
+    models = [bench.ModelResult("evonorm_s0 vs gn_relu (native)", False, 2, 32, [1.5], {"a": 3.0, "b": 2.0},
                                 {"a": 150.0, "b": 100.0}, model="mobilenet_v2"),
-              bench.ModelResult("evonorm_b0 vs bn_relu (native)", True, 2, 32, {"a": 2.0, "b": 2.0},
+              bench.ModelResult("evonorm_b0 vs bn_relu (native)", True, 2, 32, [1.0], {"a": 2.0, "b": 2.0},
                                 {"a": 90.0, "b": 100.0})]
     rows = bench.target_rows(layers, models)
     assert [(r["target"], r["limit"]) for r in rows] == [
@@ -445,3 +446,15 @@ def test_format_cell_lists_each_miss_with_its_ratio():
             "targets": [{"target": "a", "ratio": 1.5, "met": False}, {"target": "b", "ratio": 0.5, "met": True},
                         {"target": "c", "ratio": 1.25, "met": False}]}
     assert bench.format_cell(cell) == "NCHW float32 fwd+bwd batch 2: 1 of 3 targets met; MISS: a 1.50, c 1.25"
+
+
+def test_a_model_steps_time_ratio_is_the_median_of_each_rounds_ratio():
+    """One slow round (a stall of the machine) lands on one step's times; the median of that step's
+    times moves (3.0 / 1.2 = 2.5x here), the median of the per-round ratios does not."""
+    evonorm, baseline = [1.0, 3.0, 3.1], [1.1, 1.2, 3.3]
+    result = bench.ModelResult("evonorm_s0 vs gn_relu (native)", False, 2, 32,
+                               [e / b for e, b in zip(evonorm, baseline)],
+                               {"a": statistics.median(evonorm), "b": statistics.median(baseline)}, {"a": 1.0, "b": 1.0},
+                               min_ms={"a": min(evonorm), "b": min(baseline)})
+    assert result.ratio == pytest.approx(3.1 / 3.3)
+    assert "time 0.94x (0.91-2.50x over 3 rounds; min 0.91x)" in bench.format_model_lines([result])

@@ -16,8 +16,8 @@ timm is importable. Ratios are against GN-SiLU for the S series and GroupNorm la
 against BN-ReLU for the B series and BatchNorm layers, each measured in the same run
 (compiled against compiled). The whole-model lines time one SGD training step of
 torchvision's ResNet-50 and MobileNetV2 (``--models``) converted to EvoNorm-S0 vs native GN-ReLU
-and EvoNorm-B0 vs native BN-ReLU, eager and compiled (median and minimum of ``--model-reps`` steps, the four models
-interleaved), with the step's peak memory (allocations made during the step: activations
+and EvoNorm-B0 vs native BN-ReLU, eager and compiled (``--model-reps`` rounds of the four models' steps, interleaved;
+the time ratio is the median over rounds of each round's ratio, beside the ratio of the fastest steps), with the step's peak memory (allocations made during the step: activations
 kept for backward and temporaries; CUDA: the allocator's peak). Under load the step times
 are mostly waiting for the CPUs (with 2 threads, a step whose work takes 0.5 s of CPU time
 can take 3-20 s), so there the minimum's ratio is the one to read.
@@ -353,6 +353,7 @@ class ModelResult:
     compiled: bool
     batch: int
     size: int
+    round_ratios: list[float]  # EvoNorm's step time over its baseline's, one per round, in order
     ms: dict[str, float] = field(default_factory=dict)  # median
     peak_mb: dict[str, float] = field(default_factory=dict)
     compile_s: dict[str, float] = field(default_factory=dict)
@@ -361,7 +362,10 @@ class ModelResult:
 
     @property
     def ratio(self) -> float:
-        return _evonorm_over_baseline(self.ms)
+        """The median over rounds of the two steps' ratio in that round: they run back to back, so a
+        change of the machine's speed between rounds (another job, the memory bandwidth) cancels in
+        each ratio, and one slow round moves the median by one rank instead of shifting a step's median."""
+        return statistics.median(self.round_ratios)
 
     @property
     def min_ratio(self) -> float:
@@ -416,6 +420,7 @@ def bench_model(args, device: torch.device, compiled: bool, arch: str = "resnet5
     names = list(models)
     return [
         ModelResult(f"{names[i]} vs {names[i + 1]}", compiled, args.model_batch, args.model_size,
+                    [e / b for e, b in zip(times[names[i]], times[names[i + 1]])],
                     {n: medians[n] for n in names[i:i + 2]}, {n: peaks[n] for n in names[i:i + 2]},
                     {n: compile_s[n] for n in names[i:i + 2] if n in compile_s}, {n: minima[n] for n in names[i:i + 2]},
                     model=arch)
@@ -447,8 +452,9 @@ def format_model_lines(results: list[ModelResult]) -> str:
     for r in results:
         times = ", ".join(f"{n} {ms:.0f} ms / {r.peak_mb[n]:.0f} MB" for n, ms in r.ms.items())
         kind = "compiled" if r.compiled else "eager"
+        spread = f"{min(r.round_ratios):.2f}-{max(r.round_ratios):.2f}x over {len(r.round_ratios)} rounds"
         lines.append(f"{MODELS[r.model]} train step (batch {r.batch}, {r.size}x{r.size}, {kind}): {r.pair}: time {r.ratio:.2f}x "
-                     f"(min {r.min_ratio:.2f}x), peak memory {r.memory_ratio:.2f}x  ({times}; median ms)")
+                     f"({spread}; min {r.min_ratio:.2f}x), peak memory {r.memory_ratio:.2f}x  ({times}; median ms)")
     return "\n".join(lines)
 
 
@@ -726,7 +732,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model-batch", type=int, default=None,
                    help="whole-model step batch size (default 8 on CUDA, 4 on CPU, where 8 at 224 takes minutes)")
     p.add_argument("--model-size", type=int, default=None, help="whole-model step image size (default 224 on CUDA, 128 on CPU)")
-    p.add_argument("--model-reps", type=int, default=5, help="timed repetitions of the model step (default 5)")
+    p.add_argument("--model-reps", type=int, default=11,
+                   help="timed rounds of the model steps, each step once per round (default 11); the time ratio "
+                        "is the median over rounds of each round's EvoNorm / baseline ratio")
     p.add_argument("--json", metavar="PATH", default=None,
                    help="write every number to this JSON file (default docs/results/benchmark_layers.json, with "
                         "--compare-compiled docs/results/compiled_choice.json, with --profile-host "
