@@ -227,16 +227,22 @@ def render_benchmark(path: Path, png: str) -> str:
     for arch in dict.fromkeys(m.get("model", "resnet50") for m in models):
         rows = [m for m in models if m.get("model", "resnet50") == arch]
         m0 = rows[0]
+        timing = (f"{cfg['model_reps']} interleaved rounds; time ratio: the median over rounds of each round's ratio"
+                  if "round_ratios" in m0 else f"median of {cfg['model_reps']}")  # older files: medians only
         lines += ["", f"Whole torchvision {m0.get('label', 'ResNet-50')}, one SGD training step (batch {m0['batch']}, "
-                  f"{m0['size']}x{m0['size']}, median of {cfg['model_reps']}), peak tensor memory of the step:", "",
-                  "| step | EvoNorm ms | baseline ms | time ratio | min ratio | EvoNorm MB | baseline MB | memory ratio |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  f"{m0['size']}x{m0['size']}, {timing}), peak tensor memory of the step:", "",
+                  "| step | EvoNorm ms | baseline ms | time ratio | rounds (min-max) | min ratio | EvoNorm MB | baseline MB "
+                  "| memory ratio |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for m in rows:
             (ev, ev_ms), (bl, bl_ms) = m["ms"].items()
             kind = "compiled" if m["compiled"] else "eager"
             min_ratio = fmt(m["min_ratio"]) if "min_ratio" in m else "-"  # not recorded before
+            rounds = m.get("round_ratios")
+            spread = f"{fmt(min(rounds))}-{fmt(max(rounds))}" if rounds else "-"  # not recorded before
             lines.append(f"| {kind} {ev} vs {bl.split(' (')[0]} | {ev_ms:.0f} | {bl_ms:.0f} | {fmt(m['ratio'])} | "
-                         f"{min_ratio} | {m['peak_mb'][ev]:.0f} | {m['peak_mb'][bl]:.0f} | {fmt(m['memory_ratio'])} |")
+                         f"{spread} | {min_ratio} | {m['peak_mb'][ev]:.0f} | {m['peak_mb'][bl]:.0f} | "
+                         f"{fmt(m['memory_ratio'])} |")
     met = [t for t in targets if t["met"]]
     missed = [t for t in targets if not t["met"]]
     lines += ["", f"**The speed targets in this run: {len(met)} of {len(targets)} met.**"
