@@ -379,10 +379,11 @@ def group_norm(x: Tensor, groups: int, weight: Tensor | None, bias: Tensor | Non
 # which the registered operator runs (an opaque call of its kernel in the compiled graph).
 # Smaller inputs, and devices not listed (CUDA), run the composed formula, which Inductor
 # fuses into its own kernels (C++ on the CPU, Triton on CUDA). Measured on the CPU
-# (docs/benchmarks.md, "Compiled: operator or formula"): the operator's fwd+bwd takes
-# 0.4-0.65x the compiled formula's from 16x64x14x14 (200K elements) up to the ResNet-50
-# stages, the formula 0.8x the operator's at 8x64x8x8 (32K), where the call overhead counts.
-COMPILED_OPERATOR_MIN_NUMEL = {"cpu": 65536}
+# (docs/benchmarks.md, "Compiled: operator or formula"; 2026-11-27): the operator's fwd+bwd
+# takes 0.2-0.6x the compiled formula's from 16x64x14x14 (200K elements) up to the ResNet-50
+# stages and 0.65-0.96x at 32K-61K; the two are even at 4x64x8x8 (16K) and the formula is
+# faster below, 0.9x the operator's at 4K and 0.5x at 512, where the call overhead counts.
+COMPILED_OPERATOR_MIN_NUMEL = {"cpu": 16384}
 
 
 def _fused_forward(x: Tensor, name: str) -> Callable[..., tuple[Tensor, ...]] | None:

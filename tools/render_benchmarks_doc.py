@@ -30,7 +30,7 @@ CODE = ["evonorm_core/ops", "evonorm_core/functional.py", "evonorm_core/formulas
         "evonorm_core/statistics.py", "evonorm_core/running_stats.py", "evonorm_core/convert.py",
         "tools/benchmark_layers.py", "tools/check_capture.py"]
 EVONORMS = ["evonorm_s0", "evonorm_s1", "evonorm_s2", "evonorm_b0", "evonorm_b1", "evonorm_b2"]
-COMPILED_OPERATOR_MIN_NUMEL = 65536  # evonorm_core.functional.COMPILED_OPERATOR_MIN_NUMEL["cpu"], checked below
+COMPILED_OPERATOR_MIN_NUMEL = 16384  # evonorm_core.functional.COMPILED_OPERATOR_MIN_NUMEL["cpu"], checked below
 
 
 def git(*args: str) -> str:
