@@ -16,9 +16,10 @@ timm is importable. Ratios are against GN-SiLU for the S series and GroupNorm la
 against BN-ReLU for the B series and BatchNorm layers, each measured in the same run
 (compiled against compiled). The whole-model lines time one SGD training step of
 torchvision's ResNet-50 and MobileNetV2 (``--models``) converted to EvoNorm-S0 vs native GN-ReLU
-and EvoNorm-B0 vs native BN-ReLU, eager and compiled (``--model-reps`` rounds of the four models' steps, interleaved;
-the time ratio is the median over rounds of each round's ratio, beside the ratio of the fastest steps), with the step's peak memory (allocations made during the step: activations
-kept for backward and temporaries; CUDA: the allocator's peak). Under load the step times
+and EvoNorm-B0 vs native BN-ReLU, eager and compiled (``--model-reps`` rounds of the four models'
+steps, interleaved; the time ratio is the median over rounds of each round's ratio, beside the
+ratio of the fastest steps), with the step's peak memory (allocations made during the step:
+activations kept for backward and temporaries; CUDA: the allocator's peak). Under load the step times
 are mostly waiting for the CPUs (with 2 threads, a step whose work takes 0.5 s of CPU time
 can take 3-20 s), so there the minimum's ratio is the one to read.
 
