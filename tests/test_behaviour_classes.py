@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import statistics
 
 import pytest
 import torch
@@ -139,8 +140,9 @@ class FixedCosts:
 @pytest.mark.slow
 def test_resnet50_step_ratios_are_evonorm_over_its_baseline(monkeypatch):
     """ResNet-50 steps with fixed costs: EvoNorm-S0 pairs with GN-ReLU, B0 with BN-ReLU (the paper's
-    comparisons), each ratio EvoNorm over baseline (median 4.5 / 2.5 = 1.8, minimum 3 / 2 = 1.5, memory
-    130 / 100), and the targets read a ratio above its limit as missed."""
+    comparisons), each time ratio the median over rounds of EvoNorm over baseline in that round (S0: 3 / 2,
+    4.5 / 3 and 30 / 2.5, so 1.5: the third round's stall does not move it), minimum 3 / 2 = 1.5, memory
+    130 / 100, and the targets read a ratio above its limit as missed."""
     costs = FixedCosts()
     whole_models = bench.whole_models
     monkeypatch.setattr(bench, "whole_models", lambda arch, device, layout: costs.watch(whole_models(arch, device, layout)))
@@ -156,7 +158,7 @@ def test_resnet50_step_ratios_are_evonorm_over_its_baseline(monkeypatch):
         baseline = next(k for k in kinds if not k.startswith("evonorm"))
         pairs[evonorm] = baseline
         assert r.pair.startswith(next(n for n in r.ms if costs.kind_of_name[n] == evonorm))  # named EvoNorm first
-        assert math.isclose(r.ratio, sorted(seconds[evonorm])[1] / sorted(seconds[baseline])[1])
+        assert math.isclose(r.ratio, statistics.median(e / b for e, b in zip(seconds[evonorm], seconds[baseline])))
         assert math.isclose(r.min_ratio, min(seconds[evonorm]) / min(seconds[baseline]))
         assert math.isclose(r.memory_ratio, mb[evonorm] / mb[baseline])
     assert pairs == {"evonorm_s0": "gn", "evonorm_b0": "bn"}
@@ -164,10 +166,10 @@ def test_resnet50_step_ratios_are_evonorm_over_its_baseline(monkeypatch):
     s0_time = next(row for t, row in rows.items() if "evonorm_s0" in t and "memory" not in t)
     s0_memory = next(row for t, row in rows.items() if "evonorm_s0" in t and "memory" in t)
     b0_memory = next(row for t, row in rows.items() if "evonorm_b0" in t and "memory" in t)
-    assert math.isclose(s0_time["ratio"], 1.8) and s0_time["limit"] == 1.0 and not s0_time["met"]
+    assert math.isclose(s0_time["ratio"], 1.5) and s0_time["limit"] == 1.0 and not s0_time["met"]
     assert math.isclose(s0_memory["ratio"], 1.3) and s0_memory["limit"] == 1.0 and not s0_memory["met"]
     assert math.isclose(b0_memory["ratio"], 0.9) and b0_memory["met"]
-    assert "time 1.80x (min 1.50x), peak memory 1.30x" in bench.format_model_lines(results)
+    assert "time 1.50x (1.50-12.00x over 3 rounds; min 1.50x), peak memory 1.30x" in bench.format_model_lines(results)
 
 
 def test_layer_table_ratios_are_each_layer_over_its_baseline(monkeypatch):
