@@ -584,3 +584,12 @@ def test_fig10_row_shows_how_many_layers_each_seed_accepted(reproduce):
     assert (strategy, seeds, distinct) == ("random", 3, "12 / 0 / 2")
     assert top10 == "85.0 ± 7.1 (n=2)"  # the seed that accepted nothing has no top-10 mean
     assert best == "95.5 ± 0.7 (n=2)"
+
+
+def test_a_classification_table_says_what_trained_its_runs(reproduce):
+    """Cells summarized with their devices count per device; a cell summarized before the device was
+    recorded counts its runs as "not recorded"."""
+    summary = {"cells": [{"devices": {"NVIDIA H100 80GB HBM3": 5}, "final_top1": [98.0] * 5},
+                         {"devices": {"NVIDIA H100 80GB HBM3": 3, "cpu": 2}, "final_top1": [98.0] * 5},
+                         {"final_top1": [97.0, float("nan")]}]}
+    assert reproduce.trained_on(summary) == "Trained on: NVIDIA H100 80GB HBM3 (8 runs), cpu (2 runs), not recorded (2 runs)."

@@ -859,10 +859,20 @@ def finals(cell: dict) -> list[float]:
 
 
 def classification_table(summary: dict) -> list[str]:
-    """The summary's cells, one column per images per worker (one column for Table 2)."""
+    """The summary's cells, one column per images per worker (one column for Table 2), and what trained them."""
     batches = sorted({c["batch"] for c in summary["cells"] if c["batch"]}, reverse=True) or [None]
     columns = [f"{b}: paper / miniature" if b else "paper / miniature" for b in batches]
-    return [markdown_table(["model", "layer", *columns], classification_rows(summary, batches)), ""]
+    return [markdown_table(["model", "layer", *columns], classification_rows(summary, batches)), "",
+            trained_on(summary), ""]
+
+
+def trained_on(summary: dict) -> str:
+    """How many of the summary's runs trained on each device (cells summarized before the device was
+    recorded count as "not recorded")."""
+    counts = Counter()
+    for cell in summary["cells"]:
+        counts.update(cell.get("devices") or {"not recorded": len(cell["final_top1"])})
+    return "Trained on: " + ", ".join(f"{name} ({n} runs)" for name, n in sorted(counts.items())) + "."
 
 
 def setting_words(table: str) -> str:
