@@ -25,6 +25,7 @@ import os
 import shlex
 import statistics
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,7 @@ MINI_MODELS = {"resnet50": "resnet50_cifar", "mobilenetv2": "mobilenetv2_cifar",
 SCALES = ("paper", "mini")
 MINI_DATA = ("mnist", "cifar10")
 DIVERGED = float("nan")  # a run whose loss became NaN/inf
+DIVERGED_TOP1 = 0.0  # what a diverged run scores in means and verdicts (the paper's "1e-3" for a layer that does not train)
 # --data cifar10 at mini scale: the proxy task's framing (24 px crops of the 32 px images, validated whole)
 CIFAR10_FRAMING = {"image_size": 32, "crop_size": 24, "validation": "full"}
 # The settings of a mini-scale run that make its result comparable with another cell's (TrainConfig fields)
@@ -350,6 +352,11 @@ def devices_of(runs: list[dict]) -> dict[str, int]:
     return {name: names.count(name) for name in sorted(set(names))}
 
 
+def format_devices(counts: Mapping[str, int]) -> str:
+    """``"name (k runs), ..."`` of :func:`devices_of`'s counts, by name."""
+    return ", ".join(f"{name} ({count} runs)" for name, count in sorted(counts.items()))
+
+
 def first_of(runs: list[dict], key: str) -> float | int | None:
     """``key`` of the first run that recorded it (a diverged run records only its config)."""
     return next((run[key] for run in runs if key in run), None)
@@ -403,9 +410,8 @@ def plot_curves(table: PaperTable, results: dict[tuple[str, str, int | None], li
 
 
 def diverged_as_zero(values: list[float]) -> list[float]:
-    """``values`` with each diverged run (NaN) counted as 0 % top-1, as the verdicts count it (the
-    paper's "1e-3" for a layer that does not train)."""
-    return [0.0 if math.isnan(v) else v for v in values]
+    """``values`` with each diverged run (NaN) scored :data:`DIVERGED_TOP1`, as the verdicts score it."""
+    return [DIVERGED_TOP1 if math.isnan(v) else v for v in values]
 
 
 def format_measured(values: list[float] | None) -> str:
@@ -509,8 +515,7 @@ def report(args: argparse.Namespace) -> None:
     print(f"measured: final top-1 of the runs under {runs_dir} (mean ± std over seeds); mini-scale runs are the "
           "CIFAR anchors trained on the embedded MNIST digits, not ImageNet, so compare trends, not values; rows "
           "marked (control) have no normalization.")
-    devices = devices_of([run for cell in runs.values() for run in cell])
-    print("trained on: " + ", ".join(f"{name} ({count} runs)" for name, count in devices.items()))
+    print("trained on: " + format_devices(devices_of([run for cell in runs.values() for run in cell])))
     if table.is_batch_sweep:
         png = Path(args.png or runs_dir / f"{table.key}.png")
         plot_batch_sweep(table, results, png)

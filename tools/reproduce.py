@@ -141,7 +141,7 @@ from evonorm_core.experiment.verdicts import (
 )
 from evonorm_suite.classification.paper_tables import LAYERS as CLASSIFICATION_LAYERS
 from evonorm_suite.classification.paper_tables import TABLES as PAPER_TABLES
-from evonorm_suite.classification.tables import SETTING_KEYS, MiniScale, positive_int
+from evonorm_suite.classification.tables import DIVERGED_TOP1, SETTING_KEYS, MiniScale, format_devices, positive_int
 from evonorm_suite.gan.report import LABELS as GAN_LABELS
 from evonorm_suite.gan.report import TABLE5, layer_name
 
@@ -285,7 +285,6 @@ TABLES = {  # claim table -> its metrics
 }
 CHANCE, CHANCE_TOP1 = "chance", 10.0  # 10 digit classes
 LARGEST = "largest"  # Table 3: the miniature's largest images per worker (the paper's original 128)
-DIVERGED_TOP1 = 0.0
 REFERENCES = {"bn_relu": "BN-ReLU", "gn_relu": "GN-ReLU"}  # the gates' reference layers
 TABLE_REFERENCE = {"table2": "bn_relu", "table3": "gn_relu"}  # Tables 4 and 5: by the layers compared
 # The one place that names the miniatures and their layers:
@@ -872,7 +871,7 @@ def trained_on(summary: dict) -> str:
     counts = Counter()
     for cell in summary["cells"]:
         counts.update(cell.get("devices") or {"not recorded": len(cell["final_top1"])})
-    return "Trained on: " + ", ".join(f"{name} ({n} runs)" for name, n in sorted(counts.items())) + "."
+    return f"Trained on: {format_devices(counts)}."
 
 
 def setting_words(table: str) -> str:
