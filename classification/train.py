@@ -300,11 +300,14 @@ def build(config: TrainConfig, env: DistributedContext) -> TrainingSetup:
 
 def restore(path: Path, setup: TrainingSetup, env: DistributedContext) -> tuple[int, int, list]:
     """Load ``checkpoint.pt`` into the setup; ``(epoch, step, history)`` to continue from."""
-    state = load_checkpoint(path, map_location=env.device)
+    # On the CPU: the RNG states must stay CPU byte tensors; load_state_dict moves the rest to the model.
+    state = load_checkpoint(path)
     try:
         setup.model.load_state_dict(state["model"])
         setup.trainer.load_state_dict(state["trainer"])
         torch.set_rng_state(state["rng"])
+        if env.device.type == "cuda" and "cuda_rng" in state:
+            torch.cuda.set_rng_state(state["cuda_rng"], env.device)
         return int(state["epoch"]), int(state["step"]), list(state["history"])
     except (KeyError, RuntimeError, ValueError) as error:
         first = str(error).splitlines()[0]
@@ -372,9 +375,12 @@ def _train_epochs(config: TrainConfig, setup: TrainingSetup, env: DistributedCon
             if writer:
                 writer.add_scalar("val/top1", metrics["top1"], step)
                 writer.add_scalar("val/loss", metrics["loss"], step)
+            rng = {"rng": torch.get_rng_state()}
+            if env.device.type == "cuda":
+                rng["cuda_rng"] = torch.cuda.get_rng_state(env.device)
             save_checkpoint(out / CHECKPOINT_FILE, {
                 "model": setup.model.state_dict(), "trainer": trainer.state_dict(), "epoch": epoch + 1, "step": step,
-                "history": history, "rng": torch.get_rng_state(), "config": config_to_dict(config)})
+                "history": history, **rng, "config": config_to_dict(config)})
     if writer:
         writer.close()
     return history

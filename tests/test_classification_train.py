@@ -13,6 +13,7 @@ from evonorm_core.classifiers.data import load_digits_proxy
 from evonorm_core.classifiers.optimizer import OptimizerSettings
 from evonorm_core.classifiers.proxy_task import PROXY_TRAINING
 from evonorm_core.classifiers.schedule import ScheduleLR, ScheduleSettings
+from evonorm_core.experiment import distributed
 from evonorm_core.experiment.config import ConfigError
 from evonorm_core.experiment.distributed import DistributedContext
 from evonorm_core.experiment.files import load_checkpoint
@@ -145,7 +146,11 @@ def test_few_steps_reduce_the_training_loss(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_continues_schedule_and_weights_exactly(tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_resume_continues_schedule_and_weights_exactly(tmp_path, monkeypatch, device):
+    """On a GPU too, where the checkpoint also holds the CUDA generator's state (weights equal to
+    float32 rounding there: cuDNN's backward kernels do not fix their summation order)."""
+    monkeypatch.setattr(distributed, "training_device", lambda local_rank=0: torch.device(device))
     straight = train(quick_config(tmp_path / "a", schedule="cosine"))
     train(quick_config(tmp_path / "b", schedule="cosine", max_steps=4))
     state = load_checkpoint(tmp_path / "b" / "run" / "checkpoint.pt")
@@ -157,9 +162,12 @@ def test_resume_continues_schedule_and_weights_exactly(tmp_path):
     assert a["trainer"]["optimizer"]["param_groups"][0]["lr"] == b["trainer"]["optimizer"]["param_groups"][0]["lr"]
     assert math.isclose(a["trainer"]["optimizer"]["param_groups"][0]["lr"], 0.4 * 16 / 256 * 0.5 * (1 + math.cos(math.pi * 8 / 8)),
                         abs_tol=1e-12)
+    exact = {"rtol": 0, "atol": 0} if device == "cpu" else {}
     for name, tensor in a["model"].items():
-        assert torch.equal(tensor, b["model"][name]), name
+        torch.testing.assert_close(tensor, b["model"][name], **exact, msg=name)
     assert json.loads((tmp_path / "b" / "run" / "result.json").read_text())["history"] == resumed["history"]
+    if device == "cuda":
+        assert state["cuda_rng"].dtype == torch.uint8 and state["rng"].device.type == "cpu"
 
 
 def test_cli_defaults_to_digits_and_explains(capsys, tmp_path):
