@@ -376,19 +376,28 @@ FLATNESS_MEANING = ("per seed, the last fifth of the per-epoch validation top-1 
                     "last_fifth_range_max is the largest range over the cell's seeds")
 
 
-def mean_curve(runs: list[dict], label: str) -> Series | None:
+def _seeds_note(ran: int, trained: int, seeds: int | None) -> str:
+    """What a curve's label says of its seeds: how many ran when fewer than ``seeds``, how many diverged."""
+    diverged = ran - trained
+    if seeds and ran < seeds:
+        return f"{ran} of {seeds} seeds run" + (f"; {diverged} diverged" if diverged else "")
+    if not trained:
+        return f"{ran} of {ran} seeds diverged"
+    return f"{trained} of {ran} seeds; {diverged} diverged" if diverged else ""
+
+
+def mean_curve(runs: list[dict], label: str, seeds: int | None = None) -> Series | None:
     """Validation top-1 per epoch, mean and std over the seeds of ``runs`` (None without runs); runs
-    without a history (diverged) are not drawn, and the label says how many seeds the curve is. When
-    every seed diverged the series is empty, so the legend still names the layer and says so."""
+    without a history (diverged) are not drawn, and the label says how many seeds the curve is, and how
+    many ran when that is fewer than ``seeds`` (a cell still running). When every seed diverged the series
+    is empty, so the legend still names the layer and says so."""
     if not runs:
         return None
     histories = [curve for curve in map(curve_of, runs) if curve]
+    note = _seeds_note(len(runs), len(histories), seeds)
+    shown = f"{label} ({note})" if note else label
     if not histories:
-        return Series(f"{label} ({len(runs)} of {len(runs)} seeds diverged)", [], [], [], dashed=label in CONTROLS,
-                      color_key=label)
-    shown = label
-    if len(histories) < len(runs):
-        shown = f"{label} ({len(histories)} of {len(runs)} seeds; {len(runs) - len(histories)} diverged)"
+        return Series(shown, [], [], [], dashed=label in CONTROLS, color_key=label)
     length = min(map(len, histories))
     points = [[h[e] for h in histories] for e in range(length)]
     return Series(shown, list(range(1, length + 1)), [statistics.mean(p) for p in points],
@@ -397,13 +406,16 @@ def mean_curve(runs: list[dict], label: str) -> Series | None:
 
 def plot_curves(table: PaperTable, results: dict[tuple[str, str, int | None], list[dict]], path: Path) -> Path:
     """Validation top-1 per epoch (mean and std over seeds) of every layer, controls dashed: one panel per
-    model at the largest batch measured and, for a batch sweep, one at the smallest."""
+    model at the largest batch measured and, for a batch sweep, one at the smallest. A curve of fewer seeds
+    than the panel's fullest says how many ran."""
     panels = {}
     for model in table.models:
         batches = sorted({b for (m, _, b) in results if m == model}, key=lambda b: b or 0, reverse=True)
         for batch in dict.fromkeys([batches[0], batches[-1]] if batches else []):
-            curves = [mean_curve(results.get((model, LAYERS[label], batch), []), label)
-                      for label in table.row_labels(model, with_controls=True) if LAYERS[label]]
+            cells = {label: results.get((model, LAYERS[label], batch), [])
+                     for label in table.row_labels(model, with_controls=True) if LAYERS[label]}
+            seeds = max(map(len, cells.values()), default=0)
+            curves = [mean_curve(runs, label, seeds) for label, runs in cells.items()]
             where = f"{batch} images per worker" if batch else "recipe batch"
             panels[f"{MINI_MODELS.get(model, model)}, {where}"] = [c for c in curves if c is not None]
     return plot_series(path, panels, xlabel="epoch", ylabel="validation top-1 (%)")

@@ -425,6 +425,16 @@ def test_a_curve_of_some_diverged_seeds_says_how_many_it_shows():
     assert mean_curve([], "ReLU (no norm)") is None
 
 
+def test_a_curve_of_fewer_seeds_than_its_panel_says_how_many_ran():
+    """A cell still running (4 of the panel's 5 seeds) is labelled so, with its diverged runs."""
+    trained = {"history": [{"top1": 10.0}, {"top1": 50.0}]}
+    diverged = {"final_top1": None, "diverged": "loss became nan at step 3"}
+    assert mean_curve([trained] * 4, "Random + rej", seeds=5).label == "Random + rej (4 of 5 seeds run)"
+    assert mean_curve([trained] * 5, "Random + rej", seeds=5).label == "Random + rej"
+    assert mean_curve([trained, diverged], "ReLU (no norm)", seeds=5).label == "ReLU (no norm) (2 of 5 seeds run; 1 diverged)"
+    assert mean_curve([diverged], "ReLU (no norm)", seeds=5).label == "ReLU (no norm) (1 of 5 seeds run; 1 diverged)"
+
+
 def test_a_layer_whose_every_seed_diverged_is_in_the_plot_legend(tmp_path, monkeypatch):
     """The learning-curve panel names a layer that never trained (an empty curve in the legend), so a
     control missing from the plot is not mistaken for a control that was not run."""
