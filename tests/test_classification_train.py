@@ -150,7 +150,8 @@ def test_few_steps_reduce_the_training_loss(tmp_path):
 def test_resume_continues_schedule_and_weights_exactly(tmp_path, monkeypatch, device):
     """On a GPU too, where the checkpoint also holds the CUDA generator's state (weights equal to
     float32 rounding there: cuDNN's backward kernels do not fix their summation order)."""
-    monkeypatch.setattr(distributed, "training_device", lambda local_rank=0: torch.device(device))
+    chosen = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")  # set_device needs an index
+    monkeypatch.setattr(distributed, "training_device", lambda local_rank=0: chosen)
     straight = train(quick_config(tmp_path / "a", schedule="cosine"))
     train(quick_config(tmp_path / "b", schedule="cosine", max_steps=4))
     state = load_checkpoint(tmp_path / "b" / "run" / "checkpoint.pt")
