@@ -57,7 +57,8 @@ step env 60 bash -c "nvidia-smi -L; $py -c 'import torch, sys; print(sys.version
 pytest=("$py" -m pytest -q -p no:randomly -p no:cacheprovider -p no:benchmark -rs)
 # every call runs; the step fails when any does (the capture file's gpu test is Inductor
 # handing channels_last buffers to the Triton operators, the compiled step against eager)
-step gpu_tests 480 bash -c "${pytest[*]} -m gpu tests/test_fast_layers.py tests/test_layers_bad_inputs.py; first=\$?; \
+step gpu_tests 480 bash -c "${pytest[*]} -m gpu tests/test_fast_layers.py tests/test_layers_bad_inputs.py \
+    tests/test_classification_train.py; first=\$?; \
     ${pytest[*]} -m gpu tests/test_capture.py; second=\$?; \
     ${pytest[*]} tests/test_triton_kernels.py && exit \$((first || second))"
 step benchmark_cuda 220 "$py" tools/benchmark_layers.py --device cuda --dtype bfloat16 --reps 20 \
