@@ -398,7 +398,7 @@ Values = tuple[tuple[float, ...], tuple[int, ...]]  # (values, seeds)
 def classification_values(summary: dict, cell: str, layer: str, batch: int | None, metric: str) -> Values:
     for entry in summary["cells"]:
         if (entry["model"], entry["layer"], entry["batch"]) == (cell, layer, batch):
-            return tuple(DIVERGED_TOP1 if v is None else v for v in entry["final_top1"]), tuple(entry["seeds"])
+            return tuple(finals(entry)), tuple(entry["seeds"])
     return (), ()
 
 
@@ -854,6 +854,7 @@ def classification_rows(summary: dict, batches: list[int | None]) -> list[list[s
 
 
 def finals(cell: dict) -> list[float]:
+    """A summary cell's final top-1 per seed, a diverged run (None) scored :data:`DIVERGED_TOP1`."""
     return [DIVERGED_TOP1 if v is None else v for v in cell["final_top1"]]
 
 
