@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from torch_fidelity.feature_extractor_base import FeatureExtractorBase
 
 from evonorm_core.experiment.data import digits
-from evonorm_core.experiment.files import load_checkpoint, save_checkpoint  # noqa: F401 (load_checkpoint: tests)
+from evonorm_core.experiment.files import load_checkpoint, require_keys, save_checkpoint
 
 NAME = "digits-classifier"
 FEATURES = ("features", "logits")
@@ -109,6 +109,22 @@ def weights_file(resolution: int) -> Path:
     if not path.exists():
         model, held_out = train_classifier(resolution)
         save_checkpoint(path, {"model": model.state_dict(), "resolution": resolution, "held_out_accuracy": held_out})
+    return path
+
+
+def checked_weights_file(path: str | Path, resolution: int) -> Path:
+    """``path`` if it holds a classifier written by :func:`weights_file` for ``resolution`` px digits (a grid pins
+    one so that every run is measured with the same scale); ``FileNotFoundError``/``ValueError`` saying what is
+    wrong otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no digits classifier at {str(path)!r} (expected a file written by "
+                                "evonorm_suite.gan.digits_classifier.weights_file)")
+    state = load_checkpoint(path, what="digits classifier")
+    require_keys(state, ("model", "resolution"), path, what="digits classifier")
+    if state["resolution"] != resolution:
+        raise ValueError(f"the digits classifier {str(path)!r} was trained on {state['resolution']} px digits, "
+                         f"the run's images are {resolution} px")
     return path
 
 

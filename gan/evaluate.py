@@ -17,7 +17,12 @@ arrays (never pickles) under ``--cache-root`` and checked when read back. Each
 evaluated checkpoint's numbers go to ``RUN_DIR/metrics/<checkpoint>.json`` and the peak
 (``--all-snapshots``: over ``last.pt`` and every kept ``step_N.pt``; lowest FID unless
 ``--peak-by is``) to ``RUN_DIR/metrics.json``, with everything needed to read them
-(sampling mode, sample count, feature extractor, checkpoint, step). RUN_DIR must hold a run of
+(sampling mode, sample count, feature extractor and the SHA-256 of its weight file, checkpoint,
+step, and the settings they were ``evaluated_with``). A kept ``step_N.pt`` never changes, so its
+numbers are read back instead of measured again where its file holds them under the same settings
+(``--reevaluate`` measures again); ``last.pt`` moves with training and is always measured.
+``--digits-classifier FILE`` measures with that classifier file instead of the cached one (a grid
+pins one, so that runs evaluated on different machines share one scale). RUN_DIR must hold a run of
 ``gan/train_biggan.py``, whose lock the evaluation takes: it does not write into a run that is
 still training. Installed as the ``evonorm-gan-eval`` command.
 """
@@ -28,16 +33,16 @@ import glob
 import hashlib
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from evonorm_core.experiment.files import atomic_write_json
+from evonorm_core.experiment.files import atomic_write_json, read_json
 from evonorm_core.experiment.rundir import RunDirError, open_run
 from evonorm_core.running_stats import batch_statistics_layers
 from evonorm_suite.gan import digits_classifier
-from evonorm_suite.gan.checkpoint import RUN_KIND, checkpoint_dir, load_ema_generator, resolve_checkpoint
+from evonorm_suite.gan.checkpoint import LAST, RUN_KIND, checkpoint_dir, load_ema_generator, resolve_checkpoint
 from evonorm_suite.gan.data import UInt8Images, build_dataset, digits_dataset
 from evonorm_suite.gan.metrics import (
     DIGITS,
@@ -49,6 +54,7 @@ from evonorm_suite.gan.metrics import (
     fidelity_metrics,
     find_inception_weights,
 )
+from evonorm_suite.gan.reference_statistics import weights_digest
 from evonorm_suite.gan.sampling import standing_statistics
 
 PEAK_KEYS = {"fid": ("fid", -1), "is": ("is_mean", 1)}  # metric and the sign that makes larger better
@@ -75,6 +81,7 @@ class EvalOptions:
 
     num_samples: int | None = None  # None: 50,000 (Inception), the held-out count (digits)
     inception_weights: str | None = None
+    digits_classifier: str | None = None  # None: the cached classifier of digits_classifier.weights_file
     standing_stats: int = 16
     standing_batch: int = 64
     reference_samples: int | None = None
@@ -85,11 +92,28 @@ class EvalOptions:
     verbose: bool = False
 
 
-def evaluate_checkpoint(run_dir: str, checkpoint: str | None, options: EvalOptions) -> dict:
-    """IS/FID of one checkpoint's EMA generator, with everything needed to read the numbers."""
+def evaluated_with(options: EvalOptions, weights: str | None) -> dict:
+    """The settings that decide a checkpoint's numbers: the options, with the weight file's SHA-256 for its path."""
+    settings = {key: value for key, value in asdict(options).items()
+                if key not in ("verbose", "cache_root", "inception_weights", "digits_classifier")}
+    return {**settings, "feature_extractor_sha256": weights_digest(weights)}
+
+
+def metrics_file(run_dir: str, checkpoint: Path) -> Path:
+    return Path(run_dir) / "metrics" / checkpoint.name.replace(".pt", ".json")
+
+
+def evaluate_checkpoint(run_dir: str, checkpoint: str | None, options: EvalOptions, reuse: bool = False) -> dict:
+    """IS/FID of one checkpoint's EMA generator, with everything needed to read the numbers; with ``reuse``, a kept
+    snapshot's numbers from its metrics file where they were measured with the same settings."""
     path = resolve_checkpoint(run_dir, checkpoint)
     generator, config, meta = load_ema_generator(run_dir, path)
     extractor, weights = feature_extractor_for(config, options)
+    settings = evaluated_with(options, weights)
+    if reuse and path.name != LAST and metrics_file(run_dir, path).is_file():
+        previous = read_json(metrics_file(run_dir, path), what="snapshot metrics")
+        if previous.get("evaluated_with") == settings and previous.get("step") == meta["step"]:
+            return previous
     num_samples = options.num_samples or (len(digits_dataset(config.resolution, "val")) if extractor == DIGITS else 50_000)
     generator.to("cuda" if torch.cuda.is_available() else "cpu")
     sampling = prepare_sampling(generator, options.standing_stats, options.standing_batch, options.seed)
@@ -120,6 +144,8 @@ def evaluate_checkpoint(run_dir: str, checkpoint: str | None, options: EvalOptio
         "num_samples": num_samples,
         "reference_images": len(reference),
         "feature_extractor": extractor,
+        "feature_extractor_sha256": settings["feature_extractor_sha256"],
+        "evaluated_with": settings,
         "metric": METRIC_LABEL[extractor],
         "sampling": sampling,
         "seed": config.seed,
@@ -134,9 +160,12 @@ METRIC_LABEL = {DIGITS: "digits-classifier IS/FID (not comparable with ImageNet 
 
 def feature_extractor_for(config, options: EvalOptions) -> tuple[str, str | None]:
     """``(torch-fidelity extractor, weight file)``: Inception when its weights are given (or the
-    data are not the digits: then they must be), the digits classifier for the digits."""
+    data are not the digits: then they must be), the digits classifier for the digits (the file
+    ``options.digits_classifier``, checked, or the cached one)."""
     if options.inception_weights or config.dataset != "digits":
         return INCEPTION, find_inception_weights(options.inception_weights)
+    if options.digits_classifier:
+        return DIGITS, str(digits_classifier.checked_weights_file(options.digits_classifier, config.resolution))
     return DIGITS, str(digits_classifier.weights_file(config.resolution))
 
 
@@ -146,11 +175,13 @@ def snapshots(run_dir: str) -> list[str]:
 
 
 def evaluate_run(
-    run_dir: str, checkpoints: list[str] | None = None, peak_by: str = "fid", options: EvalOptions | None = None
+    run_dir: str, checkpoints: list[str] | None = None, peak_by: str = "fid", options: EvalOptions | None = None,
+    reuse: bool = True,
 ) -> dict:
     """Evaluate ``checkpoints`` (default ``last.pt``) and keep the peak as ``RUN_DIR/metrics.json``.
 
-    Each checkpoint's numbers go to ``RUN_DIR/metrics/<checkpoint>.json``; the one with the
+    Each checkpoint's numbers go to ``RUN_DIR/metrics/<checkpoint>.json`` (with ``reuse``, a kept
+    snapshot's numbers already there under the same settings are read back); the one with the
     lowest FID (``peak_by="fid"``) or highest IS (``"is"``) is the run's result, since the
     paper reports each run at its peak. Returns that result. Holds the run's lock meanwhile
     (``RunDirError`` if ``run_dir`` holds no GAN run or a process holds it).
@@ -161,8 +192,8 @@ def evaluate_run(
     with open_run(run_dir, RUN_KIND, resume=True, flag=None):
         results = []
         for checkpoint in checkpoints or [None]:
-            result = evaluate_checkpoint(run_dir, checkpoint, options)
-            atomic_write_json(Path(run_dir) / "metrics" / result["checkpoint"].replace(".pt", ".json"), result)
+            result = evaluate_checkpoint(run_dir, checkpoint, options, reuse)
+            atomic_write_json(metrics_file(run_dir, Path(result["checkpoint"])), result)
             results.append(result)
         key, sign = PEAK_KEYS[peak_by]
         peak = max(results, key=lambda r: sign * r[key])
@@ -191,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the number of held-out digits for the digits)")
     parser.add_argument("--inception-weights", help=f"local torch-fidelity Inception weights ({INCEPTION_FILE}; "
                         "checked by SHA-256); needed for any data but the digits")
+    parser.add_argument("--reevaluate", action="store_true", help="measure every kept step_N.pt again even where "
+                        "RUN_DIR/metrics holds its numbers under the same settings (default: read those back)")
+    parser.add_argument("--digits-classifier", metavar="FILE", help="the digits classifier file to measure with "
+                        "(default: the cached one, trained on first use; gan/table5.py pins one per grid)")
     parser.add_argument("--standing-stats", type=int, default=16, metavar="N",
                         help="BigGAN's standing statistics: recompute batch-statistics layers' moving averages over "
                         "N batches of samples first (default 16; 0: use the moving averages as trained)")
@@ -211,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     options = EvalOptions(
         num_samples=args.num_samples,
         inception_weights=args.inception_weights,
+        digits_classifier=args.digits_classifier,
         standing_stats=args.standing_stats,
         standing_batch=args.standing_batch,
         reference_samples=args.reference_samples,
@@ -222,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         checkpoints = snapshots(args.run_dir) if args.all_snapshots else args.checkpoint
-        result = evaluate_run(args.run_dir, checkpoints, args.peak_by, options)
+        result = evaluate_run(args.run_dir, checkpoints, args.peak_by, options, reuse=not args.reevaluate)
     except InceptionWeightsMissing as error:
         raise SystemExit(f"cannot compute IS/FID: {error}") from None
     except (FileNotFoundError, ValueError, RunDirError) as error:

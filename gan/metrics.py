@@ -196,11 +196,13 @@ class _NoiseImages(Dataset):
         return self.images[index]
 
 
-def digits_calibration(resolution: int, cache_root: str | None = None) -> dict[str, float]:
+def digits_calibration(resolution: int, cache_root: str | None = None,
+                       weights: str | Path | None = None) -> dict[str, float]:
     """The scale of digits-classifier IS/FID: the held-out real digits against the training
     digits (the floor a perfect generator reaches with as many samples) and uniform noise
-    (the ceiling), each with as many images as the held-out split has."""
-    weights = str(digits_classifier.weights_file(resolution))
+    (the ceiling), each with as many images as the held-out split has; measured with the
+    classifier file ``weights`` (default: the cached one of :func:`digits_classifier.weights_file`)."""
+    weights = str(weights or digits_classifier.weights_file(resolution))
     reference = UInt8Images(digits_dataset(resolution, "train"))
     held_out = UInt8Images(digits_dataset(resolution, "val"))
     common = dict(feature_extractor=DIGITS, weights_path=weights, cache_root=cache_root,

@@ -11,10 +11,18 @@ keeping a snapshot every ``--snapshot-every`` steps, and is then evaluated by ``
 held-out digits). The paper reports each run at its peak, so each run's result is its best-FID snapshot, and a
 run is trained until that snapshot is behind it: a run trains ``--steps`` first; while fewer than ``--patience``
 of its evaluated snapshots come after its best one, it is resumed for ``--extend-by`` more steps and evaluated
-again, up to ``--max-steps``. Rounds of the grid repeat until every run is past its peak or at the cap. A run
-still best at its last snapshot (at the cap) was still improving when it stopped; the summary records, per run,
+again (kept snapshots evaluated before are read back), up to ``--max-steps``. The grid works on ``--jobs`` runs
+at a time, each until it is past its peak or at the cap, then takes the next, so finished runs accumulate in
+grid order. A run still best at its last snapshot (at the cap) was still improving when it stopped; the summary
+records, per run,
 the step of the best snapshot, the last one and every evaluated snapshot's FID and IS, and the report
 (tools/reproduce.py) reads such runs as "cannot resolve".
+
+Digits-classifier FIDs are comparable only when measured by the same classifier, and the classifier trained on
+first use differs between CPUs and thread counts. So the grid pins one: ``RUNS_DIR/digits_classifier_16px.pt``
+(copied from the cache when the folder has none; keep it with the runs). Every run is evaluated with it, the
+summary's FID floor and noise ceiling are measured with it, and runs whose numbers carry another classifier's
+SHA-256 are refused by name.
 
 Each run's output goes to ``RUNS_DIR/<layer>/seed<k>.log``. Finished runs are not rerun, started ones resume
 (with ``--groups`` for grouped layers, so that a run started with other groups is refused, not mixed in); a run
@@ -28,17 +36,18 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from evonorm_core.experiment.config import command_line
-from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json
+from evonorm_core.experiment.files import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
 from evonorm_core.experiment.grid import Cell, run_grid
 from evonorm_core.experiment.rundir import holds_run
 from evonorm_core.registry import options_of
+from evonorm_suite.gan import digits_classifier
 from evonorm_suite.gan.config import PRESETS
 from evonorm_suite.gan.metrics import digits_calibration
+from evonorm_suite.gan.reference_statistics import weights_digest
 from evonorm_suite.gan.report import LABELS, aggregate, find_metrics, layer_name, markdown
 
 PRESET = PRESETS["digits"]
@@ -122,9 +131,32 @@ def run_dir_of(runs_dir: Path, layer: str, seed: int) -> Path:
     return runs_dir / layer / f"seed{seed}"
 
 
-def run_cell(layer: str, seed: int, runs_dir: Path, schedule: Schedule) -> tuple[Cell, int | None]:
+def pinned_classifier(runs_dir: Path) -> Path:
+    """The grid's digits classifier, ``RUNS_DIR/digits_classifier_<R>px.pt``: checked if there, else copied from
+    the cache (trained there on first use)."""
+    path = runs_dir / f"digits_classifier_{PRESET.resolution}px.pt"
+    if not path.exists():
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, digits_classifier.weights_file(PRESET.resolution).read_bytes())
+        print(f"Table 5 miniature: pinned the digits classifier {path} (SHA-256 {weights_digest(str(path))[:12]}); "
+              "keep it with the runs", flush=True)
+    return digits_classifier.checked_weights_file(path, PRESET.resolution)
+
+
+def measured_by_another_classifier(metrics_paths: list[Path], digest: str) -> list[str]:
+    """The runs (``layer/seed<k>``) with a snapshot not measured by the classifier whose SHA-256 is ``digest``."""
+    runs = []
+    for path in metrics_paths:
+        state = RunState.read(path.parent)
+        if any(record.get("feature_extractor_sha256") != digest for record in state.snapshots):
+            runs.append(f"{path.parent.parent.name}/{path.parent.name}")
+    return runs
+
+
+def run_cell(layer: str, seed: int, runs_dir: Path, schedule: Schedule,
+             classifier: Path) -> tuple[Cell, int | None]:
     """The grid cell that trains one (layer, seed) to its next target (resuming a started run) and evaluates every
-    snapshot, and that target (None: the run is done)."""
+    snapshot with the grid's ``classifier``, and that target (None: the run is done)."""
     run_dir = run_dir_of(runs_dir, layer, seed)
     target = RunState.read(run_dir).next_target(schedule)
     groups = ("--groups", str(PRESET.groups)) if PRESET.groups and "groups" in options_of(layer) else ()
@@ -132,25 +164,29 @@ def run_cell(layer: str, seed: int, runs_dir: Path, schedule: Schedule) -> tuple
              str(runs_dir / layer), "--total-steps", str(target or schedule.steps), "--keep-every",
              str(schedule.snapshot_every), "--save-every", str(schedule.snapshot_every), "--eval-every", "0",
              "--threads", "1", *groups, *(["--resume"] if holds_run(run_dir) else []))
-    evaluate = (sys.executable, "-m", "evonorm_suite.gan.evaluate", str(run_dir), "--all-snapshots")
+    evaluate = (sys.executable, "-m", "evonorm_suite.gan.evaluate", str(run_dir), "--all-snapshots",
+                "--digits-classifier", str(classifier))
     return Cell(f"{layer}/seed{seed}", done=lambda: RunState.read(run_dir).next_target(schedule) is None,
                 commands=(train, evaluate)), target
 
 
-def train_to_peaks(layers: list[str], seeds: list[int], runs_dir: Path, schedule: Schedule,
-                   jobs: int) -> tuple[int, float]:
-    """Rounds of the grid until every run is done (past its peak or at the cap); (exit status, seconds of the
-    cells, one thread each)."""
+def train_to_peaks(layers: list[str], seeds: list[int], runs_dir: Path, schedule: Schedule, jobs: int,
+                   classifier: Path) -> tuple[int, float]:
+    """Rounds of the grid, each training the first ``jobs`` runs not yet done to their next target, until every run
+    is done (past its peak or at the cap); (exit status, seconds of the cells, one thread each)."""
     seconds, round_ = 0.0, 0
     while True:
-        planned = {(layer, seed): run_cell(layer, seed, runs_dir, schedule) for layer in layers for seed in seeds}
-        todo = {key: target for key, (_, target) in planned.items() if target is not None}
-        if not todo:
+        planned = {(layer, seed): run_cell(layer, seed, runs_dir, schedule, classifier)
+                   for layer in layers for seed in seeds}
+        pending = [key for key, (_, target) in planned.items() if target is not None]
+        if not pending:
             return 0, seconds
+        todo = {key: planned[key][1] for key in pending[:jobs]}
         round_ += 1
-        targets = ", ".join(f"{n} runs to step {t}" for t, n in sorted(Counter(todo.values()).items()))
-        print(f"Table 5 miniature, round {round_}: {targets} (into {runs_dir})", flush=True)
-        result = run_grid([cell for cell, _ in planned.values()], runs_dir, jobs=jobs, name="table5")
+        targets = ", ".join(f"{layer}/seed{seed} to step {target}" for (layer, seed), target in todo.items())
+        print(f"Table 5 miniature, round {round_}: {targets} ({len(planned) - len(pending)} of {len(planned)} runs "
+              f"done; into {runs_dir})", flush=True)
+        result = run_grid([planned[key][0] for key in todo], runs_dir, jobs=jobs, name="table5")
         seconds += sum(result.seconds.values())
         if result.exit_status:
             return result.exit_status, seconds
@@ -207,24 +243,32 @@ def main(argv: list[str] | None = None) -> int:
     summary_path = args.out / "table5.json"
     previous = read_json(summary_path, what="Table 5 summary") if summary_path.exists() else {}
     cpu_seconds = previous.get("cpu_seconds", 0.0)
+    classifier = pinned_classifier(args.runs_dir)
     if not args.report_only:
-        status, seconds = train_to_peaks(args.layers, args.seeds, args.runs_dir, schedule, args.jobs)
+        status, seconds = train_to_peaks(args.layers, args.seeds, args.runs_dir, schedule, args.jobs, classifier)
         cpu_seconds += seconds  # one thread per run
         if status:
             return status
-    layers = aggregate([run_record(p) for p in find_metrics([args.runs_dir])])
+    metrics_paths = find_metrics([args.runs_dir])
+    digest = weights_digest(str(classifier))
+    if foreign := measured_by_another_classifier(metrics_paths, digest):
+        raise SystemExit(f"error: {', '.join(foreign)} in {args.runs_dir} were evaluated with another digits "
+                         f"classifier than the grid's {classifier}: their FIDs are on another scale. Evaluate them "
+                         f"again with it (python gan/evaluate.py RUN --all-snapshots --reevaluate --digits-classifier "
+                         f"{classifier}) or remove them to retrain")
+    layers = aggregate([run_record(p) for p in metrics_paths])
     resolution = PRESET.resolution
     summary = {
         "experiment": "Table 5 miniature", "command": command_line("python gan/table5.py", argv),
         "cpu_seconds": cpu_seconds, "steps": args.steps,
         "schedule": asdict(schedule),
-        "feature_extractor": "digits-classifier",
+        "feature_extractor": "digits-classifier", "feature_extractor_sha256": digest,
         "description": f"class-conditional BigGAN-deep (digits preset, {resolution}x{resolution} greyscale, "
                        f"{PRESET.groups} groups in grouped layers) on the embedded digits, each run {args.steps} "
                        f"steps, then {schedule.extend_by} more at a time until {schedule.patience} evaluated "
                        f"snapshots (every {schedule.snapshot_every} steps) follow its best-FID one, at most "
                        f"{schedule.max_steps}",
-        **digits_calibration(resolution), "layers": layers,
+        **digits_calibration(resolution, weights=classifier), "layers": layers,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     for layer in args.layers:

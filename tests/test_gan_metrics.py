@@ -13,6 +13,7 @@ from torch.utils.data import Dataset
 from torch_fidelity.feature_extractor_base import FeatureExtractorBase
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY, register_feature_extractor
 
+from evonorm_core.experiment.files import save_checkpoint
 from evonorm_core.experiment.rundir import RunDir, RunDirError
 from evonorm_suite.gan import digits_classifier, evaluate, metrics
 from evonorm_suite.gan.biggan_deep import Generator, GeneratorSpec
@@ -20,6 +21,7 @@ from evonorm_suite.gan.checkpoint import load_ema_generator
 from evonorm_suite.gan.config import PRESETS
 from evonorm_suite.gan.data import digits_dataset, to_uint8
 from evonorm_suite.gan.metrics import GeneratorSampler, class_accuracy, digits_calibration, fidelity_metrics
+from evonorm_suite.gan.reference_statistics import weights_digest
 from evonorm_suite.gan.trainer import Trainer
 
 
@@ -201,6 +203,46 @@ def test_peak_over_snapshots(trained_run, tmp_path):
         evaluate.evaluate_run(str(trained_run), checkpoints, "kid", options)
 
 
+def test_kept_snapshots_are_read_back_under_the_same_settings_and_measured_again_otherwise(trained_run, tmp_path,
+                                                                                        monkeypatch):
+    """A kept step_N.pt never changes: evaluated again with the same settings and classifier, its numbers are read
+    back; last.pt (which moves with training), other settings, another classifier or reuse=False measure again."""
+    options = evaluate.EvalOptions(num_samples=32, reference_samples=64, cache_root=str(tmp_path), batch_size=32)
+    checkpoints = evaluate.snapshots(str(trained_run))
+    evaluate.evaluate_run(str(trained_run), checkpoints, options=options, reuse=False)
+    record = json.loads((trained_run / "metrics" / "step_0000001.json").read_text())
+    cached = str(digits_classifier.weights_file(16))
+    assert record["feature_extractor_sha256"] == weights_digest(cached) == record["evaluated_with"]["feature_extractor_sha256"]
+    measured = []
+    measure = evaluate.fidelity_metrics
+    monkeypatch.setattr(evaluate, "fidelity_metrics", lambda *a, **k: measured.append(1) or measure(*a, **k))
+
+    def measured_by(**kwargs) -> int:
+        measured.clear()
+        evaluate.evaluate_run(str(trained_run), checkpoints, options=options, **kwargs)
+        return len(measured)
+    assert measured_by() == 1  # last.pt only
+    assert json.loads((trained_run / "metrics" / "step_0000001.json").read_text()) == record
+    assert measured_by(reuse=False) == 3
+    options.seed = 1
+    assert measured_by() == 3 and measured_by() == 1
+    pinned = tmp_path / "pinned.pt"
+    save_checkpoint(pinned, {"model": digits_classifier.DigitsClassifier().state_dict(), "resolution": 16})
+    options.digits_classifier = str(pinned)
+    assert measured_by() == 3
+    assert json.loads((trained_run / "metrics" / "step_0000002.json").read_text())["feature_extractor_sha256"] == (
+        weights_digest(str(pinned)))
+
+
+def test_a_digits_classifier_file_that_does_not_fit_is_refused(trained_run, tmp_path):
+    wrong = tmp_path / "classifier32.pt"
+    save_checkpoint(wrong, {"model": digits_classifier.DigitsClassifier().state_dict(), "resolution": 32})
+    with pytest.raises(SystemExit, match="classifier32.pt' was trained on 32 px digits, the run's images are 16 px"):
+        evaluate.main([str(trained_run), "--digits-classifier", str(wrong), "--num-samples", "8"])
+    with pytest.raises(SystemExit, match="no digits classifier at .*absent.pt"):
+        evaluate.main([str(trained_run), "--digits-classifier", str(tmp_path / "absent.pt"), "--num-samples", "8"])
+
+
 def test_generator_sampler_samples_labels_itself(trained_run):
     generator, _, _ = load_ema_generator(str(trained_run))
     sampler = GeneratorSampler(generator, seed=3)
@@ -303,10 +345,12 @@ def test_generator_sampler_draws_normal_latents_and_every_class():
     assert sorted(torch.cat(labels).unique().tolist()) == list(range(10))
 
 
-def test_evaluation_records_the_training_seed_and_the_sampling_mode(trained_run, monkeypatch):
+def test_evaluation_records_the_training_seed_and_the_sampling_mode(trained_run, tmp_path, monkeypatch):
     """Without --num-samples Inception uses 50,000 samples; metrics.json names the run's training seed (not
     the sampling seed), the layer and its options; a batch-independent layer samples with no batch statistics."""
-    monkeypatch.setattr(evaluate, "feature_extractor_for", lambda config, options: (evaluate.INCEPTION, "w.pth"))
+    weights = tmp_path / "w.pth"
+    weights.write_bytes(b"weights")
+    monkeypatch.setattr(evaluate, "feature_extractor_for", lambda config, options: (evaluate.INCEPTION, str(weights)))
     monkeypatch.setattr(evaluate, "fidelity_metrics", lambda generated, reference, num, **kw: {
         "is_mean": 1.0, "is_std": 0.0, "fid": float(num)})
     options = evaluate.EvalOptions(reference_samples=8, seed=7, standing_stats=0)
@@ -315,7 +359,7 @@ def test_evaluation_records_the_training_seed_and_the_sampling_mode(trained_run,
         50_000, 50_000.0, 0, "Inception IS/FID")
     assert (result["norm"], result["norm_options"], result["dataset"], result["resolution"]) == (
         "bn_relu", {}, "digits", 16)
-    assert "class_accuracy" not in result
+    assert "class_accuracy" not in result and result["feature_extractor_sha256"] == weights_digest(str(weights))
     spec = GeneratorSpec(resolution=16, channels=8, num_classes=10, dim_z=8, shared_dim=8, depth=1, attention=())
     assert evaluate.prepare_sampling(Generator(spec, "evonorm_s0"), 4, 8, 0) == "eval mode, no batch statistics"
 
@@ -341,19 +385,21 @@ def test_evaluate_command_line_reaches_the_evaluation(trained_run, monkeypatch, 
     seen = {}
     result = {"metric": "m", "is_mean": 1.0, "is_std": 0.0, "fid": 2.0, "num_samples": 3, "sampling": "s",
               "checkpoint": "last.pt", "step": 2, "peak_by": "is", "checkpoints_evaluated": 3}
-    monkeypatch.setattr(evaluate, "evaluate_run", lambda run, checkpoints, peak_by, options: seen.update(
-        run=run, checkpoints=checkpoints, peak_by=peak_by, options=options) or result)
+    monkeypatch.setattr(evaluate, "evaluate_run", lambda run, checkpoints, peak_by, options, reuse: seen.update(
+        run=run, checkpoints=checkpoints, peak_by=peak_by, options=options, reuse=reuse) or result)
     evaluate.main([str(trained_run), "--all-snapshots", "--peak-by", "is", "--num-samples", "7", "--standing-stats",
                    "3", "--standing-batch", "5", "--reference-samples", "9", "--batch-size", "11", "--seed", "13",
-                   "--cache-root", "c", "--data-root", "d"])
+                   "--cache-root", "c", "--data-root", "d", "--digits-classifier", "k.pt", "--reevaluate"])
     options = seen["options"]
     assert (options.num_samples, options.standing_stats, options.standing_batch,
             options.reference_samples) == (7, 3, 5, 9)
     assert (options.batch_size, options.seed, options.cache_root, options.data_root) == (11, 13, "c", "d")
+    assert options.digits_classifier == "k.pt" and seen["reuse"] is False
     assert seen["peak_by"] == "is" and len(seen["checkpoints"]) == 3  # two kept snapshots and last.pt
     evaluate.main([str(trained_run)])
     options = seen["options"]
     assert (options.standing_stats, options.standing_batch, options.batch_size, options.seed) == (16, 64, 64, 0)
+    assert options.digits_classifier is None and seen["reuse"] is True
     assert seen["peak_by"] == "fid" and seen["checkpoints"] is None  # BigGAN-PyTorch: 16 standing-stat batches
     with pytest.raises(SystemExit):
         evaluate.main([str(trained_run), "--standing-stats", "-1"])

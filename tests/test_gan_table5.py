@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from evonorm_core import GroupedNormAct2d, list_norm_acts
-from evonorm_core.experiment.files import load_checkpoint, read_jsonl
+from evonorm_core.experiment.files import load_checkpoint, read_jsonl, save_checkpoint
 from evonorm_core.experiment.grid import GridResult
 from evonorm_core.registry import options_of
-from evonorm_suite.gan import report, table5, train_biggan
+from evonorm_suite.gan import digits_classifier, report, table5, train_biggan
 from evonorm_suite.gan.checkpoint import build_generator
 from evonorm_suite.gan.config import PRESETS
+from evonorm_suite.gan.reference_statistics import weights_digest
 
 GROUPED = [name for name in list_norm_acts() if "groups" in options_of(name)]
 
@@ -60,9 +61,11 @@ def test_no_norm_relu_is_a_layer_of_the_grid_and_trains_as_the_generator_norm_ac
 SCHEDULE = table5.Schedule(steps=2000, extend_by=1000, max_steps=4000, snapshot_every=500, patience=2)
 
 
-def write_snapshots(run_dir: Path, target: int, fid_at, layer: str = "bn_relu", seed: int = 0) -> None:
+def write_snapshots(run_dir: Path, target: int, fid_at, layer: str = "bn_relu", seed: int = 0,
+                    digest: str = "classifier") -> None:
     """What train_biggan and evaluate --all-snapshots leave: config.json, metrics/<checkpoint>.json per snapshot
-    (last.pt repeating the last step) and metrics.json at the best FID."""
+    (last.pt repeating the last step, measured by the classifier whose SHA-256 is ``digest``) and metrics.json at
+    the best FID."""
     shutil.rmtree(run_dir / "metrics", ignore_errors=True)
     (run_dir / "metrics").mkdir(parents=True)
     (run_dir / "config.json").write_text(json.dumps({"total_steps": target}))
@@ -71,6 +74,7 @@ def write_snapshots(run_dir: Path, target: int, fid_at, layer: str = "bn_relu", 
     for step, checkpoint in [*kept, (target, "last.pt")]:
         records.append(dict(is_mean=10.0 - fid_at(step) / 10, is_std=0.1, fid=fid_at(step), norm=layer,
                             norm_options={}, step=step, num_samples=359, feature_extractor="digits-classifier",
+                            feature_extractor_sha256=digest,
                             sampling="eval mode", seed=seed, dataset="digits", resolution=16, checkpoint=checkpoint))
         (run_dir / "metrics" / checkpoint.replace(".pt", ".json")).write_text(json.dumps(records[-1]))
     best = min(records, key=lambda r: r["fid"])
@@ -101,7 +105,8 @@ def test_a_run_is_extended_until_patience_snapshots_follow_its_best_or_it_reache
 
 
 def test_each_cell_trains_to_its_next_target_with_kept_snapshots_and_the_grids_groups(tmp_path):
-    cell, target = table5.run_cell("evonorm_s0", 2, tmp_path, SCHEDULE)
+    classifier = tmp_path / "digits_classifier_16px.pt"
+    cell, target = table5.run_cell("evonorm_s0", 2, tmp_path, SCHEDULE, classifier)
     train, evaluate = cell.commands
     flags = dict(zip(train[3::2], train[4::2]))
     assert train[1:3] == ("-m", "evonorm_suite.gan.train_biggan") and "--resume" not in train and target == 2000
@@ -110,20 +115,21 @@ def test_each_cell_trains_to_its_next_target_with_kept_snapshots_and_the_grids_g
         "--norm": "evonorm_s0", "--seed": "2", "--run-dir": str(tmp_path / "evonorm_s0"), "--total-steps": "2000",
         "--keep-every": "500", "--save-every": "500", "--eval-every": "0", "--groups": "8"}
     assert evaluate[1:] == ("-m", "evonorm_suite.gan.evaluate", str(tmp_path / "evonorm_s0" / "seed2"),
-                            "--all-snapshots")
+                            "--all-snapshots", "--digits-classifier", str(classifier))
     assert cell.id == "evonorm_s0/seed2" and not cell.finished()
-    assert "--groups" not in table5.run_cell("bn_relu", 0, tmp_path, SCHEDULE)[0].commands[0]  # no groups to set
+    assert "--groups" not in table5.run_cell("bn_relu", 0, tmp_path, SCHEDULE, classifier)[0].commands[0]
     run = tmp_path / "evonorm_s0" / "seed2"
     write_snapshots(run, 2000, valley(2000))
     (run / "run.json").write_text("{}")  # holds a run: the next round resumes it
-    cell, target = table5.run_cell("evonorm_s0", 2, tmp_path, SCHEDULE)
+    cell, target = table5.run_cell("evonorm_s0", 2, tmp_path, SCHEDULE, classifier)
     assert target == 3000 and cell.commands[0][-1] == "--resume" and "3000" in cell.commands[0]
     write_snapshots(run, 2000, valley(500))
-    assert table5.run_cell("evonorm_s0", 2, tmp_path, SCHEDULE)[0].finished()
+    assert table5.run_cell("evonorm_s0", 2, tmp_path, SCHEDULE, classifier)[0].finished()
 
 
 def fake_grid(log: list):
-    """A run_grid that 'trains' each unfinished cell to its --total-steps with a FID valley per layer."""
+    """A run_grid that 'trains' each unfinished cell to its --total-steps with a FID valley per layer, measured by
+    the classifier its evaluation is given."""
     bottoms = {"bn_relu": 1000, "no_norm_relu": 9000}  # no_norm_relu keeps improving to the cap
 
     def run(cells, folder, *, jobs, name):
@@ -131,29 +137,51 @@ def fake_grid(log: list):
         for cell in (c for c in cells if not c.finished()):
             layer, seed = cell.id.split("/seed")
             target = int(cell.commands[0][cell.commands[0].index("--total-steps") + 1])
+            digest = weights_digest(cell.commands[1][-1])
             log.append((layer, int(seed), target))
-            write_snapshots(folder / layer / f"seed{seed}", target, valley(bottoms.get(layer, 2500)), layer, int(seed))
+            write_snapshots(folder / layer / f"seed{seed}", target, valley(bottoms.get(layer, 2500)), layer, int(seed),
+                            digest)
             result.seconds[cell.id] = 2.0
         return result
     return run
 
 
-def test_the_grid_runs_rounds_until_every_run_is_past_its_peak_and_records_where_each_peaked(tmp_path, monkeypatch):
+@pytest.fixture
+def cached_classifier(tmp_path, monkeypatch):
+    """A classifier file standing in for the cached one (an untrained DigitsClassifier: no ten-second training)."""
+    path = tmp_path / "cache" / "digits_classifier.pt"
+    path.parent.mkdir()
+    save_checkpoint(path, {"model": digits_classifier.DigitsClassifier().state_dict(), "resolution": 16})
+    monkeypatch.setattr(digits_classifier, "weights_file", lambda resolution: path)
+    return path
+
+
+def test_the_grid_trains_runs_in_turn_until_each_is_past_its_peak_and_records_where_each_peaked(
+        tmp_path, monkeypatch, cached_classifier):
     ran: list = []
     monkeypatch.setattr(table5, "run_grid", fake_grid(ran))
-    monkeypatch.setattr(table5, "digits_calibration", lambda resolution: {"fid_floor": 1.0, "fid_noise": 100.0})
+    calibrated_with = []
+    monkeypatch.setattr(table5, "digits_calibration", lambda resolution, weights: calibrated_with.append(weights) or {
+        "fid_floor": 1.0, "fid_noise": 100.0})
     out = tmp_path / "out"
     out.mkdir()
     (out / "table5.json").write_text(json.dumps({"cpu_seconds": 10.0}))
-    argv = ["--runs-dir", str(tmp_path / "runs"), "--out", str(out), "--jobs", "1", "--max-steps", "4000"]
+    runs = tmp_path / "runs"
+    argv = ["--runs-dir", str(runs), "--out", str(out), "--jobs", "1", "--max-steps", "4000"]
     assert table5.main(argv) == 0
+    pinned = runs / "digits_classifier_16px.pt"
+    assert pinned.read_bytes() == cached_classifier.read_bytes() and calibrated_with == [pinned]
     assert {layer for layer, _, _ in ran} == set(report.LABELS) and len(report.LABELS) == 7
+    keys = [(layer, seed) for layer, seed, _ in ran]
+    turns = [key for i, key in enumerate(keys) if i == 0 or key != keys[i - 1]]
+    assert len(turns) == len(set(turns)) == 21  # --jobs 1: one run at a time, each to its end before the next
     by_layer = {layer: sorted({t for name, _, t in ran if name == layer}) for layer in report.LABELS}
     assert by_layer["bn_relu"] == [2000]  # best at 1000: 1500 and 2000 after it
     assert by_layer["evonorm_s0"] == [2000, 3000, 4000]  # best at 2500: one snapshot after it at 3000, so on
     assert by_layer["no_norm_relu"] == [2000, 3000, 4000]  # still improving at the cap
     summary = json.loads((out / "table5.json").read_text())
     assert summary["cpu_seconds"] == 10.0 + 2.0 * len(ran) and summary["steps"] == 2000
+    assert summary["feature_extractor_sha256"] == weights_digest(str(pinned))
     assert summary["schedule"] == {"steps": 2000, "extend_by": 1000, "max_steps": 4000, "snapshot_every": 500,
                                    "patience": 2}
     layers = summary["layers"]
@@ -166,10 +194,31 @@ def test_the_grid_runs_rounds_until_every_run_is_past_its_peak_and_records_where
     assert table5.main(argv) == 0 and ran == []  # every run is done: nothing reruns
 
 
+def test_runs_measured_by_another_classifier_are_refused_by_name(tmp_path, monkeypatch, cached_classifier):
+    monkeypatch.setattr(table5, "digits_calibration", lambda resolution, weights: {"fid_floor": 1.0, "fid_noise": 9.0})
+    runs = tmp_path / "runs"
+    pinned = table5.pinned_classifier(runs)
+    write_snapshots(runs / "bn_relu" / "seed0", 2000, valley(1000), digest=weights_digest(str(pinned)))
+    write_snapshots(runs / "gn_relu" / "seed1", 2000, valley(1000), "gn_relu", 1, digest="another classifier")
+    with pytest.raises(SystemExit, match=r"gn_relu/seed1 in .* were evaluated with another digits classifier"):
+        table5.main(["--runs-dir", str(runs), "--out", str(tmp_path / "out"), "--report-only"])
+    (runs / "gn_relu" / "seed1" / "metrics" / "step_0000500.json").unlink()  # the others still carry it
+    with pytest.raises(SystemExit, match="gn_relu/seed1"):
+        table5.main(["--runs-dir", str(runs), "--out", str(tmp_path / "out"), "--report-only"])
+
+
+def test_a_pinned_classifier_of_another_resolution_is_refused(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    save_checkpoint(runs / "digits_classifier_16px.pt", {"model": {}, "resolution": 32})
+    with pytest.raises(ValueError, match="trained on 32 px digits, the run's images are 16 px"):
+        table5.pinned_classifier(runs)
+
+
 def test_a_cell_that_does_not_advance_stops_the_grid(tmp_path, monkeypatch):
     monkeypatch.setattr(table5, "run_grid", lambda cells, folder, *, jobs, name: GridResult())
     with pytest.raises(SystemExit, match="did not reach their target steps"):
-        table5.train_to_peaks(["bn_relu"], [0], tmp_path, SCHEDULE, 1)
+        table5.train_to_peaks(["bn_relu"], [0], tmp_path, SCHEDULE, 1, tmp_path / "classifier.pt")
 
 
 @pytest.mark.parametrize("argv,message", [
