@@ -31,12 +31,11 @@ CPU time on this project's 2-core machine; the report shows each step's measured
   a step, one thread) took 43 CPU-minutes with part of a fourth (docs/results/reproduction_steps.json),
   about 14 each; the 2-image runs were 1.5-3x the 8-image ones in the 900-step grid (3h26m CPU for its
   30 runs), so about 10-15 CPU-hours for the grid.
-* table5 (gan/table5.py): not measured at its current settings (7 generators,
-  the paper's six and the no-normalization one, x 3 seeds; 8 groups in grouped layers; each run 2000
-  steps, then 1000 more at a time until two evaluated snapshots, every 500 steps, follow its best,
-  at most 6000). Estimated from the earlier grid (6 generators x 3 seeds x 1500 steps, 3 h 09 min
-  CPU in its JSON): 0.40 CPU-seconds a step and about 12 CPU-seconds an evaluated snapshot, so
-  0.25 to 0.8 CPU-hours a run, 5 to 17 CPU-hours for the 21 runs (2.5 to 8.6 h wall on 2 cores).
+* table5 (gan/table5.py): not measured as a whole grid (7 generators, the paper's six and the
+  no-normalization one, x 3 seeds; 8 groups in grouped layers; each run 2000 steps, then 1000 more
+  at a time until two evaluated snapshots, every 500 steps, follow its best, at most 6000). Its first
+  run (BN-ReLU seed 0, done at 3000 steps, 8 evaluations) took 15 min on one thread: about 0.22 s a
+  step and 30 s an evaluation, so 15 to 31 min a run, 5 to 11 CPU-hours for the 21 runs.
 * fig10 (search/compare.py, 2,000 candidates a search): 3 h 28 min CPU as its JSON records.
 
 The verdict rule
