@@ -18,9 +18,10 @@ evaluated checkpoint's numbers go to ``RUN_DIR/metrics/<checkpoint>.json`` and t
 (``--all-snapshots``: over ``last.pt`` and every kept ``step_N.pt``; lowest FID unless
 ``--peak-by is``) to ``RUN_DIR/metrics.json``, with everything needed to read them
 (sampling mode, sample count, feature extractor and the SHA-256 of its weight file, checkpoint,
-step, and the settings they were ``evaluated_with``). A kept ``step_N.pt`` never changes, so its
-numbers are read back instead of measured again where its file holds them under the same settings
-(``--reevaluate`` measures again); ``last.pt`` moves with training and is always measured.
+its SHA-256, step, and the settings they were ``evaluated_with``). A kept ``step_N.pt`` never
+changes, so its numbers are read back instead of measured again where its file holds them for the
+same checkpoint file (by SHA-256) under the same settings (``--reevaluate`` measures again);
+``last.pt`` moves with training and is always measured.
 ``--digits-classifier FILE`` measures with that classifier file instead of the cached one (a grid
 pins one, so that runs evaluated on different machines share one scale). RUN_DIR must hold a run of
 ``gan/train_biggan.py``, whose lock the evaluation takes: it does not write into a run that is
@@ -105,14 +106,14 @@ def metrics_file(run_dir: str, checkpoint: Path) -> Path:
 
 def evaluate_checkpoint(run_dir: str, checkpoint: str | None, options: EvalOptions, reuse: bool = False) -> dict:
     """IS/FID of one checkpoint's EMA generator, with everything needed to read the numbers; with ``reuse``, a kept
-    snapshot's numbers from its metrics file where they were measured with the same settings."""
+    snapshot's numbers from its metrics file where they were measured from the same file with the same settings."""
     path = resolve_checkpoint(run_dir, checkpoint)
     generator, config, meta = load_ema_generator(run_dir, path)
     extractor, weights = feature_extractor_for(config, options)
-    settings = evaluated_with(options, weights)
+    settings, checkpoint_sha256 = evaluated_with(options, weights), weights_digest(str(path))
     if reuse and path.name != LAST and metrics_file(run_dir, path).is_file():
         previous = read_json(metrics_file(run_dir, path), what="snapshot metrics")
-        if previous.get("evaluated_with") == settings and previous.get("step") == meta["step"]:
+        if previous.get("evaluated_with") == settings and previous.get("checkpoint_sha256") == checkpoint_sha256:
             return previous
     num_samples = options.num_samples or (len(digits_dataset(config.resolution, "val")) if extractor == DIGITS else 50_000)
     generator.to("cuda" if torch.cuda.is_available() else "cpu")
@@ -140,6 +141,7 @@ def evaluate_checkpoint(run_dir: str, checkpoint: str | None, options: EvalOptio
         "norm": config.norm,
         "norm_options": config.norm_options,
         "checkpoint": os.path.basename(path),
+        "checkpoint_sha256": checkpoint_sha256,
         "step": meta["step"],
         "num_samples": num_samples,
         "reference_images": len(reference),

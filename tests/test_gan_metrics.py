@@ -2,6 +2,7 @@
 import copy
 import json
 import os
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -206,11 +207,14 @@ def test_peak_over_snapshots(trained_run, tmp_path):
 def test_kept_snapshots_are_read_back_under_the_same_settings_and_measured_again_otherwise(trained_run, tmp_path,
                                                                                         monkeypatch):
     """A kept step_N.pt never changes: evaluated again with the same settings and classifier, its numbers are read
-    back; last.pt (which moves with training), other settings, another classifier or reuse=False measure again."""
+    back; last.pt (which moves with training), other settings, another classifier, another file under the same
+    name (a run trained again) or reuse=False measure again."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
     options = evaluate.EvalOptions(num_samples=32, reference_samples=64, cache_root=str(tmp_path), batch_size=32)
-    checkpoints = evaluate.snapshots(str(trained_run))
-    evaluate.evaluate_run(str(trained_run), checkpoints, options=options, reuse=False)
-    record = json.loads((trained_run / "metrics" / "step_0000001.json").read_text())
+    checkpoints = evaluate.snapshots(str(run))
+    evaluate.evaluate_run(str(run), checkpoints, options=options, reuse=False)
+    record = json.loads((run / "metrics" / "step_0000001.json").read_text())
     cached = str(digits_classifier.weights_file(16))
     assert record["feature_extractor_sha256"] == weights_digest(cached) == record["evaluated_with"]["feature_extractor_sha256"]
     measured = []
@@ -219,18 +223,21 @@ def test_kept_snapshots_are_read_back_under_the_same_settings_and_measured_again
 
     def measured_by(**kwargs) -> int:
         measured.clear()
-        evaluate.evaluate_run(str(trained_run), checkpoints, options=options, **kwargs)
+        evaluate.evaluate_run(str(run), checkpoints, options=options, **kwargs)
         return len(measured)
     assert measured_by() == 1  # last.pt only
-    assert json.loads((trained_run / "metrics" / "step_0000001.json").read_text()) == record
+    assert json.loads((run / "metrics" / "step_0000001.json").read_text()) == record
+    assert record["checkpoint_sha256"] == weights_digest(checkpoints[0])
     assert measured_by(reuse=False) == 3
+    shutil.copyfile(checkpoints[1], checkpoints[0])  # step_0000001.pt is another file now
+    assert measured_by() == 2
     options.seed = 1
     assert measured_by() == 3 and measured_by() == 1
     pinned = tmp_path / "pinned.pt"
     save_checkpoint(pinned, {"model": digits_classifier.DigitsClassifier().state_dict(), "resolution": 16})
     options.digits_classifier = str(pinned)
     assert measured_by() == 3
-    assert json.loads((trained_run / "metrics" / "step_0000002.json").read_text())["feature_extractor_sha256"] == (
+    assert json.loads((run / "metrics" / "step_0000002.json").read_text())["feature_extractor_sha256"] == (
         weights_digest(str(pinned)))
 
 
