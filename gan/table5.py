@@ -27,8 +27,9 @@ SHA-256 are refused by name.
 Each run's output goes to ``RUNS_DIR/<layer>/seed<k>.log``. Finished runs are not rerun, started ones resume
 (with ``--groups`` for grouped layers, so that a run started with other groups is refused, not mixed in); a run
 that fails is named at the end (no summary is written then) and the others go on. The per-layer median and best
-over seeds, the FID floor (held-out real digits) and ceiling (noise), the command and the CPU time go to
-``--out/table5.json``; the markdown table to ``--out/table5.md``; seed 0's final sample grid of each layer to
+over seeds, the FID floor (held-out real digits) and ceiling (noise), the command and the CPU time (the sum of
+the runs' ``cost.json``: each cell's seconds, one thread, recorded in its run's folder as it finishes, so the
+cost of a grid spread over machines adds up) go to ``--out/table5.json``; the markdown table to ``--out/table5.md``; seed 0's final sample grid of each layer to
 ``--out/<layer>.png``. Installed as ``evonorm-gan-table5``.
 """
 from __future__ import annotations
@@ -51,6 +52,7 @@ from evonorm_suite.gan.reference_statistics import weights_digest
 from evonorm_suite.gan.report import LABELS, aggregate, find_metrics, layer_name, markdown
 
 PRESET = PRESETS["digits"]
+COST_FILE = "cost.json"
 DEFAULT_STEPS = PRESET.total_steps
 
 
@@ -170,26 +172,42 @@ def run_cell(layer: str, seed: int, runs_dir: Path, schedule: Schedule,
                 commands=(train, evaluate)), target
 
 
+def add_cost(run_dir: Path, seconds: float) -> None:
+    """Add one cell's seconds (training to a target and evaluating, one thread) to the run's ``cost.json``."""
+    path = run_dir / COST_FILE
+    cost = read_json(path, what="run cost") if path.is_file() else {"seconds": 0.0, "cells": 0}
+    atomic_write_json(path, {"seconds": cost["seconds"] + seconds, "cells": cost["cells"] + 1})
+
+
+def run_seconds(run_dir: Path) -> float | None:
+    """The seconds a run's cells took, one thread each (``cost.json``), or None where the run has no record."""
+    path = run_dir / COST_FILE
+    return read_json(path, what="run cost")["seconds"] if path.is_file() else None
+
+
 def train_to_peaks(layers: list[str], seeds: list[int], runs_dir: Path, schedule: Schedule, jobs: int,
-                   classifier: Path) -> tuple[int, float]:
+                   classifier: Path) -> int:
     """Rounds of the grid, each training the first ``jobs`` runs not yet done to their next target, until every run
-    is done (past its peak or at the cap); (exit status, seconds of the cells, one thread each)."""
-    seconds, round_ = 0.0, 0
+    is done (past its peak or at the cap); each finished cell's seconds go to its run's ``cost.json``. Returns the
+    exit status."""
+    round_ = 0
     while True:
         planned = {(layer, seed): run_cell(layer, seed, runs_dir, schedule, classifier)
                    for layer in layers for seed in seeds}
         pending = [key for key, (_, target) in planned.items() if target is not None]
         if not pending:
-            return 0, seconds
+            return 0
         todo = {key: planned[key][1] for key in pending[:jobs]}
         round_ += 1
         targets = ", ".join(f"{layer}/seed{seed} to step {target}" for (layer, seed), target in todo.items())
         print(f"Table 5 miniature, round {round_}: {targets} ({len(planned) - len(pending)} of {len(planned)} runs "
               f"done; into {runs_dir})", flush=True)
         result = run_grid([planned[key][0] for key in todo], runs_dir, jobs=jobs, name="table5")
-        seconds += sum(result.seconds.values())
+        for layer, seed in todo:
+            if f"{layer}/seed{seed}" in result.seconds:
+                add_cost(run_dir_of(runs_dir, layer, seed), result.seconds[f"{layer}/seed{seed}"])
         if result.exit_status:
-            return result.exit_status, seconds
+            return result.exit_status
         stuck = [f"{layer}/seed{seed}" for (layer, seed), target in todo.items()
                  if RunState.read(run_dir_of(runs_dir, layer, seed)).next_target(schedule) == target]
         if stuck:
@@ -241,14 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     if problem := schedule.check():
         parser.error(problem)
     summary_path = args.out / "table5.json"
-    previous = read_json(summary_path, what="Table 5 summary") if summary_path.exists() else {}
-    cpu_seconds = previous.get("cpu_seconds", 0.0)
     classifier = pinned_classifier(args.runs_dir)
-    if not args.report_only:
-        status, seconds = train_to_peaks(args.layers, args.seeds, args.runs_dir, schedule, args.jobs, classifier)
-        cpu_seconds += seconds  # one thread per run
-        if status:
-            return status
+    if not args.report_only and (status := train_to_peaks(args.layers, args.seeds, args.runs_dir, schedule, args.jobs,
+                                                          classifier)):
+        return status
     metrics_paths = find_metrics([args.runs_dir])
     digest = weights_digest(str(classifier))
     if foreign := measured_by_another_classifier(metrics_paths, digest):
@@ -257,10 +271,14 @@ def main(argv: list[str] | None = None) -> int:
                          f"again with it (python gan/evaluate.py RUN --all-snapshots --reevaluate --digits-classifier "
                          f"{classifier}) or remove them to retrain")
     layers = aggregate([run_record(p) for p in metrics_paths])
+    costs = {f"{p.parent.parent.name}/{p.parent.name}": run_seconds(p.parent) for p in metrics_paths}
     resolution = PRESET.resolution
     summary = {
         "experiment": "Table 5 miniature", "command": command_line("python gan/table5.py", argv),
-        "cpu_seconds": cpu_seconds, "steps": args.steps,
+        "cpu_seconds": sum(seconds for seconds in costs.values() if seconds is not None),
+        "cpu_seconds_counts": "each run's cells (training and evaluation, one thread) as its cost.json records them; "
+                              "runs without one: " + (", ".join(k for k, v in costs.items() if v is None) or "none"),
+        "steps": args.steps,
         "schedule": asdict(schedule),
         "feature_extractor": "digits-classifier", "feature_extractor_sha256": digest,
         "description": f"class-conditional BigGAN-deep (digits preset, {resolution}x{resolution} greyscale, "

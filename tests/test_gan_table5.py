@@ -165,10 +165,11 @@ def test_the_grid_trains_runs_in_turn_until_each_is_past_its_peak_and_records_wh
         "fid_floor": 1.0, "fid_noise": 100.0})
     out = tmp_path / "out"
     out.mkdir()
-    (out / "table5.json").write_text(json.dumps({"cpu_seconds": 10.0}))
+    (out / "table5.json").write_text(json.dumps({"cpu_seconds": 10.0}))  # an earlier grid's: not added
     runs = tmp_path / "runs"
     argv = ["--runs-dir", str(runs), "--out", str(out), "--jobs", "1", "--max-steps", "4000"]
     assert table5.main(argv) == 0
+    ran_before = list(ran)
     pinned = runs / "digits_classifier_16px.pt"
     assert pinned.read_bytes() == cached_classifier.read_bytes() and calibrated_with == [pinned]
     assert {layer for layer, _, _ in ran} == set(report.LABELS) and len(report.LABELS) == 7
@@ -180,7 +181,9 @@ def test_the_grid_trains_runs_in_turn_until_each_is_past_its_peak_and_records_wh
     assert by_layer["evonorm_s0"] == [2000, 3000, 4000]  # best at 2500: one snapshot after it at 3000, so on
     assert by_layer["no_norm_relu"] == [2000, 3000, 4000]  # still improving at the cap
     summary = json.loads((out / "table5.json").read_text())
-    assert summary["cpu_seconds"] == 10.0 + 2.0 * len(ran) and summary["steps"] == 2000
+    assert summary["cpu_seconds"] == 2.0 * len(ran) and summary["steps"] == 2000
+    assert summary["cpu_seconds_counts"].endswith("runs without one: none")
+    assert json.loads((runs / "evonorm_s0" / "seed1" / "cost.json").read_text()) == {"seconds": 6.0, "cells": 3}
     assert summary["feature_extractor_sha256"] == weights_digest(str(pinned))
     assert summary["schedule"] == {"steps": 2000, "extend_by": 1000, "max_steps": 4000, "snapshot_every": 500,
                                    "patience": 2}
@@ -192,6 +195,12 @@ def test_the_grid_trains_runs_in_turn_until_each_is_past_its_peak_and_records_wh
                                                      {"step": 1000, "fid": 10.0, "is": 9.0}]
     ran.clear()
     assert table5.main(argv) == 0 and ran == []  # every run is done: nothing reruns
+    assert json.loads((out / "table5.json").read_text())["cpu_seconds"] == summary["cpu_seconds"]
+    (runs / "bn_relu" / "seed2" / "cost.json").unlink()
+    assert table5.main(argv) == 0
+    summary = json.loads((out / "table5.json").read_text())
+    assert summary["cpu_seconds"] == 2.0 * (len(ran_before) - 1)
+    assert summary["cpu_seconds_counts"].endswith("runs without one: bn_relu/seed2")
 
 
 def test_runs_measured_by_another_classifier_are_refused_by_name(tmp_path, monkeypatch, cached_classifier):
