@@ -29,8 +29,8 @@ Each run's output goes to ``RUNS_DIR/<layer>/seed<k>.log``. Finished runs are no
 that fails is named at the end (no summary is written then) and the others go on. The per-layer median and best
 over seeds, the FID floor (held-out real digits) and ceiling (noise), the command and the CPU time (the sum of
 the runs' ``cost.json``: each cell's seconds, one thread, recorded in its run's folder as it finishes, so the
-cost of a grid spread over machines adds up) go to ``--out/table5.json``; the markdown table to ``--out/table5.md``; seed 0's final sample grid of each layer to
-``--out/<layer>.png``. Installed as ``evonorm-gan-table5``.
+cost of a grid spread over machines adds up) go to ``--out/table5.json``; the markdown table to
+``--out/table5.md``; seed 0's final sample grid of each layer to ``--out/<layer>.png``. Installed as ``evonorm-gan-table5``.
 """
 from __future__ import annotations
 
@@ -133,6 +133,11 @@ def run_dir_of(runs_dir: Path, layer: str, seed: int) -> Path:
     return runs_dir / layer / f"seed{seed}"
 
 
+def run_name(run_dir: Path) -> str:
+    """``layer/seed<k>``: the run's cell id in the grid."""
+    return f"{run_dir.parent.name}/{run_dir.name}"
+
+
 def pinned_classifier(runs_dir: Path) -> Path:
     """The grid's digits classifier, ``RUNS_DIR/digits_classifier_<R>px.pt``: checked if there, else copied from
     the cache (trained there on first use)."""
@@ -151,7 +156,7 @@ def measured_by_another_classifier(metrics_paths: list[Path], digest: str) -> li
     for path in metrics_paths:
         state = RunState.read(path.parent)
         if any(record.get("feature_extractor_sha256") != digest for record in state.snapshots):
-            runs.append(f"{path.parent.parent.name}/{path.parent.name}")
+            runs.append(run_name(path.parent))
     return runs
 
 
@@ -168,7 +173,7 @@ def run_cell(layer: str, seed: int, runs_dir: Path, schedule: Schedule,
              "--threads", "1", *groups, *(["--resume"] if holds_run(run_dir) else []))
     evaluate = (sys.executable, "-m", "evonorm_suite.gan.evaluate", str(run_dir), "--all-snapshots",
                 "--digits-classifier", str(classifier))
-    return Cell(f"{layer}/seed{seed}", done=lambda: RunState.read(run_dir).next_target(schedule) is None,
+    return Cell(run_name(run_dir), done=lambda: RunState.read(run_dir).next_target(schedule) is None,
                 commands=(train, evaluate)), target
 
 
@@ -203,9 +208,9 @@ def train_to_peaks(layers: list[str], seeds: list[int], runs_dir: Path, schedule
         print(f"Table 5 miniature, round {round_}: {targets} ({len(planned) - len(pending)} of {len(planned)} runs "
               f"done; into {runs_dir})", flush=True)
         result = run_grid([planned[key][0] for key in todo], runs_dir, jobs=jobs, name="table5")
-        for layer, seed in todo:
-            if f"{layer}/seed{seed}" in result.seconds:
-                add_cost(run_dir_of(runs_dir, layer, seed), result.seconds[f"{layer}/seed{seed}"])
+        for run_dir in (run_dir_of(runs_dir, layer, seed) for layer, seed in todo):
+            if run_name(run_dir) in result.seconds:
+                add_cost(run_dir, result.seconds[run_name(run_dir)])
         if result.exit_status:
             return result.exit_status
         stuck = [f"{layer}/seed{seed}" for (layer, seed), target in todo.items()
@@ -271,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"again with it (python gan/evaluate.py RUN --all-snapshots --reevaluate --digits-classifier "
                          f"{classifier}) or remove them to retrain")
     layers = aggregate([run_record(p) for p in metrics_paths])
-    costs = {f"{p.parent.parent.name}/{p.parent.name}": run_seconds(p.parent) for p in metrics_paths}
+    costs = {run_name(p.parent): run_seconds(p.parent) for p in metrics_paths}
     resolution = PRESET.resolution
     summary = {
         "experiment": "Table 5 miniature", "command": command_line("python gan/table5.py", argv),
