@@ -28,8 +28,8 @@ Each run's output goes to ``RUNS_DIR/<layer>/seed<k>.log``. Finished runs are no
 (with ``--groups`` for grouped layers, so that a run started with other groups is refused, not mixed in); a run
 that fails is named at the end (no summary is written then) and the others go on. The per-layer median and best
 over seeds, the FID floor (held-out real digits) and ceiling (noise), the command and the CPU time (the sum of
-the runs' ``cost.json``: each cell's seconds, one thread, recorded in its run's folder as it finishes, so the
-cost of a grid spread over machines adds up) go to ``--out/table5.json``; the markdown table to
+the runs' ``cost.json``: each cell's wall-clock and CPU seconds, recorded in its run's folder as it finishes,
+so the cost of a grid spread over machines adds up) go to ``--out/table5.json``; the markdown table to
 ``--out/table5.md``; seed 0's final sample grid of each layer to ``--out/<layer>.png``. Installed as ``evonorm-gan-table5``.
 """
 from __future__ import annotations
@@ -177,24 +177,38 @@ def run_cell(layer: str, seed: int, runs_dir: Path, schedule: Schedule,
                 commands=(train, evaluate)), target
 
 
-def add_cost(run_dir: Path, seconds: float) -> None:
-    """Add one cell's seconds (training to a target and evaluating, one thread) to the run's ``cost.json``."""
-    path = run_dir / COST_FILE
-    cost = read_json(path, what="run cost") if path.is_file() else {"seconds": 0.0, "cells": 0}
-    atomic_write_json(path, {"seconds": cost["seconds"] + seconds, "cells": cost["cells"] + 1})
+def add_cost(run_dir: Path, seconds: float, cpu_seconds: float) -> None:
+    """Add one cell's wall-clock and CPU seconds (training to a target and evaluating) to the run's ``cost.json``."""
+    cost = run_cost(run_dir) or {"seconds": 0.0, "cpu_seconds": 0.0, "cells": 0}
+    atomic_write_json(run_dir / COST_FILE, {"seconds": cost["seconds"] + seconds,
+                                            "cpu_seconds": cost.get("cpu_seconds", 0.0) + cpu_seconds,
+                                            "cells": cost["cells"] + 1})
 
 
-def run_seconds(run_dir: Path) -> float | None:
-    """The seconds a run's cells took, one thread each (``cost.json``), or None where the run has no record."""
+def run_cost(run_dir: Path) -> dict | None:
+    """The run's ``cost.json`` (its cells' seconds; ``cpu_seconds`` absent in records of wall time only), or None."""
     path = run_dir / COST_FILE
-    return read_json(path, what="run cost")["seconds"] if path.is_file() else None
+    return read_json(path, what="run cost") if path.is_file() else None
+
+
+def cost_summary(run_dirs: list[Path]) -> dict:
+    """The grid's CPU seconds: its runs' CPU time where their records have it, else their wall time (one thread)."""
+    costs = {run_name(run_dir): run_cost(run_dir) for run_dir in run_dirs}
+    wall_only = [name for name, cost in costs.items() if cost is not None and "cpu_seconds" not in cost]
+    missing = [name for name, cost in costs.items() if cost is None]
+    return {
+        "cpu_seconds": sum(cost.get("cpu_seconds", cost["seconds"]) for cost in costs.values() if cost is not None),
+        "cpu_seconds_counts": "the user + system time of each run's processes (training and evaluation) as its "
+                              "cost.json records it; wall time of one thread where the record has none: "
+                              f"{', '.join(wall_only) or 'none'}; runs without a record: {', '.join(missing) or 'none'}",
+    }
 
 
 def train_to_peaks(layers: list[str], seeds: list[int], runs_dir: Path, schedule: Schedule, jobs: int,
                    classifier: Path) -> int:
     """Rounds of the grid, each training the first ``jobs`` runs not yet done to their next target, until every run
-    is done (past its peak or at the cap); each finished cell's seconds go to its run's ``cost.json``. Returns the
-    exit status."""
+    is done (past its peak or at the cap); each finished cell's wall-clock and CPU seconds go to its run's
+    ``cost.json``. Returns the exit status."""
     round_ = 0
     while True:
         planned = {(layer, seed): run_cell(layer, seed, runs_dir, schedule, classifier)
@@ -210,7 +224,7 @@ def train_to_peaks(layers: list[str], seeds: list[int], runs_dir: Path, schedule
         result = run_grid([planned[key][0] for key in todo], runs_dir, jobs=jobs, name="table5")
         for run_dir in (run_dir_of(runs_dir, layer, seed) for layer, seed in todo):
             if run_name(run_dir) in result.seconds:
-                add_cost(run_dir, result.seconds[run_name(run_dir)])
+                add_cost(run_dir, result.seconds[run_name(run_dir)], result.cpu_seconds[run_name(run_dir)])
         if result.exit_status:
             return result.exit_status
         stuck = [f"{layer}/seed{seed}" for (layer, seed), target in todo.items()
@@ -276,14 +290,10 @@ def main(argv: list[str] | None = None) -> int:
                          f"again with it (python gan/evaluate.py RUN --all-snapshots --reevaluate --digits-classifier "
                          f"{classifier}) or remove them to retrain")
     layers = aggregate([run_record(p) for p in metrics_paths])
-    costs = {run_name(p.parent): run_seconds(p.parent) for p in metrics_paths}
     resolution = PRESET.resolution
     summary = {
         "experiment": "Table 5 miniature", "command": command_line("python gan/table5.py", argv),
-        "cpu_seconds": sum(seconds for seconds in costs.values() if seconds is not None),
-        "cpu_seconds_counts": "each run's cells (training and evaluation, one thread) as its cost.json records them; "
-                              "runs without one: " + (", ".join(k for k, v in costs.items() if v is None) or "none"),
-        "steps": args.steps,
+        **cost_summary([p.parent for p in metrics_paths]), "steps": args.steps,
         "schedule": asdict(schedule),
         "feature_extractor": "digits-classifier", "feature_extractor_sha256": digest,
         "description": f"class-conditional BigGAN-deep (digits preset, {resolution}x{resolution} greyscale, "

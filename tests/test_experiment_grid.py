@@ -45,6 +45,17 @@ def test_jobs_run_cells_at_the_same_time(tmp_path):
     assert time.monotonic() - started < 4 * 1.5  # in parallel, not one after another
 
 
+def test_each_finished_cell_has_its_wall_and_cpu_seconds_over_all_its_commands(tmp_path):
+    """CPU seconds are the user + system time of the cell's processes (reaped with wait4), so a cell that sleeps or
+    is paused costs wall time, not CPU; a cell of two commands counts both."""
+    spin = (sys.executable, "-c", "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass")
+    cells = [Cell("sleeps", done=tmp_path / "s.result", commands=(cell_command(tmp_path / "s.result", sleep=1.0),)),
+             Cell("spins", done=tmp_path / "w.result", commands=(spin, cell_command(tmp_path / "w.result")))]
+    result = run_grid(cells, tmp_path, jobs=1)
+    assert result.seconds["sleeps"] >= 1.0 and result.cpu_seconds["sleeps"] < 0.9
+    assert result.cpu_seconds["spins"] >= 0.6 and result.seconds["spins"] >= result.cpu_seconds["spins"] - 0.05
+
+
 def test_a_failing_cell_is_recorded_with_its_log_and_the_others_go_on(tmp_path, capsys):
     cells = [Cell("good", done=tmp_path / "good.result", commands=(cell_command(tmp_path / "good.result"),)),
              Cell("bad/seed0", done=tmp_path / "bad.result",

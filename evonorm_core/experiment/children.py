@@ -138,6 +138,19 @@ def _set_group(pid: int) -> None:
 Child = subprocess.Popen | ForkedCall
 
 
+def reap(child: Child) -> tuple[int | None, float]:
+    """``child``'s exit status (None while it runs; negative: the signal that ended it) and, when this call reaps
+    it, the CPU seconds (user + system) it and the descendants it waited for used; 0.0 otherwise. The status is
+    handed to ``child`` (its ``returncode``), so its own ``poll``/``wait`` return it afterwards."""
+    if child.returncode is not None:
+        return child.returncode, 0.0
+    pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+    if not pid:
+        return None, 0.0
+    child.returncode = os.waitstatus_to_exitcode(status)
+    return child.returncode, usage.ru_utime + usage.ru_stime
+
+
 def stop_groups(children: Iterable[Child], grace: float = 5.0) -> None:
     """Stop every child's process group: SIGTERM, then SIGKILL what is left after ``grace`` seconds;
     the children are reaped."""

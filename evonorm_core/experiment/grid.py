@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .children import Child, ForkedCall, start_command, stop_groups
+from .children import Child, ForkedCall, reap, start_command, stop_groups
 from .progress import Progress, format_duration
 from .rundir import RunDir
 
@@ -72,11 +72,13 @@ class Cell:
 
 @dataclass
 class GridResult:
-    """What one :func:`run_grid` did: cells finished now (and the seconds each took), finished
-    before (skipped), failed (``id -> "exit status N, log PATH"``) and the signal that stopped it."""
+    """What one :func:`run_grid` did: cells finished now (and the wall-clock and CPU seconds each took: a paused
+    cell's wall time counts the pause, its CPU time does not), finished before (skipped), failed (``id -> "exit
+    status N, log PATH"``) and the signal that stopped it."""
 
     finished: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     stopped_by: signal.Signals | None = None
@@ -90,11 +92,12 @@ class GridResult:
 
 
 class _CellRun:
-    """A cell being run: its current child process and the commands still to start."""
+    """A cell being run: its current child process, the commands still to start and the CPU seconds of the
+    processes that ended."""
 
     def __init__(self, cell: Cell, log: Path) -> None:
         self.cell, self.log = cell, log
-        self.started = time.monotonic()
+        self.started, self.cpu_seconds = time.monotonic(), 0.0
         self.remaining = list(cell.commands)
         self.child: Child | None = self._start_next()
 
@@ -114,7 +117,8 @@ class _CellRun:
 
     def poll(self) -> int | None:
         """None while the cell runs, else its exit status (that of the first command that failed)."""
-        status = CANNOT_START if self.child is None else self.child.poll()
+        status, cpu_seconds = (CANNOT_START, 0.0) if self.child is None else reap(self.child)
+        self.cpu_seconds += cpu_seconds
         if status == 0 and self.remaining:
             self.child = self._start_next()
             return None
@@ -185,6 +189,7 @@ def _record(run: _CellRun, status: int, result: GridResult, progress: Progress) 
     if status == 0:
         result.finished.append(run.cell.id)
         result.seconds[run.cell.id] = seconds
+        result.cpu_seconds[run.cell.id] = run.cpu_seconds
         progress.update(finished=f"{run.cell.id} in {took}")
     else:
         result.failed[run.cell.id] = f"exit status {status}, log {run.log}"
