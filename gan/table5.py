@@ -178,11 +178,13 @@ def run_cell(layer: str, seed: int, runs_dir: Path, schedule: Schedule,
 
 
 def add_cost(run_dir: Path, seconds: float, cpu_seconds: float) -> None:
-    """Add one cell's wall-clock and CPU seconds (training to a target and evaluating) to the run's ``cost.json``."""
+    """Add one cell's wall-clock and CPU seconds (training to a target and evaluating) to the run's ``cost.json``;
+    a record of wall time only (written before CPU time was measured) stays one, not a CPU time of some cells."""
     cost = run_cost(run_dir) or {"seconds": 0.0, "cpu_seconds": 0.0, "cells": 0}
-    atomic_write_json(run_dir / COST_FILE, {"seconds": cost["seconds"] + seconds,
-                                            "cpu_seconds": cost.get("cpu_seconds", 0.0) + cpu_seconds,
-                                            "cells": cost["cells"] + 1})
+    updated = {"seconds": cost["seconds"] + seconds, "cells": cost["cells"] + 1}
+    if "cpu_seconds" in cost:
+        updated["cpu_seconds"] = cost["cpu_seconds"] + cpu_seconds
+    atomic_write_json(run_dir / COST_FILE, updated)
 
 
 def run_cost(run_dir: Path) -> dict | None:

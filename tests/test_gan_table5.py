@@ -199,11 +199,18 @@ def test_the_grid_trains_runs_in_turn_until_each_is_past_its_peak_and_records_wh
     assert json.loads((out / "table5.json").read_text())["cpu_seconds"] == summary["cpu_seconds"]
     (runs / "bn_relu" / "seed2" / "cost.json").unlink()
     (runs / "gn_relu" / "seed0" / "cost.json").write_text(json.dumps({"seconds": 7.0, "cells": 1}))  # wall time only
+    table5.add_cost(runs / "gn_relu" / "seed1", 1.0, 0.5)
+    table5.add_cost(runs / "ln_relu" / "seed0", 1.0, 0.5)
+    (runs / "ln_relu" / "seed0" / "cost.json").write_text(json.dumps({"seconds": 7.0, "cells": 1}))
+    table5.add_cost(runs / "ln_relu" / "seed0", 1.0, 0.5)  # a wall-time record gets no CPU time of some cells
+    assert json.loads((runs / "ln_relu" / "seed0" / "cost.json").read_text()) == {"seconds": 8.0, "cells": 2}
     assert table5.main(argv) == 0
     summary = json.loads((out / "table5.json").read_text())
-    assert summary["cpu_seconds"] == 1.5 * (len(ran_before) - 1) - 1.5 * 3 + 7.0  # gn_relu/seed0: 3 cells before
-    assert summary["cpu_seconds_counts"].endswith("where the record has none: gn_relu/seed0; runs without a record: "
-                                                  "bn_relu/seed2")
+    # bn_relu/seed2 (1 cell) has no record; gn_relu/seed0 (3 cells) and ln_relu/seed0 (3) count wall time; gn_relu/seed1
+    # one more cell
+    assert summary["cpu_seconds"] == 1.5 * (len(ran_before) - 1 - 3 - 3) + 7.0 + 8.0 + 0.5
+    assert summary["cpu_seconds_counts"].endswith("where the record has none: gn_relu/seed0, ln_relu/seed0; runs "
+                                                  "without a record: bn_relu/seed2")
 
 
 def test_runs_measured_by_another_classifier_are_refused_by_name(tmp_path, monkeypatch, cached_classifier):
