@@ -87,11 +87,7 @@ class ForkedCall:
 
     def poll(self) -> int | None:
         """The exit status if the child has ended (negative: the signal that ended it), else None."""
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
+        return reap(self)[0]
 
     def wait(self) -> int:
         if self.returncode is None:
