@@ -9,6 +9,7 @@ Batch 4 at 128 x 128, as the benchmark's whole-model steps; one thread.
 """
 from __future__ import annotations
 
+import runpy
 import sys
 from collections import Counter
 from pathlib import Path
@@ -17,9 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
-import benchmark_layers  # noqa: E402
-
+BENCHMARK = Path(__file__).resolve().parents[3] / "tools" / "benchmark_layers.py"
 BATCH, SIZE = 4, 128
 
 
@@ -51,12 +50,14 @@ def saved_by_kind(forward, images: Tensor) -> Counter:
 
 
 def main(archs: list[str]) -> None:
+    # tools/ is a folder of scripts, not a package: the benchmark's functions, run from its file
+    bench = runpy.run_path(str(BENCHMARK), run_name="tools_benchmark_layers")
     torch.set_num_threads(1)
     for arch in archs:
         torch.manual_seed(0)
-        models = benchmark_layers.whole_models(arch, torch.device("cpu"), torch.contiguous_format)
+        models = bench["whole_models"](arch, torch.device("cpu"), torch.contiguous_format)
         images, labels = torch.randn(BATCH, 3, SIZE, SIZE), torch.randint(0, 1000, (BATCH,))
-        for name in ("evonorm_b0", benchmark_layers.BN_RELU):
+        for name in ("evonorm_b0", bench["BN_RELU"]):
             model, compiled = models[name], torch.compile(models[name])
 
             def step() -> None:
@@ -65,7 +66,7 @@ def main(archs: list[str]) -> None:
 
             step()  # compiles
             kinds = saved_by_kind(compiled, images)
-            peak = benchmark_layers.peak_step_bytes(step, torch.device("cpu")) / 2**20
+            peak = bench["peak_step_bytes"](step, torch.device("cpu")) / 2**20
             parts = ", ".join(f"{kind} {mib:.3f}" for kind, mib in sorted(kinds.items()))
             print(f"{arch} {name}: peak {peak:.3f} MiB; saved for backward {sum(kinds.values()):.3f} MiB ({parts})",
                   flush=True)
