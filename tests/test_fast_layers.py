@@ -163,6 +163,26 @@ def test_b_kernels_with_a_given_variance_match_paper_at_any_thread_count(cpp_ker
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("name", list(S_OPTIONS))
+def test_s_kernels_of_small_planes_match_paper_over_chunks_of_samples(cpp_kernels, name, threads):
+    """NCHW planes of fewer than 64 values with per-channel parameters take a backward that sums the parameter
+    gradients per element over chunks of 256 / HW samples: 300 samples of 1x1 and 40 of 3x3 are two chunks each
+    (the second partial); with per-sample parameters the same shapes take the per-plane backward. Both match."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for shape, groups in (((300, 8, 1, 1), 4), ((40, 12, 3, 3), 3)):
+            for dtype in (torch.float64, torch.float32):
+                for affine in ("channel", "sample"):
+                    args = make_inputs(name, shape, dtype, torch.contiguous_format, affine, seed=threads)
+                    want = expected(name, True, False, *args, groups)
+                    got = through_operator(name, True, False, *args, groups)
+                    assert_matches(*got, *want, DTYPES[dtype], torch.contiguous_format)
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("name,training,given", MODES)
 def test_generic_implementation_matches_paper(name, training, given, layout):

@@ -6,7 +6,8 @@
 // everything in between (group / batch combination, the per-(n, c) coefficients, the
 // small parameter gradients) is O(N C) work done here, not by PyTorch ops from Python.
 // The S series makes both passes of a direction per (n, group) run in NCHW and per sample
-// slab in channels_last, so the second pass reads cache, not memory (docs/benchmarks.md).
+// slab in channels_last, so the second pass reads cache, not memory (docs/benchmarks.md); its
+// NCHW backward of small planes works on a group's whole run at once (s_backward_small_planes).
 // Layouts: NCHW-contiguous or channels_last-contiguous x (anything else is made
 // contiguous). Dtypes: float32, float16, bfloat16 (statistics in float32) and float64
 // (statistics in float64). Affine weight/bias: absent, per channel (C) or per sample (N, C).
@@ -145,6 +146,7 @@ class PerNC {
     }
     A operator()(i64 n, i64 c) const { return p_[per_sample_ ? n * C_ + c : c]; }
     const A* row(i64 n) const { return per_sample_ ? p_ + n * C_ : p_; }  // sample n's C values
+    bool per_sample() const { return per_sample_; }
 
   private:
     i64 C_;
@@ -465,6 +467,105 @@ void s_input_grad_row(const T* __restrict x, const T* __restrict g, const A* __r
     }
 }
 
+// NCHW planes of at most SMALL_PLANE values in runs (C/G planes) of at most SMALL_RUN take
+// s_backward_small_planes: a run's nine arrays (x, g, dx and six of its own) then stay within 36 KiB, about L1.
+// The operator alone was 1.1-2.5x faster there (docs/results/kernel_probes/s_small_planes/op.txt); in the
+// development probes longer runs were up to 1.5x slower (16x2048x7x7) and 8x8 planes no faster (docs/benchmarks.md).
+constexpr i64 SMALL_PLANE = 63, SMALL_RUN = 1024;
+
+// Per-channel sums of the S backward's parameter gradients: dgamma = sum g x s r, dbeta = sum g and
+// sum g x^2 s (1 - s) r (dv without its factor gamma), each over (n, hw).
+struct SParamSums {
+    std::vector<double> dgamma, dbeta, dv;
+};
+
+// One sample's run of the small-plane S backward (v, w: the channel's v and gamma per element): s = sigmoid(v x)
+// into sig, e0 += r g x s, e1 += g, e2 += r g x^2 s (1 - s); returns sum w g x s (dr).
+template <typename T, typename A>
+double s_run_sums(const T* __restrict x, const T* __restrict g, const A* __restrict v, const A* __restrict w,
+                  A* __restrict sig, A* __restrict e0, A* __restrict e1, A* __restrict e2, i64 L, A r) {
+    for (i64 j = 0; j < L; j++) sig[j] = sigmoid(v[j] * static_cast<A>(x[j]));
+    double dr = 0;
+    for (i64 j0 = 0; j0 < L; j0 += BLOCK) {
+        const i64 j1 = std::min(j0 + BLOCK, L);
+        A block = 0;
+        for (i64 j = j0; j < j1; j++) {  // a loop of its own: with the sigmoid in it, it did not vectorize
+            const A xj = static_cast<A>(x[j]), gj = static_cast<A>(g[j]), sj = sig[j], f = gj * xj * sj;
+            block += w[j] * f;
+            e0[j] += r * f;
+            e1[j] += gj;
+            e2[j] += r * f * xj * (A(1) - sj);
+        }
+        dr += block;
+    }
+    return dr;
+}
+
+// dx = g w r s (1 + v x (1 - s)) + k x + k0 over one sample's run, s from s_run_sums.
+template <typename T, typename A>
+void s_run_input_grad(const T* __restrict x, const T* __restrict g, const A* __restrict sig, const A* __restrict v,
+                      const A* __restrict w, T* __restrict dx, i64 L, A r, A k, A k0) {
+    for (i64 j = 0; j < L; j++) {
+        const A xj = static_cast<A>(x[j]), sj = sig[j];
+        dx[j] = static_cast<T>(static_cast<A>(g[j]) * w[j] * r * sj * (A(1) + v[j] * xj * (A(1) - sj)) + k * xj + k0);
+    }
+}
+
+// The NCHW S backward where planes are small and the parameters per channel. A group's run of C/G planes
+// is one vectorized loop, v and gamma expanded along it, and the parameter gradients are summed per element
+// across samples, reduced per channel every BLOCK / HW samples: no plane ends in reductions of its own, which
+// were most of the backward at 4 x 4 (three per plane). One task per (group, chunk of those samples); the
+// chunks' per-channel sums are added at the end. Writes dx; returns the per-channel sums.
+template <typename T, typename A>
+SParamSums s_backward_small_planes(const T* xp, const T* gp, T* dxp, const Shape& s, i64 G, const A* vp,
+                                   const A* wp, const std::vector<double>& mean, const std::vector<double>& rstd,
+                                   bool centered) {
+    const i64 Cg = s.C / G, L = Cg * s.HW, samples = std::max<i64>(1, BLOCK / s.HW);
+    const i64 chunks = (s.N + samples - 1) / samples;
+    std::vector<double> partial(3 * chunks * s.C);  // [chunk][dgamma | dbeta | dv][C]
+    const double M = static_cast<double>(L);
+    at::parallel_for(0, G * chunks, grain(2 * L * std::min(samples, s.N)), [&](i64 begin, i64 end) {
+        std::vector<A> scratch(6 * L);
+        A *v = scratch.data(), *w = v + L, *sig = w + L, *e0 = sig + L, *e1 = e0 + L, *e2 = e1 + L;
+        for (i64 task = begin; task < end; task++) {
+            const i64 gi = task % G, chunk = task / G, c0 = gi * Cg;
+            for (i64 i = 0; i < Cg; i++) {
+                std::fill(v + i * s.HW, v + (i + 1) * s.HW, vp[c0 + i]);
+                std::fill(w + i * s.HW, w + (i + 1) * s.HW, wp[c0 + i]);
+            }
+            std::fill(e0, e0 + 3 * L, A(0));
+            for (i64 n = chunk * samples; n < std::min(s.N, (chunk + 1) * samples); n++) {
+                const i64 ng = n * G + gi, offset = ng * L;
+                const T *x = xp + offset, *g = gp + offset;
+                const A r = static_cast<A>(rstd[ng]);
+                const double dr = s_run_sums<T, A>(x, g, v, w, sig, e0, e1, e2, L, r);
+                const double k = -dr * rstd[ng] * rstd[ng] * rstd[ng] / M, k0 = centered ? -k * mean[ng] : 0.0;
+                s_run_input_grad<T, A>(x, g, sig, v, w, dxp + offset, L, r, static_cast<A>(k), static_cast<A>(k0));
+            }
+            double* out = partial.data() + 3 * chunk * s.C + c0;
+            for (i64 i = 0; i < Cg; i++) {
+                A t0 = 0, t1 = 0, t2 = 0;
+                for (i64 j = i * s.HW; j < (i + 1) * s.HW; j++) {
+                    t0 += e0[j];
+                    t1 += e1[j];
+                    t2 += e2[j];
+                }
+                out[i] = t0;
+                out[s.C + i] = t1;
+                out[2 * s.C + i] = t2;
+            }
+        }
+    });
+    SParamSums sums{std::vector<double>(s.C, 0.0), std::vector<double>(s.C, 0.0), std::vector<double>(s.C, 0.0)};
+    for (i64 chunk = 0; chunk < chunks; chunk++)
+        for (i64 c = 0; c < s.C; c++) {
+            sums.dgamma[c] += partial[3 * chunk * s.C + c];
+            sums.dbeta[c] += partial[(3 * chunk + 1) * s.C + c];
+            sums.dv[c] += partial[(3 * chunk + 2) * s.C + c];
+        }
+    return sums;
+}
+
 // With s = sigmoid(v x), r the group's rstd, M = C/G HW:
 //   dgamma = sum_hw g x s r, dbeta = sum_hw g, dv = sum_{n,hw} g x^2 s (1 - s) r gamma,
 //   dr = sum_{group,hw} g x s gamma, k = -dr r^3 / M,
@@ -494,9 +595,20 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
         const PerNC<A> v(v1, s.C, A(1)), w(weight, s.C, A(1));
         const A* vp = v.row(0);
         const bool need_dv = mask[2] && v1.has_value();
+        scalar_t* dxp = dx.data_ptr<scalar_t>();
+        const bool per_channel = !w.per_sample() && !v.per_sample() && !(bias.has_value() && bias->dim() == 2);
+        if (!s.nhwc && s.HW <= SMALL_PLANE && Cg * s.HW <= SMALL_RUN && per_channel) {
+            SParamSums sums = s_backward_small_planes<scalar_t, A>(xp, gp, dxp, s, G, vp, w.row(0), mean, rstd, centered);
+            if (mask[0] && weight.has_value()) dweight = nc_tensor(sums.dgamma, {s.C}, weight->options());
+            if (mask[1] && bias.has_value()) dbias = nc_tensor(sums.dbeta, {s.C}, bias->options());
+            if (need_dv) {
+                for (i64 c = 0; c < s.C; c++) sums.dv[c] *= w(0, c);
+                dv = nc_tensor(sums.dv, {s.C}, v1->options());
+            }
+            return;
+        }
         const auto dgamma = uninitialized(NC), dbeta = uninitialized(NC), dvnc = uninitialized(need_dv ? NC : 0);
         const double M = static_cast<double>(Cg * s.HW);
-        scalar_t* dxp = dx.data_ptr<scalar_t>();
         if (!s.nhwc) {
             // One task per (n, group) run: per plane the sums (s kept for dx), then dx while the run's x and g
             // are still in cache, so both are read from memory once and sigmoid is evaluated once.
