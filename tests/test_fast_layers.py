@@ -404,12 +404,15 @@ def test_the_operators_name_an_argument_of_the_wrong_size(request, implementatio
 @pytest.mark.parametrize("x, message", [
     (torch.randn(3, 8, 20), "expected an NCHW tensor, got 3 dims"),
     (torch.ones(3, 8, 5, 4, dtype=torch.int64), "expected a floating-point tensor, got "),
+    (torch.randn(3, 8, 0, 4), "expected a non-empty tensor, got shape [3, 8, 0, 4]"),
+    (torch.randn(0, 8, 5, 4), "expected a non-empty tensor, got shape [0, 8, 5, 4]"),
 ])
 @pytest.mark.parametrize("series", ["s", "b"])
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_the_operators_refuse_an_input_they_cannot_read(request, implementation, series, x, message):
-    """An input that is not a 4-d floating-point tensor is refused by name by every implementation, in both
-    directions (the dtype is then spelt as the implementation's language spells it)."""
+    """An input that is not a non-empty 4-d floating-point tensor is refused by name by every implementation, in
+    both directions (the dtype is then spelt as the implementation's language spells it). Empty planes crashed the
+    C++ kernels (they read a run's first value); the layers return an empty input's output without the operators."""
     forward, backward, forward_args, backward_args = operator_pair(request, implementation, series,
                                                                    *size_check_args(series, x))
     for step, call, args in (("forward", forward, forward_args), ("backward", backward, backward_args)):

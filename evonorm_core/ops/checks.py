@@ -21,6 +21,7 @@ def _require(ok: bool, op: str, message: str) -> None:
 def _input(op: str, x: Tensor) -> None:
     _require(x.dim() == 4, op, f"expected an NCHW tensor, got {x.dim()} dims")
     _require(x.is_floating_point(), op, f"expected a floating-point tensor, got {x.dtype}")
+    _require(x.numel() > 0, op, f"expected a non-empty tensor, got shape {list(x.shape)}")
 
 
 def _params(op: str, x: Tensor, **params: Tensor | None) -> None:

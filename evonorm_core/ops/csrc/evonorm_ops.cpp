@@ -276,6 +276,8 @@ Tensor param_grad(const double* per_nc_sum, const Tensor& like, i64 N, i64 C) {
 void check_input(const Tensor& x, const char* op) {
     TORCH_CHECK(x.dim() == 4, op, ": expected an NCHW tensor, got ", x.dim(), " dims");
     TORCH_CHECK(at::isFloatingType(x.scalar_type()), op, ": expected a floating-point tensor, got ", x.scalar_type());
+    // the kernels read each run's first value (the shift of its moments); the layers never pass an empty input
+    TORCH_CHECK(x.numel() > 0, op, ": expected a non-empty tensor, got shape ", x.sizes());
 }
 
 // The sizes of the other tensors, checked before the kernels read them (a wrong size would read out of bounds).
