@@ -45,6 +45,16 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture
+def torch_threads(request):
+    """Run the test with ``request.param`` intra-op threads (parametrize it with ``indirect=True``), restoring
+    the count afterwards; the fixture's value is that count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -146,41 +146,31 @@ def test_cpp_kernels_match_paper(cpp_kernels, name, training, given, dtype, layo
         assert_matches(*through_operator(name, training, given, *args, groups), *want, DTYPES[dtype], LAYOUTS[layout])
 
 
-@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("torch_threads", [1, 4], indirect=True)
 @pytest.mark.parametrize("name", B_SERIES)
-def test_b_kernels_with_a_given_variance_match_paper_at_any_thread_count(cpp_kernels, name, threads):
+def test_b_kernels_with_a_given_variance_match_paper_at_any_thread_count(cpp_kernels, name, torch_threads):
     """With the batch variance given, the B forward reads each plane (channels_last: each sample, when there are
     at least as many samples as threads) for its moments and its output in one task, else in two passes over x:
     3 channels_last samples on 1 thread take the first path, on 4 threads the second; both match the paper."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        for layout in LAYOUTS.values():
-            args = make_inputs(name, (3, 40, 5, 6), torch.float32, layout, "sample", seed=threads)
-            want = expected(name, False, True, *args, 1)
-            assert_matches(*through_operator(name, False, True, *args, 1), *want, DTYPES[torch.float32], layout)
-    finally:
-        torch.set_num_threads(before)
+    for layout in LAYOUTS.values():
+        args = make_inputs(name, (3, 40, 5, 6), torch.float32, layout, "sample", seed=torch_threads)
+        want = expected(name, False, True, *args, 1)
+        assert_matches(*through_operator(name, False, True, *args, 1), *want, DTYPES[torch.float32], layout)
 
 
-@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("torch_threads", [1, 4], indirect=True)
 @pytest.mark.parametrize("name", list(S_OPTIONS))
-def test_s_kernels_of_small_planes_match_paper_over_chunks_of_samples(cpp_kernels, name, threads):
+def test_s_kernels_of_small_planes_match_paper_over_chunks_of_samples(cpp_kernels, name, torch_threads):
     """NCHW planes of fewer than 64 values with per-channel parameters take a backward that sums the parameter
     gradients per element over chunks of 256 / HW samples: 300 samples of 1x1 and 40 of 3x3 are two chunks each
     (the second partial); with per-sample parameters the same shapes take the per-plane backward. Both match."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        for shape, groups in (((300, 8, 1, 1), 4), ((40, 12, 3, 3), 3)):
-            for dtype in (torch.float64, torch.float32):
-                for affine in ("channel", "sample"):
-                    args = make_inputs(name, shape, dtype, torch.contiguous_format, affine, seed=threads)
-                    want = expected(name, True, False, *args, groups)
-                    got = through_operator(name, True, False, *args, groups)
-                    assert_matches(*got, *want, DTYPES[dtype], torch.contiguous_format)
-    finally:
-        torch.set_num_threads(before)
+    for shape, groups in (((300, 8, 1, 1), 4), ((40, 12, 3, 3), 3)):
+        for dtype in (torch.float64, torch.float32):
+            for affine in ("channel", "sample"):
+                args = make_inputs(name, shape, dtype, torch.contiguous_format, affine, seed=torch_threads)
+                want = expected(name, True, False, *args, groups)
+                got = through_operator(name, True, False, *args, groups)
+                assert_matches(*got, *want, DTYPES[dtype], torch.contiguous_format)
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
