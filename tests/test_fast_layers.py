@@ -173,6 +173,24 @@ def test_s_kernels_of_small_planes_match_paper_over_chunks_of_samples(cpp_kernel
                 assert_matches(*got, *want, DTYPES[dtype], torch.contiguous_format)
 
 
+@pytest.mark.parametrize("torch_threads", [1, 4], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name,training,given", MODES)
+def test_cpp_kernels_take_a_gradient_in_the_other_layout(cpp_kernels, name, training, given, dtype, torch_threads):
+    """A channels_last x with an NCHW gradient (what Inductor passes around depthwise convolutions) is read through
+    tiles of 16 rows transposed in 8 x 8 blocks (float32), with edges in both: 63 rows (tiles of 16 and 15), 20 and
+    72 channels (blocks of 64 and 8 with remainders), 16 rows of 4x4 planes. An NCHW x with a channels_last gradient
+    takes a copy. dx has x's layout either way, and everything matches the paper."""
+    for i, (shape, groups) in enumerate((((2, 24, 9, 7), 4), ((2, 20, 5, 5), 5), ((3, 72, 4, 4), 8))):
+        for x_layout, grad_layout in ((torch.channels_last, torch.contiguous_format),
+                                      (torch.contiguous_format, torch.channels_last)):
+            x, w, b, v1, batch_var, grad = make_inputs(name, shape, dtype, x_layout, "channel", seed=i)
+            args = (x, w, b, v1, batch_var, grad.contiguous(memory_format=grad_layout))
+            want = expected(name, training, given, *args, groups)
+            got = through_operator(name, training, given, *args, groups)
+            assert_matches(*got, *want, DTYPES[dtype], x_layout)
+
+
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("name,training,given", MODES)
 def test_generic_implementation_matches_paper(name, training, given, layout):

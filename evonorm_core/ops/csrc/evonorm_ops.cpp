@@ -9,7 +9,8 @@
 // slab in channels_last, so the second pass reads cache, not memory (docs/benchmarks.md); its
 // NCHW backward of small planes works on a group's whole run at once (s_backward_small_planes).
 // Layouts: NCHW-contiguous or channels_last-contiguous x (anything else is made
-// contiguous). Dtypes: float32, float16, bfloat16 (statistics in float32) and float64
+// contiguous); the backward's gradient in x's layout, or NCHW for a channels_last x (read in
+// transposed tiles, ChannelsLastRows). Dtypes: float32, float16, bfloat16 (statistics in float32) and float64
 // (statistics in float64). Affine weight/bias: absent, per channel (C) or per sample (N, C).
 // The derivation of the backward is written out in evonorm_core/ops/reference.py.
 #include <Python.h>  // first, as Python requires
@@ -33,6 +34,9 @@
 
 #if defined(__linux__)
 #include <sys/mman.h>
+#endif
+#if defined(__AVX2__)
+#include <immintrin.h>
 #endif
 
 namespace evonorm {
@@ -84,10 +88,91 @@ Tensor dense(const Tensor& x) {
     return x.contiguous();
 }
 
-Tensor like_layout(const Tensor& t, const Tensor& x) {
-    const auto format = x.is_contiguous() ? at::MemoryFormat::Contiguous : at::MemoryFormat::ChannelsLast;
-    return t.contiguous(format);
+// The gradient a backward reads, with x's element type: in x's layout, except an NCHW-contiguous gradient of a
+// channels_last x, which is returned as it is for the kernels to read through ChannelsLastRows. (Inductor hands
+// the operators such gradients around the depthwise convolutions it runs in NCHW; transposing the whole tensor
+// first took the operator to 2.3-5x its time, docs/results/kernel_probes/mixed_layout_grad.)
+Tensor grad_for(const Tensor& grad, const Tensor& x, const Shape& s) {
+    const Tensor g = grad.to(x.scalar_type());
+    if (s.nhwc && g.is_contiguous() && !g.is_contiguous(at::MemoryFormat::ChannelsLast)) return g;
+    return g.contiguous(s.nhwc ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
 }
+
+// out[j * out_stride + c] = in[c * in_stride + j] for c < C, j < J.
+template <typename T>
+void transpose_block(const T* __restrict in, i64 in_stride, i64 C, i64 J, T* __restrict out, i64 out_stride) {
+    for (i64 c = 0; c < C; c++)
+        for (i64 j = 0; j < J; j++) out[j * out_stride + c] = in[c * in_stride + j];
+}
+
+#if defined(__AVX2__)
+// float32 in 8 x 8 blocks of register shuffles: the element-by-element loop above took 1-2 ns a value, about as
+// long as the backward's own passes over a value.
+inline void transpose8x8(const float* in, i64 in_stride, float* out, i64 out_stride) {
+    __m256 r[8], t[8];
+    for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(in + k * in_stride);
+    for (int k = 0; k < 8; k += 2) {
+        t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+    }
+    for (int k = 0; k < 8; k += 4) {
+        r[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int k = 0; k < 4; k++) {
+        _mm256_storeu_ps(out + k * out_stride, _mm256_permute2f128_ps(r[k], r[k + 4], 0x20));
+        _mm256_storeu_ps(out + (k + 4) * out_stride, _mm256_permute2f128_ps(r[k], r[k + 4], 0x31));
+    }
+}
+
+template <>
+void transpose_block<float>(const float* __restrict in, i64 in_stride, i64 C, i64 J, float* __restrict out,
+                            i64 out_stride) {
+    const i64 C8 = C - C % 8, J8 = J - J % 8;
+    for (i64 c = 0; c < C8; c += 8)
+        for (i64 j = 0; j < J8; j += 8) transpose8x8(in + c * in_stride + j, in_stride, out + j * out_stride + c, out_stride);
+    for (i64 c = 0; c < C; c++)  // the edges
+        for (i64 j = c < C8 ? J8 : 0; j < J; j++) out[j * out_stride + c] = in[c * in_stride + j];
+}
+#endif
+
+// Rows [i0, i0 + rows) of one sample's C planes of HW values, channels_last (rows of C) into out, in blocks of
+// 16 rows x 64 channels, whose reads and writes stay in L1.
+template <typename T>
+void transpose_rows(const T* planes, i64 HW, i64 C, i64 i0, i64 rows, T* out) {
+    constexpr i64 ROWS = 16, CHANNELS = 64;
+    for (i64 j0 = 0; j0 < rows; j0 += ROWS)
+        for (i64 c0 = 0; c0 < C; c0 += CHANNELS)
+            transpose_block(planes + c0 * HW + i0 + j0, HW, std::min(CHANNELS, C - c0), std::min(ROWS, rows - j0),
+                            out + j0 * C + c0, C);
+}
+
+// Rows of a channels_last backward's passes that transpose an NCHW gradient a tile at a time.
+constexpr i64 TILE = 16;
+
+// The gradient of a channels_last x as rows of C, whatever its layout (see grad_for): rows(n, i0, count) points at
+// sample n's rows i0 .. i0 + count - 1, in place when the gradient is channels_last, else transposed into a
+// buffer of this object's (so one object per thread).
+template <typename T>
+class ChannelsLastRows {
+  public:
+    ChannelsLastRows(const T* g, i64 HW, i64 C, bool planes) : g_(g), HW_(HW), C_(C), planes_(planes) {}
+    const T* rows(i64 n, i64 i0, i64 count) {
+        const T* sample = g_ + n * HW_ * C_;
+        if (!planes_) return sample + i0 * C_;
+        buffer_.resize(std::max<size_t>(buffer_.size(), count * C_));
+        transpose_rows(sample, HW_, C_, i0, count, buffer_.data());
+        return buffer_.data();
+    }
+
+  private:
+    const T* g_;
+    i64 HW_, C_;
+    bool planes_;
+    std::vector<T> buffer_;
+};
 
 // An output of 32 MiB or more (glibc's largest mmap threshold) is mmap'd fresh by the allocator on every
 // call and faulted in 4 KiB at a time on its first write: at ResNet-50's 56 x 56 stage that was about
@@ -136,7 +221,7 @@ class PerNC {
   public:
     PerNC(const std::optional<Tensor>& t, i64 C, A fill) : C_(C) {
         if (t.has_value()) {
-            data_ = t->detach().to(c10::CppTypeToScalarType<A>::value).contiguous();
+            data_ = t->to(c10::CppTypeToScalarType<A>::value).contiguous();  // t itself when it is that already
             p_ = data_.template const_data_ptr<A>();
             per_sample_ = data_.dim() == 2;
         } else {
@@ -247,9 +332,15 @@ Tensor nc_tensor(const std::vector<double>& v, at::IntArrayRef sizes, const at::
     return t;
 }
 
+// The statistics arrive as contiguous float32 or float64 and are read in place: a converted copy (to(kDouble))
+// was four tensor allocations and copies per call, host time that bounds the small layers of MobileNetV2.
 std::vector<double> as_double(const Tensor& t) {
-    const Tensor d = t.detach().to(at::kDouble).contiguous();
-    return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+    if (!t.is_contiguous() || (t.scalar_type() != at::kFloat && t.scalar_type() != at::kDouble))
+        return as_double(t.to(at::kDouble).contiguous());
+    return AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "evonorm_as_double", [&] {
+        const scalar_t* p = t.const_data_ptr<scalar_t>();
+        return std::vector<double>(p, p + t.numel());
+    });
 }
 
 // n doubles, not zeroed (for per-(n, c) results that the kernels write in full: zeroing them first was a
@@ -437,24 +528,27 @@ void s_input_grad_plane(const T* __restrict x, const T* __restrict g, const A* _
 
 // Per channel of a slab (HW rows of C): t = (sum g x s, sum g, sum g x^2 s (1 - s)) as t[k * C + c], and
 // s = sigmoid(v x) into sig; A within blocks of BLOCK rows, double across blocks.
+// One row of s_slab_sums: s = sigmoid(v x) into sr, the three sums' terms added to b0, b1, b2.
 template <typename T, typename A>
-void s_slab_sums(const T* x, const T* g, A* sig, i64 HW, i64 C, const A* __restrict v, std::vector<A>& acc,
+void s_row_sums(const T* __restrict xr, const T* __restrict gr, A* __restrict sr, i64 C, const A* __restrict v,
+                A* __restrict b0, A* __restrict b1, A* __restrict b2) {
+    for (i64 c = 0; c < C; c++) sr[c] = sigmoid(v[c] * static_cast<A>(xr[c]));
+    for (i64 c = 0; c < C; c++) {  // a loop of its own: with the sigmoid in it, it did not vectorize
+        const A xc = static_cast<A>(xr[c]), gc = static_cast<A>(gr[c]), sc = sr[c], f = gc * xc * sc;
+        b0[c] += f;
+        b1[c] += gc;
+        b2[c] += f * xc * (A(1) - sc);
+    }
+}
+
+template <typename T, typename A>
+void s_slab_sums(const T* x, const T* g, A* sig, i64 HW, i64 C, const A* v, std::vector<A>& acc,
                  std::vector<double>& t) {
     std::fill(t.begin(), t.end(), 0.0);
-    A *__restrict b0 = acc.data(), *__restrict b1 = b0 + C, *__restrict b2 = b1 + C;
     for (i64 i0 = 0; i0 < HW; i0 += BLOCK) {
         std::fill(acc.begin(), acc.end(), A(0));
-        for (i64 i = i0; i < std::min(i0 + BLOCK, HW); i++) {
-            const T *__restrict xr = x + i * C, *__restrict gr = g + i * C;
-            A* __restrict sr = sig + i * C;
-            for (i64 c = 0; c < C; c++) sr[c] = sigmoid(v[c] * static_cast<A>(xr[c]));
-            for (i64 c = 0; c < C; c++) {  // a loop of its own: with the sigmoid in it, it did not vectorize
-                const A xc = static_cast<A>(xr[c]), gc = static_cast<A>(gr[c]), sc = sr[c], f = gc * xc * sc;
-                b0[c] += f;
-                b1[c] += gc;
-                b2[c] += f * xc * (A(1) - sc);
-            }
-        }
+        for (i64 i = i0; i < std::min(i0 + BLOCK, HW); i++)
+            s_row_sums(x + i * C, g + i * C, sig + i * C, C, v, acc.data(), acc.data() + C, acc.data() + 2 * C);
         for (i64 j = 0; j < 3 * C; j++) t[j] += acc[j];
     }
 }
@@ -582,8 +676,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
     check_input(x_in, op);
     check_grad(grad_in, x_in, op);
     const Tensor x = dense(x_in);
-    const Tensor g = like_layout(grad_in.to(x.scalar_type()), x);
     const Shape s = shape_of(x);
+    const Tensor g = grad_for(grad_in, x, s);
     check_groups(groups, s.C, op);
     check_params(s, op, {{"weight", &weight}, {"bias", &bias}, {"v1", &v1}});
     check_numel(mean_t, s.N * groups, op, "mean");
@@ -594,6 +688,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "evonorm_s_backward", [&] {
         using A = typename AccOf<scalar_t>::type;
         const scalar_t *xp = x.const_data_ptr<scalar_t>(), *gp = g.const_data_ptr<scalar_t>();
+        const bool g_planes = s.nhwc && !g.is_contiguous(at::MemoryFormat::ChannelsLast);
         const PerNC<A> v(v1, s.C, A(1)), w(weight, s.C, A(1));
         const A* vp = v.row(0);
         const bool need_dv = mask[2] && v1.has_value();
@@ -643,9 +738,11 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
             at::parallel_for(0, s.N, grain(2 * s.HW * s.C), [&](i64 begin, i64 end) {
                 std::vector<A> sig(s.HW * s.C), acc(3 * s.C), a(s.C), k(s.C), k0(s.C);
                 std::vector<double> t(3 * s.C);
+                ChannelsLastRows<scalar_t> grad_rows(gp, s.HW, s.C, g_planes);
                 for (i64 n = begin; n < end; n++) {
                     const i64 offset = n * s.HW * s.C;
-                    s_slab_sums<scalar_t, A>(xp + offset, gp + offset, sig.data(), s.HW, s.C, vp, acc, t);
+                    const scalar_t* gs = grad_rows.rows(n, 0, s.HW);  // both passes read it: transposed once
+                    s_slab_sums<scalar_t, A>(xp + offset, gs, sig.data(), s.HW, s.C, vp, acc, t);
                     for (i64 gi = 0; gi < G; gi++) {
                         const i64 ng = n * G + gi;
                         const double r = rstd[ng];
@@ -665,7 +762,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
                         }
                     }
                     for (i64 i = 0; i < s.HW; i++)
-                        s_input_grad_row<scalar_t, A>(xp + offset + i * s.C, gp + offset + i * s.C, sig.data() + i * s.C,
+                        s_input_grad_row<scalar_t, A>(xp + offset + i * s.C, gs + i * s.C, sig.data() + i * s.C,
                                                       dxp + offset + i * s.C, s.C, vp, a.data(), k.data(), k0.data());
                 }
             });
@@ -827,22 +924,28 @@ inline void add_b_terms(A x, A g, A sb, A p, A q, A w, A& u_sum, A& ux_sum, A& b
     gz_sum += g * z;
 }
 
-// The five per-channel sums of b_backward over one channels_last sample (HW rows of C; p, q, w the sample's
+// The five per-channel sums of b_backward over channels_last sample n (HW rows of C; p, q, w the sample's
 // per-channel values) as t[k * C + c]: A within blocks of BLOCK rows, double across blocks.
 template <typename T, typename A>
-void b_slab_sums(const T* x, const T* g, i64 HW, i64 C, const A* __restrict sb, const A* __restrict p,
-                 const A* __restrict q, const A* __restrict w, std::vector<A>& acc, std::vector<double>& t) {
+void b_slab_sums(const T* x, ChannelsLastRows<T>& g, i64 n, i64 HW, i64 C, const A* __restrict sb,
+                 const A* __restrict p, const A* __restrict q, const A* __restrict w, std::vector<A>& acc,
+                 std::vector<double>& t) {
+    static_assert(BLOCK % TILE == 0, "a block is whole tiles");
     std::fill(t.begin(), t.end(), 0.0);
     A *__restrict u_sum = acc.data(), *__restrict ux_sum = u_sum + C, *__restrict b_sum = ux_sum + C;
     A *__restrict g_sum = b_sum + C, *__restrict gz_sum = g_sum + C;
     for (i64 i0 = 0; i0 < HW; i0 += BLOCK) {
         std::fill(acc.begin(), acc.end(), A(0));
-        for (i64 i = i0; i < std::min(i0 + BLOCK, HW); i++) {
-            const T *__restrict xr = x + i * C, *__restrict gr = g + i * C;
+        for (i64 t0 = i0; t0 < std::min(i0 + BLOCK, HW); t0 += TILE) {
+            const i64 rows = std::min(TILE, HW - t0);
+            const T* tile = g.rows(n, t0, rows);
+            for (i64 i = 0; i < rows; i++) {
+                const T *__restrict xr = x + (t0 + i) * C, *__restrict gr = tile + i * C;
 #pragma omp simd
-            for (i64 c = 0; c < C; c++) {
-                const A xc = static_cast<A>(xr[c]), gc = static_cast<A>(gr[c]);
-                add_b_terms(xc, gc, sb[c], p[c], q[c], w[c], u_sum[c], ux_sum[c], b_sum[c], g_sum[c], gz_sum[c]);
+                for (i64 c = 0; c < C; c++) {
+                    const A xc = static_cast<A>(xr[c]), gc = static_cast<A>(gr[c]);
+                    add_b_terms(xc, gc, sb[c], p[c], q[c], w[c], u_sum[c], ux_sum[c], b_sum[c], g_sum[c], gz_sum[c]);
+                }
             }
         }
         for (i64 j = 0; j < 5 * C; j++) t[j] += acc[j];
@@ -909,8 +1012,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
     check_grad(grad_in, x_in, op);
     check_variant(variant, op);
     const Tensor x = dense(x_in);
-    const Tensor g = like_layout(grad_in.to(x.scalar_type()), x);
     const Shape s = shape_of(x);
+    const Tensor g = grad_for(grad_in, x, s);
     const i64 NC = s.N * s.C;
     check_params(s, op, {{"weight", &weight}, {"bias", &bias}, {"v1", &v1}});
     check_numel(mean_t, NC, op, "mean");
@@ -924,6 +1027,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "evonorm_b_backward", [&] {
         using A = typename AccOf<scalar_t>::type;
         const scalar_t *xp = x.const_data_ptr<scalar_t>(), *gp = g.const_data_ptr<scalar_t>();
+        const bool g_planes = s.nhwc && !g.is_contiguous(at::MemoryFormat::ChannelsLast);
         std::vector<A> sb(s.C);
         std::vector<double> sbd(s.C);
         for (i64 c = 0; c < s.C; c++) sbd[c] = std::sqrt(batch_var[c] + eps), sb[c] = static_cast<A>(sbd[c]);
@@ -950,9 +1054,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
             at::parallel_for(0, s.N, grain(s.HW * s.C), [&](i64 begin, i64 end) {
                 std::vector<A> acc(5 * s.C);
                 std::vector<double> t(5 * s.C);
+                ChannelsLastRows<scalar_t> grad_rows(gp, s.HW, s.C, g_planes);
                 for (i64 n = begin; n < end; n++) {
                     const i64 nc0 = n * s.C;
-                    b_slab_sums<scalar_t, A>(xp + nc0 * s.HW, gp + nc0 * s.HW, s.HW, s.C, sb.data(), p.data() + nc0,
+                    b_slab_sums<scalar_t, A>(xp + nc0 * s.HW, grad_rows, n, s.HW, s.C, sb.data(), p.data() + nc0,
                                              qa.data() + nc0, w.row(n), acc, t);
                     for (int j = 0; j < 5; j++)
                         for (i64 c = 0; c < s.C; c++) sums[j * NC + nc0 + c] = t[j * s.C + c];
@@ -984,10 +1089,20 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
         } else {
             std::vector<A> k(NC), k0(NC);
             for_each_index(NC, 8, [&](i64 nc) { std::tie(k[nc], k0[nc]) = plane_k(nc); });
-            for_each_index(s.N * s.HW, s.C, [&](i64 row) {
-                const i64 nc0 = (row / s.HW) * s.C, offset = row * s.C;
-                b_input_grad_row<scalar_t, A>(xp + offset, gp + offset, dxp + offset, s.C, sb.data(), p.data() + nc0,
-                                              qa.data() + nc0, w.row(row / s.HW), k.data() + nc0, k0.data() + nc0);
+            const i64 tiles = (s.HW + TILE - 1) / TILE;  // per sample
+            at::parallel_for(0, s.N * tiles, grain(TILE * s.C), [&](i64 begin, i64 end) {
+                ChannelsLastRows<scalar_t> grad_rows(gp, s.HW, s.C, g_planes);
+                for (i64 nt = begin; nt < end; nt++) {
+                    const i64 n = nt / tiles, i0 = (nt % tiles) * TILE, rows = std::min(TILE, s.HW - i0);
+                    const i64 nc0 = n * s.C;
+                    const scalar_t* tile = grad_rows.rows(n, i0, rows);
+                    for (i64 i = 0; i < rows; i++) {
+                        const i64 offset = (n * s.HW + i0 + i) * s.C;
+                        b_input_grad_row<scalar_t, A>(xp + offset, tile + i * s.C, dxp + offset, s.C, sb.data(),
+                                                      p.data() + nc0, qa.data() + nc0, w.row(n), k.data() + nc0,
+                                                      k0.data() + nc0);
+                    }
+                }
             });
         }
         if (mask[0] && weight.has_value()) dweight = param_grad(sums.get() + 4 * NC, *weight, s.N, s.C);
