@@ -91,7 +91,7 @@ Tensor dense(const Tensor& x) {
 // The gradient a backward reads, with x's element type: in x's layout, except an NCHW-contiguous gradient of a
 // channels_last x, which is returned as it is for the kernels to read through ChannelsLastRows. (Inductor hands
 // the operators such gradients around the depthwise convolutions it runs in NCHW; transposing the whole tensor
-// first took the operator to 2.3-5x its time, docs/results/kernel_probes/mixed_layout_grad.)
+// first took the operator to 1.4-4.8x its time, docs/results/kernel_probes/mixed_layout_grad.)
 Tensor grad_for(const Tensor& grad, const Tensor& x, const Shape& s) {
     const Tensor g = grad.to(x.scalar_type());
     if (s.nhwc && g.is_contiguous() && !g.is_contiguous(at::MemoryFormat::ChannelsLast)) return g;
@@ -106,8 +106,8 @@ void transpose_block(const T* __restrict in, i64 in_stride, i64 C, i64 J, T* __r
 }
 
 #if defined(__AVX2__)
-// float32 in 8 x 8 blocks of register shuffles: the element-by-element loop above took 1-2 ns a value, about as
-// long as the backward's own passes over a value.
+// float32 in 8 x 8 blocks of register shuffles: with the element-by-element loop above, the NCHW-gradient call was
+// up to 3x slower (16x2048x7x7, B; a development probe, not committed).
 inline void transpose8x8(const float* in, i64 in_stride, float* out, i64 out_stride) {
     __m256 r[8], t[8];
     for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_ps(in + k * in_stride);
@@ -526,9 +526,8 @@ void s_input_grad_plane(const T* __restrict x, const T* __restrict g, const A* _
     }
 }
 
-// Per channel of a slab (HW rows of C): t = (sum g x s, sum g, sum g x^2 s (1 - s)) as t[k * C + c], and
-// s = sigmoid(v x) into sig; A within blocks of BLOCK rows, double across blocks.
-// One row of s_slab_sums: s = sigmoid(v x) into sr, the three sums' terms added to b0, b1, b2.
+// One row of s_slab_sums: s = sigmoid(v x) into sr, the three sums' terms added to b0, b1, b2. (A function with
+// __restrict parameters: inline, with the gradient read through ChannelsLastRows, GCC ran the loops' scalar copy.)
 template <typename T, typename A>
 void s_row_sums(const T* __restrict xr, const T* __restrict gr, A* __restrict sr, i64 C, const A* __restrict v,
                 A* __restrict b0, A* __restrict b1, A* __restrict b2) {
@@ -541,6 +540,8 @@ void s_row_sums(const T* __restrict xr, const T* __restrict gr, A* __restrict sr
     }
 }
 
+// Per channel of a slab (HW rows of C): t = (sum g x s, sum g, sum g x^2 s (1 - s)) as t[k * C + c], and
+// s = sigmoid(v x) into sig; A within blocks of BLOCK rows, double across blocks.
 template <typename T, typename A>
 void s_slab_sums(const T* x, const T* g, A* sig, i64 HW, i64 C, const A* v, std::vector<A>& acc,
                  std::vector<double>& t) {
