@@ -997,6 +997,22 @@ void b_input_grad_row(const T* __restrict x, const T* __restrict g, T* __restric
             b_input_grad(static_cast<A>(x[c]), static_cast<A>(g[c]), sb[c], p[c], q[c], w[c], k[c], k0[c]));
 }
 
+// One sample's k and k0 of b_backward's dx (k = dq' / (q HW) + k_b, k0 = -k mu_i - k_b mu_b, see there) from its
+// per-channel sums U and UX, q, mean and the batch part kb, kb0: one vectorized loop (computed plane by plane,
+// the two double divisions were most of the O(N C) work where planes are small: 4 x 4, 8 x 8).
+template <typename A>
+void b_input_grad_coefficients(const double* __restrict u, const double* __restrict ux, const double* __restrict q,
+                               const double* __restrict mean, const double* __restrict kb,
+                               const double* __restrict kb0, i64 C, i64 HW, int64_t variant, A* __restrict k,
+                               A* __restrict k0) {
+    const bool with_ux = variant == 1, centered = variant == 0;
+    for (i64 c = 0; c < C; c++) {
+        const double kk = (with_ux ? u[c] + ux[c] : u[c]) / (q[c] * static_cast<double>(HW));
+        k[c] = static_cast<A>(kk + kb[c]);
+        k0[c] = static_cast<A>((centered ? -kk * mean[c] : 0.0) + kb0[c]);
+    }
+}
+
 // With d = max(sb, u), u = p x + q, z = x / d, dd = -g gamma z / d (the gradient reaching d),
 // per (n, c): U = sum dd [u > sb], UX = sum dd x [u > sb], B = sum dd [u <= sb], G = sum g,
 // GZ = sum g z. Then dgamma = GZ, dbeta = G, dv1 = UX (B0), and
@@ -1066,30 +1082,28 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
             });
         }
         const std::vector<double> dsb = sum_over_batch(s.N, s.C, [&](i64 n, i64 c) { return sums[2 * NC + n * s.C + c]; });
-        // dx = ... + k x + k0: plane nc's (k, k0)
-        auto plane_k = [&](i64 nc) {
-            const i64 c = nc % s.C;
-            double kk = (variant == 1 ? sums[nc] + sums[NC + nc] : sums[nc]) / (q[nc] * s.HW);
-            double kk0 = variant == 0 ? -kk * mean[nc] : 0.0;
-            if (batch_from_x) {
-                const double kb = dsb[c] / (sbd[c] * static_cast<double>(s.N * s.HW));
-                kk += kb;
-                kk0 -= kb * batch_mean[c];
+        // dx = ... + k x + k0, per (n, c)
+        std::vector<double> kb(s.C, 0.0), kb0(s.C, 0.0);  // the batch statistics' part, per channel
+        if (batch_from_x)
+            for (i64 c = 0; c < s.C; c++) {
+                kb[c] = dsb[c] / (sbd[c] * static_cast<double>(s.N * s.HW));
+                kb0[c] = -kb[c] * batch_mean[c];
             }
-            return std::pair<A, A>(static_cast<A>(kk), static_cast<A>(kk0));
-        };
+        std::vector<A> k(NC), k0(NC);
+        for_each_index(s.N, 8 * s.C, [&](i64 n) {
+            const i64 nc0 = n * s.C;
+            b_input_grad_coefficients(sums.get() + nc0, sums.get() + NC + nc0, q.data() + nc0, mean.data() + nc0,
+                                      kb.data(), kb0.data(), s.C, s.HW, variant, k.data() + nc0, k0.data() + nc0);
+        });
         scalar_t* dxp = dx.data_ptr<scalar_t>();
         if (!s.nhwc) {
             for_each_index(NC, 2 * s.HW, [&](i64 nc) {
                 const i64 n = nc / s.C, c = nc % s.C, offset = nc * s.HW;
                 const A qn = static_cast<A>(q[nc]);
-                const auto [k, k0] = plane_k(nc);
                 b_input_grad_plane<scalar_t, A>(xp + offset, gp + offset, dxp + offset, s.HW, sb[c],
-                                                b_slope(variant, v, c, qn), qn, w(n, c), k, k0);
+                                                b_slope(variant, v, c, qn), qn, w(n, c), k[nc], k0[nc]);
             });
         } else {
-            std::vector<A> k(NC), k0(NC);
-            for_each_index(NC, 8, [&](i64 nc) { std::tie(k[nc], k0[nc]) = plane_k(nc); });
             const i64 tiles = (s.HW + TILE - 1) / TILE;  // per sample
             at::parallel_for(0, s.N * tiles, grain(TILE * s.C), [&](i64 begin, i64 end) {
                 ChannelsLastRows<scalar_t> grad_rows(gp, s.HW, s.C, g_planes);
