@@ -20,8 +20,10 @@ Four operators, one call per direction of a layer (``torch.ops.evonorm.*``):
 
 ``weight``/``bias``: absent, per channel (C,) or per sample (N, C); their gradients have
 their shape. Statistics are float32 (float64 for float64 inputs); ``y`` and ``dx`` have
-the input's dtype and memory layout (channels_last stays channels_last). Gradients that
-are not asked for (``output_mask``) come back as empty tensors.
+the input's dtype and memory layout (channels_last stays channels_last); ``grad`` may have
+either layout (the CPU kernels read an NCHW gradient of a channels_last input in transposed
+tiles, without copying it). Gradients that are not asked for (``output_mask``) come back as
+empty tensors.
 
 The backward keeps only the input and these small statistics; it recomputes the gate and
 the denominator. Derivation (``M`` = elements a statistic is taken over, ``s = sigmoid(v x)``):
