@@ -152,13 +152,14 @@ void transpose_rows(const T* planes, i64 HW, i64 C, i64 i0, i64 rows, T* out) {
 // Rows of a channels_last backward's passes that transpose an NCHW gradient a tile at a time.
 constexpr i64 TILE = 16;
 
-// The gradient of a channels_last x as rows of C, whatever its layout (see grad_for): rows(n, i0, count) points at
-// sample n's rows i0 .. i0 + count - 1, in place when the gradient is channels_last, else transposed into a
-// buffer of this object's (so one object per thread).
+// The gradient of a channels_last x (shape s) as rows of C, whatever its layout (g from grad_for): rows(n, i0,
+// count) points at sample n's rows i0 .. i0 + count - 1, in place when the gradient is channels_last, else
+// transposed into a buffer of this object's (so one object per thread).
 template <typename T>
 class ChannelsLastRows {
   public:
-    ChannelsLastRows(const T* g, i64 HW, i64 C, bool planes) : g_(g), HW_(HW), C_(C), planes_(planes) {}
+    ChannelsLastRows(const Tensor& g, const Shape& s)
+        : g_(g.const_data_ptr<T>()), HW_(s.HW), C_(s.C), planes_(!g.is_contiguous(at::MemoryFormat::ChannelsLast)) {}
     const T* rows(i64 n, i64 i0, i64 count) {
         const T* sample = g_ + n * HW_ * C_;
         if (!planes_) return sample + i0 * C_;
@@ -689,7 +690,6 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "evonorm_s_backward", [&] {
         using A = typename AccOf<scalar_t>::type;
         const scalar_t *xp = x.const_data_ptr<scalar_t>(), *gp = g.const_data_ptr<scalar_t>();
-        const bool g_planes = s.nhwc && !g.is_contiguous(at::MemoryFormat::ChannelsLast);
         const PerNC<A> v(v1, s.C, A(1)), w(weight, s.C, A(1));
         const A* vp = v.row(0);
         const bool need_dv = mask[2] && v1.has_value();
@@ -739,7 +739,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
             at::parallel_for(0, s.N, grain(2 * s.HW * s.C), [&](i64 begin, i64 end) {
                 std::vector<A> sig(s.HW * s.C), acc(3 * s.C), a(s.C), k(s.C), k0(s.C);
                 std::vector<double> t(3 * s.C);
-                ChannelsLastRows<scalar_t> grad_rows(gp, s.HW, s.C, g_planes);
+                ChannelsLastRows<scalar_t> grad_rows(g, s);
                 for (i64 n = begin; n < end; n++) {
                     const i64 offset = n * s.HW * s.C;
                     const scalar_t* gs = grad_rows.rows(n, 0, s.HW);  // both passes read it: transposed once
@@ -1044,7 +1044,6 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "evonorm_b_backward", [&] {
         using A = typename AccOf<scalar_t>::type;
         const scalar_t *xp = x.const_data_ptr<scalar_t>(), *gp = g.const_data_ptr<scalar_t>();
-        const bool g_planes = s.nhwc && !g.is_contiguous(at::MemoryFormat::ChannelsLast);
         std::vector<A> sb(s.C);
         std::vector<double> sbd(s.C);
         for (i64 c = 0; c < s.C; c++) sbd[c] = std::sqrt(batch_var[c] + eps), sb[c] = static_cast<A>(sbd[c]);
@@ -1071,7 +1070,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
             at::parallel_for(0, s.N, grain(s.HW * s.C), [&](i64 begin, i64 end) {
                 std::vector<A> acc(5 * s.C);
                 std::vector<double> t(5 * s.C);
-                ChannelsLastRows<scalar_t> grad_rows(gp, s.HW, s.C, g_planes);
+                ChannelsLastRows<scalar_t> grad_rows(g, s);
                 for (i64 n = begin; n < end; n++) {
                     const i64 nc0 = n * s.C;
                     b_slab_sums<scalar_t, A>(xp + nc0 * s.HW, grad_rows, n, s.HW, s.C, sb.data(), p.data() + nc0,
@@ -1106,7 +1105,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
         } else {
             const i64 tiles = (s.HW + TILE - 1) / TILE;  // per sample
             at::parallel_for(0, s.N * tiles, grain(TILE * s.C), [&](i64 begin, i64 end) {
-                ChannelsLastRows<scalar_t> grad_rows(gp, s.HW, s.C, g_planes);
+                ChannelsLastRows<scalar_t> grad_rows(g, s);
                 for (i64 nt = begin; nt < end; nt++) {
                     const i64 n = nt / tiles, i0 = (nt % tiles) * TILE, rows = std::min(TILE, s.HW - i0);
                     const i64 nc0 = n * s.C;
