@@ -1,0 +1,76 @@
+"""The four EvoNorm operators alone at planes of one value, (N, C, 1, 1), NCHW-contiguous (2 threads).
+
+    python op_ab.py out.json                 # time the operators of the evonorm_core on the path
+    python op_ab.py --summary DIR            # table of DIR/{before,after}_*.json (ab.sh writes them)
+
+Per shape and operator: the median of 17 calls after 3, the operators interleaved; float32, parameters per channel,
+training (the batch statistics from x).
+"""
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import evonorm_core.ops
+
+SHAPES = [(4, 960, 1, 1), (16, 512, 1, 1), (2, 2048, 1, 1), (64, 2048, 1, 1)]
+OPS = ["s_forward", "s_backward", "b_forward", "b_backward"]
+
+
+def calls(shape: tuple[int, ...]) -> dict:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=gen)
+    g, w, b, v = torch.randn_like(x), torch.randn(shape[1]), torch.randn(shape[1]), torch.randn(shape[1])
+    groups, ops = min(32, shape[1]), torch.ops.evonorm
+    _, mean, rstd = ops.s_forward(x, w, b, v, groups, 1e-5, False)
+    _, b_mean, q, batch_mean, batch_var = ops.b_forward(x, w, b, v, None, 0, 1e-5)
+    return {
+        "s_forward": lambda: ops.s_forward(x, w, b, v, groups, 1e-5, False),
+        "s_backward": lambda: ops.s_backward(g, x, w, b, v, mean, rstd, groups, False, [True] * 3),
+        "b_forward": lambda: ops.b_forward(x, w, b, v, None, 0, 1e-5),
+        "b_backward": lambda: ops.b_backward(g, x, w, b, v, b_mean, q, batch_mean, batch_var, 0, 1e-5, True, [True] * 4),
+    }
+
+
+def time_shape(shape: tuple[int, ...]) -> dict[str, float]:
+    """Median microseconds per call of each operator."""
+    fns, times = calls(shape), {name: [] for name in OPS}
+    for rep in range(20):
+        for name in OPS:
+            start = time.perf_counter()
+            fns[name]()
+            if rep >= 3:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) * 1e6 for name, t in times.items()}
+
+
+def summary(folder: Path) -> None:
+    runs = {side: [json.loads(p.read_text()) for p in sorted(folder.glob(f"{side}_*.json"))] for side in ("before", "after")}
+    print("| shape | " + " | ".join(f"{op} before | after" for op in OPS) + " |")
+    print("| --- |" + " ---: | ---: |" * len(OPS))
+    for key in runs["before"][0]:
+        cells = []
+        for op in OPS:
+            for side in ("before", "after"):
+                values = [run[key][op] for run in runs[side]]
+                cells.append(f"{min(values):.1f}-{max(values):.1f}")
+        print(f"| {key} | " + " | ".join(cells) + " |")
+
+
+def main() -> None:
+    if sys.argv[1] == "--summary":
+        summary(Path(sys.argv[2]))
+        return
+    assert evonorm_core.ops.load("cpu"), "the C++ kernels are needed"
+    torch.set_num_threads(2)
+    result = {"x".join(map(str, s)): time_shape(s) for s in SHAPES}
+    Path(sys.argv[1]).write_text(json.dumps(result, indent=1) + "\n")
+    for key, row in result.items():
+        print(key, "  ".join(f"{op} {us:.1f} us" for op, us in row.items()))
+
+
+if __name__ == "__main__":
+    main()
