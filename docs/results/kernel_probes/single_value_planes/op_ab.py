@@ -1,6 +1,7 @@
-"""The four EvoNorm operators alone at planes of one value, (N, C, 1, 1), NCHW-contiguous (2 threads).
+"""The four EvoNorm operators alone, by default at planes of one value, (N, C, 1, 1), NCHW-contiguous (2 threads).
 
     python op_ab.py out.json                 # time the operators of the evonorm_core on the path
+    python op_ab.py out.json 4x1024x8x8 ...  # at these shapes instead
     python op_ab.py --summary DIR            # table of DIR/{before,after}_*.json (ab.sh writes them)
 
 Per shape and operator: the median of 17 calls after 3, the operators interleaved; float32, parameters per channel,
@@ -66,8 +67,10 @@ def main() -> None:
         return
     assert evonorm_core.ops.load("cpu"), "the C++ kernels are needed"
     torch.set_num_threads(2)
-    result = {"x".join(map(str, s)): time_shape(s) for s in SHAPES}
+    shapes = [tuple(int(n) for n in arg.split("x")) for arg in sys.argv[2:]] or SHAPES
+    result = {"x".join(map(str, s)): time_shape(s) for s in shapes}
     Path(sys.argv[1]).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"# evonorm_core from {Path(evonorm_core.__file__).parent}")
     for key, row in result.items():
         print(key, "  ".join(f"{op} {us:.1f} us" for op, us in row.items()))
 
