@@ -83,7 +83,7 @@ Shape shape_of(const Tensor& x) {
 }
 
 // shape_of, except that planes of one value (laid out alike in both layouts) are taken as channels_last rows of C:
-// the B series and the S forward were 1.4-2x faster there than paying a plane's fixed cost per value; the S
+// the B operators and the S forward were 1.6-3x faster there than paying a plane's fixed cost per value; the S
 // backward keeps them as planes, where its small-plane path is faster still (docs/benchmarks.md, "Planes of one
 // value").
 Shape rows_shape_of(const Tensor& x) {
