@@ -12,7 +12,7 @@
 // contiguous); the backward's gradient in x's layout, or NCHW for a channels_last x (read in
 // transposed tiles, ChannelsLastRows). Dtypes: float32, float16, bfloat16 (statistics in float32) and float64
 // (statistics in float64). Affine weight/bias: absent, per channel (C) or per sample (N, C).
-// The derivation of the backward is written out in evonorm_core/ops/reference.py.
+// The derivation of the backward is written out in evonorm_core/ops/library.py's docstring.
 #include <Python.h>  // first, as Python requires
 
 #include <ATen/Dispatch.h>
@@ -29,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -787,15 +788,34 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
 }
 
 // ============================== B series ==============================================
-// y = x / max(sb, p x + q) w + b, the B series' output (w, b: the affine weight and bias).
-template <typename A>
-inline A b_output(A x, A sb, A p, A q, A w, A b) {
-    return x / max_of(sb, p * x + q) * w + b;
+// max(sb, u) by max_of's rule. An NCHW plane's loops have one sb, a scalar, for which GCC vectorizes max_of's
+// sb != sb as a 16-lane mask assembled bit by bit in every plane (about a third of B0's NCHW inference at
+// 16x2048x7x7): those loops are instantiated for SbNumber, sb checked once before them (sb_kind), where the plain
+// comparison is the same (a NaN u still wins it). Channels_last rows, whose sb is an array, keep max_of.
+template <bool SbNumber, typename A>
+inline A b_denominator(A sb, A u) {
+    return SbNumber ? (sb > u ? sb : u) : max_of(sb, u);
 }
 
-template <typename T, typename A>
-void b_output_plane(const T* __restrict x, T* __restrict y, i64 HW, A sb, A p, A q, A w, A b) {
-    for (i64 j = 0; j < HW; j++) y[j] = static_cast<T>(b_output(static_cast<A>(x[j]), sb, p, q, w, b));
+// f(std::true_type{}) when sb is a number, f(std::false_type{}) when it is NaN (the tag for the plane loops).
+template <typename A, typename F>
+inline void sb_kind(A sb, F&& f) {
+    if (sb == sb)
+        f(std::true_type{});
+    else
+        f(std::false_type{});
+}
+
+// y = x / max(sb, p x + q) w + b, the B series' output (w, b: the affine weight and bias).
+template <bool SbNumber = false, typename A>
+inline A b_output(A x, A sb, A p, A q, A w, A b) {
+    return x / b_denominator<SbNumber>(sb, p * x + q) * w + b;
+}
+
+template <typename T, typename A, bool SbNumber>
+void b_output_plane(const T* __restrict x, T* __restrict y, i64 HW, A sb, A p, A q, A w, A b,
+                    std::bool_constant<SbNumber>) {
+    for (i64 j = 0; j < HW; j++) y[j] = static_cast<T>(b_output<SbNumber>(static_cast<A>(x[j]), sb, p, q, w, b));
 }
 
 // p of a B-series plane: its channel's v1 (B0), its own q (B1) or -1 (B2).
@@ -883,8 +903,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
                 for (i64 nc = nc0; nc < nc1; nc++) {
                     const i64 n = nc / s.C, c = nc % s.C;
                     const A q = q_out[nc];
-                    b_output_plane<scalar_t, A>(xp + nc * s.HW, yp + nc * s.HW, s.HW, sb[c], b_slope(variant, v, c, q),
-                                                q, w(n, c), b(n, c));
+                    sb_kind(sb[c], [&](auto number) {
+                        b_output_plane<scalar_t, A>(xp + nc * s.HW, yp + nc * s.HW, s.HW, sb[c],
+                                                    b_slope(variant, v, c, q), q, w(n, c), b(n, c), number);
+                    });
                 }
             });
             return;
@@ -921,9 +943,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
 // Adds element (x, g)'s terms to the five sums of b_backward (U, UX, B, G, GZ; see there).
 // (One division per element, its reciprocal, where the formulas divide twice: at 7 x 7 planes the divisions
 // bound the B series' loops.)
-template <typename A>
+template <bool SbNumber = false, typename A>
 inline void add_b_terms(A x, A g, A sb, A p, A q, A w, A& u_sum, A& ux_sum, A& b_sum, A& g_sum, A& gz_sum) {
-    const A u = p * x + q, r = A(1) / max_of(sb, u), z = x * r, dd = -g * w * z * r;
+    const A u = p * x + q, r = A(1) / b_denominator<SbNumber>(sb, u), z = x * r, dd = -g * w * z * r;
     // Both selects into values first, then plain sums: written as `sum += take_u ? dd : 0`, GCC turns the channels_last
     // loop's sums (arrays) into masked loads and stores (vmaskmovps), which took B0's backward at 2x256x56x56 to 2x NCHW's.
     const bool take_u = u > sb;
@@ -965,15 +987,16 @@ void b_slab_sums(const T* x, ChannelsLastRows<T>& g, i64 n, i64 HW, i64 C, const
 
 // The five sums of b_backward over one NCHW plane (p, q, w the plane's values): A within blocks of BLOCK
 // elements, double across blocks.
-template <typename T, typename A>
-void b_plane_sums(const T* __restrict x, const T* __restrict g, i64 HW, A sb, A p, A q, A w, double (&t)[5]) {
+template <typename T, typename A, bool SbNumber>
+void b_plane_sums(const T* __restrict x, const T* __restrict g, i64 HW, A sb, A p, A q, A w, double (&t)[5],
+                  std::bool_constant<SbNumber>) {
     std::fill(t, t + 5, 0.0);
     for (i64 j0 = 0; j0 < HW; j0 += BLOCK) {
         const i64 j1 = std::min(j0 + BLOCK, HW);
         A u_sum = 0, ux_sum = 0, b_sum = 0, g_sum = 0, gz_sum = 0;
         for (i64 j = j0; j < j1; j++) {
             const A xj = static_cast<A>(x[j]), gj = static_cast<A>(g[j]);
-            add_b_terms(xj, gj, sb, p, q, w, u_sum, ux_sum, b_sum, g_sum, gz_sum);
+            add_b_terms<SbNumber>(xj, gj, sb, p, q, w, u_sum, ux_sum, b_sum, g_sum, gz_sum);
         }
         t[0] += u_sum;
         t[1] += ux_sum;
@@ -984,17 +1007,17 @@ void b_plane_sums(const T* __restrict x, const T* __restrict g, i64 HW, A sb, A 
 }
 
 // dx of the B series at one element: g w / d - [u > sb] g w x p / d^2 + k x + k0 (see b_backward).
-template <typename A>
+template <bool SbNumber = false, typename A>
 inline A b_input_grad(A x, A g, A sb, A p, A q, A w, A k, A k0) {
-    const A u = p * x + q, r = A(1) / max_of(sb, u), gd = g * w * r;
+    const A u = p * x + q, r = A(1) / b_denominator<SbNumber>(sb, u), gd = g * w * r;
     return gd - (u > sb ? gd * x * r * p : A(0)) + k * x + k0;
 }
 
-template <typename T, typename A>
+template <typename T, typename A, bool SbNumber>
 void b_input_grad_plane(const T* __restrict x, const T* __restrict g, T* __restrict dx, i64 HW, A sb, A p, A q, A w, A k,
-                        A k0) {
+                        A k0, std::bool_constant<SbNumber>) {
     for (i64 j = 0; j < HW; j++)
-        dx[j] = static_cast<T>(b_input_grad(static_cast<A>(x[j]), static_cast<A>(g[j]), sb, p, q, w, k, k0));
+        dx[j] = static_cast<T>(b_input_grad<SbNumber>(static_cast<A>(x[j]), static_cast<A>(g[j]), sb, p, q, w, k, k0));
 }
 
 // One channels_last row of C channels (every value per channel).
@@ -1066,8 +1089,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
                 const i64 n = nc / s.C, c = nc % s.C;
                 const A qn = static_cast<A>(q[nc]);
                 double t[5];
-                b_plane_sums<scalar_t, A>(xp + nc * s.HW, gp + nc * s.HW, s.HW, sb[c], b_slope(variant, v, c, qn), qn,
-                                          w(n, c), t);
+                sb_kind(sb[c], [&](auto number) {
+                    b_plane_sums<scalar_t, A>(xp + nc * s.HW, gp + nc * s.HW, s.HW, sb[c], b_slope(variant, v, c, qn),
+                                              qn, w(n, c), t, number);
+                });
                 for (int k = 0; k < 5; k++) sums[k * NC + nc] = t[k];
             });
         } else {
@@ -1109,8 +1134,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
             for_each_index(NC, 2 * s.HW, [&](i64 nc) {
                 const i64 n = nc / s.C, c = nc % s.C, offset = nc * s.HW;
                 const A qn = static_cast<A>(q[nc]);
-                b_input_grad_plane<scalar_t, A>(xp + offset, gp + offset, dxp + offset, s.HW, sb[c],
-                                                b_slope(variant, v, c, qn), qn, w(n, c), k[nc], k0[nc]);
+                sb_kind(sb[c], [&](auto number) {
+                    b_input_grad_plane<scalar_t, A>(xp + offset, gp + offset, dxp + offset, s.HW, sb[c],
+                                                    b_slope(variant, v, c, qn), qn, w(n, c), k[nc], k0[nc], number);
+                });
             });
         } else {
             const i64 tiles = (s.HW + TILE - 1) / TILE;  // per sample
