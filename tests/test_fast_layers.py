@@ -201,6 +201,40 @@ def test_generic_implementation_matches_paper(name, training, given, layout):
             assert_matches(*through_generic(name, training, given, *args, groups), *want, DTYPES[dtype], LAYOUTS[layout])
 
 
+def b_backward_args_with_a_nan_batch_variance(variant: int, layout: str) -> tuple:
+    """``b_backward``'s arguments for (2, 8, 3, 3) inputs in eval (the batch variance given), channel 1's variance
+    NaN, the statistics from the generic forward; every gradient requested."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 8, 3, 3, generator=gen).contiguous(memory_format=LAYOUTS[layout])
+    grad = torch.randn(2, 8, 3, 3, generator=gen).contiguous(memory_format=LAYOUTS[layout])
+    w, b = torch.randn(8, generator=gen), torch.randn(8, generator=gen)
+    v1 = torch.randn(8, generator=gen) if variant == 0 else None
+    batch_var = torch.rand(8, generator=gen) + 0.5
+    batch_var[1] = float("nan")
+    _, mean, q, _, _ = library.generic_b_forward(x, w, b, v1, batch_var, variant, 1e-3)
+    return grad, x, w, b, v1, mean, q, torch.empty(0), batch_var, variant, 1e-3, False, [True, True, v1 is not None, True]
+
+
+def assert_nan_batch_variance_gradients(got: tuple, want: tuple) -> None:
+    """``got`` equals ``want`` (b_backward's outputs for b_backward_args_with_a_nan_batch_variance), which is NaN in
+    channel 1's dx and, for B0, its dv1, and finite elsewhere."""
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g.cpu(), w, equal_nan=True)
+    dx, dv1 = want[0], want[3]
+    assert dx[:, 1].isnan().all() and dx[:, [0, *range(2, 8)]].isfinite().all()
+    assert dv1.numel() == 0 or (dv1[1].isnan() and dv1[[0, *range(2, 8)]].isfinite().all())
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("variant", range(len(EF.B_VARIANTS)))
+def test_generic_b_backward_matches_the_kernels_on_a_nan_batch_variance(cpp_kernels, variant, layout):
+    """A NaN given batch variance (a moving variance in eval): the generic implementation's gradients equal the C++
+    kernels' (which tests/test_layers_bad_inputs.py checks against the composed formula), NaN in that channel's dx
+    and, for B0, its dv1: the gradient reaching max(sb, u) goes to both operands where one is NaN."""
+    args = b_backward_args_with_a_nan_batch_variance(variant, layout)
+    assert_nan_batch_variance_gradients(library.generic_b_backward(*args), torch.ops.evonorm.b_backward(*args))
+
+
 @pytest.mark.parametrize("x_dtype, p_dtype", [(torch.bfloat16, torch.float32), (torch.float16, torch.float32),
                                               (torch.float32, torch.float64)], ids=str)
 @pytest.mark.parametrize("name,training,given", [("evonorm_s0", True, False), ("evonorm_s2", True, False),

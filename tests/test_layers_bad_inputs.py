@@ -182,6 +182,29 @@ def test_fused_and_reference_agree_on_a_bad_moving_variance_in_eval(name, bad):
     assert torch.isfinite(reference[:, [0, *range(2, 8)]]).all()
 
 
+@pytest.mark.parametrize("bad", BAD_VALUES)
+@pytest.mark.parametrize("name", sorted(ref.BATCH_DEPENDENT & set(IMPL_LAYERS)))
+def test_fused_and_reference_gradients_agree_on_a_bad_moving_variance_in_eval(name, bad):
+    """The backward of the case above: the input's and parameters' gradients in eval with a NaN, negative, infinite or
+    zero moving variance match the composed formula's, NaN where it has NaN (the NCHW kernels' planes take another
+    loop where the channel's batch deviation is NaN)."""
+    grads = []
+    for impl in ("reference", "fused"):
+        torch.manual_seed(0)
+        layer = build(name, impl=impl).eval()
+        with torch.no_grad():
+            for parameter in layer.parameters():
+                parameter.copy_(torch.randn_like(parameter) * 0.5 + 1)
+            layer.running_var[1] = bad
+        x = torch.randn(2, 8, 3, 3, generator=torch.Generator().manual_seed(1)).requires_grad_()
+        upstream = torch.randn(2, 8, 3, 3, generator=torch.Generator().manual_seed(2))
+        layer(x).backward(upstream)
+        grads.append([x.grad, *(p.grad for p in layer.parameters())])
+    for fused, reference in zip(grads[1], grads[0]):
+        torch.testing.assert_close(fused, reference, equal_nan=True)
+    assert torch.isnan(grads[0][0][:, 1]).all() == (bad < 0 or bad != bad)
+
+
 def with_one_value(bad, training):
     def prepare(layer):
         layer.train(training)

@@ -16,7 +16,9 @@ import pytest
 import torch
 
 import evonorm_core
+from evonorm_core import functional as EF
 from evonorm_core import ops
+from evonorm_core.ops import library
 
 from .test_fast_layers import (
     DTYPES,
@@ -24,6 +26,8 @@ from .test_fast_layers import (
     LAYOUTS,
     MODES,
     assert_matches,
+    assert_nan_batch_variance_gradients,
+    b_backward_args_with_a_nan_batch_variance,
     expected,
     make_inputs,
     through_functions,
@@ -98,6 +102,17 @@ def test_nan_input_propagates(name):
     y = layer.to(DEVICE)(x.to(DEVICE)).cpu()
     assert torch.isnan(y[1, 3, 2, 2])
     assert torch.isfinite(y[:, [0, 1, 4, 5, 6, 7]]).all()  # neither the NaN's channel nor its group
+
+
+@needs_device
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("variant", range(len(EF.B_VARIANTS)))
+def test_b_backward_on_a_nan_batch_variance_matches_the_generic_implementation(variant, layout):
+    """A NaN given batch variance: the kernels' gradients equal the generic implementation's, NaN in that channel's
+    dx and, for B0, its dv1 (the gradient reaching max(sb, u) goes to both operands where one is NaN)."""
+    args = b_backward_args_with_a_nan_batch_variance(variant, layout)
+    on_dev = [t.to(DEVICE) if isinstance(t, torch.Tensor) else t for t in args]
+    assert_nan_batch_variance_gradients(triton_kernels.b_backward(*on_dev), library.generic_b_backward(*args))
 
 
 @needs_device

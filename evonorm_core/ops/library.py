@@ -36,13 +36,15 @@ S series, ``y = x s r gamma + beta``::
 
 B series, ``y = x / d gamma + beta``, ``d = max(sb, u)``, ``u = p x + q``; with ``dd = -g gamma x / d^2``::
 
-    U = sum_hw dd [u > sb]   UX = sum_hw dd x [u > sb]   B = sum_hw dd [u <= sb]
+    U = sum_hw dd [to u]   UX = sum_hw dd x [to u]   B = sum_hw dd [to sb]
     dgamma = sum_hw g x / d   dbeta = sum_hw g   dv1 = sum_n UX (B0)   dsb = sum_{n} B
-    dx = g gamma / d + [u > sb] dd p + k (x - mu_i) + k_b (x - mu_b)
+    dx = g gamma / d + [to u] dd p + k (x - mu_i) + k_b (x - mu_b)
 
 with ``k = U' / (q HW)`` (``U' = U + UX`` for B1, where ``p = q``; ``mu_i`` the instance
 mean for B0, 0 for B1/B2); ``k_b = dsb / (sb N HW)`` when the batch statistics are the
-input's own, and ``d batch_var = dsb / (2 sb)`` when they were given.
+input's own, and ``d batch_var = dsb / (2 sb)`` when they were given. ``dd`` goes, as in
+``torch.maximum``'s backward, to the larger of ``sb`` and ``u`` (``[to u]`` is ``u > sb``,
+``[to sb]`` is ``u <= sb``), and to both where either is NaN.
 
 Eager layers enter through :func:`s_forward_eager` / :func:`b_forward_eager`: the same
 operators under the same autograd functions, without the per-call cost of
@@ -224,20 +226,22 @@ def generic_b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var
     sb_c = torch.sqrt(batch_var.to(acc) + eps)
     sb = sb_c.view(1, -1, 1, 1)
     u = p * xa + q[:, :, None, None]
-    take_u = u > sb
-    d = torch.where(take_u, u, sb)
+    # which of max(sb, u) the gradient reaching d goes to, as in torch.maximum's backward: the larger, sb at a
+    # tie, both where either is NaN
+    to_u, to_sb = ~(sb >= u), ~(u > sb)
+    d = torch.maximum(sb, u)
     gamma = 1 if weight is None else to_nchw(weight, acc)
     gd = g * gamma / d
     dd = -gd * xa / d
-    dd_u = torch.where(take_u, dd, 0)
-    u_sum, ux_sum, b_sum = dd_u.sum((2, 3)), (dd_u * xa).sum((2, 3)), (dd - dd_u).sum((2, 3))
+    dd_u = torch.where(to_u, dd, 0)
+    u_sum, ux_sum, b_sum = dd_u.sum((2, 3)), (dd_u * xa).sum((2, 3)), torch.where(to_sb, dd, 0).sum((2, 3))
     k = (u_sum + ux_sum if variant == 1 else u_sum) / (q * (h * w))
     k0 = -k * mean.to(acc) if variant == 0 else torch.zeros_like(k)
     dsb = b_sum.sum(0)
     if batch_from_x:
         k_b = dsb / (sb_c * (n * h * w))
         k, k0 = k + k_b, k0 - k_b * batch_mean.to(acc)
-    dx = gd - torch.where(take_u, gd * xa / d * p, 0) + k[:, :, None, None] * xa + k0[:, :, None, None]
+    dx = gd - torch.where(to_u, gd * xa / d * p, 0) + k[:, :, None, None] * xa + k0[:, :, None, None]
     dv = unrequested(x)
     if output_mask[2] and variant == 0 and v1 is not None:
         dv = ux_sum.sum(0).to(v1.dtype)

@@ -248,10 +248,12 @@ def _b_backward_terms(bvar_ptr, q_ptr, v_ptr, w_ptr, n, C, c, c_mask, w_sn, eps,
 
 @triton.jit
 def _b_denominator(x, p, q, sb):
-    """``([u > sb], d)`` for a tile: ``u = p x + q`` and ``d = max(sb, u)``, as the forward took it."""
+    """``(to_u, to_sb, d)`` for a tile: ``u = p x + q``, ``d = max(sb, u)`` as the forward took it, and which of the
+    two the gradient reaching ``d`` goes to, as in ``torch.maximum``'s backward: the larger, ``sb`` at a tie, both
+    where either is NaN."""
     u = p[None, :] * x + q[None, :]
-    take_u = u > sb[None, :]
-    return take_u, tl.where(take_u, u, sb[None, :])
+    sb = sb[None, :]
+    return ~(sb >= u), ~(u > sb), tl.maximum(sb, u, propagate_nan=tl.PropagateNan.ALL)
 
 
 @triton.jit
@@ -322,8 +324,8 @@ def _b_forward_kernel(x_ptr, y_ptr, w_ptr, b_ptr, v_ptr, mean_ptr, var_ptr, q_pt
 @triton.jit
 def _b_backward_sums_kernel(g_ptr, x_ptr, w_ptr, v_ptr, q_ptr, bvar_ptr, sums_ptr, N, C, HW, w_sn, s_c, s_p, eps,
                             variant: tl.constexpr, HAS_W: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr):
-    """``sums`` (5, N, C) per plane, with ``dd = -g gamma x / d^2``: sum dd [u > sb], sum dd x [u > sb],
-    sum dd [u <= sb], sum g x / d (dgamma), sum g (dbeta)."""
+    """``sums`` (5, N, C) per plane, with ``dd = -g gamma x / d^2``: sum dd [to u], sum dd x [to u],
+    sum dd [to sb], sum g x / d (dgamma), sum g (dbeta) (see _b_denominator)."""
     n = tl.program_id(0)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     c_mask = c < C
@@ -338,13 +340,13 @@ def _b_backward_sums_kernel(g_ptr, x_ptr, w_ptr, v_ptr, q_ptr, bvar_ptr, sums_pt
         p_idx = p0 + tl.arange(0, BLOCK_P)
         x, _, _ = _load_tile(x_ptr, base, c, c_mask, p_idx, s_c, s_p, HW)
         dy, _, _ = _load_tile(g_ptr, base, c, c_mask, p_idx, s_c, s_p, HW)
-        take_u, d = _b_denominator(x, p, q, sb)
+        to_u, to_sb, d = _b_denominator(x, p, q, sb)
         gxd = dy * x / d
         dd = -gxd * gamma[None, :] / d
-        dd_u = tl.where(take_u, dd, 0.0)
+        dd_u = tl.where(to_u, dd, 0.0)
         u_sum += dd_u
         ux_sum += dd_u * x
-        b_sum += dd - dd_u
+        b_sum += tl.where(to_sb, dd, 0.0)
         gxd_sum += gxd
         g_sum += dy
     plane = n * C + c
@@ -359,7 +361,7 @@ def _b_backward_sums_kernel(g_ptr, x_ptr, w_ptr, v_ptr, q_ptr, bvar_ptr, sums_pt
 def _b_backward_kernel(g_ptr, x_ptr, dx_ptr, w_ptr, v_ptr, mean_ptr, q_ptr, bmean_ptr, bvar_ptr, sums_ptr,
                        N, C, HW, w_sn, s_c, s_p, eps, variant: tl.constexpr, FROM_X: tl.constexpr,
                        HAS_W: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr):
-    """``dx = g gamma / d - [u > sb] g gamma x p / d^2 + k x + k0`` with ``k``, ``k0`` from the sums."""
+    """``dx = g gamma / d - [to u] g gamma x p / d^2 + k x + k0`` with ``k``, ``k0`` from the sums."""
     n = tl.program_id(0)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     c_mask = c < C
@@ -382,9 +384,9 @@ def _b_backward_kernel(g_ptr, x_ptr, dx_ptr, w_ptr, v_ptr, mean_ptr, q_ptr, bmea
         p_idx = p0 + tl.arange(0, BLOCK_P)
         x, offsets, mask = _load_tile(x_ptr, base, c, c_mask, p_idx, s_c, s_p, HW)
         dy, _, _ = _load_tile(g_ptr, base, c, c_mask, p_idx, s_c, s_p, HW)
-        take_u, d = _b_denominator(x, p, q, sb)
+        to_u, _, d = _b_denominator(x, p, q, sb)
         gd = dy * gamma[None, :] / d
-        dx = gd - tl.where(take_u, gd * x / d * p[None, :], 0.0) + k[None, :] * x + k0[None, :]
+        dx = gd - tl.where(to_u, gd * x / d * p[None, :], 0.0) + k[None, :] * x + k0[None, :]
         tl.store(dx_ptr + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 

@@ -946,10 +946,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
 template <bool SbNumber = false, typename A>
 inline void add_b_terms(A x, A g, A sb, A p, A q, A w, A& u_sum, A& ux_sum, A& b_sum, A& g_sum, A& gz_sum) {
     const A u = p * x + q, r = A(1) / b_denominator<SbNumber>(sb, u), z = x * r, dd = -g * w * z * r;
+    // Which of max(sb, u)'s operands dd reaches, as in torch.maximum's backward: the larger, sb at a tie, and both
+    // where either is NaN (so a NaN moving variance gives NaN gradients, as the composed formula does, not zeros).
     // Both selects into values first, then plain sums: written as `sum += take_u ? dd : 0`, GCC turns the channels_last
     // loop's sums (arrays) into masked loads and stores (vmaskmovps), which took B0's backward at 2x256x56x56 to 2x NCHW's.
-    const bool take_u = u > sb;
-    const A du = take_u ? dd : A(0), db = take_u ? A(0) : dd;
+    const bool to_u = !(sb >= u), to_sb = !(u > sb);
+    const A du = to_u ? dd : A(0), db = to_sb ? dd : A(0);
     u_sum += du;
     ux_sum += du * x;
     b_sum += db;
@@ -1006,11 +1008,11 @@ void b_plane_sums(const T* __restrict x, const T* __restrict g, i64 HW, A sb, A 
     }
 }
 
-// dx of the B series at one element: g w / d - [u > sb] g w x p / d^2 + k x + k0 (see b_backward).
+// dx of the B series at one element: g w / d - [to u] g w x p / d^2 + k x + k0 (see b_backward, add_b_terms).
 template <bool SbNumber = false, typename A>
 inline A b_input_grad(A x, A g, A sb, A p, A q, A w, A k, A k0) {
     const A u = p * x + q, r = A(1) / b_denominator<SbNumber>(sb, u), gd = g * w * r;
-    return gd - (u > sb ? gd * x * r * p : A(0)) + k * x + k0;
+    return gd - (!(sb >= u) ? gd * x * r * p : A(0)) + k * x + k0;  // the u term where add_b_terms sends dd to u
 }
 
 template <typename T, typename A, bool SbNumber>
@@ -1047,9 +1049,9 @@ void b_input_grad_coefficients(const double* __restrict u, const double* __restr
 }
 
 // With d = max(sb, u), u = p x + q, z = x / d, dd = -g gamma z / d (the gradient reaching d),
-// per (n, c): U = sum dd [u > sb], UX = sum dd x [u > sb], B = sum dd [u <= sb], G = sum g,
+// per (n, c): U = sum dd [to u], UX = sum dd x [to u], B = sum dd [to sb] (add_b_terms), G = sum g,
 // GZ = sum g z. Then dgamma = GZ, dbeta = G, dv1 = UX (B0), and
-//   dx = g gamma / d + [u > sb] dd p + k (x - mu_i) + k_b (x - mu_b)
+//   dx = g gamma / d + [to u] dd p + k (x - mu_i) + k_b (x - mu_b)
 // with k = dq' / (q HW) (dq' = U, or U + UX for B1 where p = q; mu_i the instance mean for
 // B0, 0 for B1/B2), k_b = dsb / (sb N HW) when the batch statistics are x's own
 // (batch_from_x), dsb = sum_n B; d batch_var = dsb / (2 sb) is returned for given ones.
