@@ -57,7 +57,7 @@ from evonorm_core.experiment.distributed import DistributedContext, shutdown
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, load_checkpoint, save_checkpoint
 from evonorm_core.experiment.progress import Progress
 from evonorm_core.experiment.rundir import RunDirError, RunKind, open_run, resumed_config
-from evonorm_core.experiment.seeding import seed_everything
+from evonorm_core.experiment.seeding import deterministic_algorithms, seed_everything
 from evonorm_core.experiment.stopping import StopCleanly
 from evonorm_suite.classification.imagenet import load_imagenet
 from evonorm_suite.classification.paper_tables import TABLES, table_recipe
@@ -113,6 +113,9 @@ class TrainConfig:
     warmup_epochs: float | None = option(None, "linear warmup length (none: the recipe's)", min=0)
     randaugment: bool = option(False, "RandAugment (2 ops, magnitude 9), Tables 10-12")
     seed: int = option(0, "seed of initialization, data order and augmentation", min=0)
+    deterministic: bool = option(False, "deterministic algorithms only (torch.use_deterministic_algorithms): a CUDA "
+                                 "run then repeats bit for bit, a little slower (a CPU run repeats without it)",
+                                 resumable=True)
     output_dir: str = option("runs/classification", "the run's folder: config, checkpoint, result, TensorBoard",
                              resumable=True)
     resume: bool = option(False, "continue the run in --output-dir with its saved settings; of the other flags only "
@@ -320,29 +323,35 @@ def train(config: TrainConfig) -> dict:
     env = DistributedContext.from_env()
     run = open_run(config.output_dir, RUN_KIND, config, resume=config.resume) if env.is_main else None
     try:
-        seed_everything(config.seed + env.rank)
-        setup = build(config, env)
-        out = Path(config.output_dir)
-        start_epoch, step, history = 0, 0, []
-        if config.resume and (out / CHECKPOINT_FILE).exists():
-            start_epoch, step, history = restore(out / CHECKPOINT_FILE, setup, env)
-            if env.is_main:
-                print(f"resumed {out / CHECKPOINT_FILE} at epoch {start_epoch}, step {step}")
-        history = _train_epochs(config, setup, env, out, start_epoch, step, history)
-        total_batch = setup.recipe.batch_per_worker * config.workers * env.world_size
-        result = {"config": config_to_dict(config), "recipe": dataclasses.asdict(setup.recipe),
-                  "steps": history[-1]["step"] if history else step, "world_size": env.world_size,
-                  "device": env.device_name,
-                  "total_batch": total_batch, "peak_lr": setup.recipe.peak_lr(total_batch),
-                  "history": history, "final_top1": history[-1]["top1"] if history else None,
-                  "best_top1": max((h["top1"] for h in history), default=None),
-                  "flatness": last_fifth_flatness([h["top1"] for h in history])}
-        if env.is_main:
-            atomic_write_json(out / RESULT_FILE, result)
-        return result
+        with deterministic_algorithms(config.deterministic):
+            return _train_and_report(config, env)
     finally:
         if run is not None:
             run.close()
+
+
+def _train_and_report(config: TrainConfig, env: DistributedContext) -> dict:
+    """Train from scratch or the checkpoint in ``--output-dir``; write and return ``result.json``'s metrics."""
+    seed_everything(config.seed + env.rank)
+    setup = build(config, env)
+    out = Path(config.output_dir)
+    start_epoch, step, history = 0, 0, []
+    if config.resume and (out / CHECKPOINT_FILE).exists():
+        start_epoch, step, history = restore(out / CHECKPOINT_FILE, setup, env)
+        if env.is_main:
+            print(f"resumed {out / CHECKPOINT_FILE} at epoch {start_epoch}, step {step}")
+    history = _train_epochs(config, setup, env, out, start_epoch, step, history)
+    total_batch = setup.recipe.batch_per_worker * config.workers * env.world_size
+    result = {"config": config_to_dict(config), "recipe": dataclasses.asdict(setup.recipe),
+              "steps": history[-1]["step"] if history else step, "world_size": env.world_size,
+              "device": env.device_name,
+              "total_batch": total_batch, "peak_lr": setup.recipe.peak_lr(total_batch),
+              "history": history, "final_top1": history[-1]["top1"] if history else None,
+              "best_top1": max((h["top1"] for h in history), default=None),
+              "flatness": last_fifth_flatness([h["top1"] for h in history])}
+    if env.is_main:
+        atomic_write_json(out / RESULT_FILE, result)
+    return result
 
 
 def _train_epochs(config: TrainConfig, setup: TrainingSetup, env: DistributedContext, out: Path,

@@ -628,6 +628,27 @@ def test_seed_everything_repeats_every_generator():
     assert np_draw == float(np.random.rand())
 
 
+def test_deterministic_algorithms_holds_for_the_block_and_restores_the_previous_choice(monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = True
+    try:
+        with pytest.raises(KeyError), seeding.deterministic_algorithms():
+            assert torch.are_deterministic_algorithms_enabled()
+            assert not torch.is_deterministic_algorithms_warn_only_enabled()  # raises, not warns
+            assert not torch.backends.cudnn.benchmark
+            assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+            raise KeyError("an error inside still restores")
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.backends.cudnn.benchmark
+        torch.use_deterministic_algorithms(False)
+        with seeding.deterministic_algorithms(enabled=False):
+            assert not torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)
+        torch.backends.cudnn.benchmark = False
+
+
 def test_paper_table_lookups_and_rendering_rules():
     table = tables.PaperTable("t", "Table T", "paper, Table T", ("model", "layer"), ("box AP", "mask AP"),
                               {("r50", "BN"): (38.0, 0.004), ("r101", "BN"): (0.0, None), ("r50", "S0"): (-1.25, 12.0)},
