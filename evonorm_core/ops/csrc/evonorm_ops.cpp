@@ -226,6 +226,53 @@ void for_each_index(i64 count, i64 work_per_item, Body body) {
     });
 }
 
+// out[j] = in[j] as T (float16 or bfloat16) for j < n, rounded as c10 rounds. With AVX-512 BF16, bfloat16 takes one
+// instruction per 32 values (vcvtne2ps2bf16, to nearest even as c10::BFloat16), about ten fewer than c10's
+// rounding; that instruction flushes subnormals to zero and quiets NaNs its own way, so a block of 32 holding either
+// is converted by c10 instead: the result is c10's, bit for bit, always.
+template <typename T>
+void narrow(const float* __restrict in, T* __restrict out, i64 n) {
+    i64 j = 0;
+#if defined(__AVX512BF16__)
+    if constexpr (std::is_same_v<T, c10::BFloat16>) {
+        constexpr int nan_or_subnormal = 0x01 | 0x20 | 0x80;  // vfpclassps classes: quiet NaN, subnormal, signalling NaN
+        for (; j + 32 <= n; j += 32) {
+            const __m512 lo = _mm512_loadu_ps(in + j), hi = _mm512_loadu_ps(in + j + 16);
+            if (_mm512_fpclass_ps_mask(lo, nan_or_subnormal) | _mm512_fpclass_ps_mask(hi, nan_or_subnormal)) {
+                for (i64 k = j; k < j + 32; k++) out[k] = static_cast<T>(in[k]);
+            } else {
+                const __m512bh both = _mm512_cvtne2ps_pbh(hi, lo);
+                _mm512_storeu_si512(out + j, reinterpret_cast<const __m512i&>(both));
+            }
+        }
+    }
+#endif
+    for (; j < n; j++) out[j] = static_cast<T>(in[j]);
+}
+
+// body(xr, yr) on the contiguous run x[0, L) and its output y[0, L): as they are, or, with `widen` (float16 and
+// bfloat16), as float32 copies in the thread's buffers, x widened in one loop before and the output narrowed in one
+// after. Planes of a few values (49 at 7 x 7: three vectors and a tail) then convert in loops over the whole run:
+// bfloat16 B inference at 16x2048x7x7 took 0.75x its time (docs/benchmarks.md, "bfloat16 runs").
+template <typename A, typename T, typename Body>
+void on_run(const T* x, T* y, i64 L, bool widen, Body&& body) {
+    if constexpr (std::is_same_v<T, A>) {
+        body(x, y);
+    } else if (!widen) {
+        body(x, y);
+    } else {
+        thread_local std::vector<A> xa, ya;
+        if (static_cast<i64>(xa.size()) < L) xa.resize(L), ya.resize(L);
+        A *__restrict xw = xa.data(), *__restrict yw = ya.data();
+        for (i64 j = 0; j < L; j++) xw[j] = static_cast<A>(x[j]);
+        body(static_cast<const A*>(xw), yw);
+        narrow(yw, y, L);
+    }
+}
+
+// Planes shorter than this many values are widened a run at a time (on_run; at 14 x 14 it gained nothing).
+constexpr i64 WIDEN_BELOW = 64;
+
 // A per-channel (C) or per-sample (N, C) parameter read as type A, or `fill` everywhere when absent: read
 // in place (the (N, C) copy it replaces was about a tenth of B0's forward at ResNet-50's 2048 x 7 x 7 stage).
 template <typename A>
@@ -897,17 +944,22 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
             const i64 run = std::max<i64>(1, PLANE_RUN / s.HW), runs = (NC + run - 1) / run;
             for_each_index(runs, run * s.HW, [&](i64 r) {
                 const i64 nc0 = r * run, nc1 = std::min(NC, nc0 + run);
-                if (per_plane)
-                    for (i64 nc = nc0; nc < nc1; nc++) run_moments<scalar_t, A>(xp + nc * s.HW, s.HW, mean[nc], var[nc]);
-                for (i64 nc = nc0; nc < nc1; nc++) plane_q(nc);
-                for (i64 nc = nc0; nc < nc1; nc++) {
-                    const i64 n = nc / s.C, c = nc % s.C;
-                    const A q = q_out[nc];
-                    sb_kind(sb[c], [&](auto number) {
-                        b_output_plane<scalar_t, A>(xp + nc * s.HW, yp + nc * s.HW, s.HW, sb[c],
-                                                    b_slope(variant, v, c, q), q, w(n, c), b(n, c), number);
-                    });
-                }
+                const i64 L = (nc1 - nc0) * s.HW;
+                on_run<A>(xp + nc0 * s.HW, yp + nc0 * s.HW, L, s.HW < WIDEN_BELOW, [&](const auto* xr, auto* yr) {
+                    using U = std::remove_cv_t<std::remove_pointer_t<decltype(xr)>>;
+                    if (per_plane)
+                        for (i64 nc = nc0; nc < nc1; nc++)
+                            run_moments<U, A>(xr + (nc - nc0) * s.HW, s.HW, mean[nc], var[nc]);
+                    for (i64 nc = nc0; nc < nc1; nc++) plane_q(nc);
+                    for (i64 nc = nc0; nc < nc1; nc++) {
+                        const i64 n = nc / s.C, c = nc % s.C, at = (nc - nc0) * s.HW;
+                        const A q = q_out[nc];
+                        sb_kind(sb[c], [&](auto number) {
+                            b_output_plane<U, A>(xr + at, yr + at, s.HW, sb[c], b_slope(variant, v, c, q), q, w(n, c),
+                                                 b(n, c), number);
+                        });
+                    }
+                });
             });
             return;
         }
