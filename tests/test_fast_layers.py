@@ -160,18 +160,19 @@ def test_b_kernels_with_a_given_variance_match_paper_at_any_thread_count(cpp_ker
 
 @pytest.mark.parametrize("dtype,scale", [(torch.bfloat16, 1.0), (torch.float16, 1.0), (torch.bfloat16, 1e-39)],
                          ids=["bfloat16", "float16", "bfloat16-subnormal"])
-@pytest.mark.parametrize("name,training,given", [m for m in MODES if m[0] in B_SERIES])
-def test_b_forward_of_small_half_precision_planes_is_its_float32_forward_rounded(cpp_kernels, name, training, given,
-                                                                                 dtype, scale):
-    """Planes under 64 values are widened to float32 a run at a time and the output narrowed after (bfloat16 with
-    AVX-512 BF16 by vcvtne2ps2bf16, which flushes subnormals and quiets NaNs its own way, so blocks holding either take
-    c10's rounding): the output is the float32 operator's rounded to the nearest, within one unit in the last place
-    (the compiler may contract the two builds' arithmetic differently), subnormal outputs kept and NaN planes NaN."""
+@pytest.mark.parametrize("name,training,given", MODES)
+def test_forward_of_small_half_precision_planes_is_its_float32_forward_rounded(cpp_kernels, name, training, given,
+                                                                               dtype, scale):
+    """NCHW planes under 64 values are widened to float32 a run at a time (the B series' runs of planes, the S
+    series' groups) and the output narrowed after (bfloat16 with AVX-512 BF16 by vcvtne2ps2bf16, which flushes
+    subnormals and quiets NaNs its own way, so blocks holding either take c10's rounding): the output is the float32
+    operator's rounded to the nearest, within one unit in the last place (the compiler may contract the two builds'
+    arithmetic differently), subnormal outputs kept and NaN planes (S: groups) NaN."""
     x, w, b, v1, batch_var, _ = make_inputs(name, (3, 40, 7, 7), torch.float32, torch.contiguous_format, "none")
     x = (x * scale).to(dtype)
-    x[1, 3, 2, 2] = float("nan")  # a NaN plane: sample 1, channel 3 (and in training channel 3's batch statistics)
-    got = operator_y(name, given, x, w, b, v1, batch_var, 1)
-    want = operator_y(name, given, x.float(), w, b, v1, batch_var, 1).to(dtype)
+    x[1, 3, 2, 2] = float("nan")  # NaN: plane (1, 3), its group (S), channel 3's batch statistics (B training)
+    got = operator_y(name, given, x, w, b, v1, batch_var, 4)
+    want = operator_y(name, given, x.float(), w, b, v1, batch_var, 4).to(dtype)
     assert torch.equal(got.isnan(), want.isnan()) and bool(got.isnan().any())
     finfo = torch.finfo(dtype)
     torch.testing.assert_close(got, want, rtol=finfo.eps, atol=finfo.smallest_normal * finfo.eps, equal_nan=True)

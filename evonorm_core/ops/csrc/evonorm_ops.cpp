@@ -515,15 +515,17 @@ std::tuple<Tensor, Tensor, Tensor> s_forward(const Tensor& x_in, const std::opti
             const i64 L = Cg * s.HW;
             at::parallel_for(0, s.N * G, grain(L), [&](i64 begin, i64 end) {
                 for (i64 ng = begin; ng < end; ng++) {
-                    double var;
-                    run_moments<scalar_t, A>(xp + ng * L, L, mean[ng], var);
-                    rstd[ng] = rstd_of(mean[ng], var);
-                    const A r = static_cast<A>(rstd[ng]);
-                    const i64 n = ng / G, c0 = (ng % G) * Cg;
-                    for (i64 c = c0; c < c0 + Cg; c++) {
-                        const i64 offset = (n * s.C + c) * s.HW;
-                        s_output_plane<scalar_t, A>(xp + offset, yp + offset, s.HW, v(0, c), w(n, c) * r, b(n, c));
-                    }
+                    on_run<A>(xp + ng * L, yp + ng * L, L, s.HW < WIDEN_BELOW, [&](const auto* xr, auto* yr) {
+                        using U = std::remove_cv_t<std::remove_pointer_t<decltype(xr)>>;
+                        double var;
+                        run_moments<U, A>(xr, L, mean[ng], var);
+                        rstd[ng] = rstd_of(mean[ng], var);
+                        const A r = static_cast<A>(rstd[ng]);
+                        const i64 n = ng / G, c0 = (ng % G) * Cg;
+                        for (i64 c = c0; c < c0 + Cg; c++)
+                            s_output_plane<U, A>(xr + (c - c0) * s.HW, yr + (c - c0) * s.HW, s.HW, v(0, c), w(n, c) * r,
+                                                 b(n, c));
+                    });
                 }
             });
             return;
