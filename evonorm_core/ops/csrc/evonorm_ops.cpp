@@ -846,6 +846,17 @@ inline A b_denominator(A sb, A u) {
     return SbNumber ? (sb > u ? sb : u) : max_of(sb, u);
 }
 
+// Where the gradient reaching max(sb, u) goes, as in torch.maximum's backward: to the larger operand, to sb at a tie,
+// and to both where either is NaN (so a NaN moving variance gives NaN gradients, as the composed formula does).
+template <typename A>
+inline bool grad_to_u(A sb, A u) {
+    return !(sb >= u);
+}
+template <typename A>
+inline bool grad_to_sb(A sb, A u) {
+    return !(u > sb);
+}
+
 // f(std::true_type{}) when sb is a number, f(std::false_type{}) when it is NaN (the tag for the plane loops).
 template <typename A, typename F>
 inline void sb_kind(A sb, F&& f) {
@@ -1000,12 +1011,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
 template <bool SbNumber = false, typename A>
 inline void add_b_terms(A x, A g, A sb, A p, A q, A w, A& u_sum, A& ux_sum, A& b_sum, A& g_sum, A& gz_sum) {
     const A u = p * x + q, r = A(1) / b_denominator<SbNumber>(sb, u), z = x * r, dd = -g * w * z * r;
-    // Which of max(sb, u)'s operands dd reaches, as in torch.maximum's backward: the larger, sb at a tie, and both
-    // where either is NaN (so a NaN moving variance gives NaN gradients, as the composed formula does, not zeros).
-    // Both selects into values first, then plain sums: written as `sum += take_u ? dd : 0`, GCC turns the channels_last
+    // Both selects into values first, then plain sums: written as `sum += to_u ? dd : 0`, GCC turns the channels_last
     // loop's sums (arrays) into masked loads and stores (vmaskmovps), which took B0's backward at 2x256x56x56 to 2x NCHW's.
-    const bool to_u = !(sb >= u), to_sb = !(u > sb);
-    const A du = to_u ? dd : A(0), db = to_sb ? dd : A(0);
+    const A du = grad_to_u(sb, u) ? dd : A(0), db = grad_to_sb(sb, u) ? dd : A(0);
     u_sum += du;
     ux_sum += du * x;
     b_sum += db;
@@ -1066,7 +1074,7 @@ void b_plane_sums(const T* __restrict x, const T* __restrict g, i64 HW, A sb, A 
 template <bool SbNumber = false, typename A>
 inline A b_input_grad(A x, A g, A sb, A p, A q, A w, A k, A k0) {
     const A u = p * x + q, r = A(1) / b_denominator<SbNumber>(sb, u), gd = g * w * r;
-    return gd - (!(sb >= u) ? gd * x * r * p : A(0)) + k * x + k0;  // the u term where add_b_terms sends dd to u
+    return gd - (grad_to_u(sb, u) ? gd * x * r * p : A(0)) + k * x + k0;
 }
 
 template <typename T, typename A, bool SbNumber>
