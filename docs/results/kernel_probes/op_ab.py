@@ -1,16 +1,25 @@
-"""The four EvoNorm operators alone, by default at planes of one value, (N, C, 1, 1), NCHW-contiguous (2 threads).
+"""The EvoNorm operators alone, timed, and two trees' operators against each other.
 
-    python op_ab.py out.json                 # time the operators of the evonorm_core on the path
-    python op_ab.py out.json 4x1024x8x8 ...  # at these shapes instead
-    python op_ab.py --summary DIR            # table of DIR/{before,after}_*.json (ab.sh writes them)
+    python op_ab.py --json out.json [SHAPES]                 # time the operators of the evonorm_core on the path
+    python op_ab.py --ab BEFORE OUT_DIR [SHAPES]             # BEFORE's tree (built in place) against this one
+    python op_ab.py --summary OUT_DIR                        # the table of OUT_DIR/{before,after}_*.json
 
-Per shape and operator: the median of 17 calls after 3, the operators interleaved, with glibc's malloc keeping freed
-memory as tools/benchmark_layers.py does (its default allocator); float32, parameters per channel,
-training (the batch statistics from x), and b_forward in eval (b_inference: a moving variance given).
+SHAPES are NxCxHxW (default: planes of one value, (N, C, 1, 1)), NCHW-contiguous, 2 threads. Per shape and
+operator: the median of 17 calls after 3, the operators interleaved, with glibc's malloc keeping freed memory as
+tools/benchmark_layers.py does (its default allocator); parameters per channel; s_forward/s_backward S0's (32
+groups, or C when fewer), b_forward and b_backward in training (batch statistics from x), b_inference b_forward in
+eval (a moving variance given). --ab alternates the two trees --rounds times (every other job of the machine should
+be stopped), writes {before,after}_{round}.json into OUT_DIR and prints the summary: the range of the rounds'
+medians in microseconds.
 """
+from __future__ import annotations
+
+import argparse
 import json
+import os
 import runpy
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,17 +28,19 @@ import torch
 
 import evonorm_core.ops
 
-BENCHMARK = Path(__file__).resolve().parents[4] / "tools" / "benchmark_layers.py"
-SHAPES = [(4, 960, 1, 1), (16, 512, 1, 1), (2, 2048, 1, 1), (64, 2048, 1, 1)]
+BENCHMARK = Path(__file__).resolve().parents[3] / "tools" / "benchmark_layers.py"
+REPOSITORY = BENCHMARK.parents[1]
+SHAPES = ["4x960x1x1", "16x512x1x1", "2x2048x1x1", "64x2048x1x1"]
 OPS = ["s_forward", "s_backward", "b_forward", "b_backward", "b_inference"]
 
 
-def calls(shape: tuple[int, ...]) -> dict:
+def calls(shape: tuple[int, ...], dtype: torch.dtype) -> dict:
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(shape, generator=gen)
-    g, w, b, v = torch.randn_like(x), torch.randn(shape[1]), torch.randn(shape[1]), torch.randn(shape[1])
-    moving_var = torch.rand(shape[1], generator=gen) + 0.5
-    groups, ops = min(32, shape[1]), torch.ops.evonorm
+    x = torch.randn(shape, generator=gen).to(dtype)
+    g, c = torch.randn(shape, generator=gen).to(dtype), shape[1]
+    w, b, v = torch.randn(c), torch.randn(c), torch.randn(c)
+    moving_var = torch.rand(c, generator=gen) + 0.5
+    groups, ops = min(32, c), torch.ops.evonorm
     _, mean, rstd = ops.s_forward(x, w, b, v, groups, 1e-5, False)
     _, b_mean, q, batch_mean, batch_var = ops.b_forward(x, w, b, v, None, 0, 1e-5)
     return {
@@ -41,16 +52,42 @@ def calls(shape: tuple[int, ...]) -> dict:
     }
 
 
-def time_shape(shape: tuple[int, ...]) -> dict[str, float]:
-    """Median microseconds per call of each operator."""
-    fns, times = calls(shape), {name: [] for name in OPS}
+def time_shape(shape: tuple[int, ...], dtype: torch.dtype, names: list[str]) -> dict[str, float]:
+    """Median microseconds per call of each operator in ``names``."""
+    every = calls(shape, dtype)
+    fns, times = {name: every[name] for name in names}, {name: [] for name in names}
     for rep in range(20):
-        for name in OPS:
+        for name, fn in fns.items():
             start = time.perf_counter()
-            fns[name]()
+            fn()
             if rep >= 3:
                 times[name].append(time.perf_counter() - start)
     return {name: statistics.median(t) * 1e6 for name, t in times.items()}
+
+
+def measure(out: Path, shapes: list[str], dtype: str, names: list[str]) -> None:
+    assert evonorm_core.ops.load("cpu"), "the C++ kernels are needed"
+    # the benchmark's allocator setting: outputs from memory the process keeps, not mmap'd fresh per call
+    # (docs/benchmarks.md, "Fresh memory"; tools/ is a folder of scripts, so its function is run from the file)
+    assert runpy.run_path(str(BENCHMARK), run_name="tools_benchmark_layers")["keep_freed_memory"]()
+    torch.set_num_threads(2)
+    result = {shape: time_shape(tuple(int(n) for n in shape.split("x")), getattr(torch, dtype), names)
+              for shape in shapes}
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"# evonorm_core from {Path(evonorm_core.__file__).parent}, {dtype}")
+    for key, row in result.items():
+        print(key, "  ".join(f"{op} {us:.1f} us" for op, us in row.items()))
+
+
+def alternate(before: Path, folder: Path, rounds: int, options: list[str]) -> None:
+    """``rounds`` rounds of BEFORE's operators, then this tree's, each in a process of its own."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for round_ in range(1, rounds + 1):
+        for side, tree in (("before", before.resolve()), ("after", REPOSITORY)):
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            subprocess.run([sys.executable, __file__, "--json", str(folder / f"{side}_{round_}.json"), *options],
+                           cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
+    summary(folder)
 
 
 def summary(folder: Path) -> None:
@@ -68,20 +105,26 @@ def summary(folder: Path) -> None:
 
 
 def main() -> None:
-    if sys.argv[1] == "--summary":
-        summary(Path(sys.argv[2]))
-        return
-    assert evonorm_core.ops.load("cpu"), "the C++ kernels are needed"
-    # the benchmark's allocator setting: outputs from memory the process keeps, not mmap'd fresh per call
-    # (docs/benchmarks.md, "Fresh memory"; tools/ is a folder of scripts, so its function is run from the file)
-    assert runpy.run_path(str(BENCHMARK), run_name="tools_benchmark_layers")["keep_freed_memory"]()
-    torch.set_num_threads(2)
-    shapes = [tuple(int(n) for n in arg.split("x")) for arg in sys.argv[2:]] or SHAPES
-    result = {"x".join(map(str, s)): time_shape(s) for s in shapes}
-    Path(sys.argv[1]).write_text(json.dumps(result, indent=1) + "\n")
-    print(f"# evonorm_core from {Path(evonorm_core.__file__).parent}")
-    for key, row in result.items():
-        print(key, "  ".join(f"{op} {us:.1f} us" for op, us in row.items()))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("shapes", nargs="*", default=SHAPES, help="NxCxHxW shapes (default: %(default)s)")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--json", type=Path, help="time this tree's operators, medians into this file")
+    what.add_argument("--ab", nargs=2, type=Path, metavar=("BEFORE", "OUT_DIR"), help="BEFORE's tree against this one")
+    what.add_argument("--summary", type=Path, metavar="OUT_DIR", help="the table of an --ab run's files")
+    parser.add_argument("--rounds", type=int, default=2, help="--ab: alternating rounds (default: %(default)s)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
+    parser.add_argument("--ops", default=",".join(OPS), help="operators to time, comma-separated (default: all)")
+    args = parser.parse_args()
+    names = args.ops.split(",")
+    unknown = sorted(set(names) - set(OPS))
+    if unknown:
+        parser.error(f"--ops: unknown {unknown}; accepted: {', '.join(OPS)}")
+    if args.summary:
+        summary(args.summary)
+    elif args.ab:
+        alternate(args.ab[0], args.ab[1], args.rounds, ["--dtype", args.dtype, "--ops", args.ops, *args.shapes])
+    else:
+        measure(args.json, args.shapes, args.dtype, names)
 
 
 if __name__ == "__main__":
