@@ -253,7 +253,8 @@ void narrow(const float* __restrict in, T* __restrict out, i64 n) {
 // body(xr, yr) on the contiguous run x[0, L) and its output y[0, L): as they are, or, with `widen` (float16 and
 // bfloat16), as float32 copies in the thread's buffers, x widened in one loop before and the output narrowed in one
 // after. Planes of a few values (49 at 7 x 7: three vectors and a tail) then convert in loops over the whole run:
-// bfloat16 B inference at 16x2048x7x7 took 0.75x its time (docs/benchmarks.md, "bfloat16 runs").
+// bfloat16 B inference at 16x2048x7x7 took 0.75-0.82x its time, the S forward 0.67-0.72x (docs/benchmarks.md,
+// "bfloat16 runs").
 template <typename A, typename T, typename Body>
 void on_run(const T* x, T* y, i64 L, bool widen, Body&& body) {
     if constexpr (std::is_same_v<T, A>) {
