@@ -5,7 +5,7 @@ import pytest
 import torch
 from hypothesis import settings
 
-from evonorm_core import registry
+from evonorm_core import ops, registry
 
 # Opt-in checks, left out of the default run: tests/mutation holds the planted-bug snippet
 # check (tools/plant_bugs.py), which fails when a refactor moves a planted line. Naming the
@@ -26,6 +26,7 @@ def pytest_configure(config):
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     default = max(1, min(2, (os.cpu_count() or 1) // workers))
     torch.set_num_threads(int(os.environ.get("EVONORM_TEST_THREADS", default)))
+    ops.bypass_autograd_cache()  # compiled tests see this tree's operators' autograd, not a cached graph
 
 
 def pytest_collection_modifyitems(config, items):

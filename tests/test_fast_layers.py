@@ -782,6 +782,55 @@ def test_keeps_about_the_input_bytes_for_backward(name):
     assert fused <= 1.1 * x.numel() * x.element_size() < reference / 3
 
 
+@pytest.mark.parametrize("dtype,near_constant", [(torch.float32, False), (torch.bfloat16, False), (torch.float32, True)],
+                         ids=["float32", "bfloat16", "float32-near-constant"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("variant", range(len(EF.B_VARIANTS)))
+@pytest.mark.parametrize("implementation", ["cpu", "generic"])
+def test_b_backward_takes_the_instance_mean_from_x_when_given_none(request, implementation, variant, layout, dtype,
+                                                                  near_constant):
+    """An empty ``mean`` (what autograd keeps on the CPU) gives the gradients of the forward's own mean; on
+    near-constant planes (|mean| >> std) they are no further from the float64 ones than with the forward's float32
+    mean, since the mean is summed from each plane's first value as the forward's moments are (a plain float32 sum
+    of 149.0 + 1e-4 noise is off by about the noise)."""
+    gen = torch.Generator().manual_seed(variant)
+    x = torch.randn(3, 16, 5, 6, generator=gen) * (1e-4 if near_constant else 1.0) + (149.0 if near_constant else 0.3)
+    x = x.to(dtype).contiguous(memory_format=LAYOUTS[layout])
+    w, b, v = torch.rand(16, generator=gen) + 0.5, torch.randn(16, generator=gen), torch.rand(16, generator=gen) + 0.5
+    grad = torch.randn(x.shape, generator=gen).to(dtype)
+    forward, backward, _, _ = operator_pair(request, implementation, "b", (), ())
+    _, with_mean = b_args(x, w, b, v, forward(x, w, b, v, None, variant, 1e-5)[1:], grad, variant)
+    without_mean = list(with_mean)
+    without_mean[5] = with_mean[5].new_empty(0)
+    got, want = backward(*without_mean), backward(*with_mean)
+    if near_constant:
+        x64 = [a.double() if isinstance(a, torch.Tensor) else a for a in (x, w, b, v)]
+        _, exact = b_args(*x64, library.generic_b_forward(*x64, None, variant, 1e-5)[1:], grad.double(), variant)
+        dx = library.generic_b_backward(*exact)[0]
+        assert (got[0] - dx).abs().max() <= 1.01 * (want[0] - dx).abs().max() + 1e-9
+        return
+    for g, wanted in zip(got, want):
+        if wanted.numel():
+            torch.testing.assert_close(g.float(), wanted.float(), rtol=1e-4, atol=1e-4 * wanted.float().abs().max().item())
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_autograd_on_the_cpu_keeps_no_b_instance_mean(cpp_kernels, layout):
+    """Of the B series' per-(n, c) statistics, the backward on the CPU keeps q alone; the mean it takes from x."""
+    x = torch.randn(4, 8, 5, 5).contiguous(memory_format=LAYOUTS[layout]).requires_grad_()
+    per_sample = []
+
+    def pack(t):
+        per_sample.append(tuple(t.shape) == (4, 8))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = evonorm_core.build_norm_act("evonorm_b0", 8)(x)
+    assert sum(per_sample) == 1
+    y.sum().backward()
+    assert torch.isfinite(x.grad).all()
+
+
 @pytest.mark.parametrize("name", ["evonorm_s0", "evonorm_b0"])
 def test_nan_input_propagates(cpp_kernels, name):
     x = torch.randn(2, 8, 4, 4)

@@ -866,6 +866,7 @@ def main(argv: list[str] | None = None) -> int:
         args.allocator = "system"
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    ops.bypass_autograd_cache()  # compiled steps of this tree's operators, not a cached graph of earlier ones
     if args.compiled_choice_worker:
         print(json.dumps(compiled_choice_times(args.shapes, args.compiled_choice_worker, args.reps, args.device)))
         return 0

@@ -307,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the report; exit status 1 if any check failed."""
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    ops.bypass_autograd_cache()  # check this tree's operators' autograd, not a cached graph of earlier ones
     print(f"# torch {torch.__version__}, {args.threads} threads, {args.dtype} input {args.batch}x3x{args.size}x{args.size}, "
           f"compile backend {args.backend}, EvoNorm CPU kernels: {ops.status()}, "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)

@@ -15,7 +15,7 @@ import torch
 from . import extension, library
 from .extension import KernelStatus, status
 
-__all__ = ["KernelStatus", "extension", "is_loaded", "library", "load", "status"]
+__all__ = ["KernelStatus", "bypass_autograd_cache", "extension", "is_loaded", "library", "load", "status"]
 
 _ready: set[str] = set()  # the device types load() has made the operators ready for
 
@@ -54,3 +54,18 @@ def _register_cuda_kernels(lib: torch.library.Library) -> None:
 def is_loaded(device_type: str = "cpu") -> bool:
     """Whether :func:`load` has run for ``device_type``."""
     return device_type in _ready
+
+
+def bypass_autograd_cache() -> None:
+    """Turn off ``torch.compile``'s AOTAutograd cache in this process.
+
+    That on-disk cache keys a compiled training graph on the traced forward, not on a custom
+    operator's registered autograd (pytorch/pytorch#144344): after the operators'
+    ``setup_context`` or backward change, a cached graph keeps the old ones. On 2026-11-28 a
+    compiled B0 model kept saving the instance mean that the new ``setup_context`` no longer
+    keeps, and the benchmark measured the old peak memory. The suite's tools that measure or
+    check compiled programs, and its tests, call this; it costs the tracing a cache hit would
+    skip (Inductor's code cache, keyed on the traced graph, still applies). After upgrading this
+    package, users of ``torch.compile`` can do the same (or set ``TORCHINDUCTOR_AUTOGRAD_CACHE=0``).
+    """
+    torch._functorch.config.enable_autograd_cache = False

@@ -86,7 +86,8 @@ def b_backward(grad: Tensor, x: Tensor, weight: Tensor | None, bias: Tensor | No
     _variant(op, variant)
     _params(op, x, weight=weight, bias=bias, v1=v1)
     n, c = x.shape[:2]
-    _numel(op, mean, n * c, "mean")
+    if mean.numel() != 0:  # empty: the backward takes the instance mean from x
+        _numel(op, mean, n * c, "mean")
     _numel(op, q, n * c, "q")
     _numel(op, batch_var, c, "batch_var")
     if batch_from_x:

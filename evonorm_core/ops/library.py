@@ -16,7 +16,9 @@ Four operators, one call per direction of a layer (``torch.ops.evonorm.*``):
   (the moving average in eval, the all-reduced variance in synchronized training); absent:
   the batch's own variance, returned with the batch mean (else those two are empty).
 * ``b_backward(grad, x, weight?, bias?, v1?, mean, q, batch_mean, batch_var, variant, eps,
-  batch_from_x, output_mask) -> (dx, dweight, dbias, dv1, dbatch_var)``.
+  batch_from_x, output_mask) -> (dx, dweight, dbias, dv1, dbatch_var)``; ``mean`` the forward's,
+  or empty: taken from ``x`` (what autograd passes on the CPU, whose kernel sums x in the pass
+  that reads it anyway).
 
 ``weight``/``bias``: absent, per channel (C,) or per sample (N, C); their gradients have
 their shape. Statistics are float32 (float64 for float64 inputs); ``y`` and ``dx`` have
@@ -217,12 +219,20 @@ def generic_b_forward(x, weight, bias, v1, batch_var, variant, eps):
     return _out(y, x), mean, q, out_mean, out_var
 
 
+def instance_mean(x: Tensor) -> Tensor:
+    """Per-(n, c) mean of ``x`` in its own dtype, summed from each plane's first value so that
+    near-constant planes (|mean| >> std) keep it exact, as the forward's moments do."""
+    first = x[:, :, :1, :1]
+    return (first + (x - first).mean((2, 3), keepdim=True)).flatten(1)
+
+
 def generic_b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var, variant, eps, batch_from_x, output_mask):
     checks.b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var, variant, eps, batch_from_x, output_mask)
     acc = compute_dtype(x)
     xa, g = x.to(acc), grad.to(acc)
     n, c, h, w = x.shape
     p, q = _b_coefficients(xa, v1, mean, q.to(acc), variant, eps, False)
+    mean = instance_mean(xa) if mean.numel() == 0 else mean.to(acc)
     sb_c = torch.sqrt(batch_var.to(acc) + eps)
     sb = sb_c.view(1, -1, 1, 1)
     u = p * xa + q[:, :, None, None]
@@ -236,7 +246,7 @@ def generic_b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var
     dd_u = torch.where(to_u, dd, 0)
     u_sum, ux_sum, b_sum = dd_u.sum((2, 3)), (dd_u * xa).sum((2, 3)), torch.where(to_sb, dd, 0).sum((2, 3))
     k = (u_sum + ux_sum if variant == 1 else u_sum) / (q * (h * w))
-    k0 = -k * mean.to(acc) if variant == 0 else torch.zeros_like(k)
+    k0 = -k * mean if variant == 0 else torch.zeros_like(k)
     dsb = b_sum.sum(0)
     if batch_from_x:
         k_b = dsb / (sb_c * (n * h * w))
@@ -296,6 +306,8 @@ def _s_backward(ctx, grad, _grad_mean, _grad_rstd):
 def _b_setup_context(ctx, inputs, output):
     x, weight, bias, v1, batch_var, variant, eps = inputs
     _, mean, q, batch_mean, own_var = output
+    if x.device.type == "cpu":  # the backward takes the instance mean from x in its first pass: (N, C) floats less kept
+        mean = mean.new_empty(0)
     from_x = batch_var is None
     ctx.save_for_backward(x, weight, bias, v1, mean, q, batch_mean, own_var if from_x else batch_var)
     ctx.mark_non_differentiable(*output[1:])

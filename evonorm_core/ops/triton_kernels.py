@@ -425,6 +425,8 @@ def b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var, varian
     w_t, w_sn = _affine_args(weight, x)
     v_t = x if v1 is None else v1.contiguous()
     batch_var = batch_var.contiguous()
+    if mean.numel() == 0:  # autograd keeps it on CUDA; a caller may pass none (the operator's contract)
+        mean = library.instance_mean(x.to(library.compute_dtype(x)))
     q = q.contiguous()
     sums = torch.empty((5, n, c), dtype=torch.float32, device=x.device)
     options = dict(variant=variant, HAS_W=weight is not None, BLOCK_C=block_c, BLOCK_P=block_p, num_warps=NUM_WARPS)

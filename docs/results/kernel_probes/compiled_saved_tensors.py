@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from evonorm_core import ops
+
 BENCHMARK = Path(__file__).resolve().parents[3] / "tools" / "benchmark_layers.py"
 BATCH, SIZE = 4, 128
 
@@ -53,6 +55,7 @@ def main(archs: list[str]) -> None:
     # tools/ is a folder of scripts, not a package: the benchmark's functions, run from its file
     bench = runpy.run_path(str(BENCHMARK), run_name="tools_benchmark_layers")
     torch.set_num_threads(1)
+    ops.bypass_autograd_cache()  # a cached graph would keep what an earlier setup_context saved
     for arch in archs:
         torch.manual_seed(0)
         models = bench["whole_models"](arch, torch.device("cpu"), torch.contiguous_format)

@@ -1006,11 +1006,16 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
     return {y, mean_t, q_t, batch_mean_t, batch_var_t};
 }
 
-// Adds element (x, g)'s terms to the five sums of b_backward (U, UX, B, G, GZ; see there).
+// The per-(n, c) sums of b_backward's first pass: U, UX, B, G, GZ and X, the sum of x - k with k the plane's first
+// value (see there; shifted so that near-constant planes keep their mean exact, as the forward's moments do).
+constexpr int B_SUMS = 6;
+
+// Adds element (x, g)'s terms to the six sums of b_backward.
 // (One division per element, its reciprocal, where the formulas divide twice: at 7 x 7 planes the divisions
 // bound the B series' loops.)
 template <bool SbNumber = false, typename A>
-inline void add_b_terms(A x, A g, A sb, A p, A q, A w, A& u_sum, A& ux_sum, A& b_sum, A& g_sum, A& gz_sum) {
+inline void add_b_terms(A x, A g, A sb, A p, A q, A w, A k, A& u_sum, A& ux_sum, A& b_sum, A& g_sum, A& gz_sum,
+                        A& x_sum) {
     const A u = p * x + q, r = A(1) / b_denominator<SbNumber>(sb, u), z = x * r, dd = -g * w * z * r;
     // Both selects into values first, then plain sums: written as `sum += to_u ? dd : 0`, GCC turns the channels_last
     // loop's sums (arrays) into masked loads and stores (vmaskmovps), which took B0's backward at 2x256x56x56 to 2x NCHW's.
@@ -1020,9 +1025,10 @@ inline void add_b_terms(A x, A g, A sb, A p, A q, A w, A& u_sum, A& ux_sum, A& b
     b_sum += db;
     g_sum += g;
     gz_sum += g * z;
+    x_sum += x - k;
 }
 
-// The five per-channel sums of b_backward over channels_last sample n (HW rows of C; p, q, w the sample's
+// The six per-channel sums of b_backward over channels_last sample n (HW rows of C; p, q, w the sample's
 // per-channel values) as t[k * C + c]: A within blocks of BLOCK rows, double across blocks.
 template <typename T, typename A>
 void b_slab_sums(const T* x, ChannelsLastRows<T>& g, i64 n, i64 HW, i64 C, const A* __restrict sb,
@@ -1031,7 +1037,7 @@ void b_slab_sums(const T* x, ChannelsLastRows<T>& g, i64 n, i64 HW, i64 C, const
     static_assert(BLOCK % TILE == 0, "a block is whole tiles");
     std::fill(t.begin(), t.end(), 0.0);
     A *__restrict u_sum = acc.data(), *__restrict ux_sum = u_sum + C, *__restrict b_sum = ux_sum + C;
-    A *__restrict g_sum = b_sum + C, *__restrict gz_sum = g_sum + C;
+    A *__restrict g_sum = b_sum + C, *__restrict gz_sum = g_sum + C, *__restrict x_sum = gz_sum + C;
     for (i64 i0 = 0; i0 < HW; i0 += BLOCK) {
         std::fill(acc.begin(), acc.end(), A(0));
         for (i64 t0 = i0; t0 < std::min(i0 + BLOCK, HW); t0 += TILE) {
@@ -1042,32 +1048,35 @@ void b_slab_sums(const T* x, ChannelsLastRows<T>& g, i64 n, i64 HW, i64 C, const
 #pragma omp simd
                 for (i64 c = 0; c < C; c++) {
                     const A xc = static_cast<A>(xr[c]), gc = static_cast<A>(gr[c]);
-                    add_b_terms(xc, gc, sb[c], p[c], q[c], w[c], u_sum[c], ux_sum[c], b_sum[c], g_sum[c], gz_sum[c]);
+                    add_b_terms(xc, gc, sb[c], p[c], q[c], w[c], static_cast<A>(x[c]), u_sum[c], ux_sum[c], b_sum[c],
+                                g_sum[c], gz_sum[c], x_sum[c]);
                 }
             }
         }
-        for (i64 j = 0; j < 5 * C; j++) t[j] += acc[j];
+        for (i64 j = 0; j < B_SUMS * C; j++) t[j] += acc[j];
     }
 }
 
 // The five sums of b_backward over one NCHW plane (p, q, w the plane's values): A within blocks of BLOCK
 // elements, double across blocks.
 template <typename T, typename A, bool SbNumber>
-void b_plane_sums(const T* __restrict x, const T* __restrict g, i64 HW, A sb, A p, A q, A w, double (&t)[5],
+void b_plane_sums(const T* __restrict x, const T* __restrict g, i64 HW, A sb, A p, A q, A w, double (&t)[B_SUMS],
                   std::bool_constant<SbNumber>) {
-    std::fill(t, t + 5, 0.0);
+    std::fill(t, t + B_SUMS, 0.0);
+    const A k = static_cast<A>(x[0]);
     for (i64 j0 = 0; j0 < HW; j0 += BLOCK) {
         const i64 j1 = std::min(j0 + BLOCK, HW);
-        A u_sum = 0, ux_sum = 0, b_sum = 0, g_sum = 0, gz_sum = 0;
+        A u_sum = 0, ux_sum = 0, b_sum = 0, g_sum = 0, gz_sum = 0, x_sum = 0;
         for (i64 j = j0; j < j1; j++) {
             const A xj = static_cast<A>(x[j]), gj = static_cast<A>(g[j]);
-            add_b_terms<SbNumber>(xj, gj, sb, p, q, w, u_sum, ux_sum, b_sum, g_sum, gz_sum);
+            add_b_terms<SbNumber>(xj, gj, sb, p, q, w, k, u_sum, ux_sum, b_sum, g_sum, gz_sum, x_sum);
         }
         t[0] += u_sum;
         t[1] += ux_sum;
         t[2] += b_sum;
         t[3] += g_sum;
         t[4] += gz_sum;
+        t[5] += x_sum;
     }
 }
 
@@ -1117,7 +1126,8 @@ void b_input_grad_coefficients(const double* __restrict u, const double* __restr
 //   dx = g gamma / d + [to u] dd p + k (x - mu_i) + k_b (x - mu_b)
 // with k = dq' / (q HW) (dq' = U, or U + UX for B1 where p = q; mu_i the instance mean for
 // B0, 0 for B1/B2), k_b = dsb / (sb N HW) when the batch statistics are x's own
-// (batch_from_x), dsb = sum_n B; d batch_var = dsb / (2 sb) is returned for given ones.
+// (batch_from_x), dsb = sum_n B; d batch_var = dsb / (2 sb) is returned for given ones. An empty mean is taken
+// from x as X / HW, X = sum x from the same pass (autograd on the CPU keeps no mean: (N, C) floats a layer less).
 std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
     const Tensor& grad_in, const Tensor& x_in, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
     const std::optional<Tensor>& v1, const Tensor& mean_t, const Tensor& q_t, const Tensor& batch_mean_t, const Tensor& batch_var_t, int64_t variant,
@@ -1131,11 +1141,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
     const Tensor g = grad_for(grad_in, x, s);
     const i64 NC = s.N * s.C;
     check_params(s, op, {{"weight", &weight}, {"bias", &bias}, {"v1", &v1}});
-    check_numel(mean_t, NC, op, "mean");
+    if (mean_t.numel() != 0) check_numel(mean_t, NC, op, "mean");  // empty: taken from x in the sums' pass
     check_numel(q_t, NC, op, "q");
     check_numel(batch_var_t, s.C, op, "batch_var");
     if (batch_from_x) check_numel(batch_mean_t, s.C, op, "batch_mean");
-    const std::vector<double> mean = as_double(mean_t), q = as_double(q_t);
+    const std::vector<double> q = as_double(q_t);
+    std::vector<double> mean = mean_t.numel() != 0 ? as_double(mean_t) : std::vector<double>(NC);
     const std::vector<double> batch_var = as_double(batch_var_t);
     const std::vector<double> batch_mean = batch_from_x ? as_double(batch_mean_t) : std::vector<double>();
     Tensor dx = empty_like_layout(x, x.scalar_type()), dweight, dbias, dv, dbatch_var;
@@ -1146,19 +1157,19 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
         std::vector<double> sbd(s.C);
         for (i64 c = 0; c < s.C; c++) sbd[c] = std::sqrt(batch_var[c] + eps), sb[c] = static_cast<A>(sbd[c]);
         const PerNC<A> v(v1, s.C, A(1)), w(weight, s.C, A(1));
-        // sums: 0 U, 1 UX, 2 B, 3 G, 4 GZ
-        const auto sums = uninitialized(5 * NC);
+        // sums: 0 U, 1 UX, 2 B, 3 G, 4 GZ, 5 X
+        const auto sums = uninitialized(B_SUMS * NC);
         std::vector<A> p, qa;  // channels_last: per (n, c)
         if (!s.nhwc) {
             for_each_index(NC, 2 * s.HW, [&](i64 nc) {
                 const i64 n = nc / s.C, c = nc % s.C;
                 const A qn = static_cast<A>(q[nc]);
-                double t[5];
+                double t[B_SUMS];
                 sb_kind(sb[c], [&](auto number) {
                     b_plane_sums<scalar_t, A>(xp + nc * s.HW, gp + nc * s.HW, s.HW, sb[c], b_slope(variant, v, c, qn),
                                               qn, w(n, c), t, number);
                 });
-                for (int k = 0; k < 5; k++) sums[k * NC + nc] = t[k];
+                for (int k = 0; k < B_SUMS; k++) sums[k * NC + nc] = t[k];
             });
         } else {
             p.resize(NC);
@@ -1168,18 +1179,23 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
                 p[nc] = b_slope(variant, v, nc % s.C, qa[nc]);
             });
             at::parallel_for(0, s.N, grain(s.HW * s.C), [&](i64 begin, i64 end) {
-                std::vector<A> acc(5 * s.C);
-                std::vector<double> t(5 * s.C);
+                std::vector<A> acc(B_SUMS * s.C);
+                std::vector<double> t(B_SUMS * s.C);
                 ChannelsLastRows<scalar_t> grad_rows(g, s);
                 for (i64 n = begin; n < end; n++) {
                     const i64 nc0 = n * s.C;
                     b_slab_sums<scalar_t, A>(xp + nc0 * s.HW, grad_rows, n, s.HW, s.C, sb.data(), p.data() + nc0,
                                              qa.data() + nc0, w.row(n), acc, t);
-                    for (int j = 0; j < 5; j++)
+                    for (int j = 0; j < B_SUMS; j++)
                         for (i64 c = 0; c < s.C; c++) sums[j * NC + nc0 + c] = t[j * s.C + c];
                 }
             });
         }
+        if (mean_t.numel() == 0)  // k + X / HW, k the plane's first value (NCHW: x[nc HW]; channels_last: x[n HW C + c])
+            for (i64 nc = 0; nc < NC; nc++) {
+                const i64 first = s.nhwc ? (nc / s.C) * s.HW * s.C + nc % s.C : nc * s.HW;
+                mean[nc] = static_cast<double>(static_cast<A>(xp[first])) + sums[5 * NC + nc] / s.HW;
+            }
         const std::vector<double> dsb = sum_over_batch(s.N, s.C, [&](i64 n, i64 c) { return sums[2 * NC + n * s.C + c]; });
         // dx = ... + k x + k0, per (n, c)
         std::vector<double> kb(s.C, 0.0), kb0(s.C, 0.0);  // the batch statistics' part, per channel
