@@ -1010,10 +1010,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
 // value (see there; shifted so that near-constant planes keep their mean exact, as the forward's moments do).
 constexpr int B_SUMS = 6;
 
-// Adds element (x, g)'s terms to the six sums of b_backward.
+// Adds element (x, g)'s terms to the six sums of b_backward (X only with SumX).
 // (One division per element, its reciprocal, where the formulas divide twice: at 7 x 7 planes the divisions
 // bound the B series' loops.)
-template <bool SbNumber = false, typename A>
+template <bool SbNumber = false, bool SumX = true, typename A>
 inline void add_b_terms(A x, A g, A sb, A p, A q, A w, A k, A& u_sum, A& ux_sum, A& b_sum, A& g_sum, A& gz_sum,
                         A& x_sum) {
     const A u = p * x + q, r = A(1) / b_denominator<SbNumber>(sb, u), z = x * r, dd = -g * w * z * r;
@@ -1025,15 +1025,18 @@ inline void add_b_terms(A x, A g, A sb, A p, A q, A w, A k, A& u_sum, A& ux_sum,
     b_sum += db;
     g_sum += g;
     gz_sum += g * z;
-    x_sum += x - k;
+    if constexpr (SumX) x_sum += x - k;
 }
 
 // The six per-channel sums of b_backward over channels_last sample n (HW rows of C; p, q, w the sample's
 // per-channel values) as t[k * C + c]: A within blocks of BLOCK rows, double across blocks.
-template <typename T, typename A>
+// X is summed only with SumX (an empty mean): in channels_last its per-channel array and the first row's values
+// are two more streams beside nine, which took b_backward at 2x1024x14x14 from 0.10-0.11 to 0.13 ms (a development
+// run), so autograd keeps the mean for channels_last inputs and passes none only for NCHW ones.
+template <typename T, typename A, bool SumX>
 void b_slab_sums(const T* x, ChannelsLastRows<T>& g, i64 n, i64 HW, i64 C, const A* __restrict sb,
                  const A* __restrict p, const A* __restrict q, const A* __restrict w, std::vector<A>& acc,
-                 std::vector<double>& t) {
+                 std::vector<double>& t, std::bool_constant<SumX>) {
     static_assert(BLOCK % TILE == 0, "a block is whole tiles");
     std::fill(t.begin(), t.end(), 0.0);
     A *__restrict u_sum = acc.data(), *__restrict ux_sum = u_sum + C, *__restrict b_sum = ux_sum + C;
@@ -1048,8 +1051,8 @@ void b_slab_sums(const T* x, ChannelsLastRows<T>& g, i64 n, i64 HW, i64 C, const
 #pragma omp simd
                 for (i64 c = 0; c < C; c++) {
                     const A xc = static_cast<A>(xr[c]), gc = static_cast<A>(gr[c]);
-                    add_b_terms(xc, gc, sb[c], p[c], q[c], w[c], static_cast<A>(x[c]), u_sum[c], ux_sum[c], b_sum[c],
-                                g_sum[c], gz_sum[c], x_sum[c]);
+                    add_b_terms<false, SumX>(xc, gc, sb[c], p[c], q[c], w[c], SumX ? static_cast<A>(x[c]) : A(0),
+                                             u_sum[c], ux_sum[c], b_sum[c], g_sum[c], gz_sum[c], x_sum[c]);
                 }
             }
         }
@@ -1184,8 +1187,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
                 ChannelsLastRows<scalar_t> grad_rows(g, s);
                 for (i64 n = begin; n < end; n++) {
                     const i64 nc0 = n * s.C;
-                    b_slab_sums<scalar_t, A>(xp + nc0 * s.HW, grad_rows, n, s.HW, s.C, sb.data(), p.data() + nc0,
-                                             qa.data() + nc0, w.row(n), acc, t);
+                    auto slab_sums = [&](auto sum_x) {
+                        b_slab_sums<scalar_t, A>(xp + nc0 * s.HW, grad_rows, n, s.HW, s.C, sb.data(), p.data() + nc0,
+                                                 qa.data() + nc0, w.row(n), acc, t, sum_x);
+                    };
+                    if (mean_t.numel() == 0)
+                        slab_sums(std::true_type{});
+                    else
+                        slab_sums(std::false_type{});
                     for (int j = 0; j < B_SUMS; j++)
                         for (i64 c = 0; c < s.C; c++) sums[j * NC + nc0 + c] = t[j * s.C + c];
                 }
