@@ -116,6 +116,25 @@ def test_b_backward_on_a_nan_batch_variance_matches_the_generic_implementation(v
 
 
 @needs_device
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_b_backward_takes_the_instance_mean_from_x_when_given_none(layout):
+    """An empty ``mean`` (the operators' contract; autograd on CUDA passes the forward's) gives the gradients of the
+    forward's own mean."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 16, 5, 6, generator=gen).contiguous(memory_format=LAYOUTS[layout]).to(DEVICE)
+    w, b, v = (torch.rand(16, generator=gen).to(DEVICE) + 0.5 for _ in range(3))
+    grad = torch.randn(x.shape, generator=gen).to(DEVICE)
+    _, mean, q, batch_mean, batch_var = triton_kernels.b_forward(x, w, b, v, None, 0, 1e-5)
+    common = (w, b, v)
+    with_mean = triton_kernels.b_backward(grad, x, *common, mean, q, batch_mean, batch_var, 0, 1e-5, True, [True] * 4)
+    without = triton_kernels.b_backward(grad, x, *common, mean.new_empty(0), q, batch_mean, batch_var, 0, 1e-5, True,
+                                        [True] * 4)
+    for got, want in zip(without, with_mean):
+        if want.numel():  # dbatch_var is empty: the batch statistics are x's own
+            torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
+@needs_device
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("name", ["evonorm_s0", "evonorm_s2", "evonorm_b0", "evonorm_b1"])
 def test_near_constant_planes_keep_exact_statistics(name, channels_last):
