@@ -17,8 +17,8 @@ Four operators, one call per direction of a layer (``torch.ops.evonorm.*``):
   the batch's own variance, returned with the batch mean (else those two are empty).
 * ``b_backward(grad, x, weight?, bias?, v1?, mean, q, batch_mean, batch_var, variant, eps,
   batch_from_x, output_mask) -> (dx, dweight, dbias, dv1, dbatch_var)``; ``mean`` the forward's,
-  or empty: taken from ``x`` (what autograd passes on the CPU, whose kernel sums x in the pass
-  that reads it anyway).
+  or empty: taken from ``x`` (what autograd passes for NCHW inputs on the CPU, whose kernel sums
+  x in the pass that reads it anyway).
 
 ``weight``/``bias``: absent, per channel (C,) or per sample (N, C); their gradients have
 their shape. Statistics are float32 (float64 for float64 inputs); ``y`` and ``dx`` have
