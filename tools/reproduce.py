@@ -970,7 +970,7 @@ def earlier_detection_lines(current: Path) -> list[str]:
         lines += [f"### Earlier setting: {summary['iterations']} steps of 8 images ({images} images per run), "
                   "not used for any verdict", "",
                   f"Trained for another length than the grid trains now (docs/detection.md says why it changed); "
-                  f"command: `{summary['command']}`. Numbers: [{path}]({path.relative_to(RESULTS)}).", "",
+                  f"command: `{summary['command']}`. Numbers: [{path}]({Path('results') / path.relative_to(RESULTS)}).", "",
                   table4_table(summary), ""]
     return lines
 
