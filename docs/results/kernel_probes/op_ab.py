@@ -4,10 +4,11 @@
     python op_ab.py --ab BEFORE OUT_DIR [SHAPES]             # BEFORE's tree (built in place) against this one
     python op_ab.py --summary OUT_DIR                        # the table of OUT_DIR/{before,after}_*.json
 
-SHAPES are NxCxHxW (default: planes of one value, (N, C, 1, 1)), NCHW-contiguous, 2 threads. Per shape and
+SHAPES are NxCxHxW (default: planes of one value, (N, C, 1, 1)), NCHW-contiguous (channels_last with
+--channels-last: x and the gradient), 2 threads. Per shape and
 operator: the median of 17 calls after 3, the operators interleaved, with glibc's malloc keeping freed memory as
-tools/benchmark_layers.py does (its default allocator); parameters per channel; s_forward/s_backward S0's (32
-groups, or C when fewer), b_forward and b_backward in training (batch statistics from x), b_inference b_forward in
+tools/benchmark_layers.py does (its default allocator); parameters per channel; s_forward/s_backward S0's (gcd(32, C)
+groups: 32 where they divide C), b_forward and b_backward in training (batch statistics from x), b_inference b_forward in
 eval (a moving variance given). --ab alternates the two trees --rounds times (every other job of the machine should
 be stopped), writes {before,after}_{round}.json into OUT_DIR and prints the summary: the range of the rounds'
 medians in microseconds.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import runpy
 import statistics
@@ -34,13 +36,13 @@ SHAPES = ["4x960x1x1", "16x512x1x1", "2x2048x1x1", "64x2048x1x1"]
 OPS = ["s_forward", "s_backward", "b_forward", "b_backward", "b_inference"]
 
 
-def calls(shape: tuple[int, ...], dtype: torch.dtype) -> dict:
+def calls(shape: tuple[int, ...], dtype: torch.dtype, layout: torch.memory_format) -> dict:
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(shape, generator=gen).to(dtype)
-    g, c = torch.randn(shape, generator=gen).to(dtype), shape[1]
+    x = torch.randn(shape, generator=gen).to(dtype).contiguous(memory_format=layout)
+    g, c = torch.randn(shape, generator=gen).to(dtype).contiguous(memory_format=layout), shape[1]
     w, b, v = torch.randn(c), torch.randn(c), torch.randn(c)
     moving_var = torch.rand(c, generator=gen) + 0.5
-    groups, ops = min(32, c), torch.ops.evonorm
+    groups, ops = math.gcd(32, c), torch.ops.evonorm
     _, mean, rstd = ops.s_forward(x, w, b, v, groups, 1e-5, False)
     _, b_mean, q, batch_mean, batch_var = ops.b_forward(x, w, b, v, None, 0, 1e-5)
     return {
@@ -52,9 +54,10 @@ def calls(shape: tuple[int, ...], dtype: torch.dtype) -> dict:
     }
 
 
-def time_shape(shape: tuple[int, ...], dtype: torch.dtype, names: list[str]) -> dict[str, float]:
+def time_shape(shape: tuple[int, ...], dtype: torch.dtype, layout: torch.memory_format,
+               names: list[str]) -> dict[str, float]:
     """Median microseconds per call of each operator in ``names``."""
-    every = calls(shape, dtype)
+    every = calls(shape, dtype, layout)
     fns, times = {name: every[name] for name in names}, {name: [] for name in names}
     for rep in range(20):
         for name, fn in fns.items():
@@ -65,22 +68,24 @@ def time_shape(shape: tuple[int, ...], dtype: torch.dtype, names: list[str]) -> 
     return {name: statistics.median(t) * 1e6 for name, t in times.items()}
 
 
-def measure(out: Path, shapes: list[str], dtype: str, names: list[str]) -> None:
+def measure(out: Path, shapes: list[str], dtype: str, names: list[str], channels_last: bool) -> None:
     assert evonorm_core.ops.load("cpu"), "the C++ kernels are needed"
     # the benchmark's allocator setting: outputs from memory the process keeps, not mmap'd fresh per call
     # (docs/benchmarks.md, "Fresh memory"; tools/ is a folder of scripts, so its function is run from the file)
     assert runpy.run_path(str(BENCHMARK), run_name="tools_benchmark_layers")["keep_freed_memory"]()
     torch.set_num_threads(2)
-    result = {shape: time_shape(tuple(int(n) for n in shape.split("x")), getattr(torch, dtype), names)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    result = {shape: time_shape(tuple(int(n) for n in shape.split("x")), getattr(torch, dtype), layout, names)
               for shape in shapes}
     out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"# evonorm_core from {Path(evonorm_core.__file__).parent}, {dtype}")
+    print(f"# evonorm_core from {Path(evonorm_core.__file__).parent}, {dtype}{', channels_last' * channels_last}")
     for key, row in result.items():
         print(key, "  ".join(f"{op} {us:.1f} us" for op, us in row.items()))
 
 
 def alternate(before: Path, folder: Path, rounds: int, options: list[str]) -> None:
     """``rounds`` rounds of BEFORE's operators, then this tree's, each in a process of its own."""
+    folder = folder.resolve()  # the runs' working directory is their tree
     folder.mkdir(parents=True, exist_ok=True)
     for round_ in range(1, rounds + 1):
         for side, tree in (("before", before.resolve()), ("after", REPOSITORY)):
@@ -114,6 +119,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="--ab: alternating rounds (default: %(default)s)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
     parser.add_argument("--ops", default=",".join(OPS), help="operators to time, comma-separated (default: all)")
+    parser.add_argument("--channels-last", action="store_true", help="x and the gradient channels_last")
     args = parser.parse_args()
     names = args.ops.split(",")
     unknown = sorted(set(names) - set(OPS))
@@ -122,9 +128,10 @@ def main() -> None:
     if args.summary:
         summary(args.summary)
     elif args.ab:
-        alternate(args.ab[0], args.ab[1], args.rounds, ["--dtype", args.dtype, "--ops", args.ops, *args.shapes])
+        layout = ["--channels-last"] if args.channels_last else []
+        alternate(args.ab[0], args.ab[1], args.rounds, ["--dtype", args.dtype, "--ops", args.ops, *layout, *args.shapes])
     else:
-        measure(args.json, args.shapes, args.dtype, names)
+        measure(args.json, args.shapes, args.dtype, names, args.channels_last)
 
 
 if __name__ == "__main__":

@@ -323,6 +323,47 @@ void run_moments(const T* __restrict run, i64 L, double& mean, double& var) {
     var = std::max(s2 / L - offset * offset, 0.0);
 }
 
+// Channels_last loops over a sample's rows of C channels take ROW_GROUP rows per pass over the channels in the
+// moments (S and B forward), the B output and the B backward's sums. Row by row, each row's sums were stored and
+// reloaded by the next (a store-to-load round trip per vector and row), and the channel loop's fixed cost and the
+// per-channel values' loads came per row: at MobileNetV2's 4x96x64x64 the B forward took about 1.7x and the
+// backward 1.9x their NCHW time. The B backward's dx and the S backward's sums stay row by row: grouped, they were
+// 15-40 % slower where the tensors do not fit in cache (16x256x56x56). docs/results/kernel_probes/row_groups/.
+constexpr i64 ROW_GROUP = 4;
+
+// f(i, R) for the rows i0 .. i1 - 1 in groups of R = ROW_GROUP rows from i, the rest one at a time (R an
+// integral_constant, so that f's loop over a group's rows unrolls).
+template <typename F>
+inline void for_row_groups(i64 i0, i64 i1, F&& f) {
+    i64 i = i0;
+    for (; i + ROW_GROUP <= i1; i += ROW_GROUP) f(i, std::integral_constant<i64, ROW_GROUP>{});
+    for (; i < i1; i++) f(i, std::integral_constant<i64, 1>{});
+}
+
+// f(r) for r = 0 .. R - 1, written out at compile time (as a loop inside the vectorized channel loop, GCC kept it a
+// loop and read the rows with gathers).
+template <i64 R, typename F>
+inline void for_each_row_of_group(F&& f) {
+    [&]<i64... r>(std::integer_sequence<i64, r...>) { (f(r), ...); }(std::make_integer_sequence<i64, R>{});
+}
+
+// Adds the shifted sums of R rows of C values (x - k and its square, per channel) to b1 and b2. (Functions with
+// __restrict parameters: as lambdas over the caller's arrays, GCC read the arrays with gathers.)
+template <i64 R, typename T, typename A>
+void add_moment_rows(const T* __restrict x, i64 C, const A* __restrict k, A* __restrict b1, A* __restrict b2) {
+#pragma omp simd
+    for (i64 c = 0; c < C; c++) {
+        A d1 = 0, d2 = 0;
+        for_each_row_of_group<R>([&](i64 r) {
+            const A d = static_cast<A>(x[r * C + c]) - k[c];
+            d1 += d;
+            d2 += d * d;
+        });
+        b1[c] += d1;
+        b2[c] += d2;
+    }
+}
+
 // Per-channel shifted sums over a slab's HW rows: s1[c] = sum (x - k_c), s2[c] = sum (x - k_c)^2 with k_c the
 // channel's first value, in A within blocks of BLOCK rows and in double across blocks.
 template <typename T, typename A>
@@ -332,14 +373,8 @@ void slab_moments(const T* x, i64 HW, i64 C, std::vector<A>& k, std::vector<A>& 
     for (i64 c = 0; c < C; c++) kp[c] = static_cast<A>(x[c]), s1[c] = s2[c] = 0;
     for (i64 i0 = 0; i0 < HW; i0 += BLOCK) {
         std::fill(acc.begin(), acc.end(), A(0));
-        for (i64 i = i0; i < std::min(i0 + BLOCK, HW); i++) {
-            const T* __restrict row = x + i * C;
-            for (i64 c = 0; c < C; c++) {
-                const A d = static_cast<A>(row[c]) - kp[c];
-                b1[c] += d;
-                b2[c] += d * d;
-            }
-        }
+        for_row_groups(i0, std::min(i0 + BLOCK, HW),
+                       [&](i64 i, auto R) { add_moment_rows<R>(x + i * C, C, kp, b1, b2); });
         for (i64 c = 0; c < C; c++) s1[c] += b1[c], s2[c] += b2[c];
     }
 }
@@ -885,11 +920,15 @@ inline A b_slope(int64_t variant, const PerNC<A>& v, i64 c, A q) {
     return variant == 0 ? v(0, c) : (variant == 1 ? q : A(-1));
 }
 
-// One channels_last row of C channels (sb, p, q, w, b: per channel).
-template <typename T, typename A>
-void b_output_row(const T* __restrict x, T* __restrict y, i64 C, const A* __restrict sb, const A* __restrict p,
-                  const A* __restrict q, const A* __restrict w, const A* __restrict b) {
-    for (i64 c = 0; c < C; c++) y[c] = static_cast<T>(b_output(static_cast<A>(x[c]), sb[c], p[c], q[c], w[c], b[c]));
+// R channels_last rows of C channels (sb, p, q, w, b: per channel).
+template <i64 R, typename T, typename A>
+void b_output_rows(const T* __restrict x, T* __restrict y, i64 C, const A* __restrict sb, const A* __restrict p,
+                   const A* __restrict q, const A* __restrict w, const A* __restrict b) {
+#pragma omp simd
+    for (i64 c = 0; c < C; c++)
+        for_each_row_of_group<R>([&](i64 r) {
+            y[r * C + c] = static_cast<T>(b_output(static_cast<A>(x[r * C + c]), sb[c], p[c], q[c], w[c], b[c]));
+        });
 }
 
 // y = x / max(sb, p x + q) gamma + beta with sb = sqrt(batch_var + eps) per channel and, per
@@ -985,18 +1024,24 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
                     moments(xp, s, n, mean.data(), var.data());
                     const i64 nc0 = n * s.C;
                     for (i64 c = 0; c < s.C; c++) p[nc0 + c] = b_slope(variant, v, c, plane_q(nc0 + c));
-                    for (i64 off = nc0 * s.HW; off < (nc0 + s.C) * s.HW; off += s.C)
-                        b_output_row<scalar_t, A>(xp + off, yp + off, s.C, sb.data(), p.data() + nc0, q_out + nc0,
-                                                  w.row(n), b.row(n));
+                    for_row_groups(0, s.HW, [&](i64 i, auto R) {
+                        const i64 off = (n * s.HW + i) * s.C;
+                        b_output_rows<R, scalar_t, A>(xp + off, yp + off, s.C, sb.data(), p.data() + nc0, q_out + nc0,
+                                                      w.row(n), b.row(n));
+                    });
                 }
             });
             return;
         }
         for_each_index(NC, 4, [&](i64 nc) { p[nc] = b_slope(variant, v, nc % s.C, plane_q(nc)); });
-        for_each_index(s.N * s.HW, s.C, [&](i64 row) {
-            const i64 n = row / s.HW, off = row * s.C;
-            b_output_row<scalar_t, A>(xp + off, yp + off, s.C, sb.data(), p.data() + n * s.C, q_out + n * s.C, w.row(n),
-                                      b.row(n));
+        const i64 tiles = (s.HW + TILE - 1) / TILE;  // per sample
+        for_each_index(s.N * tiles, TILE * s.C, [&](i64 nt) {
+            const i64 n = nt / tiles, i0 = (nt % tiles) * TILE;
+            for_row_groups(i0, std::min(i0 + TILE, s.HW), [&](i64 i, auto R) {
+                const i64 off = (n * s.HW + i) * s.C;
+                b_output_rows<R, scalar_t, A>(xp + off, yp + off, s.C, sb.data(), p.data() + n * s.C, q_out + n * s.C,
+                                              w.row(n), b.row(n));
+            });
         });
     });
     if (!given) {
@@ -1028,6 +1073,23 @@ inline void add_b_terms(A x, A g, A sb, A p, A q, A w, A k, A& u_sum, A& ux_sum,
     if constexpr (SumX) x_sum += x - k;
 }
 
+// Adds R rows' terms to the per-channel sums of b_backward (add_b_terms) held in acc as acc[k * C + c]; k0 is
+// the sample's first row (the shift of X).
+template <i64 R, bool SumX, typename T, typename A>
+void add_b_rows(const T* __restrict x, const T* __restrict g, const T* __restrict k0, i64 C, const A* __restrict sb,
+                const A* __restrict p, const A* __restrict q, const A* __restrict w, A* __restrict acc) {
+#pragma omp simd
+    for (i64 c = 0; c < C; c++) {
+        A u = 0, ux = 0, bs = 0, gs = 0, gz = 0, xs = 0;
+        for_each_row_of_group<R>([&](i64 r) {
+            add_b_terms<false, SumX>(static_cast<A>(x[r * C + c]), static_cast<A>(g[r * C + c]), sb[c], p[c], q[c],
+                                     w[c], SumX ? static_cast<A>(k0[c]) : A(0), u, ux, bs, gs, gz, xs);
+        });
+        acc[c] += u, acc[C + c] += ux, acc[2 * C + c] += bs, acc[3 * C + c] += gs, acc[4 * C + c] += gz;
+        if constexpr (SumX) acc[5 * C + c] += xs;
+    }
+}
+
 // The six per-channel sums of b_backward over channels_last sample n (HW rows of C; p, q, w the sample's
 // per-channel values) as t[k * C + c]: A within blocks of BLOCK rows, double across blocks.
 // X is summed only with SumX (an empty mean): in channels_last its per-channel array and the first row's values
@@ -1039,22 +1101,14 @@ void b_slab_sums(const T* x, ChannelsLastRows<T>& g, i64 n, i64 HW, i64 C, const
                  std::vector<double>& t, std::bool_constant<SumX>) {
     static_assert(BLOCK % TILE == 0, "a block is whole tiles");
     std::fill(t.begin(), t.end(), 0.0);
-    A *__restrict u_sum = acc.data(), *__restrict ux_sum = u_sum + C, *__restrict b_sum = ux_sum + C;
-    A *__restrict g_sum = b_sum + C, *__restrict gz_sum = g_sum + C, *__restrict x_sum = gz_sum + C;
     for (i64 i0 = 0; i0 < HW; i0 += BLOCK) {
         std::fill(acc.begin(), acc.end(), A(0));
         for (i64 t0 = i0; t0 < std::min(i0 + BLOCK, HW); t0 += TILE) {
             const i64 rows = std::min(TILE, HW - t0);
             const T* tile = g.rows(n, t0, rows);
-            for (i64 i = 0; i < rows; i++) {
-                const T *__restrict xr = x + (t0 + i) * C, *__restrict gr = tile + i * C;
-#pragma omp simd
-                for (i64 c = 0; c < C; c++) {
-                    const A xc = static_cast<A>(xr[c]), gc = static_cast<A>(gr[c]);
-                    add_b_terms<false, SumX>(xc, gc, sb[c], p[c], q[c], w[c], SumX ? static_cast<A>(x[c]) : A(0),
-                                             u_sum[c], ux_sum[c], b_sum[c], g_sum[c], gz_sum[c], x_sum[c]);
-                }
-            }
+            for_row_groups(0, rows, [&](i64 i, auto R) {
+                add_b_rows<R, SumX>(x + (t0 + i) * C, tile + i * C, x, C, sb, p, q, w, acc.data());
+            });
         }
         for (i64 j = 0; j < B_SUMS * C; j++) t[j] += acc[j];
     }
