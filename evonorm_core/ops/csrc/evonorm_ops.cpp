@@ -1073,17 +1073,17 @@ inline void add_b_terms(A x, A g, A sb, A p, A q, A w, A k, A& u_sum, A& ux_sum,
     if constexpr (SumX) x_sum += x - k;
 }
 
-// Adds R rows' terms to the per-channel sums of b_backward (add_b_terms) held in acc as acc[k * C + c]; k0 is
-// the sample's first row (the shift of X).
+// Adds R rows' terms to the per-channel sums of b_backward (add_b_terms) held in acc as acc[k * C + c]; `first`
+// is the sample's first row (X's shift).
 template <i64 R, bool SumX, typename T, typename A>
-void add_b_rows(const T* __restrict x, const T* __restrict g, const T* __restrict k0, i64 C, const A* __restrict sb,
+void add_b_rows(const T* __restrict x, const T* __restrict g, const T* __restrict first, i64 C, const A* __restrict sb,
                 const A* __restrict p, const A* __restrict q, const A* __restrict w, A* __restrict acc) {
 #pragma omp simd
     for (i64 c = 0; c < C; c++) {
         A u = 0, ux = 0, bs = 0, gs = 0, gz = 0, xs = 0;
         for_each_row_of_group<R>([&](i64 r) {
             add_b_terms<false, SumX>(static_cast<A>(x[r * C + c]), static_cast<A>(g[r * C + c]), sb[c], p[c], q[c],
-                                     w[c], SumX ? static_cast<A>(k0[c]) : A(0), u, ux, bs, gs, gz, xs);
+                                     w[c], SumX ? static_cast<A>(first[c]) : A(0), u, ux, bs, gs, gz, xs);
         });
         acc[c] += u, acc[C + c] += ux, acc[2 * C + c] += bs, acc[3 * C + c] += gs, acc[4 * C + c] += gz;
         if constexpr (SumX) acc[5 * C + c] += xs;
