@@ -4,14 +4,13 @@
     python op_ab.py --ab BEFORE OUT_DIR [SHAPES]             # BEFORE's tree (built in place) against this one
     python op_ab.py --summary OUT_DIR                        # the table of OUT_DIR/{before,after}_*.json
 
-SHAPES are NxCxHxW (default: planes of one value, (N, C, 1, 1)), NCHW-contiguous (channels_last with
---channels-last: x and the gradient), 2 threads. Per shape and
-operator: the median of 17 calls after 3, the operators interleaved, with glibc's malloc keeping freed memory as
-tools/benchmark_layers.py does (its default allocator); parameters per channel; s_forward/s_backward S0's (gcd(32, C)
-groups: 32 where they divide C), b_forward and b_backward in training (batch statistics from x), b_inference b_forward in
-eval (a moving variance given). --ab alternates the two trees --rounds times (every other job of the machine should
-be stopped), writes {before,after}_{round}.json into OUT_DIR and prints the summary: the range of the rounds'
-medians in microseconds.
+SHAPES are NxCxHxW (default: planes of one value, (N, C, 1, 1)), NCHW-contiguous (with --channels-last, x and the
+gradient channels_last), 2 threads. Per shape and operator: the median of 17 calls after 3, the operators
+interleaved, with glibc's malloc keeping freed memory as tools/benchmark_layers.py does (its default allocator);
+parameters per channel; s_forward/s_backward S0's (gcd(32, C) groups: 32 where they divide C), b_forward and
+b_backward in training (batch statistics from x), b_inference b_forward in eval (a moving variance given). --ab
+alternates the two trees --rounds times (every other job of the machine should be stopped), writes
+{before,after}_{round}.json into OUT_DIR and prints the summary: the range of the rounds' medians in microseconds.
 """
 from __future__ import annotations
 
