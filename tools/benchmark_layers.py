@@ -23,6 +23,10 @@ activations kept for backward and temporaries; CUDA: the allocator's peak). Unde
 are mostly waiting for the CPUs (with 2 threads, a step whose work takes 0.5 s of CPU time
 can take 3-20 s), so there the minimum's ratio is the one to read.
 
+Every repetition calls a layer on the same input and upstream gradient: where a call's tensors fit in the
+last-level cache, its passes read the cache, not memory (EvoNorms and baselines alike), as a model's layer mostly
+does not (docs/benchmarks.md, "The benchmark"); the model lines are the measure of that.
+
     python tools/benchmark_layers.py                       # ResNet-50 stage outputs, batch 16, CPU
     python tools/benchmark_layers.py --shapes 16x64x56x56 --reps 30 --json bench.json
     python tools/benchmark_layers.py --device cuda --dtype bfloat16 --model-batch 8 --model-size 224
