@@ -231,8 +231,8 @@ def generic_b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var
     acc = compute_dtype(x)
     xa, g = x.to(acc), grad.to(acc)
     n, c, h, w = x.shape
-    p, q = _b_coefficients(xa, v1, mean, q.to(acc), variant, eps, False)
     mean = instance_mean(xa) if mean.numel() == 0 else mean.to(acc)
+    p, q = _b_coefficients(xa, v1, mean, q.to(acc), variant, eps, False)
     sb_c = torch.sqrt(batch_var.to(acc) + eps)
     sb = sb_c.view(1, -1, 1, 1)
     u = p * xa + q[:, :, None, None]
