@@ -67,15 +67,25 @@ def time_shape(shape: tuple[int, ...], dtype: torch.dtype, layout: torch.memory_
     return {name: statistics.median(t) * 1e6 for name, t in times.items()}
 
 
-def measure(out: Path, shapes: list[str], dtype: str, names: list[str], channels_last: bool) -> None:
+def ready_to_time() -> None:
+    """How the probes here time operators: the C++ kernels loaded, 2 threads, and the benchmark's allocator
+    setting (outputs from memory the process keeps, not mmap'd fresh per call; docs/benchmarks.md, "Fresh memory";
+    tools/ is a folder of scripts, so its function is run from the file). The probes in subfolders call it through
+    ``runpy.run_path`` of this file."""
     assert evonorm_core.ops.load("cpu"), "the C++ kernels are needed"
-    # the benchmark's allocator setting: outputs from memory the process keeps, not mmap'd fresh per call
-    # (docs/benchmarks.md, "Fresh memory"; tools/ is a folder of scripts, so its function is run from the file)
     assert runpy.run_path(str(BENCHMARK), run_name="tools_benchmark_layers")["keep_freed_memory"]()
     torch.set_num_threads(2)
+
+
+def shape_of(text: str) -> tuple[int, ...]:
+    """(N, C, H, W) of an NxCxHxW argument."""
+    return tuple(int(n) for n in text.split("x"))
+
+
+def measure(out: Path, shapes: list[str], dtype: str, names: list[str], channels_last: bool) -> None:
+    ready_to_time()
     layout = torch.channels_last if channels_last else torch.contiguous_format
-    result = {shape: time_shape(tuple(int(n) for n in shape.split("x")), getattr(torch, dtype), layout, names)
-              for shape in shapes}
+    result = {shape: time_shape(shape_of(shape), getattr(torch, dtype), layout, names) for shape in shapes}
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"# evonorm_core from {Path(evonorm_core.__file__).parent}, {dtype}{', channels_last' * channels_last}")
     for key, row in result.items():

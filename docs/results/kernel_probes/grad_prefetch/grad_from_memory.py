@@ -21,7 +21,7 @@ import torch
 
 import evonorm_core.ops
 
-BENCHMARK = Path(__file__).resolve().parents[4] / "tools" / "benchmark_layers.py"
+OP_AB = Path(__file__).resolve().parents[1] / "op_ab.py"  # the operator timer, whose setup this shares
 SHAPES = ["4x96x64x64", "4x144x32x32", "4x384x8x8", "16x256x56x56", "16x2048x7x7"]
 PAIRS = 5
 
@@ -51,12 +51,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("shapes", nargs="*", default=SHAPES, help="NxCxHxW (default: %(default)s)")
     args = parser.parse_args()
-    assert evonorm_core.ops.load("cpu"), "the C++ kernels are needed"
-    assert runpy.run_path(str(BENCHMARK), run_name="tools_benchmark_layers")["keep_freed_memory"]()
-    torch.set_num_threads(2)
+    op_ab = runpy.run_path(str(OP_AB), run_name="kernel_probes_op_ab")
+    op_ab["ready_to_time"]()
     print(f"# evonorm_core from {Path(evonorm_core.__file__).parent}")
     for shape in args.shapes:
-        t = time_shape(tuple(int(n) for n in shape.split("x")))
+        t = time_shape(op_ab["shape_of"](shape))
         print(f"{shape} b_backward, x channels_last: gradient channels_last {t['channels_last']:.0f} us, "
               f"NCHW {t['NCHW']:.0f} us")
 
