@@ -4,7 +4,7 @@
     python detection/miniature.py --report-only         # tables, JSON and the loss plot from finished runs
 
 Every layer is trained on the generated shapes (``detection/shapes.py``) in two settings, with
-three seeds each: ``batch8``, the demo configs' 8 images per step (the paper's 8 images per
+five seeds each: ``batch8``, the demo configs' 8 images per step (the paper's 8 images per
 worker) for ``--iterations`` steps (1800; the demo configs stop at 300, before BN-ReLU has left
 its initial plateau, and at 900 every layer was still far from its plateau), and ``batch2``, 2
 images per step, where batch statistics come from two images only, the paper's reason for
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=ITERATIONS,
                         help=f"SGD steps of {BASE_BATCH} images per run (default {ITERATIONS}); a setting with fewer "
                              "images per step runs proportionally more steps, so that every setting sees the same images")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds per layer and setting")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="seeds per layer and setting (default 0-4)")
     parser.add_argument("--layers", nargs="+", choices=sorted(LAYERS), default=list(LAYERS), help="layers to run")
     parser.add_argument("--settings", nargs="+", choices=[s.name for s in SETTINGS], default=[s.name for s in SETTINGS],
                         help="settings to run")

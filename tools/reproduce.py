@@ -17,25 +17,23 @@ gan extras install it).
 
 Cost
 ----
-CPU time on this project's 2-core machine; the report shows each step's measured time once it ran.
+CPU time on this project's 2-core machine. The report shows each step's measured time: that of the
+invocations of this tool, so runs trained elsewhere (on a GPU, or by the package's own command) are
+not in it. Every grid commits its finished runs (runs/reproduction/**), so it continues on any clone.
 
 * table2, table3 (the MNIST miniatures of classification/tables.py's MiniScale, with their
-  no-normalization rows): not measured as grids in the current setting (the paper's depth, one
-  epoch of warmup). Single runs of 15 epochs at 128 images a step, two one-thread runs at a time
-  (docs/classification.md): ResNet50-CIFAR 5.5-10 CPU-minutes, MobileNetV2-CIFAR about 8.5, so about
-  12.5 CPU-hours for table2 (100 runs) and at least 45 for table3 (360 runs; its small batches run
-  slower per image than these); the wall time is about half that with the 2 jobs the step runs.
-  Finished cells are committed (runs/reproduction/**/result.json), so a grid continues on any clone.
-* table4 (detection/miniature.py, 5 layers x 2 settings x 3 seeds, each run 1800 steps of 8 images or
-  7200 of 2, evaluated 10 times): not measured as a whole grid. Its first three runs (BN-ReLU at 8 images
-  a step, one thread) took 43 CPU-minutes with part of a fourth (docs/results/reproduction_steps.json),
-  about 14 each; the 2-image runs were 1.5-3x the 8-image ones in the 900-step grid (3h26m CPU for its
-  30 runs), so about 10-15 CPU-hours for the grid.
-* table5 (gan/table5.py): not measured as a whole grid (7 generators, the paper's six and the
-  no-normalization one, x 3 seeds; 8 groups in grouped layers; each run 2000 steps, then 1000 more
-  at a time until two evaluated snapshots, every 500 steps, follow its best, at most 6000). Its first
-  run (BN-ReLU seed 0, done at 3000 steps, 8 evaluations) took 15 min on one thread: about 0.22 s a
-  step and 30 s an evaluation, so 15 to 31 min a run, 5 to 11 CPU-hours for the 21 runs.
+  no-normalization rows; 5 seeds): both finished, 100 and 360 runs. A run of 15 epochs at 128 images
+  a step on one thread costs 5.5-10 CPU-minutes (ResNet50-CIFAR) or about 8.5 (MobileNetV2-CIFAR)
+  (docs/classification.md); table3's smaller ghost batches cost more per image, and 140 of its runs
+  were trained on GPUs. The step runs 2 one-thread runs at a time, so its wall time is about half.
+* table4 (detection/miniature.py, 5 layers x 2 settings x 5 seeds, each run 1800 steps of 8 images or
+  7200 of 2, evaluated 10 times, one thread): an 8-image run takes 0.42-0.55 s a step (the control
+  0.7-1.2; medians of the committed runs' logs), about 15 CPU-minutes with its evaluations, a 2-image
+  run 0.23-0.30 s a step, about 30, so about 20 CPU-hours for the 50 runs.
+* table5 (gan/table5.py, 7 generators, the paper's six and the no-normalization one, x 3 seeds; 8
+  groups in grouped layers; each run 2000 steps, then 1000 more at a time until two evaluated
+  snapshots, every 500 steps, follow its best, at most 6000): about 0.22 s a step and 30 s an
+  evaluation on one thread, 15 to 31 min a run; the 21 runs measured 5.0 CPU-hours.
 * fig10 (search/compare.py, 2,000 candidates a search): 3 h 28 min CPU as its JSON records.
 
 The verdict rule
