@@ -134,14 +134,14 @@ class Cell:
 
 def cells(table: PaperTable, batches: tuple[int, ...] | None, seeds: tuple[int, ...],
           models: list[str] | None = None, layers: list[str] | None = None, with_controls: bool = False) -> list[Cell]:
-    """Every runnable cell of ``table`` (rows with a registered layer, and the miniature's controls
-    ``with_controls``), filtered, model by model."""
+    """Every cell of ``table`` (its rows, and the miniature's controls ``with_controls``), filtered,
+    model by model."""
     out = []
     for model in table.models:
         if models and model not in models:
             continue
         for label in table.row_labels(model, with_controls):
-            if LAYERS[label] is None or (layers and LAYERS[label] not in layers):
+            if layers and LAYERS[label] not in layers:
                 continue
             for batch in (batches or table.batches or (None,)):
                 out.extend(Cell(model, label, batch, seed) for seed in seeds)
@@ -211,7 +211,7 @@ def run_table(args: argparse.Namespace) -> int:
     table = TABLES[args.table]
     check_selection("--models", args.models, table.models)
     labels = table.layers + list(table.controls if args.scale == "mini" else ())
-    check_selection("--layers", args.layers, list(dict.fromkeys(LAYERS[label] for label in labels if LAYERS[label])))
+    check_selection("--layers", args.layers, list(dict.fromkeys(LAYERS[label] for label in labels)))
     run = run_paper_scale if args.scale == "paper" else run_mini_scale
     return run(table, args, Path(args.runs_dir))
 
@@ -413,7 +413,7 @@ def plot_curves(table: PaperTable, results: dict[tuple[str, str, int | None], li
         batches = sorted({b for (m, _, b) in results if m == model}, key=lambda b: b or 0, reverse=True)
         for batch in dict.fromkeys([batches[0], batches[-1]] if batches else []):
             cells = {label: results.get((model, LAYERS[label], batch), [])
-                     for label in table.row_labels(model, with_controls=True) if LAYERS[label]}
+                     for label in table.row_labels(model, with_controls=True)}
             seeds = max(map(len, cells.values()), default=0)
             curves = [mean_curve(runs, label, seeds) for label, runs in cells.items()]
             where = f"{batch} images per worker" if batch else "recipe batch"
@@ -456,7 +456,7 @@ def report_markdown(table: PaperTable, results: dict) -> str:
         else:
             header = ["layer", "paper", "measured"]
             rows = [[row_name(label), format_paper(table.paper_value(model, label)),
-                     format_measured(results.get((model, LAYERS[label], None))) if LAYERS[label] else "n/a"]
+                     format_measured(results.get((model, LAYERS[label], None)))]
                     for label in labels]
         lines += [markdown_table(header, rows), ""]
     return "\n".join(lines)
@@ -483,7 +483,7 @@ def flatness_markdown(table: PaperTable, runs: dict[tuple[str, str, int | None],
             continue
         rows = []
         for label in table.row_labels(model, with_controls=True):
-            cell_runs = [runs.get((model, LAYERS[label], b), []) for b in batches] if LAYERS[label] else []
+            cell_runs = [runs.get((model, LAYERS[label], b), []) for b in batches]
             if any(cell_runs):
                 rows.append([row_name(label), *(format_range(r) for r in cell_runs)])
         header = [model, *(f"{b} images/worker" if b else "range" for b in batches)]
@@ -541,8 +541,7 @@ def report(args: argparse.Namespace) -> None:
 
 def list_tables(_: argparse.Namespace) -> None:
     for table in TABLES.values():
-        runnable = sum(LAYERS[label] is not None for label in table.layers)
-        grid = f"{len(table.models)} models x {len(table.layers)} layers ({runnable} runnable)"
+        grid = f"{len(table.models)} models x {len(table.layers)} layers"
         if table.is_batch_sweep:
             grid += f" x {len(table.batches)} batch sizes {table.batches}"
         if table.controls:

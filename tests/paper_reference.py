@@ -137,6 +137,12 @@ def random_rej(x, p, eps, training=True, groups=None):
     return affine(torch.tanh(torch.maximum(x, torch.tanh(x))), p)
 
 
+def random_sample(x, p, eps, training=True, groups=None):
+    """Table 2's "Random": sign(z) sqrt(|z|) gamma + beta, z = sqrt(s2_{w,h}(sigmoid(x))) (+ eps inside, as every std)."""
+    z = torch.sqrt(s2(sigmoid(x), INSTANCE) + eps)
+    return affine(torch.sign(z) * torch.sqrt(z.abs()), p)
+
+
 # The normalization alone (nonlinearity off): EvoNorms become the affine x * gamma + beta.
 def affine_only(x, p, eps, training=True, groups=None):
     return affine(x, p)
@@ -152,6 +158,7 @@ NORMALIZATION_ONLY = {
     "pixelnorm_relu": lambda x, p, eps, training=True, groups=None: affine(x / torch.sqrt(mu(x**2, (1,)) + eps), p),
     "no_norm_relu": affine_only,
     "random_rej": affine_only,
+    "random_sample": affine_only,
     "rs_rej": lambda x, p, eps, training, groups=None: affine(
         x / torch.sqrt((mu(x**2, BATCH) if training else ch(p["running_var"] + p["running_mean"] ** 2)) + eps), p
     ),
@@ -162,7 +169,7 @@ WITH_NONLINEARITY = {
     for f in (
         evonorm_b0, evonorm_b1, evonorm_b2, evonorm_s0, evonorm_s1, evonorm_s2,
         bn_relu, bn_prelu, bn_swish1, bn_swish, gn_relu, gn_swish, frn, ln_relu, pixelnorm_relu, rs_rej,
-        no_norm_relu, random_rej,
+        no_norm_relu, random_rej, random_sample,
     )
 }
 

@@ -72,9 +72,9 @@ def test_grid_shapes():
     for key in ("table9", "table10", "table11", "table12", "table13"):
         assert len(TABLES[key].accuracy) == 6 and TABLES[key].batches == (128, 64, 32, 16, 8, 4)
     assert len(cells(TABLES["table3"], None, (0, 1))) == 2 * 7 * 6 * 2
-    assert len(cells(TABLES["table2"], None, (0,))) == 6 * 9  # Random is not a layer; Random + rej is
+    assert len(cells(TABLES["table2"], None, (0,))) == 6 * 10  # every row, Random and Random + rej included
     # the miniature adds the controls: the no-norm ReLU to Table 2, both to Table 3
-    assert len(cells(TABLES["table2"], None, (0,), with_controls=True)) == 6 * 10
+    assert len(cells(TABLES["table2"], None, (0,), with_controls=True)) == 6 * 11
     assert len(cells(TABLES["table3"], (4,), (0,), with_controls=True)) == 2 * 9
     assert [c.label for c in cells(TABLES["table3"], (4,), (0,), ["resnet50"], with_controls=True)][-2:] == [
         "ReLU (no norm)", "Random + rej"]
@@ -141,7 +141,7 @@ def test_table2_report_and_missing_dir(tmp_path, capsys):
     write_run(tmp_path, "efficientnet_cifar", "evonorm_b0", "recipe", 0, 80.0)
     main(["report", "table2", str(tmp_path)])
     out = capsys.readouterr().out
-    assert "| EvoNorm-B0 | 76.8 | 80.0 (n=1) |" in out and "| Random | 0.001 | n/a |" in out
+    assert "| EvoNorm-B0 | 76.8 | 80.0 (n=1) |" in out and "| Random | 0.001 | - |" in out
     assert "| Random + rej (control) | 0.001 | - |" in out and "ReLU (no norm)" not in out  # not measured
     with pytest.raises(SystemExit, match="does not exist"):
         main(["report", "table2", str(tmp_path / "nope")])
@@ -405,9 +405,9 @@ def test_summary_lists_cells_largest_batch_first_and_averages_finite_runs(fixtur
 def test_list_names_every_table_with_its_grid(capsys):
     main(["list"])
     out = capsys.readouterr().out
-    assert "table2   6 models x 10 layers (9 runnable); miniature controls: ReLU (no norm), Random + rej" in out
-    assert "table3   2 models x 7 layers (7 runnable) x 6 batch sizes (128, 64, 32, 16, 8, 4); miniature controls" in out
-    assert "table13  1 models x 6 layers (6 runnable)" in out
+    assert "table2   6 models x 10 layers; miniature controls: ReLU (no norm), Random + rej" in out
+    assert "table3   2 models x 7 layers x 6 batch sizes (128, 64, 32, 16, 8, 4); miniature controls" in out
+    assert "table13  1 models x 6 layers" in out
 
 
 def test_a_curve_of_some_diverged_seeds_says_how_many_it_shows():

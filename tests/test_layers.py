@@ -22,7 +22,7 @@ NAME_IMPLS = [(n, impl) for n in NAMES for impl in (["fused", "reference"] if n 
 EXPECTED_NAMES = {
     "evonorm_b0", "evonorm_b1", "evonorm_b2", "evonorm_s0", "evonorm_s1", "evonorm_s2",
     "bn_relu", "bn_prelu", "bn_swish1", "bn_swish", "gn_relu", "gn_swish", "frn", "ln_relu",
-    "pixelnorm_relu", "rs_rej", "no_norm_relu", "random_rej",
+    "pixelnorm_relu", "rs_rej", "no_norm_relu", "random_rej", "random_sample",
 }
 
 
@@ -381,10 +381,10 @@ def test_momentum_none_is_a_cumulative_average(name):
 def foldable(name, nonlinearity, training):
     """Per the formulas: BN in eval is an affine before its activation; so is every EvoNorm without
     nonlinearity (x * gamma + beta) and RS + rej without its ReLU in eval; the no-norm ReLU always
-    (max(x gamma + beta, 0)), Random + rej without its nonlinearity. Nothing else."""
+    (max(x gamma + beta, 0)), Random and Random + rej without their nonlinearity. Nothing else."""
     if name == "no_norm_relu":
         return True
-    if name.startswith("evonorm_") or name == "random_rej":
+    if name.startswith("evonorm_") or name in ("random_rej", "random_sample"):
         return not nonlinearity
     if name.startswith("bn_"):
         return not training
@@ -626,7 +626,7 @@ DEFAULT_ACTIVATIONS = {
     layers.EvoNormS0: None, layers.EvoNormS1: None, layers.EvoNormS2: None,
     layers.BatchNormAct2d: "relu", layers.GroupNormAct2d: "relu", layers.LayerNormAct2d: "relu",
     layers.PixelNormAct2d: "relu", layers.FilterResponseNorm2d: "max_v0", layers.BatchRMSNormReLU2d: None,
-    layers.AffineReLU2d: "relu", layers.TanhMaxTanh2d: None,
+    layers.AffineReLU2d: "relu", layers.TanhMaxTanh2d: None, layers.RandomSample2d: None,
     _Halved: None, _GroupedHalved: None, _BatchVarianceScaled: None,  # a user's own layers on the base classes
 }
 

@@ -10,7 +10,7 @@ from .baselines import (
     PixelNormAct2d,
 )
 from .conditional import ConditionalNormAct2d, conditional_norm_act_factory
-from .controls import AffineReLU2d, TanhMaxTanh2d
+from .controls import AffineReLU2d, RandomSample2d, TanhMaxTanh2d
 from .evonorm import EvoNormB0, EvoNormB1, EvoNormB2, EvoNormS0, EvoNormS1, EvoNormS2
 
 for _name, _cls in [
@@ -41,6 +41,7 @@ register_norm_act("rs_rej", "rs_plus_rej", "batch_rms_relu")(BatchRMSNormReLU2d)
 # the negative controls of Tables 2 and 3: no normalization
 register_norm_act("no_norm_relu", "affine_relu")(AffineReLU2d)
 register_norm_act("random_rej", "random_plus_rej", "tanh_max_tanh")(TanhMaxTanh2d)
+register_norm_act("random_sample", "random")(RandomSample2d)
 
 __all__ = [
     "ACTIVATIONS",
@@ -62,6 +63,7 @@ __all__ = [
     "LayerNormAct2d",
     "NormAct2d",
     "PixelNormAct2d",
+    "RandomSample2d",
     "TanhMaxTanh2d",
     "conditional_norm_act_factory",
 ]

@@ -1,15 +1,16 @@
-"""Negative controls: norm-act layers without any normalization.
+"""Negative controls: norm-act layers that do not normalize their input.
 
 A miniature that cannot set these apart from BN-ReLU (GN-ReLU for the batch-independent
-layers) cannot resolve the paper's claims about normalization layers. Both end, as every
-layer of the suite, with the per-channel affine ``* gamma + beta`` and use no statistics
-at all (nothing depends on the batch, nothing is kept for eval). They take ``eps`` like every
-other layer, so that a launcher can pass the same options to any layer, but neither formula
-has an epsilon.
+layers) cannot resolve the paper's claims about normalization layers. All end, as every
+layer of the suite, with the per-channel affine ``* gamma + beta``; nothing depends on the
+rest of the batch and nothing is kept for eval. They take ``eps`` like every other layer, so
+that a launcher can pass the same options to any layer.
 
 * :class:`AffineReLU2d` (``no_norm_relu``): BN-ReLU with the normalization removed.
 * :class:`TanhMaxTanh2d` (``random_rej``): the paper's "Random + rej" row of Table 2, a
   random sample of the search space that passed the rejection rules.
+* :class:`RandomSample2d` (``random_sample``): the paper's "Random" row of Table 2, a random
+  sample of the search space without rejection, which does not train on any model (1e-3).
 """
 from __future__ import annotations
 
@@ -80,6 +81,45 @@ class TanhMaxTanh2d(NormAct2d):
         if not self.nonlinearity:
             return x
         return torch.tanh(torch.maximum(x, torch.tanh(x)))
+
+    def folded_affine(self) -> tuple[Tensor, Tensor] | None:
+        return None if self.nonlinearity else self._gamma_beta()
+
+
+class RandomSample2d(NormAct2d):
+    r"""The "Random" layer of Table 2, a random sample of the search space (no rejection rules):
+
+    .. math::
+        \mathrm{sign}(z) \sqrt{z} \gamma + \beta, \quad z = \sqrt{s^2_{w,h}(\sigma(x)) + \epsilon}
+
+    ``sqrt`` is the search space's signed square root, ``sign(z) sqrt(|z|)``, and ``z`` the
+    instance std of ``sigmoid(x)`` (with the ``epsilon`` every std of the search space has). The
+    output is constant over each sample's channel plane: everything the layer passes on about
+    a plane is how much its sigmoid varies. The paper reports near-zero accuracy (1e-3) on all
+    six models. With ``nonlinearity=False`` it is the affine ``x * gamma + beta``, as for
+    "Random + rej".
+    """
+
+    def __init__(
+        self,
+        num_channels: int,
+        nonlinearity: bool = True,
+        *,
+        eps: float = 1e-5,
+        affine: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(num_channels, nonlinearity, eps=eps, affine=affine, device=device, dtype=dtype)
+
+    def transform(self, x: Tensor) -> Tensor:
+        if not self.nonlinearity:
+            return x
+        s = torch.sigmoid(x)
+        # two passes, not var_mean: an empty plane gives NaN without a warning and stays tied to x
+        variance = (s - s.mean(dim=(2, 3), keepdim=True)).square().mean(dim=(2, 3), keepdim=True)
+        z = torch.sqrt(variance + self.eps)
+        return torch.sqrt(z).expand_as(x)  # z > 0, so sign(z) = 1
 
     def folded_affine(self) -> tuple[Tensor, Tensor] | None:
         return None if self.nonlinearity else self._gamma_beta()
