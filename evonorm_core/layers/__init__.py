@@ -10,7 +10,7 @@ from .baselines import (
     PixelNormAct2d,
 )
 from .conditional import ConditionalNormAct2d, conditional_norm_act_factory
-from .controls import AffineReLU2d, RandomSample2d, TanhMaxTanh2d
+from .controls import AffineReLU2d, RandomSample2d, SearchSpaceSample2d, TanhMaxTanh2d
 from .evonorm import EvoNormB0, EvoNormB1, EvoNormB2, EvoNormS0, EvoNormS1, EvoNormS2
 
 for _name, _cls in [
@@ -64,6 +64,7 @@ __all__ = [
     "NormAct2d",
     "PixelNormAct2d",
     "RandomSample2d",
+    "SearchSpaceSample2d",
     "TanhMaxTanh2d",
     "conditional_norm_act_factory",
 ]

@@ -14,6 +14,8 @@ that a launcher can pass the same options to any layer.
 """
 from __future__ import annotations
 
+import abc
+
 import torch
 from torch import Tensor
 
@@ -53,16 +55,12 @@ class AffineReLU2d(NormAct2d):
         return self._gamma_beta()
 
 
-class TanhMaxTanh2d(NormAct2d):
-    r"""The "Random + rej" layer of Table 2 (a random sample that passed the rejection rules):
+class SearchSpaceSample2d(NormAct2d):
+    """A sample of the search space, as Table 2 lists them: ``expression(x) * gamma + beta``.
 
-    .. math::
-        \tanh(\max(x, \tanh(x))) \gamma + \beta
-
-    It has no normalization: the paper reports 70.2 / 71.6% on ResNet-50 / ResNet-101 and a
-    layer that does not train (1e-3) on the four mobile models. As a searched layer it ends
-    with the affine every searched layer ends with, and with ``nonlinearity=False`` it is that
-    affine, ``x * gamma + beta`` (Appendix A's rule for the EvoNorms).
+    Subclasses define :meth:`expression`. As a searched layer it ends with the affine every
+    searched layer ends with, and with ``nonlinearity=False`` it is that affine,
+    ``x * gamma + beta`` (Appendix A's rule for the EvoNorms).
     """
 
     def __init__(
@@ -77,16 +75,32 @@ class TanhMaxTanh2d(NormAct2d):
     ) -> None:
         super().__init__(num_channels, nonlinearity, eps=eps, affine=affine, device=device, dtype=dtype)
 
+    @abc.abstractmethod
+    def expression(self, x: Tensor) -> Tensor:
+        """The sampled expression, before the affine."""
+
     def transform(self, x: Tensor) -> Tensor:
-        if not self.nonlinearity:
-            return x
-        return torch.tanh(torch.maximum(x, torch.tanh(x)))
+        return self.expression(x) if self.nonlinearity else x
 
     def folded_affine(self) -> tuple[Tensor, Tensor] | None:
         return None if self.nonlinearity else self._gamma_beta()
 
 
-class RandomSample2d(NormAct2d):
+class TanhMaxTanh2d(SearchSpaceSample2d):
+    r"""The "Random + rej" layer of Table 2 (a random sample that passed the rejection rules):
+
+    .. math::
+        \tanh(\max(x, \tanh(x))) \gamma + \beta
+
+    It has no normalization: the paper reports 70.2 / 71.6% on ResNet-50 / ResNet-101 and a
+    layer that does not train (1e-3) on the four mobile models.
+    """
+
+    def expression(self, x: Tensor) -> Tensor:
+        return torch.tanh(torch.maximum(x, torch.tanh(x)))
+
+
+class RandomSample2d(SearchSpaceSample2d):
     r"""The "Random" layer of Table 2, a random sample of the search space (no rejection rules):
 
     .. math::
@@ -96,30 +110,12 @@ class RandomSample2d(NormAct2d):
     instance std of ``sigmoid(x)`` (with the ``epsilon`` every std of the search space has). The
     output is constant over each sample's channel plane: everything the layer passes on about
     a plane is how much its sigmoid varies. The paper reports near-zero accuracy (1e-3) on all
-    six models. With ``nonlinearity=False`` it is the affine ``x * gamma + beta``, as for
-    "Random + rej".
+    six models.
     """
 
-    def __init__(
-        self,
-        num_channels: int,
-        nonlinearity: bool = True,
-        *,
-        eps: float = 1e-5,
-        affine: bool = True,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        super().__init__(num_channels, nonlinearity, eps=eps, affine=affine, device=device, dtype=dtype)
-
-    def transform(self, x: Tensor) -> Tensor:
-        if not self.nonlinearity:
-            return x
+    def expression(self, x: Tensor) -> Tensor:
         s = torch.sigmoid(x)
         # two passes, not var_mean: an empty plane gives NaN without a warning and stays tied to x
         variance = (s - s.mean(dim=(2, 3), keepdim=True)).square().mean(dim=(2, 3), keepdim=True)
         z = torch.sqrt(variance + self.eps)
         return torch.sqrt(z).expand_as(x)  # z > 0, so sign(z) = 1
-
-    def folded_affine(self) -> tuple[Tensor, Tensor] | None:
-        return None if self.nonlinearity else self._gamma_beta()
