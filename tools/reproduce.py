@@ -22,7 +22,7 @@ invocations of this tool, so runs trained elsewhere (on a GPU, or by the package
 not in it. Every grid commits its finished runs (runs/reproduction/**), so it continues on any clone.
 
 * table2, table3 (the MNIST miniatures of classification/tables.py's MiniScale, with their
-  no-normalization rows; 5 seeds): both finished, 100 and 360 runs. A run of 15 epochs at 128 images
+  no-normalization rows; 5 seeds): both finished, 110 and 360 runs. A run of 15 epochs at 128 images
   a step on one thread costs 5.5-10 CPU-minutes (ResNet50-CIFAR) or about 8.5 (MobileNetV2-CIFAR)
   (docs/classification.md); table3's smaller ghost batches cost more per image, and 140 of its runs
   were trained on GPUs. The step runs 2 one-thread runs at a time, so its wall time is about half.
