@@ -48,10 +48,11 @@ def resolve_groups(num_channels: int, groups: int | None) -> int:
 
 
 def _var_mean(x: Tensor, dim: int | tuple[int, ...], keepdim: bool = False) -> tuple[Tensor, Tensor]:
-    """``torch.var_mean`` (biased); NaN, without PyTorch's warning, where there is nothing to reduce."""
-    if x.numel() == 0:
-        nan = x.new_full(x.mean(dim=dim, keepdim=keepdim).shape, float("nan"))
-        return nan, nan
+    """``torch.var_mean`` (biased); NaN, without PyTorch's warning, where there is nothing to reduce,
+    still computed from ``x`` so that a gradient of an empty input exists."""
+    if x.numel() == 0:  # mean() of nothing is NaN without the warning var_mean gives
+        centered = x - x.mean(dim=dim, keepdim=True)
+        return centered.square().mean(dim=dim, keepdim=keepdim), x.mean(dim=dim, keepdim=keepdim)
     return torch.var_mean(x, dim=dim, unbiased=False, keepdim=keepdim)
 
 

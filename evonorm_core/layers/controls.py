@@ -19,6 +19,7 @@ import abc
 import torch
 from torch import Tensor
 
+from .. import statistics as stats
 from .base import NormAct2d
 
 
@@ -114,8 +115,5 @@ class RandomSample2d(SearchSpaceSample2d):
     """
 
     def expression(self, x: Tensor) -> Tensor:
-        s = torch.sigmoid(x)
-        # two passes, not var_mean: an empty plane gives NaN without a warning and stays tied to x
-        variance = (s - s.mean(dim=(2, 3), keepdim=True)).square().mean(dim=(2, 3), keepdim=True)
-        z = torch.sqrt(variance + self.eps)
+        z = torch.sqrt(stats.instance_var(torch.sigmoid(x)) + self.eps)
         return torch.sqrt(z).expand_as(x)  # z > 0, so sign(z) = 1
