@@ -111,10 +111,13 @@ class Trainer:
         self.step = 0
         self.latent_rng = torch.Generator()
         self._seed_latents()
-        if resume and (checkpoint_dir(self.run_dir) / LAST).is_file():
-            self.load_state_dict(self.read_checkpoint(checkpoint_dir(self.run_dir) / LAST))
+        last = checkpoint_dir(self.run_dir) / LAST
+        if resume and last.is_file():
+            self.load_state_dict(self.read_checkpoint(last))
             if self.ctx.is_main:
                 print(f"resumed {self.run_dir} at step {self.step}", flush=True)
+        elif resume and self.ctx.is_main:  # stopped before its first checkpoint, or a clone without checkpoints
+            print(f"{self.run_dir} holds no checkpoints/{LAST} to resume from: training from step 0", flush=True)
 
     def _seed_latents(self) -> None:
         """Seed the latent RNG from (seed, rank, step): distinct per process, reproducible on resume."""

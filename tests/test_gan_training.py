@@ -190,6 +190,17 @@ def test_run_folder_checkpoint_and_resume(tmp_path, digits):
         tiny_trainer(tmp_path / "none", digits, resume=True)
 
 
+def test_resume_without_a_checkpoint_trains_from_step_0_and_says_so(tmp_path, digits, capsys):
+    tiny_trainer(tmp_path, digits).train()
+    (tmp_path / "checkpoints" / "last.pt").unlink()  # as on a clone that kept the run's metrics only
+    capsys.readouterr()
+    resumed = tiny_trainer(tmp_path, digits, resume=True)
+    assert resumed.step == 0
+    assert f"{tmp_path} holds no checkpoints/last.pt to resume from: training from step 0" in capsys.readouterr().out
+    resumed.train()
+    assert resumed.step == 2 and (tmp_path / "checkpoints" / "last.pt").is_file()
+
+
 @pytest.mark.slow
 def test_cli_trains_resumes_keeps_settings_and_refuses_to_overwrite(tmp_path, capsys):
     args = ["--run-dir", str(tmp_path), "--norm", "evonorm_s0", "--channels", "8", "--batch-size", "8",
