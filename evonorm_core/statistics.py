@@ -51,8 +51,9 @@ def _var_mean(x: Tensor, dim: int | tuple[int, ...], keepdim: bool = False) -> t
     """``torch.var_mean`` (biased); NaN, without PyTorch's warning, where there is nothing to reduce,
     still computed from ``x`` so that a gradient of an empty input exists."""
     if x.numel() == 0:  # mean() of nothing is NaN without the warning var_mean gives
-        centered = x - x.mean(dim=dim, keepdim=True)
-        return centered.square().mean(dim=dim, keepdim=keepdim), x.mean(dim=dim, keepdim=keepdim)
+        mean = x.mean(dim=dim, keepdim=True)
+        var = (x - mean).square().mean(dim=dim, keepdim=keepdim)
+        return var, mean if keepdim else mean.squeeze(dim)
     return torch.var_mean(x, dim=dim, unbiased=False, keepdim=keepdim)
 
 
