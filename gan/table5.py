@@ -30,7 +30,8 @@ that fails is named at the end (no summary is written then) and the others go on
 over seeds, the FID floor (held-out real digits) and ceiling (noise), the command and the CPU time (the sum of
 the runs' ``cost.json``: each cell's wall-clock and CPU seconds, recorded in its run's folder as it finishes,
 so the cost of a grid spread over machines adds up) go to ``--out/table5.json``; the markdown table to
-``--out/table5.md``; seed 0's final sample grid of each layer to ``--out/<layer>.png``. Installed as ``evonorm-gan-table5``.
+``--out/table5.md``; seed 0's final sample grid of each layer to ``--out/<layer>.png`` (kept where this machine has
+no samples of that run: they are not committed). Installed as ``evonorm-gan-table5``.
 """
 from __future__ import annotations
 
@@ -307,11 +308,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.mkdir(parents=True, exist_ok=True)
     for layer in args.layers:
+        grid_png = args.out / f"{layer}.png"
         grids = sorted((args.runs_dir / layer / "seed0" / "samples").glob("step_*.png"))
         if grids:
-            shutil.copyfile(grids[-1], args.out / f"{layer}.png")
+            shutil.copyfile(grids[-1], grid_png)
+        if grid_png.is_file():  # samples are not committed: a clone keeps the grid its seed-0 run drew
             for key in (key for key in summary["layers"] if layer_name(key) == layer):
-                summary["layers"][key]["grid_png"] = str(args.out / f"{layer}.png")
+                summary["layers"][key]["grid_png"] = str(grid_png)
     atomic_write_json(summary_path, summary)
     table = markdown(layers)
     atomic_write_text(args.out / "table5.md", table + "\n")

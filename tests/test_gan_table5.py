@@ -226,6 +226,28 @@ def test_runs_measured_by_another_classifier_are_refused_by_name(tmp_path, monke
         table5.main(["--runs-dir", str(runs), "--out", str(tmp_path / "out"), "--report-only"])
 
 
+def test_the_report_keeps_a_sample_grid_whose_run_left_no_samples_on_this_machine(tmp_path, monkeypatch,
+                                                                                   cached_classifier):
+    monkeypatch.setattr(table5, "digits_calibration", lambda resolution, weights: {"fid_floor": 1.0, "fid_noise": 9.0})
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    digest = weights_digest(str(table5.pinned_classifier(runs)))
+    for layer in ("bn_relu", "gn_relu", "ln_relu"):
+        write_snapshots(runs / layer / "seed0", 2000, valley(1000), layer, digest=digest)
+    samples = runs / "gn_relu" / "seed0" / "samples"
+    samples.mkdir()
+    (samples / "step_0001000.png").write_bytes(b"step 1000")
+    (samples / "step_0002000.png").write_bytes(b"step 2000")
+    out.mkdir()
+    (out / "bn_relu.png").write_bytes(b"a clone's committed grid")  # its run's samples are not here
+    assert table5.main(["--runs-dir", str(runs), "--out", str(out), "--report-only"]) == 0
+    layers = json.loads((out / "table5.json").read_text())["layers"]
+    assert layers["bn_relu"]["grid_png"] == str(out / "bn_relu.png")
+    assert (out / "bn_relu.png").read_bytes() == b"a clone's committed grid"
+    assert layers["gn_relu"]["grid_png"] == str(out / "gn_relu.png")
+    assert (out / "gn_relu.png").read_bytes() == b"step 2000"  # the last sample grid of seed 0
+    assert "grid_png" not in layers["ln_relu"]  # neither samples nor a grid: none is claimed
+
+
 def test_a_pinned_classifier_of_another_resolution_is_refused(tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()
