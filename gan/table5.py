@@ -237,6 +237,17 @@ def train_to_peaks(layers: list[str], seeds: list[int], runs_dir: Path, schedule
                              f"after their commands succeeded; see their logs in {runs_dir}")
 
 
+def finished_runs(runs_dir: Path) -> list[Path]:
+    """The ``metrics.json`` of every evaluated run under ``runs_dir``; exits with an error naming it where there is
+    none."""
+    try:
+        return find_metrics([runs_dir])
+    except FileNotFoundError:
+        raise SystemExit(f"error: no evaluated run under {runs_dir} (no metrics.json): train the grid there first "
+                         f"(python gan/table5.py --runs-dir {runs_dir}) or name the folder that holds one "
+                         "(python tools/reproduce.py --only table5 keeps its grid in runs/reproduction/gan)") from None
+
+
 def run_record(metrics_path: Path) -> dict:
     """A run's ``metrics.json`` (its best-FID snapshot) with its last evaluated step and every evaluated snapshot."""
     metrics = read_json(metrics_path, what="run metrics")
@@ -281,11 +292,13 @@ def main(argv: list[str] | None = None) -> int:
     if problem := schedule.check():
         parser.error(problem)
     summary_path = args.out / "table5.json"
+    if args.report_only:
+        finished_runs(args.runs_dir)  # refused before a classifier is pinned into a folder with nothing to report
     classifier = pinned_classifier(args.runs_dir)
     if not args.report_only and (status := train_to_peaks(args.layers, args.seeds, args.runs_dir, schedule, args.jobs,
                                                           classifier)):
         return status
-    metrics_paths = find_metrics([args.runs_dir])
+    metrics_paths = finished_runs(args.runs_dir)
     digest = weights_digest(str(classifier))
     if foreign := measured_by_another_classifier(metrics_paths, digest):
         raise SystemExit(f"error: {', '.join(foreign)} in {args.runs_dir} were evaluated with another digits "

@@ -248,6 +248,17 @@ def test_the_report_keeps_a_sample_grid_whose_run_left_no_samples_on_this_machin
     assert "grid_png" not in layers["ln_relu"]  # neither samples nor a grid: none is claimed
 
 
+def test_report_only_without_evaluated_runs_is_refused_by_folder_before_pinning_a_classifier(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    with pytest.raises(SystemExit, match=rf"error: no evaluated run under {runs} \(no metrics.json\)"):
+        table5.main(["--runs-dir", str(runs), "--out", str(tmp_path / "out"), "--report-only"])
+    assert not runs.exists()  # nothing pinned, no folder made
+    write_snapshots(runs / "bn_relu" / "seed0", 2000, valley(1000))
+    (runs / "bn_relu" / "seed0" / "metrics.json").unlink()  # snapshots evaluated, the run not yet summarised
+    with pytest.raises(SystemExit, match="no evaluated run under"):
+        table5.main(["--runs-dir", str(runs), "--out", str(tmp_path / "out"), "--report-only"])
+
+
 def test_a_pinned_classifier_of_another_resolution_is_refused(tmp_path):
     runs = tmp_path / "runs"
     runs.mkdir()
