@@ -251,6 +251,11 @@ def main(argv: list[str] | None = None) -> int:
             return result.exit_status
     summary = {**summarize(args.runs_dir, tuple(args.seeds), args.iterations), "iterations": args.iterations,
                "command": command_line("python detection/miniature.py", argv)}
+    if not any(cell["runs"] for cell in summary["cells"]):  # --report-only on a folder without runs of this length
+        raise SystemExit(f"error: no finished run under {length_dir(args.runs_dir, args.iterations)} (no "
+                         f"{RESULTS_FILE}), so nothing in {args.out} is replaced: train the grid there first "
+                         f"(python detection/miniature.py --runs-dir {args.runs_dir}) or name the folder that holds "
+                         "one (python tools/reproduce.py --only table4 keeps its grid in runs/reproduction/detection)")
     atomic_write_json(args.out / "miniature.json", summary)
     print(markdown(summary))
     logged = any(len(run["validation"]) > 1 for cell in summary["cells"] for run in cell["runs"])  # a curve

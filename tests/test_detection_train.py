@@ -282,11 +282,21 @@ def test_miniature_commands_and_summary(tmp_path):
 
 
 def test_miniature_main_writes_the_summary_and_the_loss_plot(tmp_path, capsys):
-    assert miniature.main(["--report-only", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
+    argv = ["--report-only", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit, match=rf"no finished run under {tmp_path / 'runs' / '14400_images'} "):
+        miniature.main(argv)  # a folder without runs: the committed summary is not replaced by an empty one
+    assert not (tmp_path / "out").exists()
+    folder = miniature.Run(miniature.SETTINGS[0], "gn", 0).output_dir(tmp_path / "runs", miniature.ITERATIONS)
+    folder.mkdir(parents=True)
+    (folder / report.RESULTS_FILE).write_text(json.dumps({"bbox": {"AP": 30.0, "AP50": 50.0},
+                                                          "segm": {"AP": 28.0, "AP50": 48.0}}))
+    write_metrics(folder, [{"iteration": 19, "total_loss": 2.0}, {"iteration": 1800, "bbox/AP": 30.0, "segm/AP": 28.0}])
+    assert miniature.main(argv) == 0
     assert {p.name for p in (tmp_path / "out").iterdir()} == {"miniature.json", miniature.LOSS_PLOT}
     assert "validation curves: fewer than 2 evaluations a run (no plot)" in capsys.readouterr().out
     summary = json.loads((tmp_path / "out" / "miniature.json").read_text())
-    assert summary["iterations"] == miniature.ITERATIONS == 1800 and all(c["runs"] == [] for c in summary["cells"])
+    assert summary["iterations"] == miniature.ITERATIONS == 1800
+    assert [(c["setting"], c["layer"], len(c["runs"])) for c in summary["cells"] if c["runs"]] == [("batch8", "gn", 1)]
 
 
 def test_the_reproduction_runs_the_miniature_at_its_default_length():
