@@ -292,13 +292,13 @@ def main(argv: list[str] | None = None) -> int:
     if problem := schedule.check():
         parser.error(problem)
     summary_path = args.out / "table5.json"
-    if args.report_only:
-        finished_runs(args.runs_dir)  # refused before a classifier is pinned into a folder with nothing to report
+    if args.report_only:  # refused before a classifier is pinned into a folder with nothing to report
+        metrics_paths = finished_runs(args.runs_dir)
     classifier = pinned_classifier(args.runs_dir)
-    if not args.report_only and (status := train_to_peaks(args.layers, args.seeds, args.runs_dir, schedule, args.jobs,
-                                                          classifier)):
-        return status
-    metrics_paths = finished_runs(args.runs_dir)
+    if not args.report_only:
+        if status := train_to_peaks(args.layers, args.seeds, args.runs_dir, schedule, args.jobs, classifier):
+            return status
+        metrics_paths = finished_runs(args.runs_dir)
     digest = weights_digest(str(classifier))
     if foreign := measured_by_another_classifier(metrics_paths, digest):
         raise SystemExit(f"error: {', '.join(foreign)} in {args.runs_dir} were evaluated with another digits "

@@ -248,7 +248,7 @@ def test_the_report_keeps_a_sample_grid_whose_run_left_no_samples_on_this_machin
     assert "grid_png" not in layers["ln_relu"]  # neither samples nor a grid: none is claimed
 
 
-def test_report_only_without_evaluated_runs_is_refused_by_folder_before_pinning_a_classifier(tmp_path, capsys):
+def test_report_only_without_evaluated_runs_is_refused_by_folder_before_pinning_a_classifier(tmp_path):
     runs = tmp_path / "runs"
     with pytest.raises(SystemExit, match=rf"error: no evaluated run under {runs} \(no metrics.json\)"):
         table5.main(["--runs-dir", str(runs), "--out", str(tmp_path / "out"), "--report-only"])
