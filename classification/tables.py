@@ -38,7 +38,7 @@ from evonorm_core.experiment.distributed import describe_device, training_device
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
 from evonorm_core.experiment.grid import Cell as GridCell
 from evonorm_core.experiment.grid import run_grid
-from evonorm_core.experiment.rundir import holds_run
+from evonorm_core.experiment.rundir import RunDirError, holds_run
 from evonorm_core.experiment.tables import Series, format_mean_std, markdown_table, mean_std_fields, plot_series
 from evonorm_suite.classification.paper_tables import CONTROLS, LAYERS, TABLES, WORKERS, PaperTable
 from evonorm_suite.classification.recipes import scaled_lr
@@ -619,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return args.func(args) or 0
-    except (FileNotFoundError, CorruptFileError) as error:
+    except (FileNotFoundError, CorruptFileError, RunDirError) as error:
         raise SystemExit(f"error: {error}") from None
 
 

@@ -39,7 +39,7 @@ from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.convergence import last_fifth_flatness
 from evonorm_core.experiment.files import atomic_write_json, read_json
 from evonorm_core.experiment.grid import Cell, run_grid
-from evonorm_core.experiment.rundir import holds_run
+from evonorm_core.experiment.rundir import RunDirError, holds_run
 from evonorm_core.experiment.tables import Series, format_mean_std, markdown_table, mean_and_std, plot_series
 from evonorm_suite.detection.report import RESULTS_FILE, logged_metrics, training_curve
 
@@ -245,8 +245,11 @@ def main(argv: list[str] | None = None) -> int:
         steps = ", ".join(f"{s.name}: {s.iterations(args.iterations)} steps" for s in SETTINGS if s.name in args.settings)
         print(f"detection miniature: {args.iterations * BASE_BATCH} images per run ({steps}), into "
               f"{length_dir(args.runs_dir, args.iterations)}", flush=True)
-        result = run_grid([run.cell(args.runs_dir, args.iterations) for run in runs], args.runs_dir, jobs=args.jobs,
-                          name="detection miniature")
+        try:
+            result = run_grid([run.cell(args.runs_dir, args.iterations) for run in runs], args.runs_dir,
+                              jobs=args.jobs, name="detection miniature")
+        except RunDirError as error:  # another grid holds the folder
+            raise SystemExit(f"error: {error}") from None
         if result.exit_status:
             return result.exit_status
     summary = {**summarize(args.runs_dir, tuple(args.seeds), args.iterations), "iterations": args.iterations,

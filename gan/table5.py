@@ -44,7 +44,7 @@ from pathlib import Path
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
 from evonorm_core.experiment.grid import Cell, run_grid
-from evonorm_core.experiment.rundir import holds_run
+from evonorm_core.experiment.rundir import RunDirError, holds_run
 from evonorm_core.registry import options_of
 from evonorm_suite.gan import digits_classifier
 from evonorm_suite.gan.config import PRESETS
@@ -296,8 +296,11 @@ def main(argv: list[str] | None = None) -> int:
         metrics_paths = finished_runs(args.runs_dir)
     classifier = pinned_classifier(args.runs_dir)
     if not args.report_only:
-        if status := train_to_peaks(args.layers, args.seeds, args.runs_dir, schedule, args.jobs, classifier):
-            return status
+        try:
+            if status := train_to_peaks(args.layers, args.seeds, args.runs_dir, schedule, args.jobs, classifier):
+                return status
+        except RunDirError as error:  # another grid holds the folder
+            raise SystemExit(f"error: {error}") from None
         metrics_paths = finished_runs(args.runs_dir)
     digest = weights_digest(str(classifier))
     if foreign := measured_by_another_classifier(metrics_paths, digest):

@@ -27,7 +27,7 @@ from pathlib import Path
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json
 from evonorm_core.experiment.grid import Cell, run_grid
-from evonorm_core.experiment.rundir import holds_run
+from evonorm_core.experiment.rundir import RunDirError, holds_run
 from evonorm_core.experiment.tables import mean_and_std, mean_std_fields, pyplot
 from evonorm_core.search.driver import CHECKPOINT, read_checkpoint
 from evonorm_suite.search import evolve
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
              for seed in args.seeds for strategy in STRATEGIES]
     try:
         status = run_grid(cells, output_dir, jobs=args.jobs, name="fig10").exit_status
-    except CorruptFileError as error:  # a damaged checkpoint of an earlier run
+    except (CorruptFileError, RunDirError) as error:  # a damaged checkpoint of an earlier run, a folder in use
         parser.error(str(error))
     if status:
         return status

@@ -32,12 +32,12 @@ from torch import nn
 
 import evonorm_core
 from evonorm_core import functional as F
-from evonorm_core.experiment.files import CorruptFileError, load_checkpoint
+from evonorm_core.experiment.files import CorruptFileError, load_checkpoint, save_checkpoint
 from evonorm_core.experiment.rundir import RunDir
 from evonorm_core.search.expression import parse
 from evonorm_core.search.genome import Genome, Node
 from evonorm_suite.classification import tables, tradeoff, train
-from evonorm_suite.gan import evaluate
+from evonorm_suite.gan import digits_classifier, evaluate
 from evonorm_suite.search import compare
 
 from .tool_scripts import load
@@ -377,6 +377,32 @@ def test_a_folder_another_process_holds_is_refused(kind, tmp_path, capsys):
     try:
         resume = ["--resume"] if kind == "detection" else []
         message = refusal(entry(program), [*resume, *argv, str(folder)], capsys)
+    finally:
+        held.close()
+    says(message, f"is in use by process {os.getpid()}; two runs cannot write one folder")
+
+
+GRID_FOLDERS = {  # grid, the arguments that start it in a folder (one small cell each)
+    "table5": (TABLE5, ["--seeds", "0", "--layers", "bn_relu", "--runs-dir"]),
+    "detection miniature": (MINIATURE, ["--seeds", "0", "--layers", "gn", "--settings", "batch8",
+                                        "--iterations", "1", "--runs-dir"]),
+    "fig10": (COMPARE, ["--max-candidates", "1", "--seeds", "0", "--output-dir"]),
+    "table3 mini": (TABLES, ["run", "table3", "--scale", "mini", "--seeds", "0", "--batches", "4", "--layers",
+                             "bn_relu", "--runs-dir"]),
+}
+
+
+@pytest.mark.parametrize("grid", GRID_FOLDERS)
+def test_a_grid_folder_another_grid_holds_is_refused(grid, tmp_path, capsys, monkeypatch):
+    """Two grids started on one folder: the second says which process holds it, with no traceback."""
+    classifier = tmp_path / "classifier.pt"  # table5 pins one first; an untrained one spares the training
+    save_checkpoint(classifier, {"model": digits_classifier.DigitsClassifier().state_dict(), "resolution": 16})
+    monkeypatch.setattr(digits_classifier, "weights_file", lambda resolution: classifier)
+    program, argv = GRID_FOLDERS[grid]
+    folder = tmp_path / "held"
+    held = RunDir(folder, resume=True)
+    try:
+        message = refusal(entry(program), [*argv, str(folder)], capsys)
     finally:
         held.close()
     says(message, f"is in use by process {os.getpid()}; two runs cannot write one folder")
