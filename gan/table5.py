@@ -64,7 +64,7 @@ class Schedule:
 
     steps: int = DEFAULT_STEPS
     extend_by: int = 1000
-    max_steps: int = 10000
+    max_steps: int = 16000
     snapshot_every: int = 500
     patience: int = 2
 

@@ -32,8 +32,8 @@ not in it. Every grid commits its finished runs (runs/reproduction/**), so it co
   run 0.23-0.30 s a step, about 30, so about 20 CPU-hours for the 50 runs.
 * table5 (gan/table5.py, 7 generators, the paper's six and the no-normalization one, x 3 seeds; 8
   groups in grouped layers; each run 2000 steps, then 1000 more at a time until two evaluated
-  snapshots, every 500 steps, follow its best, at most 10000): about 0.22 s a step and 30 s an
-  evaluation on one thread, 15 to 47 min a run.
+  snapshots, every 500 steps, follow its best, at most 16000): about 0.22 s a step and 30 s an
+  evaluation on one thread, 15 to 75 min a run.
 * fig10 (search/compare.py, 2,000 candidates a search): 3 h 28 min CPU as its JSON records.
 
 The verdict rule
