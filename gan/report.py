@@ -69,7 +69,8 @@ def aggregate(runs: list[dict]) -> dict[str, dict]:
     """Per layer: the seeds, every seed's IS and FID, their median and best (highest IS, lowest FID), and the step
     of each seed's reported snapshot (``steps``). Runs that name their last evaluated snapshot (``last_step``, as
     gan/table5.py adds it) also give ``last_steps`` and ``best_at_last`` (the reported snapshot is the last: the run
-    was still improving when it stopped), and ``snapshots`` (each seed's evaluated steps with their FID and IS)."""
+    was still improving when it stopped), and ``snapshots`` (each seed's evaluated steps with their FID and IS); runs
+    that say whether the grid's schedule is done with them (``finished``) give ``unfinished``, the seeds it is not."""
     groups: dict[str, list[dict]] = {}
     for run in runs:
         groups.setdefault(layer_key(run), []).append(run)
@@ -86,6 +87,8 @@ def aggregate(runs: list[dict]) -> dict[str, dict]:
             results[key].update(last_steps=[r["last_step"] for r in group],
                                 best_at_last=[r["step"] >= r["last_step"] for r in group],
                                 snapshots=[r.get("snapshots", []) for r in group])
+        if all("finished" in r for r in group):
+            results[key]["unfinished"] = [r["seed"] for r in group if not r["finished"]]
     return results
 
 

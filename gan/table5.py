@@ -9,7 +9,8 @@ grouped layers with 8 groups: 2 or more channels per group) in its own process (
 keeping a snapshot every ``--snapshot-every`` steps, and is then evaluated by ``gan/evaluate.py --all-snapshots``
 (standing statistics, digits-classifier IS/FID against the training digits with as many samples as there are
 held-out digits). The paper reports each run at its peak, so each run's result is its best-FID snapshot, and a
-run is trained until that snapshot is behind it: a run trains ``--steps`` first; while fewer than ``--patience``
+run is trained until that snapshot is behind it: every run trains ``--steps`` first, the same length for all (a
+run's best FID depends on how long it trained: docs/gan.md); while fewer than ``--patience``
 of its evaluated snapshots come after its best one, it is resumed for ``--extend-by`` more steps and evaluated
 again (kept snapshots evaluated before are read back), up to ``--max-steps``. The grid works on ``--jobs`` runs
 at a time, each until it is past its peak or at the cap, then takes the next, so finished runs accumulate in
@@ -54,7 +55,9 @@ from evonorm_suite.gan.report import LABELS, aggregate, find_metrics, layer_name
 
 PRESET = PRESETS["digits"]
 COST_FILE = "cost.json"
-DEFAULT_STEPS = PRESET.total_steps
+# Every run trains this long first, the same for all: under a 2000-step start a run's best FID tracked how long the
+# stopping rule let it train more than its layer (docs/gan.md, "Equal lengths").
+DEFAULT_STEPS = 10000
 
 
 @dataclass(frozen=True)
@@ -248,14 +251,16 @@ def finished_runs(runs_dir: Path) -> list[Path]:
                          "(python tools/reproduce.py --only table5 keeps its grid in runs/reproduction/gan)") from None
 
 
-def run_record(metrics_path: Path) -> dict:
-    """A run's ``metrics.json`` (its best-FID snapshot) with its last evaluated step and every evaluated snapshot."""
+def run_record(metrics_path: Path, schedule: Schedule) -> dict:
+    """A run's ``metrics.json`` (its best-FID snapshot) with its last evaluated step, every evaluated snapshot and
+    whether it is done under ``schedule`` (``finished``: trained and evaluated as far as the schedule asks)."""
     metrics = read_json(metrics_path, what="run metrics")
     state = RunState.read(metrics_path.parent)
     if not state.snapshots:
         return metrics
     snapshots = [{"step": r["step"], "fid": r["fid"], "is": r["is_mean"]} for r in state.snapshots]
-    return {**metrics, "last_step": state.last_step, "snapshots": snapshots}
+    return {**metrics, "last_step": state.last_step, "snapshots": snapshots,
+            "finished": state.next_target(schedule) is None}
 
 
 def still_improving(layers: dict[str, dict]) -> list[str]:
@@ -308,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"classifier than the grid's {classifier}: their FIDs are on another scale. Evaluate them "
                          f"again with it (python gan/evaluate.py RUN --all-snapshots --reevaluate --digits-classifier "
                          f"{classifier}) or remove them to retrain")
-    layers = aggregate([run_record(p) for p in metrics_paths])
+    layers = aggregate([run_record(p, schedule) for p in metrics_paths])
     resolution = PRESET.resolution
     summary = {
         "experiment": "Table 5 miniature", "command": command_line("python gan/table5.py", argv),
@@ -338,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     improving = still_improving(layers)
     print(f"Runs best at their last snapshot (still improving: claims that read them cannot be resolved): "
           f"{', '.join(improving) if improving else 'none'}")
+    unfinished = [f"{key}/seed{seed}" for key, result in layers.items() for seed in result.get("unfinished", [])]
+    print(f"Runs not yet trained as far as the schedule asks (not comparable yet; the same command without "
+          f"--report-only trains them): {', '.join(unfinished) if unfinished else 'none'}")
     print(f"FID floor (held-out digits) {summary['fid_floor']:.2f}, noise {summary['fid_noise']:.2f}; "
           f"summary: {summary_path}")
     return 0

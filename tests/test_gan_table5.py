@@ -167,7 +167,7 @@ def test_the_grid_trains_runs_in_turn_until_each_is_past_its_peak_and_records_wh
     out.mkdir()
     (out / "table5.json").write_text(json.dumps({"cpu_seconds": 10.0}))  # an earlier grid's: not added
     runs = tmp_path / "runs"
-    argv = ["--runs-dir", str(runs), "--out", str(out), "--jobs", "1", "--max-steps", "4000"]
+    argv = ["--runs-dir", str(runs), "--out", str(out), "--jobs", "1", "--steps", "2000", "--max-steps", "4000"]
     assert table5.main(argv) == 0
     ran_before = list(ran)
     pinned = runs / "digits_classifier_16px.pt"
@@ -191,6 +191,7 @@ def test_the_grid_trains_runs_in_turn_until_each_is_past_its_peak_and_records_wh
     layers = summary["layers"]
     assert (layers["bn_relu"]["steps"], layers["bn_relu"]["last_steps"]) == ([1000] * 3, [2000] * 3)
     assert layers["bn_relu"]["best_at_last"] == [False] * 3
+    assert all(result["unfinished"] == [] for result in layers.values())
     assert layers["no_norm_relu"]["best_at_last"] == [True] * 3 and layers["no_norm_relu"]["steps"] == [4000] * 3
     assert layers["bn_relu"]["snapshots"][0][:2] == [{"step": 500, "fid": 15.0, "is": 8.5},
                                                      {"step": 1000, "fid": 10.0, "is": 9.0}]
@@ -211,6 +212,9 @@ def test_the_grid_trains_runs_in_turn_until_each_is_past_its_peak_and_records_wh
     assert summary["cpu_seconds"] == 1.5 * (len(ran_before) - 1 - 3 - 3) + 7.0 + 8.0 + 0.5
     assert summary["cpu_seconds_counts"].endswith("where the record has none: gn_relu/seed0, ln_relu/seed0; runs "
                                                   "without a record: bn_relu/seed2")
+    assert table5.main([*argv[:-4], "--steps", "3000", "--max-steps", "4000", "--report-only"]) == 0
+    layers = json.loads((out / "table5.json").read_text())["layers"]  # a longer first length: short runs unfinished
+    assert layers["bn_relu"]["unfinished"] == [0, 1, 2] and layers["no_norm_relu"]["unfinished"] == []
 
 
 def test_runs_measured_by_another_classifier_are_refused_by_name(tmp_path, monkeypatch, cached_classifier):
@@ -274,7 +278,7 @@ def test_a_cell_that_does_not_advance_stops_the_grid(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--snapshot-every", "3000"], "--snapshot-every must be >= 1 and <= --steps, got 3000 and 2000"),
+    (["--snapshot-every", "12000"], "--snapshot-every must be >= 1 and <= --steps, got 12000 and 10000"),
     (["--max-steps", "1000"], "--max-steps >= --steps"),
     (["--patience", "0"], "--patience must be >= 1, got 0"),
 ])

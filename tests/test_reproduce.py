@@ -376,9 +376,10 @@ def recompute(document: dict) -> None:
         assert entry[key] == pytest.approx(running)
 
 
-def table5_summary(improving: dict[str, list[int]] | None = None) -> dict:
+def table5_summary(improving: dict[str, list[int]] | None = None, unfinished: dict[str, list[int]] | None = None) -> dict:
     """A Table 5 summary: every layer 3 seeds, BN-ReLU and GN-ReLU far above the control, EvoNorm-B0 better than
-    BN-ReLU on every seed; the seeds in ``improving`` best at their last snapshot (None: not recorded)."""
+    BN-ReLU on every seed; the seeds in ``improving`` best at their last snapshot (None: not recorded), those in
+    ``unfinished`` not yet trained as far as the grid's schedule asks."""
     fid = {"bn_relu": 10.0, "evonorm_b0": 6.0, "evonorm_s0": 7.0, "gn_relu": 9.0, "ln_relu": 11.0,
            "pixelnorm_relu": 12.0, "no_norm_relu": 60.0}
     layers = {}
@@ -390,6 +391,8 @@ def table5_summary(improving: dict[str, list[int]] | None = None) -> dict:
         if improving is not None:
             at_last = [seed in improving.get(layer, []) for seed in (0, 1, 2)]
             layers[key].update(last_steps=[2500 if last else 3500 for last in at_last], best_at_last=at_last)
+        if unfinished is not None:
+            layers[key]["unfinished"] = unfinished.get(layer, [])
     return {"layers": layers, "fid_floor": 2.5, "fid_noise": 180.0, "cpu_seconds": 1.0, "command": "python gan/table5.py"}
 
 
@@ -417,6 +420,22 @@ def test_table5_claims_reading_runs_still_improving_cannot_resolve(reproduce, mo
            "-3.85 | -3.98 | 3 of 3 |" in section
     assert section.count("evonorm_b0 digits - bn_relu digits | IS") + section.count(
         "bn_relu digits - evonorm_b0 digits | IS") == 1  # each pair once
+
+
+def test_table5_claims_reading_runs_the_grid_is_not_done_with_cannot_resolve(reproduce, monkeypatch, tmp_path):
+    """A run not yet trained to the grid's length (or past its peak) is not comparable: its claims and gates wait."""
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    write(tmp_path, reproduce.STEPS["table5"].summary, table5_summary({}, unfinished={"no_norm_relu": [0, 2]}))
+    assert reproduce.main(["--report-only"]) == 0
+    document = json.loads((tmp_path / reproduce.VERDICTS).read_text())
+    claims = [c for c in document["claims"] if c["table"] == "table5"]
+    assert claims and all(c["outcome"] == CANNOT_RESOLVE for c in claims)  # every one is gated by the control
+    assert {c["reason"] for c in claims} == {"not yet trained as far as the grid's schedule asks (the same length "
+                                             "for every run, then past its peak): ReLU (no norm) seeds 0, 2"}
+    write(tmp_path, reproduce.STEPS["table5"].summary, table5_summary({}, unfinished={}))
+    assert reproduce.main(["--report-only"]) == 0
+    document = json.loads((tmp_path / reproduce.VERDICTS).read_text())
+    assert all(c["outcome"] != CANNOT_RESOLVE for c in document["claims"] if c["table"] == "table5")
 
 
 def test_table5_claims_cannot_resolve_when_the_control_is_still_improving_or_peaks_are_not_recorded(

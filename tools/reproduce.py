@@ -85,15 +85,16 @@ cells of an earlier setting are shown apart, labelled so, and count as not measu
   not a table and has no gate.
 * Peaks (Table 5): the paper reports each GAN run at its peak, and gan/table5.py reports each run
   at its best-FID snapshot, IS taken at the same snapshot. A run whose best snapshot is its last
-  was still improving when it stopped: its peak was not measured. A Table 5 claim that reads such
-  a run (a layer it compares, or its gate's reference or control, on any seed), or a summary that
-  does not record where each run peaked, "cannot resolve". Runs of different layers share their
+  was still improving when it stopped: its peak was not measured. A run the grid's schedule is not
+  done with (not yet trained to the length every run trains) is not comparable with the others. A
+  Table 5 claim that reads such a run (a layer it compares, or its gate's reference or control, on
+  any seed), or a summary that does not record where each run peaked, "cannot resolve". Runs of different layers share their
   seeds, so the Table 5 tests are paired by seed; the report prints every per-seed difference.
 * Outcome, the first that applies: "not measured" (a comparison without data, or a gate with a
   comparison without data: its reference's or its control's); "cannot resolve" (a gate's
   reference is not separated from the control in this miniature: the gate's p, the largest over
   its cells and images per worker, is above alpha after Holm; or, in Table 5, still improving at
-  the last snapshot, above; such claims stay in Holm's family); "holds" (Holm-adjusted p <= 0.05);
+  the last snapshot or not trained to the grid's length, above; such claims stay in Holm's family); "holds" (Holm-adjusted p <= 0.05);
   "contradicted" (Holm-adjusted opposite p <= 0.05); "not resolved".
 """
 from __future__ import annotations
@@ -430,6 +431,13 @@ def gan_still_improving(summary: dict, layer: str) -> tuple[int, ...] | None:
     return tuple(seed for seed, at_last in zip(result["seeds"], result["best_at_last"]) if at_last)
 
 
+def gan_unfinished(summary: dict, layer: str) -> tuple[int, ...]:
+    """Table 5: the seeds of ``layer`` the grid's schedule is not done with (not yet trained to its length, or not
+    yet past its peak below the cap); () where the summary does not record it."""
+    result = gan_result(summary, layer)
+    return tuple(result.get("unfinished", ())) if result else ()
+
+
 def search_values(summary: dict, cell: str, layer: str, batch: int | None, metric: str) -> Values:
     result = summary["strategies"].get(layer, {"top10_final": [], "seeds": []})
     kept = [(100 * v, s) for v, s in zip(result["top10_final"], result["seeds"]) if v is not None]
@@ -532,22 +540,31 @@ class Expanded:
 
 def peak_reason(claim: Claim, miniature: Miniature) -> str:
     """Why a Table 5 claim cannot be resolved at the runs' peaks ("" if it can, or if it is not Table 5's or not
-    measured): runs it reads (its layers, its gates' references and control) best at their last snapshot."""
+    measured): runs it reads (its layers, its gates' references and control) best at their last snapshot, or not
+    yet trained as far as the grid's schedule asks."""
     summary = miniature.summaries.get(claim.table)
     if claim.table != "table5" or summary is None:
         return ""
     layers = {side(spec)[0] for spec in (*claim.better, *claim.worse)} | set(claim.gates)
     layers |= {CONTROLS[claim.table]} if claim.gates else set()
     found = {layer: gan_still_improving(summary, layer) for layer in sorted(layers)}
-    improving = [f"{GAN_LABELS.get(layer, layer)} seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
-                 for layer, seeds in found.items() if seeds]
+    improving = named_seeds({layer: seeds for layer, seeds in found.items() if seeds})
+    unfinished = named_seeds({layer: gan_unfinished(summary, layer) for layer in sorted(layers)})
     unrecorded = [GAN_LABELS.get(layer, layer) for layer, seeds in found.items() if seeds is None]
-    reasons = (["still improving at the last snapshot (best snapshot = last): " + "; ".join(improving)]
-               if improving else [])
+    reasons = (["still improving at the last snapshot (best snapshot = last): " + improving] if improving else [])
+    if unfinished:
+        reasons.append("not yet trained as far as the grid's schedule asks (the same length for every run, then "
+                       "past its peak): " + unfinished)
     if unrecorded:
         reasons.append("the summary does not record whether these runs peaked before their last snapshot: "
                        + ", ".join(unrecorded))
     return "; ".join(reasons)
+
+
+def named_seeds(seeds_of: dict[str, tuple[int, ...]]) -> str:
+    """``BN-ReLU seeds 0, 2; EvoNorm-B0 seed 1`` for the layers with seeds in ``seeds_of``."""
+    return "; ".join(f"{GAN_LABELS.get(layer, layer)} seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+                     for layer, seeds in seeds_of.items() if seeds)
 
 
 def expand(claim: Claim, miniature: Miniature) -> Expanded:
