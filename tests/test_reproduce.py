@@ -432,6 +432,8 @@ def test_table5_claims_reading_runs_the_grid_is_not_done_with_cannot_resolve(rep
     assert claims and all(c["outcome"] == CANNOT_RESOLVE for c in claims)  # every one is gated by the control
     assert {c["reason"] for c in claims} == {"not yet trained as far as the grid's schedule asks (the same length "
                                              "for every run, then past its peak): ReLU (no norm) seeds 0, 2"}
+    text = (tmp_path / reproduce.REPORT).read_text()
+    assert "| 2500 / 3500 (unfinished), 2500 / 3500, 2500 / 3500 (unfinished) |" in text
     write(tmp_path, reproduce.STEPS["table5"].summary, table5_summary({}, unfinished={}))
     assert reproduce.main(["--report-only"]) == 0
     document = json.loads((tmp_path / reproduce.VERDICTS).read_text())

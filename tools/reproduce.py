@@ -31,9 +31,9 @@ not in it. Every grid commits its finished runs (runs/reproduction/**), so it co
   0.7-1.2; medians of the committed runs' logs), about 15 CPU-minutes with its evaluations, a 2-image
   run 0.23-0.30 s a step, about 30, so about 20 CPU-hours for the 50 runs.
 * table5 (gan/table5.py, 7 generators, the paper's six and the no-normalization one, x 3 seeds; 8
-  groups in grouped layers; each run 2000 steps, then 1000 more at a time until two evaluated
-  snapshots, every 500 steps, follow its best, at most 16000): about 0.22 s a step and 30 s an
-  evaluation on one thread, 15 to 75 min a run.
+  groups in grouped layers; each run 10000 steps, the same for all, then 1000 more at a time until
+  two evaluated snapshots, every 500 steps, follow its best, at most 16000): about 0.22 s a step
+  and 30 s an evaluation on one thread, 47 to 75 min a run, 16 to 26 CPU-hours for the 21.
 * fig10 (search/compare.py, 2,000 candidates a search): 3 h 28 min CPU as its JSON records.
 
 The verdict rule
@@ -1009,11 +1009,14 @@ def table4_section(judged: Judged, steps_log: dict) -> list[str]:
 
 
 def peak_steps(result: dict) -> str:
-    """Per seed: the step of the reported (best-FID) snapshot and of the last one, marked where they coincide."""
+    """Per seed: the step of the reported (best-FID) snapshot and of the last one, marked where they coincide and
+    where the grid's schedule is not done with the run."""
     if "last_steps" not in result:
         return "not recorded"
-    return ", ".join(f"{best} / {last}" + (" (still improving)" if at_last else "")
-                     for best, last, at_last in zip(result["steps"], result["last_steps"], result["best_at_last"]))
+    unfinished = set(result.get("unfinished", ()))
+    marks = [(" (still improving)" if at_last else "") + (" (unfinished)" if seed in unfinished else "")
+             for seed, at_last in zip(result["seeds"], result["best_at_last"])]
+    return ", ".join(f"{best} / {last}{mark}" for best, last, mark in zip(result["steps"], result["last_steps"], marks))
 
 
 def paired_differences(judged: Judged, table: str) -> list[str]:
