@@ -263,6 +263,16 @@ def run_record(metrics_path: Path, schedule: Schedule) -> dict:
             "finished": state.next_target(schedule) is None}
 
 
+def reported_samples(runs_dir: Path, layer: str, result: dict) -> Path | None:
+    """Seed 0's sample grid at its reported (best-FID) step, where this machine has it and the grid is done with
+    the run (a run training again draws new samples over the reported ones)."""
+    if 0 not in result["seeds"] or 0 in result.get("unfinished", ()):
+        return None
+    step = result["steps"][result["seeds"].index(0)]
+    path = run_dir_of(runs_dir, layer, 0) / "samples" / f"step_{step:07d}.png"
+    return path if path.is_file() else None
+
+
 def still_improving(layers: dict[str, dict]) -> list[str]:
     """``layer/seed<k>`` of every run whose reported (best) snapshot is its last."""
     return [f"{key}/seed{seed}" for key, result in layers.items()
@@ -328,14 +338,12 @@ def main(argv: list[str] | None = None) -> int:
         **digits_calibration(resolution, weights=classifier), "layers": layers,
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    for layer in args.layers:
-        grid_png = args.out / f"{layer}.png"
-        grids = sorted((args.runs_dir / layer / "seed0" / "samples").glob("step_*.png"))
-        if grids:
-            shutil.copyfile(grids[-1], grid_png)
+    for key, result in summary["layers"].items():
+        grid_png = args.out / f"{layer_name(key)}.png"
+        if samples := reported_samples(args.runs_dir, layer_name(key), result):
+            shutil.copyfile(samples, grid_png)
         if grid_png.is_file():  # samples are not committed: a clone keeps the grid its seed-0 run drew
-            for key in (key for key in summary["layers"] if layer_name(key) == layer):
-                summary["layers"][key]["grid_png"] = str(grid_png)
+            result["grid_png"] = str(grid_png)
     atomic_write_json(summary_path, summary)
     table = markdown(layers)
     atomic_write_text(args.out / "table5.md", table + "\n")

@@ -230,7 +230,7 @@ def test_runs_measured_by_another_classifier_are_refused_by_name(tmp_path, monke
         table5.main(["--runs-dir", str(runs), "--out", str(tmp_path / "out"), "--report-only"])
 
 
-def test_the_report_keeps_a_sample_grid_whose_run_left_no_samples_on_this_machine(tmp_path, monkeypatch,
+def test_the_report_shows_seed_0s_samples_at_its_reported_step_and_keeps_a_grid_it_has_no_samples_for(tmp_path, monkeypatch,
                                                                                    cached_classifier):
     monkeypatch.setattr(table5, "digits_calibration", lambda resolution, weights: {"fid_floor": 1.0, "fid_noise": 9.0})
     runs, out = tmp_path / "runs", tmp_path / "out"
@@ -243,13 +243,17 @@ def test_the_report_keeps_a_sample_grid_whose_run_left_no_samples_on_this_machin
     (samples / "step_0002000.png").write_bytes(b"step 2000")
     out.mkdir()
     (out / "bn_relu.png").write_bytes(b"a clone's committed grid")  # its run's samples are not here
-    assert table5.main(["--runs-dir", str(runs), "--out", str(out), "--report-only"]) == 0
+    argv = ["--runs-dir", str(runs), "--out", str(out), "--report-only", "--steps", "2000"]
+    assert table5.main(argv) == 0
     layers = json.loads((out / "table5.json").read_text())["layers"]
     assert layers["bn_relu"]["grid_png"] == str(out / "bn_relu.png")
     assert (out / "bn_relu.png").read_bytes() == b"a clone's committed grid"
     assert layers["gn_relu"]["grid_png"] == str(out / "gn_relu.png")
-    assert (out / "gn_relu.png").read_bytes() == b"step 2000"  # the last sample grid of seed 0
+    assert (out / "gn_relu.png").read_bytes() == b"step 1000"  # seed 0's samples at its reported (best) step
     assert "grid_png" not in layers["ln_relu"]  # neither samples nor a grid: none is claimed
+    (samples / "step_0002500.png").write_bytes(b"step 2500")  # training on to a longer first length
+    assert table5.main([*argv[:-1], "3000"]) == 0
+    assert (out / "gn_relu.png").read_bytes() == b"step 1000"  # an unfinished run's samples are not copied
 
 
 def test_report_only_without_evaluated_runs_is_refused_by_folder_before_pinning_a_classifier(tmp_path):
