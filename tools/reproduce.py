@@ -88,14 +88,16 @@ cells of an earlier setting are shown apart, labelled so, and count as not measu
   was still improving when it stopped: its peak was not measured. A run the grid's schedule is not
   done with (not yet trained to the length every run trains) is not comparable with the others. A
   Table 5 claim that reads such a run (a layer it compares, or its gate's reference or control, on
-  any seed), or a summary that does not record where each run peaked, "cannot resolve". Runs of different layers share their
-  seeds, so the Table 5 tests are paired by seed; the report prints every per-seed difference.
+  any seed), or a summary that does not record where each run peaked, "cannot resolve". Runs of
+  different layers share their seeds, so the Table 5 tests are paired by seed; the report prints
+  every per-seed difference.
 * Outcome, the first that applies: "not measured" (a comparison without data, or a gate with a
   comparison without data: its reference's or its control's); "cannot resolve" (a gate's
   reference is not separated from the control in this miniature: the gate's p, the largest over
   its cells and images per worker, is above alpha after Holm; or, in Table 5, still improving at
-  the last snapshot or not trained to the grid's length, above; such claims stay in Holm's family); "holds" (Holm-adjusted p <= 0.05);
-  "contradicted" (Holm-adjusted opposite p <= 0.05); "not resolved".
+  the last snapshot or not trained to the grid's length, above; such claims stay in Holm's
+  family); "holds" (Holm-adjusted p <= 0.05); "contradicted" (Holm-adjusted opposite p <= 0.05);
+  "not resolved".
 """
 from __future__ import annotations
 
@@ -548,7 +550,7 @@ def peak_reason(claim: Claim, miniature: Miniature) -> str:
     layers = {side(spec)[0] for spec in (*claim.better, *claim.worse)} | set(claim.gates)
     layers |= {CONTROLS[claim.table]} if claim.gates else set()
     found = {layer: gan_still_improving(summary, layer) for layer in sorted(layers)}
-    improving = named_seeds({layer: seeds for layer, seeds in found.items() if seeds})
+    improving = named_seeds(found)
     unfinished = named_seeds({layer: gan_unfinished(summary, layer) for layer in sorted(layers)})
     unrecorded = [GAN_LABELS.get(layer, layer) for layer, seeds in found.items() if seeds is None]
     reasons = (["still improving at the last snapshot (best snapshot = last): " + improving] if improving else [])
@@ -561,8 +563,8 @@ def peak_reason(claim: Claim, miniature: Miniature) -> str:
     return "; ".join(reasons)
 
 
-def named_seeds(seeds_of: dict[str, tuple[int, ...]]) -> str:
-    """``BN-ReLU seeds 0, 2; EvoNorm-B0 seed 1`` for the layers with seeds in ``seeds_of``."""
+def named_seeds(seeds_of: dict[str, tuple[int, ...] | None]) -> str:
+    """``BN-ReLU seeds 0, 2; EvoNorm-B0 seed 1`` for the layers with seeds in ``seeds_of`` (None or (): none)."""
     return "; ".join(f"{GAN_LABELS.get(layer, layer)} seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
                      for layer, seeds in seeds_of.items() if seeds)
 
