@@ -297,7 +297,7 @@ FLAGS = [
     (BIGGAN, ["--betas", "0.5"], ["--betas takes two values, got (0.5,)"]),
     (GAN_REPORT, ["{tmp}/none"], ["no metrics.json under", "run gan/evaluate.py on the runs first"]),
     (TABLE5, ["--steps", "-1", "--report-only"], ["--steps must be >= 4, --jobs >= 1 and --seeds >= 0, got -1"]),
-    (TABLE5, ["--jobs", "0", "--report-only"], ["--steps must be >= 4, --jobs >= 1 and --seeds >= 0, got 2000, 0"]),
+    (TABLE5, ["--jobs", "0", "--report-only"], ["--steps must be >= 4, --jobs >= 1 and --seeds >= 0, got 10000, 0"]),
     (TABLE5, ["--layers", "nope"], ["argument --layers: invalid choice: 'nope' (choose from 'bn_relu'"]),
     (TRAIN_NET, ["--config", "{tmp}/none.yaml"], ["--config FILE is required and must exist, got", "none.yaml'"]),
     (TRAIN_NET, ["--config", str(DETECTION_DEMO), "SOLVER.MAX_ITER", "abc"],
