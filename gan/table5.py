@@ -29,10 +29,11 @@ Each run's output goes to ``RUNS_DIR/<layer>/seed<k>.log``. Finished runs are no
 (with ``--groups`` for grouped layers, so that a run started with other groups is refused, not mixed in); a run
 that fails is named at the end (no summary is written then) and the others go on. The per-layer median and best
 over seeds, the FID floor (held-out real digits) and ceiling (noise), the command and the CPU time (the sum of
-the runs' ``cost.json``: each cell's wall-clock and CPU seconds, recorded in its run's folder as it finishes,
-so the cost of a grid spread over machines adds up) go to ``--out/table5.json``; the markdown table to
-``--out/table5.md``; seed 0's final sample grid of each layer to ``--out/<layer>.png`` (kept where this machine has
-no samples of that run: they are not committed). Installed as ``evonorm-gan-table5``.
+the runs' ``cost.json``: each grid's wall-clock and CPU seconds on the run, recorded in its folder as the run
+finishes or is stopped, so the cost of a grid spread over machines and sessions adds up) go to
+``--out/table5.json``; the markdown table to ``--out/table5.md``; seed 0's final sample grid of each layer to
+``--out/<layer>.png`` (kept where this machine has no samples of that run: they are not committed). Installed as
+``evonorm-gan-table5``.
 """
 from __future__ import annotations
 
@@ -164,25 +165,65 @@ def measured_by_another_classifier(metrics_paths: list[Path], digest: str) -> li
     return runs
 
 
-def run_cell(layer: str, seed: int, runs_dir: Path, schedule: Schedule,
-             classifier: Path) -> tuple[Cell, int | None]:
-    """The grid cell that trains one (layer, seed) to its next target (resuming a started run) and evaluates every
-    snapshot with the grid's ``classifier``, and that target (None: the run is done)."""
-    run_dir = run_dir_of(runs_dir, layer, seed)
-    target = RunState.read(run_dir).next_target(schedule)
-    groups = ("--groups", str(PRESET.groups)) if PRESET.groups and "groups" in options_of(layer) else ()
-    train = (sys.executable, "-m", "evonorm_suite.gan.train_biggan", "--norm", layer, "--seed", str(seed), "--run-dir",
-             str(runs_dir / layer), "--total-steps", str(target or schedule.steps), "--keep-every",
-             str(schedule.snapshot_every), "--save-every", str(schedule.snapshot_every), "--eval-every", "0",
-             "--threads", "1", *groups, *(["--resume"] if holds_run(run_dir) else []))
-    evaluate = (sys.executable, "-m", "evonorm_suite.gan.evaluate", str(run_dir), "--all-snapshots",
-                "--digits-classifier", str(classifier))
-    return Cell(run_name(run_dir), done=lambda: RunState.read(run_dir).next_target(schedule) is None,
-                commands=(train, evaluate)), target
+@dataclass
+class TrainToPeak:
+    """The stages of one (layer, seed) run in the grid (:class:`Cell` ``stages``): train it to its next target
+    (resuming a started run), then evaluate every snapshot with the grid's ``classifier``, until the schedule is
+    done with it."""
+
+    layer: str
+    seed: int
+    runs_dir: Path
+    schedule: Schedule
+    classifier: Path
+    planned: int | None = None  # the target of the last stage
+
+    @property
+    def run_dir(self) -> Path:
+        return run_dir_of(self.runs_dir, self.layer, self.seed)
+
+    def __call__(self) -> tuple[tuple[str, ...], ...]:
+        state = RunState.read(self.run_dir)
+        target = state.next_target(self.schedule)
+        if target is not None and target == self.planned:
+            raise RuntimeError(f"{run_name(self.run_dir)} did not reach step {target} or has no evaluation there "
+                               "after its commands succeeded")
+        self.planned = target
+        if target is None:
+            return ()
+        print(f"[table5] {run_name(self.run_dir)}: {stage_reason(state, target)}", flush=True)
+        return self.train_command(target), self.evaluate_command()
+
+    def train_command(self, target: int) -> tuple[str, ...]:
+        groups = ("--groups", str(PRESET.groups)) if PRESET.groups and "groups" in options_of(self.layer) else ()
+        every = str(self.schedule.snapshot_every)
+        return (sys.executable, "-m", "evonorm_suite.gan.train_biggan", "--norm", self.layer, "--seed", str(self.seed),
+                "--run-dir", str(self.runs_dir / self.layer), "--total-steps", str(target), "--keep-every", every,
+                "--save-every", every, "--eval-every", "0", "--threads", "1", *groups,
+                *(["--resume"] if holds_run(self.run_dir) else []))
+
+    def evaluate_command(self) -> tuple[str, ...]:
+        return (sys.executable, "-m", "evonorm_suite.gan.evaluate", str(self.run_dir), "--all-snapshots",
+                "--digits-classifier", str(self.classifier))
+
+
+def stage_reason(state: RunState, target: int) -> str:
+    """Why a run trains to ``target`` next, for the grid's progress lines."""
+    if state.last_step is not None and state.last_step == state.target and target > state.target:
+        return (f"best FID {state.peak['fid']:.2f} at step {state.peak['step']} of {state.last_step}: training on "
+                f"to step {target}")
+    return f"training to step {target}"
+
+
+def run_cell(layer: str, seed: int, runs_dir: Path, schedule: Schedule, classifier: Path) -> Cell:
+    """The grid cell that trains one (layer, seed) run in stages until the schedule is done with it."""
+    stages = TrainToPeak(layer, seed, runs_dir, schedule, classifier)
+    return Cell(run_name(stages.run_dir), done=lambda: RunState.read(stages.run_dir).next_target(schedule) is None,
+                stages=stages)
 
 
 def add_cost(run_dir: Path, seconds: float, cpu_seconds: float) -> None:
-    """Add one cell's wall-clock and CPU seconds (training to a target and evaluating) to the run's ``cost.json``;
+    """Add one grid's wall-clock and CPU seconds on a run (its training and evaluations) to the run's ``cost.json``;
     a record of wall time only (written before CPU time was measured) stays one, not a CPU time of some cells."""
     cost = run_cost(run_dir) or {"seconds": 0.0, "cpu_seconds": 0.0, "cells": 0}
     updated = {"seconds": cost["seconds"] + seconds, "cells": cost["cells"] + 1}
@@ -212,32 +253,17 @@ def cost_summary(run_dirs: list[Path]) -> dict:
 
 def train_to_peaks(layers: list[str], seeds: list[int], runs_dir: Path, schedule: Schedule, jobs: int,
                    classifier: Path) -> int:
-    """Rounds of the grid, each training the first ``jobs`` runs not yet done to their next target, until every run
-    is done (past its peak or at the cap); each finished cell's wall-clock and CPU seconds go to its run's
-    ``cost.json``. Returns the exit status."""
-    round_ = 0
-    while True:
-        planned = {(layer, seed): run_cell(layer, seed, runs_dir, schedule, classifier)
-                   for layer in layers for seed in seeds}
-        pending = [key for key, (_, target) in planned.items() if target is not None]
-        if not pending:
-            return 0
-        todo = {key: planned[key][1] for key in pending[:jobs]}
-        round_ += 1
-        targets = ", ".join(f"{layer}/seed{seed} to step {target}" for (layer, seed), target in todo.items())
-        print(f"Table 5 miniature, round {round_}: {targets} ({len(planned) - len(pending)} of {len(planned)} runs "
-              f"done; into {runs_dir})", flush=True)
-        result = run_grid([planned[key][0] for key in todo], runs_dir, jobs=jobs, name="table5")
-        for run_dir in (run_dir_of(runs_dir, layer, seed) for layer, seed in todo):
-            if run_name(run_dir) in result.seconds:
-                add_cost(run_dir, result.seconds[run_name(run_dir)], result.cpu_seconds[run_name(run_dir)])
-        if result.exit_status:
-            return result.exit_status
-        stuck = [f"{layer}/seed{seed}" for (layer, seed), target in todo.items()
-                 if RunState.read(run_dir_of(runs_dir, layer, seed)).next_target(schedule) == target]
-        if stuck:
-            raise SystemExit(f"error: {', '.join(stuck)} did not reach their target steps or have no evaluation there "
-                             f"after their commands succeeded; see their logs in {runs_dir}")
+    """Train every (layer, seed) run until the schedule is done with it (past its peak or at the cap), ``jobs``
+    runs at a time, each slot on one run until it is done; the wall-clock and CPU seconds each run took in this
+    grid (finished, failed or stopped) go to its ``cost.json``. Returns the exit status."""
+    cells = [run_cell(layer, seed, runs_dir, schedule, classifier) for layer in layers for seed in seeds]
+    done = sum(cell.finished() for cell in cells)
+    print(f"Table 5 miniature: {done} of {len(cells)} runs done; training the others into {runs_dir}", flush=True)
+    result = run_grid(cells, runs_dir, jobs=jobs, name="table5")
+    for cell in cells:
+        if cell.id in result.seconds and (runs_dir / cell.id).is_dir():  # a run stopped before it started has none
+            add_cost(runs_dir / cell.id, result.seconds[cell.id], result.cpu_seconds[cell.id])
+    return result.exit_status
 
 
 def finished_runs(runs_dir: Path) -> list[Path]:

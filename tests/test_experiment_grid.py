@@ -84,6 +84,44 @@ def test_function_cells_run_in_a_child_with_their_output_in_the_log(tmp_path):
     assert child != os.getpid() and f"from the child {child}" in (tmp_path / "f.log").read_text()
 
 
+def test_a_staged_cell_holds_its_slot_through_its_stages_and_the_next_cell_starts_when_it_ends(tmp_path):
+    """Stages are asked for after each succeeds, with what the last left on disk; while a staged cell works through
+    short stages beside a long cell, the third cell waits for the staged one only (the long one waits for it)."""
+    counter = tmp_path / "stages"
+    asked = []
+
+    def stages():
+        done = len(counter.read_text()) if counter.exists() else 0
+        asked.append(done)
+        append = f"import pathlib; p = pathlib.Path({str(counter)!r}); p.write_text((p.read_text() if p.exists() else '') + 'x')"
+        return [(sys.executable, "-c", append)] if done < 3 else []
+
+    waits_for_third = (sys.executable, "-c", "import pathlib, sys, time\nend = time.monotonic() + 60\n"
+                       f"while not pathlib.Path({str(tmp_path / 'third.result')!r}).exists():\n"
+                       "    if time.monotonic() > end: sys.exit(1)\n    time.sleep(0.05)\n"
+                       f"pathlib.Path({str(tmp_path / 'long.result')!r}).write_text('done')")
+    cells = [Cell("staged", done=lambda: False, stages=stages),
+             Cell("long", done=tmp_path / "long.result", commands=(waits_for_third,)),
+             Cell("third", done=tmp_path / "third.result", commands=(cell_command(tmp_path / "third.result"),))]
+    result = run_grid(cells, tmp_path, jobs=2)
+    assert (sorted(result.finished), result.failed) == (["long", "staged", "third"], {})
+    assert asked == [0, 1, 2, 3] and counter.read_text() == "xxx"
+    assert (tmp_path / "staged.log").read_text().count("=====") == 3  # one marked command per stage
+
+
+def test_a_stage_planner_that_raises_fails_its_cell_with_the_traceback_in_its_log(tmp_path):
+    def stages():
+        raise RuntimeError("no evaluation at the target step")
+
+    cells = [Cell("planned", done=lambda: False, stages=stages),
+             Cell("good", done=tmp_path / "good.result", commands=(cell_command(tmp_path / "good.result"),))]
+    result = run_grid(cells, tmp_path, jobs=1)
+    assert result.finished == ["good"] and result.failed == {"planned": f"exit status 1, log {tmp_path / 'planned.log'}"}
+    log = (tmp_path / "planned.log").read_text()
+    assert "its next stage could not be planned" in log and "RuntimeError: no evaluation at the target step" in log
+    assert set(result.seconds) == {"planned", "good"}  # a failed cell's time counts too
+
+
 def test_done_may_be_a_check(tmp_path):
     calls = []
     cell = Cell("x", done=lambda: calls.append(1) or True, commands=(("false",),))
@@ -101,8 +139,9 @@ def test_bad_grids_are_refused(cells, message, tmp_path):
 
 @pytest.mark.parametrize("make,message", [
     (lambda: Cell("../x", done=Path("x"), commands=(("true",),)), "must be a relative path without '..'"),
-    (lambda: Cell("x", done=Path("x")), "give either commands or a function"),
-    (lambda: Cell("x", done=Path("x"), commands=(("true",),), function=print), "give either commands or a function"),
+    (lambda: Cell("x", done=Path("x")), "give one of commands, a function or stages"),
+    (lambda: Cell("x", done=Path("x"), commands=(("true",),), function=print), "give one of commands, a function"),
+    (lambda: Cell("x", done=Path("x"), function=print, stages=tuple), "give one of commands, a function or stages"),
 ])
 def test_bad_cells_are_refused(make, message):
     with pytest.raises(ValueError, match=message):
@@ -118,8 +157,9 @@ RUNNER = textwrap.dedent("""
 
     folder = Path(sys.argv[1])
     HOLD = ("import os, sys, time; from evonorm_core.experiment.rundir import RunDir; "
-            "d = RunDir(sys.argv[1], resume=True); open(sys.argv[1] + '.pid', 'w').write(str(os.getpid())); "
-            "time.sleep(120)")
+            "d = RunDir(sys.argv[1], resume=True); end = time.process_time() + 0.3\\n"
+            "while time.process_time() < end: pass\\n"
+            "open(sys.argv[1] + '.pid', 'w').write(str(os.getpid())); time.sleep(120)")
 
     def hold():
         run = RunDir(folder / "function", resume=True)
@@ -128,7 +168,9 @@ RUNNER = textwrap.dedent("""
 
     cells = [Cell("command", done=folder / "never", commands=((sys.executable, "-c", HOLD, str(folder / "command")),)),
              Cell("function", done=folder / "never", function=hold)]
-    sys.exit(run_grid(cells, folder, jobs=2, name="held").exit_status)
+    result = run_grid(cells, folder, jobs=2, name="held")
+    print("cpu seconds of the command cell", result.cpu_seconds["command"], "cells timed", sorted(result.seconds))
+    sys.exit(result.exit_status)
 """)
 
 
@@ -183,6 +225,8 @@ def test_sigint_and_sigterm_stop_the_cells_with_one_line_and_no_traceback(signum
     assert runner.returncode == status and gone(cells) and no_lock_held(tmp_path)
     assert f"[held] stopped by {signal.Signals(signum).name}: 0 cells finished, 2 stopped mid-way, 0 not started" in out
     assert "Traceback" not in out + err
+    cpu_seconds = float(out.split("cpu seconds of the command cell ")[1].split()[0])
+    assert cpu_seconds >= 0.3 and "cells timed ['command', 'function']" in out  # stopped cells' time counts
 
 
 def test_a_second_runner_on_the_same_grid_is_refused(tmp_path):

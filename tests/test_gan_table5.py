@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import signal
 from dataclasses import replace
 from pathlib import Path
 
@@ -104,12 +105,16 @@ def test_a_run_is_extended_until_patience_snapshots_follow_its_best_or_it_reache
     assert table5.RunState.read(run).next_target(SCHEDULE) == 2000
 
 
-def test_each_cell_trains_to_its_next_target_with_kept_snapshots_and_the_grids_groups(tmp_path):
+def next_stage(cell) -> tuple[tuple[str, ...], ...]:
+    return tuple(cell.stages())
+
+
+def test_each_stage_trains_to_the_runs_next_target_with_kept_snapshots_and_the_grids_groups(tmp_path, capsys):
     classifier = tmp_path / "digits_classifier_16px.pt"
-    cell, target = table5.run_cell("evonorm_s0", 2, tmp_path, SCHEDULE, classifier)
-    train, evaluate = cell.commands
+    cell = table5.run_cell("evonorm_s0", 2, tmp_path, SCHEDULE, classifier)
+    train, evaluate = next_stage(cell)
     flags = dict(zip(train[3::2], train[4::2]))
-    assert train[1:3] == ("-m", "evonorm_suite.gan.train_biggan") and "--resume" not in train and target == 2000
+    assert train[1:3] == ("-m", "evonorm_suite.gan.train_biggan") and "--resume" not in train
     assert {k: flags[k] for k in ("--norm", "--seed", "--run-dir", "--total-steps", "--keep-every", "--save-every",
                                   "--eval-every", "--groups")} == {
         "--norm": "evonorm_s0", "--seed": "2", "--run-dir": str(tmp_path / "evonorm_s0"), "--total-steps": "2000",
@@ -117,14 +122,18 @@ def test_each_cell_trains_to_its_next_target_with_kept_snapshots_and_the_grids_g
     assert evaluate[1:] == ("-m", "evonorm_suite.gan.evaluate", str(tmp_path / "evonorm_s0" / "seed2"),
                             "--all-snapshots", "--digits-classifier", str(classifier))
     assert cell.id == "evonorm_s0/seed2" and not cell.finished()
-    assert "--groups" not in table5.run_cell("bn_relu", 0, tmp_path, SCHEDULE, classifier)[0].commands[0]
+    assert "--groups" not in next_stage(table5.run_cell("bn_relu", 0, tmp_path, SCHEDULE, classifier))[0]
+    assert "[table5] evonorm_s0/seed2: training to step 2000" in capsys.readouterr().out
     run = tmp_path / "evonorm_s0" / "seed2"
     write_snapshots(run, 2000, valley(2000))
-    (run / "run.json").write_text("{}")  # holds a run: the next round resumes it
-    cell, target = table5.run_cell("evonorm_s0", 2, tmp_path, SCHEDULE, classifier)
-    assert target == 3000 and cell.commands[0][-1] == "--resume" and "3000" in cell.commands[0]
+    (run / "run.json").write_text("{}")  # holds a run: the next stage resumes it
+    train, _ = next_stage(cell)
+    assert train[-1] == "--resume" and train[train.index("--total-steps") + 1] == "3000"
+    assert "evonorm_s0/seed2: best FID 10.00 at step 2000 of 2000: training on to step 3000" in capsys.readouterr().out
+    with pytest.raises(RuntimeError, match="evonorm_s0/seed2 did not reach step 3000 or has no evaluation there"):
+        next_stage(cell)  # its stage succeeded, yet the run did not advance: the cell fails, not the grid
     write_snapshots(run, 2000, valley(500))
-    assert table5.run_cell("evonorm_s0", 2, tmp_path, SCHEDULE, classifier)[0].finished()
+    assert cell.finished() and next_stage(table5.run_cell("evonorm_s0", 2, tmp_path, SCHEDULE, classifier)) == ()
 
 
 def fake_grid(log: list):
@@ -136,11 +145,13 @@ def fake_grid(log: list):
         result = GridResult()
         for cell in (c for c in cells if not c.finished()):
             layer, seed = cell.id.split("/seed")
-            target = int(cell.commands[0][cell.commands[0].index("--total-steps") + 1])
-            digest = weights_digest(cell.commands[1][-1])
-            log.append((layer, int(seed), target))
-            write_snapshots(folder / layer / f"seed{seed}", target, valley(bottoms.get(layer, 2500)), layer, int(seed),
-                            digest)
+            while stage := next_stage(cell):
+                train, evaluate = stage
+                target = int(train[train.index("--total-steps") + 1])
+                log.append((layer, int(seed), target))
+                write_snapshots(folder / layer / f"seed{seed}", target, valley(bottoms.get(layer, 2500)), layer,
+                                int(seed), weights_digest(evaluate[-1]))
+            result.finished.append(cell.id)
             result.seconds[cell.id], result.cpu_seconds[cell.id] = 2.0, 1.5
         return result
     return run
@@ -169,7 +180,6 @@ def test_the_grid_trains_runs_in_turn_until_each_is_past_its_peak_and_records_wh
     runs = tmp_path / "runs"
     argv = ["--runs-dir", str(runs), "--out", str(out), "--jobs", "1", "--steps", "2000", "--max-steps", "4000"]
     assert table5.main(argv) == 0
-    ran_before = list(ran)
     pinned = runs / "digits_classifier_16px.pt"
     assert pinned.read_bytes() == cached_classifier.read_bytes() and calibrated_with == [pinned]
     assert {layer for layer, _, _ in ran} == set(report.LABELS) and len(report.LABELS) == 7
@@ -181,10 +191,10 @@ def test_the_grid_trains_runs_in_turn_until_each_is_past_its_peak_and_records_wh
     assert by_layer["evonorm_s0"] == [2000, 3000, 4000]  # best at 2500: one snapshot after it at 3000, so on
     assert by_layer["no_norm_relu"] == [2000, 3000, 4000]  # still improving at the cap
     summary = json.loads((out / "table5.json").read_text())
-    assert summary["cpu_seconds"] == 1.5 * len(ran) and summary["steps"] == 2000
+    assert summary["cpu_seconds"] == 1.5 * 21 and summary["steps"] == 2000  # one grid cell per run, all its stages
     assert summary["cpu_seconds_counts"].endswith("where the record has none: none; runs without a record: none")
     assert json.loads((runs / "evonorm_s0" / "seed1" / "cost.json").read_text()) == {
-        "seconds": 6.0, "cpu_seconds": 4.5, "cells": 3}
+        "seconds": 2.0, "cpu_seconds": 1.5, "cells": 1}
     assert summary["feature_extractor_sha256"] == weights_digest(str(pinned))
     assert summary["schedule"] == {"steps": 2000, "extend_by": 1000, "max_steps": 4000, "snapshot_every": 500,
                                    "patience": 2}
@@ -207,9 +217,8 @@ def test_the_grid_trains_runs_in_turn_until_each_is_past_its_peak_and_records_wh
     assert json.loads((runs / "ln_relu" / "seed0" / "cost.json").read_text()) == {"seconds": 8.0, "cells": 2}
     assert table5.main(argv) == 0
     summary = json.loads((out / "table5.json").read_text())
-    # bn_relu/seed2 (1 cell) has no record; gn_relu/seed0 (3 cells) and ln_relu/seed0 (3) count wall time; gn_relu/seed1
-    # one more cell
-    assert summary["cpu_seconds"] == 1.5 * (len(ran_before) - 1 - 3 - 3) + 7.0 + 8.0 + 0.5
+    # bn_relu/seed2 has no record; gn_relu/seed0 and ln_relu/seed0 count wall time; gn_relu/seed1 one more grid's
+    assert summary["cpu_seconds"] == 1.5 * (21 - 3) + 7.0 + 8.0 + 0.5
     assert summary["cpu_seconds_counts"].endswith("where the record has none: gn_relu/seed0, ln_relu/seed0; runs "
                                                   "without a record: bn_relu/seed2")
     assert table5.main([*argv[:-4], "--steps", "3000", "--max-steps", "4000", "--report-only"]) == 0
@@ -275,10 +284,16 @@ def test_a_pinned_classifier_of_another_resolution_is_refused(tmp_path):
         table5.pinned_classifier(runs)
 
 
-def test_a_cell_that_does_not_advance_stops_the_grid(tmp_path, monkeypatch):
-    monkeypatch.setattr(table5, "run_grid", lambda cells, folder, *, jobs, name: GridResult())
-    with pytest.raises(SystemExit, match="did not reach their target steps"):
-        table5.train_to_peaks(["bn_relu"], [0], tmp_path, SCHEDULE, 1, tmp_path / "classifier.pt")
+def test_the_time_of_a_stopped_run_goes_to_its_cost_and_a_run_stopped_before_it_began_has_none(tmp_path, monkeypatch):
+    def stopped(cells, folder, *, jobs, name):
+        (folder / "bn_relu" / "seed0").mkdir(parents=True)
+        return GridResult(seconds={"bn_relu/seed0": 60.0, "bn_relu/seed1": 0.1},
+                          cpu_seconds={"bn_relu/seed0": 59.0, "bn_relu/seed1": 0.0}, stopped_by=signal.SIGTERM)
+
+    monkeypatch.setattr(table5, "run_grid", stopped)
+    assert table5.train_to_peaks(["bn_relu"], [0, 1], tmp_path, SCHEDULE, 2, tmp_path / "classifier.pt") == 143
+    assert table5.run_cost(tmp_path / "bn_relu" / "seed0") == {"seconds": 60.0, "cpu_seconds": 59.0, "cells": 1}
+    assert not (tmp_path / "bn_relu" / "seed1").exists()
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -147,17 +147,27 @@ def reap(child: Child) -> tuple[int | None, float]:
     return child.returncode, usage.ru_utime + usage.ru_stime
 
 
-def stop_groups(children: Iterable[Child], grace: float = 5.0) -> None:
+def stop_groups(children: Sequence[Child], grace: float = 5.0) -> list[float]:
     """Stop every child's process group: SIGTERM, then SIGKILL what is left after ``grace`` seconds;
-    the children are reaped."""
-    children = [child for child in children if child.poll() is None]
-    _signal_groups(children, signal.SIGTERM)
+    the children are reaped. Returns each child's CPU seconds as :func:`reap` measures them (0.0 for
+    one reaped before)."""
+    cpu_seconds = [0.0] * len(children)
+
+    def running() -> list[Child]:
+        for i, child in enumerate(children):
+            if child.returncode is None:
+                cpu_seconds[i] += reap(child)[1]
+        return [child for child in children if child.returncode is None]
+
+    stopping = running()
+    _signal_groups(stopping, signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(child.poll() is None for child in children):
+    while time.monotonic() < deadline and running():
         time.sleep(0.05)
-    _signal_groups(children, signal.SIGKILL)  # also what the children left behind in their groups
-    for child in children:
-        child.wait()
+    _signal_groups(stopping, signal.SIGKILL)  # also what the children left behind in their groups
+    while running():
+        time.sleep(0.01)
+    return cpu_seconds
 
 
 def _signal_groups(children: Iterable[Child], signum: int) -> None:

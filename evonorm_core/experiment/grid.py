@@ -22,6 +22,10 @@
   summary names the failed ones. SIGINT or SIGTERM stop the cells and the runner with one
   line; what finished is kept.
 * One runner per grid folder: it holds ``FOLDER/.lock`` while it runs.
+* **Staged cells**: a cell whose next commands depend on what its last ones left (train a run,
+  evaluate it, train it further while it still improves) gives ``stages``, asked for the next
+  commands each time the previous ones succeeded; it holds its slot until it has no more, so a
+  short stage of one cell never leaves a slot idle while another cell's long one runs.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ import shlex
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -41,6 +46,7 @@ from .rundir import RunDir
 
 POLL_SECONDS = 0.2
 CANNOT_START = 127  # the shell's status for a command it cannot run
+STAGES_FAILED = 1
 
 
 @dataclass(frozen=True)
@@ -49,19 +55,23 @@ class Cell:
 
     ``id``: unique in the grid, a relative path such as ``evonorm_s0/seed2`` (its log is
     ``FOLDER/<id>.log``). ``done``: the file the finished cell leaves, or a check that it
-    finished. The work is either ``commands``, run one after another as subprocesses (a
-    cell fails at the first that exits with an error), or ``function``, called in a forked
-    child (Python work of the calling program; it passes nothing back: its results go to files).
+    finished. The work is one of ``commands``, run one after another as subprocesses (a
+    cell fails at the first that exits with an error); ``function``, called in a forked
+    child (Python work of the calling program; it passes nothing back: its results go to files);
+    or ``stages``, called in this process when the cell starts and each time the commands it
+    returned have all succeeded, returning the next commands (none: the cell is done; an
+    exception fails the cell, its traceback in the cell's log).
     """
 
     id: str
     done: Path | Callable[[], bool]
     commands: tuple[tuple[str, ...], ...] = ()
     function: Callable[[], Any] | None = None
+    stages: Callable[[], Sequence[tuple[str, ...]]] | None = None
 
     def __post_init__(self) -> None:
-        if bool(self.commands) == (self.function is not None):
-            raise ValueError(f"cell {self.id!r}: give either commands or a function")
+        if sum((bool(self.commands), self.function is not None, self.stages is not None)) != 1:
+            raise ValueError(f"cell {self.id!r}: give one of commands, a function or stages")
         path = PurePosixPath(self.id)
         if not self.id or path.is_absolute() or ".." in path.parts:
             raise ValueError(f"cell id {self.id!r} must be a relative path without '..' (it names the cell's log)")
@@ -72,9 +82,10 @@ class Cell:
 
 @dataclass
 class GridResult:
-    """What one :func:`run_grid` did: cells finished now (and the wall-clock and CPU seconds each took: a paused
-    cell's wall time counts the pause, its CPU time does not), finished before (skipped), failed (``id -> "exit
-    status N, log PATH"``) and the signal that stopped it."""
+    """What one :func:`run_grid` did: cells finished now, finished before (skipped), failed (``id -> "exit status
+    N, log PATH"``), the signal that stopped it, and the wall-clock and CPU seconds of every cell it started
+    (finished, failed or stopped: up to the stop; a paused cell's wall time counts the pause, its CPU time does
+    not)."""
 
     finished: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -92,37 +103,59 @@ class GridResult:
 
 
 class _CellRun:
-    """A cell being run: its current child process, the commands still to start and the CPU seconds of the
-    processes that ended."""
+    """A cell being run: its current child process, the work still to start, the CPU seconds of the processes
+    that ended and, once no child is left to wait for, its exit status (``ended``)."""
 
     def __init__(self, cell: Cell, log: Path) -> None:
         self.cell, self.log = cell, log
         self.started, self.cpu_seconds = time.monotonic(), 0.0
-        self.remaining = list(cell.commands)
+        self.remaining: list[tuple[str, ...] | Callable[[], Any]] = (
+            [cell.function] if cell.function is not None else list(cell.commands))
+        self.ended = 0
         self.child: Child | None = self._start_next()
 
     def _start_next(self) -> Child | None:
-        """The next command's process (or the function's); None if it cannot start (said in the log)."""
-        if self.cell.function is not None:
+        """The next command's process (or the function's); None when there is none to start: the cell has ended
+        (``ended``: 0, or why it cannot go on, said in the log)."""
+        if not self.remaining and self.cell.stages is not None:
+            self.remaining = self._next_stage()
+        if not self.remaining:
+            return None
+        work = self.remaining.pop(0)
+        if callable(work):
             log_line(self.log, f"cell {self.cell.id}")
-            return ForkedCall(self.cell.function, self.log)
-        command = self.remaining.pop(0)
-        log_line(self.log, shlex.join(command))
+            return ForkedCall(work, self.log)
+        log_line(self.log, shlex.join(work))
         try:
-            return start_command(command, log=self.log)
+            return start_command(work, log=self.log)
         except OSError as error:  # e.g. a program that is not installed
-            with open(self.log, "a", encoding="utf-8") as out:
-                out.write(f"cannot start {command[0]!r}: {error}\n")
+            self._fail(CANNOT_START, f"cannot start {work[0]!r}: {error}")
             return None
 
+    def _next_stage(self) -> list[tuple[str, ...]]:
+        try:
+            return list(self.cell.stages())
+        except Exception:  # the planner's error fails this cell, not the grid
+            self._fail(STAGES_FAILED, f"cell {self.cell.id}: its next stage could not be planned\n"
+                                      f"{traceback.format_exc()}")
+            return []
+
+    def _fail(self, status: int, message: str) -> None:
+        self.ended = status
+        with open(self.log, "a", encoding="utf-8") as out:
+            out.write(message.rstrip("\n") + "\n")
+
     def poll(self) -> int | None:
-        """None while the cell runs, else its exit status (that of the first command that failed)."""
-        status, cpu_seconds = (CANNOT_START, 0.0) if self.child is None else reap(self.child)
+        """None while the cell runs, else its exit status (that of the first command that failed, or why the cell
+        could not go on)."""
+        if self.child is None:
+            return self.ended
+        status, cpu_seconds = reap(self.child)
         self.cpu_seconds += cpu_seconds
-        if status == 0 and self.remaining:
-            self.child = self._start_next()
-            return None
-        return status
+        if status != 0:
+            return status
+        self.child = self._start_next()
+        return None if self.child is not None else self.ended
 
 
 def log_line(log: Path, command: str) -> None:
@@ -169,7 +202,7 @@ def _run_cells(todo: list[Cell], folder: Path, jobs: int, name: str, result: Gri
                         running.remove(run)
                         _record(run, status, result, progress)
         finally:
-            stop_groups([run.child for run in running if run.child is not None])
+            _stop(running, result)
     if stop.signum is not None:
         result.stopped_by = signal.Signals(stop.signum)
         print(f"\n[{name}] stopped by {result.stopped_by.name}: {len(result.finished)} cells finished, {len(running)} "
@@ -183,13 +216,25 @@ def _run_cells(todo: list[Cell], folder: Path, jobs: int, name: str, result: Gri
         print(f"[{name}] all {len(todo)} cells finished", flush=True)
 
 
-def _record(run: _CellRun, status: int, result: GridResult, progress: Progress) -> None:
+def _stop(running: list[_CellRun], result: GridResult) -> None:
+    """Stop the cells still running, their seconds until now in ``result``."""
+    runs = [run for run in running if run.child is not None]
+    for run, cpu_seconds in zip(runs, stop_groups([run.child for run in runs])):
+        run.cpu_seconds += cpu_seconds
+    for run in running:
+        _add_seconds(run, result)
+
+
+def _add_seconds(run: _CellRun, result: GridResult) -> float:
     seconds = time.monotonic() - run.started
-    took = format_duration(seconds)
+    result.seconds[run.cell.id], result.cpu_seconds[run.cell.id] = seconds, run.cpu_seconds
+    return seconds
+
+
+def _record(run: _CellRun, status: int, result: GridResult, progress: Progress) -> None:
+    took = format_duration(_add_seconds(run, result))
     if status == 0:
         result.finished.append(run.cell.id)
-        result.seconds[run.cell.id] = seconds
-        result.cpu_seconds[run.cell.id] = run.cpu_seconds
         progress.update(finished=f"{run.cell.id} in {took}")
     else:
         result.failed[run.cell.id] = f"exit status {status}, log {run.log}"
