@@ -31,9 +31,9 @@ that fails is named at the end (no summary is written then) and the others go on
 over seeds, the FID floor (held-out real digits) and ceiling (noise), the command and the CPU time (the sum of
 the runs' ``cost.json``: each grid's wall-clock and CPU seconds on the run, recorded in its folder as the run
 finishes or is stopped, so the cost of a grid spread over machines and sessions adds up) go to
-``--out/table5.json``; the markdown table to ``--out/table5.md``; seed 0's final sample grid of each layer to
-``--out/<layer>.png`` (kept where this machine has no samples of that run: they are not committed). Installed as
-``evonorm-gan-table5``.
+``--out/table5.json``; the markdown table to ``--out/table5.md``; each layer's seed-0 sample grid at its reported
+(best) step to ``--out/<layer>.png`` (kept where this machine has no samples of that run: they are not committed).
+Installed as ``evonorm-gan-table5``.
 """
 from __future__ import annotations
 
@@ -323,8 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patience", type=int, default=defaults.patience,
                         help=f"evaluated snapshots after the best one that end a run (default {defaults.patience})")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each (default 2)")
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs/gan_table5"), help="one folder per layer and seed")
-    parser.add_argument("--out", type=Path, default=Path("docs/results/gan"), help="where table5.json/.md and grids go")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs/gan_table5"), help="one folder per layer and seed (default runs/gan_table5)")
+    parser.add_argument("--out", type=Path, default=Path("docs/results/gan"), help="where table5.json/.md and grids go (default docs/results/gan)")
     parser.add_argument("--report-only", action="store_true", help="only aggregate the finished runs")
     args = parser.parse_args(argv)
     schedule = Schedule(args.steps, args.extend_by, args.max_steps, args.snapshot_every, args.patience)
