@@ -49,6 +49,7 @@ from evonorm_core.experiment.grid import Cell, run_grid
 from evonorm_core.experiment.rundir import RunDirError, holds_run
 from evonorm_core.registry import options_of
 from evonorm_suite.gan import digits_classifier
+from evonorm_suite.gan.checkpoint import LAST, checkpoint_dir
 from evonorm_suite.gan.config import PRESETS
 from evonorm_suite.gan.metrics import digits_calibration
 from evonorm_suite.gan.reference_statistics import weights_digest
@@ -191,7 +192,7 @@ class TrainToPeak:
         self.planned = target
         if target is None:
             return ()
-        print(f"[table5] {run_name(self.run_dir)}: {stage_reason(state, target)}", flush=True)
+        print(f"[table5] {run_name(self.run_dir)}: {stage_reason(state, target, self.run_dir)}", flush=True)
         return self.train_command(target), self.evaluate_command()
 
     def train_command(self, target: int) -> tuple[str, ...]:
@@ -207,8 +208,10 @@ class TrainToPeak:
                 "--digits-classifier", str(self.classifier))
 
 
-def stage_reason(state: RunState, target: int) -> str:
-    """Why a run trains to ``target`` next, for the grid's progress lines."""
+def stage_reason(state: RunState, target: int, run_dir: Path) -> str:
+    """Why a run trains to ``target`` next, and from where, for the grid's progress lines."""
+    if state.target is not None and not (checkpoint_dir(run_dir) / LAST).is_file():
+        return f"training to step {target} from step 0 (no checkpoint of the run on this machine to resume from)"
     if state.last_step is not None and state.last_step == state.target and target > state.target:
         return (f"best FID {state.peak['fid']:.2f} at step {state.peak['step']} of {state.last_step}: training on "
                 f"to step {target}")

@@ -127,8 +127,13 @@ def test_each_stage_trains_to_the_runs_next_target_with_kept_snapshots_and_the_g
     run = tmp_path / "evonorm_s0" / "seed2"
     write_snapshots(run, 2000, valley(2000))
     (run / "run.json").write_text("{}")  # holds a run: the next stage resumes it
-    train, _ = next_stage(cell)
+    train, _ = next_stage(table5.run_cell("evonorm_s0", 2, tmp_path, SCHEDULE, classifier))
     assert train[-1] == "--resume" and train[train.index("--total-steps") + 1] == "3000"
+    assert ("evonorm_s0/seed2: training to step 3000 from step 0 (no checkpoint of the run on this machine"
+            in capsys.readouterr().out)  # a clone of committed runs: its checkpoints stayed where it trained
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "last.pt").write_bytes(b"")
+    next_stage(cell)
     assert "evonorm_s0/seed2: best FID 10.00 at step 2000 of 2000: training on to step 3000" in capsys.readouterr().out
     with pytest.raises(RuntimeError, match="evonorm_s0/seed2 did not reach step 3000 or has no evaluation there"):
         next_stage(cell)  # its stage succeeded, yet the run did not advance: the cell fails, not the grid
