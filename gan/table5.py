@@ -261,7 +261,9 @@ def train_to_peaks(layers: list[str], seeds: list[int], runs_dir: Path, schedule
     grid (finished, failed or stopped) go to its ``cost.json``. Returns the exit status."""
     cells = [run_cell(layer, seed, runs_dir, schedule, classifier) for layer in layers for seed in seeds]
     done = sum(cell.finished() for cell in cells)
-    print(f"Table 5 miniature: {done} of {len(cells)} runs done; training the others into {runs_dir}", flush=True)
+    print(f"Table 5 miniature on the built-in digits (scikit-learn's 8x8 digits at {PRESET.resolution}x"
+          f"{PRESET.resolution}; the paper's ImageNet runs: python gan/train_biggan.py --dataset imagenet --data-root "
+          f"PATH): {done} of {len(cells)} runs done; training the others into {runs_dir}", flush=True)
     result = run_grid(cells, runs_dir, jobs=jobs, name="table5")
     for cell in cells:
         if cell.id in result.seconds and (runs_dir / cell.id).is_dir():  # a run stopped before it started has none
