@@ -258,17 +258,18 @@ def train_to_peaks(layers: list[str], seeds: list[int], runs_dir: Path, schedule
                    classifier: Path) -> int:
     """Train every (layer, seed) run until the schedule is done with it (past its peak or at the cap), ``jobs``
     runs at a time, each slot on one run until it is done; the wall-clock and CPU seconds each run took in this
-    grid (finished, failed or stopped) go to its ``cost.json``. Returns the exit status."""
+    grid go to its ``cost.json`` as it ends (finished, failed or stopped). Returns the exit status."""
     cells = [run_cell(layer, seed, runs_dir, schedule, classifier) for layer in layers for seed in seeds]
     done = sum(cell.finished() for cell in cells)
     print(f"Table 5 miniature on the built-in digits (scikit-learn's 8x8 digits at {PRESET.resolution}x"
           f"{PRESET.resolution}; the paper's ImageNet runs: python gan/train_biggan.py --dataset imagenet --data-root "
           f"PATH): {done} of {len(cells)} runs done; training the others into {runs_dir}", flush=True)
-    result = run_grid(cells, runs_dir, jobs=jobs, name="table5")
-    for cell in cells:
-        if cell.id in result.seconds and (runs_dir / cell.id).is_dir():  # a run stopped before it started has none
-            add_cost(runs_dir / cell.id, result.seconds[cell.id], result.cpu_seconds[cell.id])
-    return result.exit_status
+
+    def record_cost(cell_id: str, seconds: float, cpu_seconds: float) -> None:
+        if (runs_dir / cell_id).is_dir():  # a run stopped before it started has none
+            add_cost(runs_dir / cell_id, seconds, cpu_seconds)
+
+    return run_grid(cells, runs_dir, jobs=jobs, name="table5", on_cell_end=record_cost).exit_status
 
 
 def finished_runs(runs_dir: Path) -> list[Path]:

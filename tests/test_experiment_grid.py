@@ -115,11 +115,14 @@ def test_a_stage_planner_that_raises_fails_its_cell_with_the_traceback_in_its_lo
 
     cells = [Cell("planned", done=lambda: False, stages=stages),
              Cell("good", done=tmp_path / "good.result", commands=(cell_command(tmp_path / "good.result"),))]
-    result = run_grid(cells, tmp_path, jobs=1)
+    ended = []
+    result = run_grid(cells, tmp_path, jobs=1,
+                      on_cell_end=lambda i, seconds, cpu: ended.append((i, (tmp_path / "good.result").exists())))
     assert result.finished == ["good"] and result.failed == {"planned": f"exit status 1, log {tmp_path / 'planned.log'}"}
     log = (tmp_path / "planned.log").read_text()
     assert "its next stage could not be planned" in log and "RuntimeError: no evaluation at the target step" in log
     assert set(result.seconds) == {"planned", "good"}  # a failed cell's time counts too
+    assert ended == [("planned", False), ("good", True)]  # reported as each ends, not when the grid does
 
 
 def test_done_may_be_a_check(tmp_path):
@@ -168,7 +171,7 @@ RUNNER = textwrap.dedent("""
 
     cells = [Cell("command", done=folder / "never", commands=((sys.executable, "-c", HOLD, str(folder / "command")),)),
              Cell("function", done=folder / "never", function=hold)]
-    result = run_grid(cells, folder, jobs=2, name="held")
+    result = run_grid(cells, folder, jobs=2, name="held", on_cell_end=lambda i, seconds, cpu: print("ended", i))
     print("cpu seconds of the command cell", result.cpu_seconds["command"], "cells timed", sorted(result.seconds))
     sys.exit(result.exit_status)
 """)
@@ -227,6 +230,7 @@ def test_sigint_and_sigterm_stop_the_cells_with_one_line_and_no_traceback(signum
     assert "Traceback" not in out + err
     cpu_seconds = float(out.split("cpu seconds of the command cell ")[1].split()[0])
     assert cpu_seconds >= 0.3 and "cells timed ['command', 'function']" in out  # stopped cells' time counts
+    assert "ended command" in out and "ended function" in out
 
 
 def test_a_second_runner_on_the_same_grid_is_refused(tmp_path):

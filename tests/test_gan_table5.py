@@ -146,7 +146,7 @@ def fake_grid(log: list):
     the classifier its evaluation is given."""
     bottoms = {"bn_relu": 1000, "no_norm_relu": 9000}  # no_norm_relu keeps improving to the cap
 
-    def run(cells, folder, *, jobs, name):
+    def run(cells, folder, *, jobs, name, on_cell_end):
         result = GridResult()
         for cell in (c for c in cells if not c.finished()):
             layer, seed = cell.id.split("/seed")
@@ -157,7 +157,7 @@ def fake_grid(log: list):
                 write_snapshots(folder / layer / f"seed{seed}", target, valley(bottoms.get(layer, 2500)), layer,
                                 int(seed), weights_digest(evaluate[-1]))
             result.finished.append(cell.id)
-            result.seconds[cell.id], result.cpu_seconds[cell.id] = 2.0, 1.5
+            on_cell_end(cell.id, 2.0, 1.5)
         return result
     return run
 
@@ -290,10 +290,11 @@ def test_a_pinned_classifier_of_another_resolution_is_refused(tmp_path):
 
 
 def test_the_time_of_a_stopped_run_goes_to_its_cost_and_a_run_stopped_before_it_began_has_none(tmp_path, monkeypatch):
-    def stopped(cells, folder, *, jobs, name):
+    def stopped(cells, folder, *, jobs, name, on_cell_end):
         (folder / "bn_relu" / "seed0").mkdir(parents=True)
-        return GridResult(seconds={"bn_relu/seed0": 60.0, "bn_relu/seed1": 0.1},
-                          cpu_seconds={"bn_relu/seed0": 59.0, "bn_relu/seed1": 0.0}, stopped_by=signal.SIGTERM)
+        on_cell_end("bn_relu/seed0", 60.0, 59.0)
+        on_cell_end("bn_relu/seed1", 0.1, 0.0)
+        return GridResult(stopped_by=signal.SIGTERM)
 
     monkeypatch.setattr(table5, "run_grid", stopped)
     assert table5.train_to_peaks(["bn_relu"], [0, 1], tmp_path, SCHEDULE, 2, tmp_path / "classifier.pt") == 143

@@ -164,8 +164,16 @@ def log_line(log: Path, command: str) -> None:
         out.write(f"\n===== {time.strftime('%Y-%m-%d %H:%M:%S')} {command}\n")
 
 
-def run_grid(cells: Sequence[Cell], folder: str | Path, *, jobs: int = 1, name: str = "grid") -> GridResult:
-    """Run the ``cells`` not yet finished, ``jobs`` at a time, logging to ``folder``; see the module."""
+CellEnd = Callable[[str, float, float], None]
+
+
+def run_grid(cells: Sequence[Cell], folder: str | Path, *, jobs: int = 1, name: str = "grid",
+             on_cell_end: CellEnd | None = None) -> GridResult:
+    """Run the ``cells`` not yet finished, ``jobs`` at a time, logging to ``folder``; see the module.
+
+    ``on_cell_end(id, seconds, cpu_seconds)`` is called in this process as each cell it started ends (finished,
+    failed or stopped), with its wall-clock and CPU seconds: to record a cell's cost beside its results while the
+    grid goes on."""
     folder = Path(folder)
     ids = [cell.id for cell in cells]
     repeated = sorted({i for i in ids if ids.count(i) > 1})
@@ -180,11 +188,12 @@ def run_grid(cells: Sequence[Cell], folder: str | Path, *, jobs: int = 1, name: 
         print(f"[{name}] {len(cells)} cells: {len(result.skipped)} finished before, {len(todo)} to run, {jobs} at a "
               f"time; each cell's output goes to {folder}/<cell>.log", flush=True)
         if todo:
-            _run_cells(todo, folder, jobs, name, result)
+            _run_cells(todo, folder, jobs, name, result, on_cell_end)
     return result
 
 
-def _run_cells(todo: list[Cell], folder: Path, jobs: int, name: str, result: GridResult) -> None:
+def _run_cells(todo: list[Cell], folder: Path, jobs: int, name: str, result: GridResult,
+               on_cell_end: CellEnd | None) -> None:
     pending, running = list(todo), []
     progress = Progress(len(todo), "cells", prefix=name, interval=0.0)
     with _stop_signals() as stop:
@@ -200,9 +209,9 @@ def _run_cells(todo: list[Cell], folder: Path, jobs: int, name: str, result: Gri
                     status = run.poll()
                     if status is not None:
                         running.remove(run)
-                        _record(run, status, result, progress)
+                        _record(run, status, result, progress, on_cell_end)
         finally:
-            _stop(running, result)
+            _stop(running, result, on_cell_end)
     if stop.signum is not None:
         result.stopped_by = signal.Signals(stop.signum)
         print(f"\n[{name}] stopped by {result.stopped_by.name}: {len(result.finished)} cells finished, {len(running)} "
@@ -216,23 +225,25 @@ def _run_cells(todo: list[Cell], folder: Path, jobs: int, name: str, result: Gri
         print(f"[{name}] all {len(todo)} cells finished", flush=True)
 
 
-def _stop(running: list[_CellRun], result: GridResult) -> None:
+def _stop(running: list[_CellRun], result: GridResult, on_cell_end: CellEnd | None) -> None:
     """Stop the cells still running, their seconds until now in ``result``."""
     runs = [run for run in running if run.child is not None]
     for run, cpu_seconds in zip(runs, stop_groups([run.child for run in runs])):
         run.cpu_seconds += cpu_seconds
     for run in running:
-        _add_seconds(run, result)
+        _add_seconds(run, result, on_cell_end)
 
 
-def _add_seconds(run: _CellRun, result: GridResult) -> float:
+def _add_seconds(run: _CellRun, result: GridResult, on_cell_end: CellEnd | None) -> float:
     seconds = time.monotonic() - run.started
     result.seconds[run.cell.id], result.cpu_seconds[run.cell.id] = seconds, run.cpu_seconds
+    if on_cell_end is not None:
+        on_cell_end(run.cell.id, seconds, run.cpu_seconds)
     return seconds
 
 
-def _record(run: _CellRun, status: int, result: GridResult, progress: Progress) -> None:
-    took = format_duration(_add_seconds(run, result))
+def _record(run: _CellRun, status: int, result: GridResult, progress: Progress, on_cell_end: CellEnd | None) -> None:
+    took = format_duration(_add_seconds(run, result, on_cell_end))
     if status == 0:
         result.finished.append(run.cell.id)
         progress.update(finished=f"{run.cell.id} in {took}")
