@@ -329,8 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patience", type=int, default=defaults.patience,
                         help=f"evaluated snapshots after the best one that end a run (default {defaults.patience})")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each (default 2)")
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs/gan_table5"), help="one folder per layer and seed (default runs/gan_table5)")
-    parser.add_argument("--out", type=Path, default=Path("docs/results/gan"), help="where table5.json/.md and grids go (default docs/results/gan)")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs/gan_table5"),
+                        help="one folder per layer and seed (default %(default)s)")
+    parser.add_argument("--out", type=Path, default=Path("docs/results/gan"),
+                        help="where table5.json/.md and grids go (default %(default)s)")
     parser.add_argument("--report-only", action="store_true", help="only aggregate the finished runs")
     args = parser.parse_args(argv)
     schedule = Schedule(args.steps, args.extend_by, args.max_steps, args.snapshot_every, args.patience)
