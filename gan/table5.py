@@ -319,16 +319,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="generator layers (default: the paper's six and no_norm_relu, the control)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds per layer (Table 5: 3)")
     parser.add_argument("--steps", type=int, default=defaults.steps,
-                        help=f"G steps every run trains first (default {defaults.steps})")
+                        help="G steps every run trains first (default %(default)s)")
     parser.add_argument("--extend-by", type=int, default=defaults.extend_by,
-                        help=f"G steps a run not yet past its peak trains further (default {defaults.extend_by})")
+                        help="G steps a run not yet past its peak trains further (default %(default)s)")
     parser.add_argument("--max-steps", type=int, default=defaults.max_steps,
-                        help=f"no run trains beyond this (default {defaults.max_steps})")
+                        help="no run trains beyond this (default %(default)s)")
     parser.add_argument("--snapshot-every", type=int, default=defaults.snapshot_every,
-                        help=f"steps between kept, evaluated snapshots (default {defaults.snapshot_every})")
+                        help="steps between kept, evaluated snapshots (default %(default)s)")
     parser.add_argument("--patience", type=int, default=defaults.patience,
-                        help=f"evaluated snapshots after the best one that end a run (default {defaults.patience})")
-    parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each (default 2)")
+                        help="evaluated snapshots after the best one that end a run (default %(default)s)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each (default %(default)s)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/gan_table5"),
                         help="one folder per layer and seed (default %(default)s)")
     parser.add_argument("--out", type=Path, default=Path("docs/results/gan"),
