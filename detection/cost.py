@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", "--config-file", nargs="+", required=True, metavar="FILE", help="config file(s)")
     parser.add_argument("--image-size", type=int, default=1024, help="side of the square input image (default: 1024, the paper's)")
-    parser.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default 0: torch's default)")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default %(default)s: torch's default)")
     parser.add_argument("--show-uncounted", action="store_true", help="also list the ops fvcore did not count")
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides, applied to every config")
     args = parser.parse_args(argv)

@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", nargs="+", choices=sorted(LAYERS), default=list(LAYERS), help="layers to run")
     parser.add_argument("--settings", nargs="+", choices=[s.name for s in SETTINGS], default=[s.name for s in SETTINGS],
                         help="settings to run")
-    parser.add_argument("--jobs", type=int, default=2, help="runs trained at once, one thread each (default 2)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs trained at once, one thread each (default %(default)s)")
     parser.add_argument("--report-only", action="store_true", help="only summarize the finished runs")
     args = parser.parse_args(argv)
     for flag, value in (("--iterations", args.iterations), ("--jobs", args.jobs)):

@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--config", dest="config_file", metavar="FILE", help="alias of --config-file")
     parser.add_argument(
-        "--threads", type=int, default=0, help="CPU threads per process for torch (default 0: torch's default)"
+        "--threads", type=int, default=0, help="CPU threads per process for torch (default %(default)s: torch's default)"
     )
     args = parser.parse_args(argv)
     if not args.config_file or not os.path.isfile(args.config_file):

@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--all-snapshots", action="store_true",
                         help="evaluate last.pt and every kept step_N.pt; metrics.json is the peak")
     parser.add_argument("--peak-by", choices=sorted(PEAK_KEYS), default="fid",
-                        help="which metric picks the peak checkpoint (default fid: lowest FID)")
+                        help="which metric picks the peak checkpoint (default %(default)s: lowest FID)")
     parser.add_argument("--num-samples", type=positive, help="generated images (default: 50000 for Inception, "
                         "the number of held-out digits for the digits)")
     parser.add_argument("--inception-weights", help=f"local torch-fidelity Inception weights ({INCEPTION_FILE}; "
@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the cached one, trained on first use; gan/table5.py pins one per grid)")
     parser.add_argument("--standing-stats", type=int, default=16, metavar="N",
                         help="BigGAN's standing statistics: recompute batch-statistics layers' moving averages over "
-                        "N batches of samples first (default 16; 0: use the moving averages as trained)")
+                        "N batches of samples first (default %(default)s; 0: use the moving averages as trained)")
     parser.add_argument("--standing-batch", type=positive, default=64, help="batch size of the standing-stats passes")
     parser.add_argument("--reference-samples", type=int, help="real images for the FID reference (default: all)")
     parser.add_argument("--data-root", help="real data location if it moved since training")

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="summary to write (default: OUTPUT/fig10.json)")
     parser.add_argument("--plot", help="PNG to write (default: OUTPUT/fig10.png)")
     parser.add_argument("--jobs", type=int, default=1, help="searches run at once, each with its own --workers "
-                        "(default 1)")
+                        "(default %(default)s)")
     args, extra = parser.parse_known_args(argv)
     for flag, value in (("--max-candidates", args.max_candidates), ("--jobs", args.jobs)):
         if value < 1:

@@ -702,8 +702,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--shapes", nargs="+", type=parse_shape, default=[parse_shape(s) for s in DEFAULT_SHAPES],
                    metavar="NxCxHxW", help=f"input shapes (default: ResNet-50 stage outputs {' '.join(DEFAULT_SHAPES)})")
     p.add_argument("--dtype", choices=list(DTYPES), default="float32",
-                   help="input dtype of the layer benchmark; for the model step, bfloat16/float16 mean autocast (default float32)")
-    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
+                   help="input dtype of the layer benchmark; for the model step, bfloat16/float16 mean autocast (default %(default)s)")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default %(default)s)")
     p.add_argument("--channels-last", action="store_true", help="use the channels_last memory layout (default NCHW)")
     p.add_argument("--eval", action="store_true", help="benchmark layers in eval mode (default train mode)")
     p.add_argument("--inference", action="store_true",
@@ -716,9 +716,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "docs/results/benchmark_matrix.json, PNG docs/results/benchmark_matrix.png)")
     p.add_argument("--matrix-batches", nargs="+", type=int, default=[16, 2], metavar="N",
                    help="with --matrix: the batch sizes each shape is timed at (default 16 2)")
-    p.add_argument("--reps", type=int, default=15, help="timed repetitions per layer and shape (default 15)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed repetitions before timing (default 3)")
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2, this machine's cores)")
+    p.add_argument("--reps", type=int, default=15, help="timed repetitions per layer and shape (default %(default)s)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed repetitions before timing (default %(default)s)")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default %(default)s, this machine's cores)")
     p.add_argument("--allocator", choices=list(ALLOCATORS), default="heap",
                    help="heap (default): glibc's malloc serves every allocation from its heap and keeps what is "
                         "freed (no mmap, no trimming), so a call's buffers are memory the process already touched; "
@@ -738,7 +738,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="whole-model step batch size (default 8 on CUDA, 4 on CPU, where 8 at 224 takes minutes)")
     p.add_argument("--model-size", type=int, default=None, help="whole-model step image size (default 224 on CUDA, 128 on CPU)")
     p.add_argument("--model-reps", type=int, default=11,
-                   help="timed rounds of the model steps, each step once per round (default 11); the time ratio "
+                   help="timed rounds of the model steps, each step once per round (default %(default)s); the time ratio "
                         "is the median over rounds of each round's EvoNorm / baseline ratio")
     p.add_argument("--json", metavar="PATH", default=None,
                    help="write every number to this JSON file (default docs/results/benchmark_layers.json, with "
@@ -756,7 +756,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "where a layer is bound by the host (small inputs, or a GPU) the calls that take the time; "
                         "--layers picks the layers (baselines kept), --reps the steps profiled")
     p.add_argument("--profile-top", type=int, default=15,
-                   help="with --profile-host: how many functions to list per layer, by own time (default 15)")
+                   help="with --profile-host: how many functions to list per layer, by own time (default %(default)s)")
     p.add_argument("--compiled-choice-worker", choices=["operator", "formula"], help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name in ("reps", "warmup", "threads", "model_reps", "profile_top"):

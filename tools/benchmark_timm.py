@@ -130,24 +130,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python tools/benchmark_timm.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="resnetv2_50d_evos",
-                   help="a timm model built with timm's EvoNorms (default resnetv2_50d_evos; also regnetz_b16_evos, "
+                   help="a timm model built with timm's EvoNorms (default %(default)s; also regnetz_b16_evos, "
                         "ese_vovnet39b_evos)")
     p.add_argument("--batch", type=int, default=None, help="images per step (default 32 on CUDA, 4 on CPU)")
     p.add_argument("--size", type=int, default=None, help="image size in pixels (default 224 on CUDA, 128 on CPU)")
-    p.add_argument("--classes", type=int, default=1000, help="classifier outputs (default 1000)")
-    p.add_argument("--reps", type=int, default=5, help="timed steps per model and mode (default 5)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed steps per model before timing (default 1)")
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2, this machine's cores)")
-    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default cpu)")
+    p.add_argument("--classes", type=int, default=1000, help="classifier outputs (default %(default)s)")
+    p.add_argument("--reps", type=int, default=5, help="timed steps per model and mode (default %(default)s)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed steps per model before timing (default %(default)s)")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default %(default)s, this machine's cores)")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default %(default)s)")
     p.add_argument("--dtype", choices=list(DTYPES), default="float32",
                    help="float32 (default), or bfloat16/float16 under autocast")
     p.add_argument("--channels-last", action="store_true", help="use the channels_last memory layout (default NCHW)")
     p.add_argument("--impl", choices=["fused", "reference"], default="fused",
-                   help="the swapped layers' implementation (default fused; reference: the suite's composed formula)")
+                   help="the swapped layers' implementation (default %(default)s; reference: the suite's composed formula)")
     p.add_argument("--no-eager", action="store_true", help="skip the eager steps")
     p.add_argument("--no-compiled", action="store_true", help="skip the torch.compile steps")
     p.add_argument("--json", metavar="PATH", default="docs/results/benchmark_timm.json",
-                   help="write every number to this JSON file (default docs/results/benchmark_timm.json; '' for none)")
+                   help="write every number to this JSON file (default %(default)s; '' for none)")
     args = p.parse_args(argv)
     for name in ("reps", "warmup", "threads", "classes", "batch", "size"):
         value, least = getattr(args, name), 0 if name == "warmup" else 1

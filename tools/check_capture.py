@@ -283,12 +283,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--modes", nargs="+", default=["train", "eval"], choices=["train", "eval"],
                    help="model modes (default both; ONNX runs in eval only)")
     p.add_argument("--checks", nargs="+", default=list(CHECKS), choices=CHECKS, help="captures to check (default all)")
-    p.add_argument("--batch", type=int, default=2, help="input batch size (default 2)")
-    p.add_argument("--size", type=int, default=64, help="input image size (default 64)")
-    p.add_argument("--backend", default="inductor", help="torch.compile backend (default inductor)")
+    p.add_argument("--batch", type=int, default=2, help="input batch size (default %(default)s)")
+    p.add_argument("--size", type=int, default=64, help="input image size (default %(default)s)")
+    p.add_argument("--backend", default="inductor", help="torch.compile backend (default %(default)s)")
     p.add_argument("--dtype", choices=list(DTYPES), default="float64",
-                   help="model and input dtype (default float64, see TOLERANCES; ONNX always runs float32)")
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+                   help="model and input dtype (default %(default)s, see TOLERANCES; ONNX always runs float32)")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default %(default)s)")
     p.add_argument("--json", metavar="PATH", help="also write every result to this JSON file")
     args = p.parse_args(argv)
     for name in ("batch", "size", "threads"):

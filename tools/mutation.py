@@ -555,7 +555,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     what.add_argument("--report", action="store_true",
                       help="rewrite the table in docs/testing.md from docs/results/mutation/*.json; run nothing")
     parser.add_argument("--jobs", type=int, default=1,
-                        help="mutants run at once (mutmut's --max-children; default 1, for a machine shared with "
+                        help="mutants run at once (mutmut's --max-children; default %(default)s, for a machine shared with "
                              "other work)")
     parser.add_argument("--fresh", action="store_true",
                         help="delete the module's mutation folder first, so that every mutant runs again")

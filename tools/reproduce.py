@@ -1164,7 +1164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", nargs="+", default=(),
                         help="classification experiments: only these rows' layers (default every row of the table)")
     parser.add_argument("--jobs", type=positive_int, default=2,
-                        help="runs at once within an experiment, one thread each (default 2, this machine's cores)")
+                        help="runs at once within an experiment, one thread each (default %(default)s, this machine's cores)")
     args = parser.parse_args(argv)
     steps = experiment_steps(args.models, args.layers, args.jobs)
     if not args.report_only:
