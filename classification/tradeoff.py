@@ -192,11 +192,11 @@ def main(argv: list[str] | None = None) -> None:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     count = sub.add_parser("count", help="params and folded inference FLOPs as markdown, plus the training commands")
-    count.add_argument("--resolution", type=int, default=224, help="input size for FLOPs (default %(default)s)")
     draw = sub.add_parser("plot", help="accuracy vs params / FLOPs from trained runs")
     draw.add_argument("runs_dir", help="folder with <layer>/w<width>/result.json (see `count`'s commands)")
     draw.add_argument("--png", help="output file (default RUNS_DIR/fig11.png)")
-    draw.add_argument("--resolution", type=int, default=224, help="input size for FLOPs (default %(default)s)")
+    for command in (count, draw):
+        command.add_argument("--resolution", type=int, default=224, help="input size for FLOPs (default %(default)s)")
     args = p.parse_args(argv)
     if args.resolution < 1:
         p.error(f"--resolution must be >= 1, got {args.resolution}")
