@@ -29,8 +29,10 @@ B_SERIES = [n for n in EVONORMS if "_b" in n]
 S_OPTIONS = {"evonorm_s0": (True, True), "evonorm_s1": (False, True), "evonorm_s2": (False, False)}  # (v1, centered)
 
 # (shape, groups): several 256-element blocks per plane (32x32, 33x31 odd), a group of many
-# tiny planes (7x7), more than one 256-channel chunk in channels_last (320), 1x1 planes.
-KERNEL_SHAPES = [((2, 8, 32, 32), 4), ((3, 6, 33, 31), 3), ((2, 64, 7, 7), 8), ((2, 320, 3, 5), 32), ((4, 6, 1, 1), 2)]
+# tiny planes (7x7), more than one 256-channel chunk in channels_last (320), 1x1 planes, and an odd
+# number of planes per group on the NCHW S backward's per-plane path (9x8: it sums planes in pairs).
+KERNEL_SHAPES = [((2, 8, 32, 32), 4), ((3, 6, 33, 31), 3), ((2, 64, 7, 7), 8), ((2, 320, 3, 5), 32), ((4, 6, 1, 1), 2),
+                 ((2, 9, 9, 8), 3)]
 DTYPES = {torch.float64: 1e-9, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 LAYOUTS = {"nchw": torch.contiguous_format, "channels_last": torch.channels_last}
 # what the op computes: (layer, training, batch variance given)

@@ -73,6 +73,8 @@ template <typename A> inline A max_of(A a, A b) { return ((a > b) | (a != a)) ? 
 // Sums over long runs accumulate in the accumulation type within blocks of BLOCK
 // elements (vectorized) and in double across blocks.
 constexpr i64 BLOCK = 256;
+// Planes the NCHW S backward sums in one loop (s_plane_sums): 2 was 3-6 % faster than 1 at 7x7 and 8x8, 4 was not.
+constexpr i64 PLANES_AT_ONCE = 2;
 
 struct Shape {
     i64 N, C, HW;
@@ -601,23 +603,32 @@ std::tuple<Tensor, Tensor, Tensor> s_forward(const Tensor& x_in, const std::opti
     return {y, mean_t, rstd_t};
 }
 
-// Over one NCHW plane with s = sigmoid(v x): t = (sum g x s, sum g, sum g x^2 s (1 - s)), and s into sig.
-template <typename T, typename A>
-void s_plane_sums(const T* __restrict x, const T* __restrict g, A* __restrict sig, i64 HW, A v, double (&t)[3]) {
-    t[0] = t[1] = t[2] = 0;
+// Over P consecutive NCHW planes with s = sigmoid(v x): per plane t = (sum g x s, sum g, sum g x^2 s (1 - s)),
+// and s into sig. The planes' loops are one loop: at small planes each plane's own dependency chains (the
+// sigmoid's division, the sums' reductions at its end) would otherwise leave the core waiting, plane after plane.
+template <int P, typename T, typename A>
+void s_plane_sums(const T* __restrict x, const T* __restrict g, A* __restrict sig, i64 HW, const A* v,
+                  double (*t)[3]) {
+    for (int p = 0; p < P; p++) t[p][0] = t[p][1] = t[p][2] = 0;
     for (i64 j0 = 0; j0 < HW; j0 += BLOCK) {
         const i64 j1 = std::min(j0 + BLOCK, HW);
-        A b0 = 0, b1 = 0, b2 = 0;
+        A b0[P] = {}, b1[P] = {}, b2[P] = {};
         for (i64 j = j0; j < j1; j++) {
-            const A xj = static_cast<A>(x[j]), gj = static_cast<A>(g[j]), sj = sigmoid(v * xj), f = gj * xj * sj;
-            sig[j] = sj;
-            b0 += f;
-            b1 += gj;
-            b2 += f * xj * (A(1) - sj);
+#pragma GCC unroll 8
+            for (int p = 0; p < P; p++) {
+                const i64 o = p * HW + j;
+                const A xj = static_cast<A>(x[o]), gj = static_cast<A>(g[o]), sj = sigmoid(v[p] * xj), f = gj * xj * sj;
+                sig[o] = sj;
+                b0[p] += f;
+                b1[p] += gj;
+                b2[p] += f * xj * (A(1) - sj);
+            }
         }
-        t[0] += b0;
-        t[1] += b1;
-        t[2] += b2;
+        for (int p = 0; p < P; p++) {
+            t[p][0] += b0[p];
+            t[p][1] += b1[p];
+            t[p][2] += b2[p];
+        }
     }
 }
 
@@ -821,14 +832,19 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
                     const double r = rstd[ng];
                     const i64 n = ng / G, c0 = (ng % G) * Cg;
                     double dr = 0;
-                    for (i64 i = 0; i < Cg; i++) {
-                        const i64 c = c0 + i, nc = n * s.C + c;
-                        double t[3];
-                        s_plane_sums<scalar_t, A>(xp + nc * s.HW, gp + nc * s.HW, sig.data() + i * s.HW, s.HW, vp[c], t);
-                        dgamma[nc] = t[0] * r;
-                        dbeta[nc] = t[1];
-                        if (need_dv) dvnc[nc] = t[2] * w(n, c) * r;
-                        dr += t[0] * w(n, c);
+                    for (i64 i = 0; i < Cg;) {
+                        const i64 P = Cg - i >= PLANES_AT_ONCE ? PLANES_AT_ONCE : 1, nc0 = n * s.C + c0 + i;
+                        double t[PLANES_AT_ONCE][3];
+                        const scalar_t *x = xp + nc0 * s.HW, *gr = gp + nc0 * s.HW;
+                        if (P == 1) s_plane_sums<1, scalar_t, A>(x, gr, sig.data() + i * s.HW, s.HW, vp + c0 + i, t);
+                        else s_plane_sums<PLANES_AT_ONCE, scalar_t, A>(x, gr, sig.data() + i * s.HW, s.HW, vp + c0 + i, t);
+                        for (i64 p = 0; p < P; p++, i++) {
+                            const i64 c = c0 + i, nc = n * s.C + c;
+                            dgamma[nc] = t[p][0] * r;
+                            dbeta[nc] = t[p][1];
+                            if (need_dv) dvnc[nc] = t[p][2] * w(n, c) * r;
+                            dr += t[p][0] * w(n, c);
+                        }
                     }
                     const double k = -dr * r * r * r / M, k0 = centered ? -k * mean[ng] : 0.0;
                     for (i64 i = 0; i < Cg; i++) {
