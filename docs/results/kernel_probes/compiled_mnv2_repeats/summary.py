@@ -1,7 +1,7 @@
 """The compiled MobileNetV2-B0 / BN-ReLU step ratio of every run of 2026-11-29 (one build, 8ae713e's kernels or
 its parent's, which the step does not reach: the change is in the S backward), in the order run, with what the run
 had done before the step: the probe scripts beside this file (as run; their JSON copied here) and the two default
-benchmark runs (docs/results/benchmark_layers_2026-11-29_avx512*.json).
+benchmark runs (docs/results/benchmark_layers_2026-11-29_avx512_parent.json and benchmark_layers.json).
 
     python docs/results/kernel_probes/compiled_mnv2_repeats/summary.py
 """
@@ -13,7 +13,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parents[1]
 RUNS = [
     (RESULTS / "benchmark_layers_2026-11-29_avx512_parent.json", "default run (every layer and shape, ResNet-50 first)"),
-    (RESULTS / "benchmark_layers_2026-11-29_avx512.json", "default run (every layer and shape, ResNet-50 first)"),
+    (RESULTS / "benchmark_layers.json", "default run (every layer and shape, ResNet-50 first)"),
     (HERE / "cache_bypass1.json", "cacheprobe.sh: one tiny layer, MobileNetV2 only, fresh Inductor cache dir, AOT cache off"),
     (HERE / "cache_cold.json", "cacheprobe.sh: the same, AOTAutograd cache on (populating it)"),
     (HERE / "cache_warm.json", "cacheprobe.sh: the same, AOTAutograd cache on (hits)"),
