@@ -833,11 +833,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
                     const i64 n = ng / G, c0 = (ng % G) * Cg;
                     double dr = 0;
                     for (i64 i = 0; i < Cg;) {
-                        const i64 P = Cg - i >= PLANES_AT_ONCE ? PLANES_AT_ONCE : 1, nc0 = n * s.C + c0 + i;
+                        const i64 P = Cg - i >= PLANES_AT_ONCE ? PLANES_AT_ONCE : 1, first = (n * s.C + c0 + i) * s.HW;
                         double t[PLANES_AT_ONCE][3];
-                        const scalar_t *x = xp + nc0 * s.HW, *gr = gp + nc0 * s.HW;
-                        if (P == 1) s_plane_sums<1, scalar_t, A>(x, gr, sig.data() + i * s.HW, s.HW, vp + c0 + i, t);
-                        else s_plane_sums<PLANES_AT_ONCE, scalar_t, A>(x, gr, sig.data() + i * s.HW, s.HW, vp + c0 + i, t);
+                        const scalar_t *xr = xp + first, *gr = gp + first;
+                        A* sr = sig.data() + i * s.HW;
+                        if (P == 1) s_plane_sums<1, scalar_t, A>(xr, gr, sr, s.HW, vp + c0 + i, t);
+                        else s_plane_sums<PLANES_AT_ONCE, scalar_t, A>(xr, gr, sr, s.HW, vp + c0 + i, t);
                         for (i64 p = 0; p < P; p++, i++) {
                             const i64 c = c0 + i, nc = n * s.C + c;
                             dgamma[nc] = t[p][0] * r;
