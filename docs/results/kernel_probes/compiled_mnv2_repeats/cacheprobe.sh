@@ -3,7 +3,6 @@
 cd /work/main
 export TORCHINDUCTOR_CACHE_DIR=/tmp/probe/icache
 rm -rf /tmp/probe/icache
-args='--shapes 2x8x4x4 --layers "b0 (fused)" --compiled-layers --no-timm --models mobilenet_v2 --no-targets --plot ""'
 run() { # $1 label, $2 keepcache(0/1)
   python - "$1" "$2" <<'PY'
 import runpy, sys
