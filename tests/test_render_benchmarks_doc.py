@@ -105,6 +105,19 @@ def test_matrix_rows_show_the_slowest_layer_of_each_series(tmp_path):
     assert "![layer matrix](m.png)" in block and "is outside this checkout" in block
 
 
+def test_the_rerun_command_writes_the_files_the_block_reads():
+    """A run recorded with --json/--plot elsewhere (a scratch folder, a GPU machine's $OUT) is re-measured into the
+    block's own JSON and PNG, its other arguments kept."""
+    recorded = "python tools/benchmark_layers.py --device cuda --json /root/out/b.json --reps 20 --plot=/root/out/b.png"
+    again = render.rerun_command(recorded, RESULTS / "benchmark_layers_cuda.json")
+    assert again == ("python tools/benchmark_layers.py --device cuda --reps 20 --json "
+                     "docs/results/benchmark_layers_cuda.json --plot docs/results/benchmark_layers_cuda.png")
+    doc = render.render_all("\n".join(render.BLOCKS) + "\n", RESULTS)
+    assert "--json docs/results/benchmark_layers.json --plot docs/results/benchmark_layers.png`, then" in doc
+    assert "--json docs/results/benchmark_matrix.json --plot docs/results/benchmark_matrix.png`, then" in doc
+    assert "/tmp/" not in "".join(line for line in doc.splitlines() if line.startswith("To measure again"))
+
+
 @pytest.mark.parametrize("load,quiet", [(0.3, True), (2.0, True), (2.5, True), (2.6, False), (3.9, False)])
 def test_a_run_is_under_load_only_above_its_own_threads(load, quiet):
     """A 2-thread run keeps the load average near 2 by itself: only above 2.5 did other jobs share the CPUs."""

@@ -19,6 +19,7 @@ import argparse
 import json
 import math
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,23 @@ def git(*args: str) -> str:
     except (OSError, subprocess.CalledProcessError):
         return ""
     return done.stdout.strip()
+
+
+def rerun_command(command: str, path: Path) -> str:
+    """``command`` with its ``--json`` and ``--plot`` pointed at the files a block reads (``path`` and the PNG
+    beside it), so that running it and then this tool updates the block: the recorded run may have written
+    elsewhere (a scratch folder, a GPU machine's output folder)."""
+    kept, args = [], iter(shlex.split(command))
+    for arg in args:
+        if arg in ("--json", "--plot"):
+            next(args, None)
+        elif not arg.startswith(("--json=", "--plot=")):
+            kept.append(arg)
+    try:
+        target = path.resolve().relative_to(ROOT)
+    except ValueError:
+        target = path
+    return shlex.join([*kept, "--json", str(target), "--plot", str(target.with_suffix(".png"))])
 
 
 def provenance(path: Path) -> str:
@@ -256,7 +274,7 @@ def render_benchmark(path: Path, png: str) -> str:
     lines += [f"- met: {target_line(t)}" for t in model_met]
     lines += ["", f"![layer benchmark]({png})", "",
               f"To measure again, on a quiet machine (a few minutes, most of it compiling): "
-              f"`{d['command'].strip()}`, then `python tools/render_benchmarks_doc.py`."]
+              f"`{rerun_command(d['command'], path)}`, then `python tools/render_benchmarks_doc.py`."]
     return "\n".join(lines)
 
 
@@ -325,7 +343,8 @@ def render_matrix(path: Path, png: str) -> str:
               "largest batch where planes are 28 x 28 or larger)." + (" MISS:" if missed else "")]
     lines += [f"- **MISS** {c['layout']} {c['dtype']} batch {c['batch']}: {target_line(t)}" for c, t in missed]
     lines += ["", f"![layer matrix]({png})", "",
-              f"To measure again, on a quiet machine: `{d['command'].strip()}`, then `python tools/render_benchmarks_doc.py`."]
+              f"To measure again, on a quiet machine: `{rerun_command(d['command'], path)}`, then "
+              "`python tools/render_benchmarks_doc.py`."]
     return "\n".join(lines)
 
 
