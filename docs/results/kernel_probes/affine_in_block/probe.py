@@ -6,16 +6,18 @@ median of 41 calls each, ms; one JSON line.
 
     python docs/results/kernel_probes/affine_in_block/probe.py
 """
-import ctypes
 import json
+import runpy
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from evonorm_core.layers import EvoNormS0
 
+BENCHMARK = Path(__file__).resolve().parents[4] / "tools" / "benchmark_layers.py"
 SHAPES = [(4, 256, 32, 32), (4, 512, 16, 16), (4, 1024, 8, 8), (4, 2048, 4, 4)]
 
 
@@ -52,9 +54,9 @@ def median_ms(fn, reps: int = 41) -> float:
 
 
 def main() -> None:
-    libc = ctypes.CDLL("libc.so.6")  # glibc keeping freed memory, as tools/benchmark_layers.py does
-    libc.mallopt(-4, 0)
-    libc.mallopt(-1, 2**31 - 1)
+    # glibc keeping freed memory, the benchmark's default allocator setting (tools/ is scripts, not a package)
+    bench = runpy.run_path(str(BENCHMARK), run_name="tools_benchmark_layers")
+    assert bench["keep_freed_memory"](), "glibc's mallopt is needed for the benchmark's allocator setting"
     torch.set_num_threads(2)
     result = {}
     for shape in SHAPES:

@@ -6,16 +6,19 @@ operator from 16K elements, functional.COMPILED_OPERATOR_MIN_NUMEL) or the compo
     python docs/results/kernel_probes/compiled_mnv2_formula/probe.py {operator,formula}
 """
 import json
+import runpy
 import statistics
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "tools"))
-import benchmark_layers as bl  # noqa: E402
+import evonorm_core.functional as fn
 
-import evonorm_core.functional as fn  # noqa: E402
+# tools/ is a folder of scripts, not a package: the benchmark's functions, run from its file
+bl = SimpleNamespace(**runpy.run_path(str(Path(__file__).resolve().parents[4] / "tools" / "benchmark_layers.py"),
+                                      run_name="tools_benchmark_layers"))
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "operator"
 if mode not in ("operator", "formula"):

@@ -13,17 +13,20 @@ between them, all stepped in interleaved rounds; one JSON line (median step rati
 """
 import copy
 import json
+import runpy
 import statistics
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "tools"))
-import benchmark_layers as bl  # noqa: E402
+from evonorm_core.layers import EvoNormS0
 
-from evonorm_core.layers import EvoNormS0  # noqa: E402
+# tools/ is a folder of scripts, not a package: the benchmark's functions, run from its file
+bl = SimpleNamespace(**runpy.run_path(str(Path(__file__).resolve().parents[4] / "tools" / "benchmark_layers.py"),
+                                      run_name="tools_benchmark_layers"))
 
 
 class GroupNormReLUFunction(torch.autograd.Function):
