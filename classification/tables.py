@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from evonorm_core.experiment import data
+from evonorm_core.experiment.children import check_autograd_survives_fork
 from evonorm_core.experiment.config import config_to_dict
 from evonorm_core.experiment.convergence import last_fifth_flatness
 from evonorm_core.experiment.distributed import describe_device, training_device
@@ -262,6 +263,7 @@ def run_mini_scale(table: PaperTable, args: argparse.Namespace, runs_dir: Path) 
         for i, (c, done) in enumerate(zip(configs.values(), finished), 1):
             print(f"[{i}/{len(jobs)}] {describe(c)}{' (done)' * done}")
         return 0
+    check_autograd_survives_fork("the mini-scale grid's training runs")  # its cells are forked children
     return run_grid(jobs, runs_dir, jobs=args.jobs, name=f"{table.key} mini").exit_status
 
 

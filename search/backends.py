@@ -7,8 +7,6 @@ rejection (stage "crash" or "timeout") and the search goes on.
 from __future__ import annotations
 
 import concurrent.futures as futures
-import multiprocessing
-import os
 import signal
 import socket
 import threading
@@ -16,7 +14,7 @@ import time
 import traceback
 from typing import Callable
 
-from evonorm_core.experiment.children import die_with_parent
+from evonorm_core.experiment.children import training_pool
 from evonorm_core.search.results import CandidateResult, Stage
 
 BACKENDS = ("local", "ray")
@@ -86,8 +84,7 @@ class ProcessPoolExecutor:
         self.running: dict[futures.Future, tuple[int, float]] = {}
 
     def _new_pool(self) -> futures.ProcessPoolExecutor:
-        return futures.ProcessPoolExecutor(self.capacity, mp_context=multiprocessing.get_context("fork"),
-                                           initializer=die_with_parent, initargs=(os.getpid(),))
+        return training_pool(self.capacity, "the search's candidates")
 
     def submit(self, candidate_id: int, genome: dict) -> None:
         future = self.pool.submit(evaluate_safely, self.evaluator, genome, self.time_limit)

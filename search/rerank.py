@@ -17,21 +17,20 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as futures
 import dataclasses
-import multiprocessing
-import os
 import sys
 from pathlib import Path
 
 from scipy.stats import kendalltau
 
 from evonorm_core.experiment.arguments import DistinctValues, seed
+from evonorm_core.experiment.children import training_pool
 from evonorm_core.experiment.config import ConfigError, command_line
 from evonorm_core.experiment.files import CorruptFileError, append_jsonl, atomic_write_json, read_jsonl
 from evonorm_core.experiment.rundir import RunDirError, open_run
 from evonorm_core.experiment.tables import mean_std_fields
 from evonorm_core.search.driver import read_checkpoint
 from evonorm_core.search.results import CandidateResult
-from evonorm_suite.search.backends import die_with_parent, evaluate_safely
+from evonorm_suite.search.backends import evaluate_safely
 from evonorm_suite.search.config import RUN_KIND, read_run_config
 from evonorm_suite.search.proxy import ProxyConfig, ProxyEvaluator
 from evonorm_suite.search.report import reference_layers, top_k
@@ -141,8 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     todo = [(name, run_seed) for name in chosen for run_seed in args.seeds if (name, run_seed) not in finished]
     print(f"reranking {len(chosen)} layers x {len(args.seeds)} seeds ({len(todo)} to train): {proxy.train_steps} "
           f"steps on {', '.join(proxy.anchors)}, 90% of the training images, scored on the held-out 10%", flush=True)
-    pool = futures.ProcessPoolExecutor(args.workers, mp_context=multiprocessing.get_context("fork"),
-                                       initializer=die_with_parent, initargs=(os.getpid(),))
+    pool = training_pool(args.workers, "the reranked layers' training runs")
     completed = False
     try:
         running = {pool.submit(_evaluate, proxy, run_seed, args.threads, chosen[name]["genome"]): (name, run_seed)

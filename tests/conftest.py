@@ -30,6 +30,12 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    # Tests marked forks_autograd run the suite's forked workers that train (grid cells, search pools). PyTorch
+    # refuses autograd in children forked after the parent ran autograd on fake tensors (torch.compile, export:
+    # children.autograd_survives_fork), so these go first, before any test of the same process compiled anything:
+    # pytest-xdist hands tests to its workers in this order, and each runs them in it. A stable sort keeps
+    # pytest-randomly's shuffle (done before this hook) within both parts.
+    items.sort(key=lambda item: item.get_closest_marker("forks_autograd") is None)
     if not torch.cuda.is_available():
         skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; none is available on this machine")
         for item in items:

@@ -327,6 +327,7 @@ def test_mini_grid_cells_have_the_stated_workers_batches_and_lr(table, model, la
     assert step["peak_lr"] == pytest.approx(expected[3], rel=1e-12)
 
 
+@pytest.mark.forks_autograd
 def test_the_mini_grid_trains_each_cell_once_with_its_log(tmp_path, capsys):
     argv = ["run", "table3", "--scale", "mini", "--models", "resnet50", "--layers", "evonorm_s0", "--batches", "16",
             "--seeds", "0", "--epochs", "0.2", "--anchor-depth", "0.01", "--runs-dir", str(tmp_path)]

@@ -241,3 +241,27 @@ def test_a_second_runner_on_the_same_grid_is_refused(tmp_path):
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.communicate(timeout=30)
+
+
+def test_the_training_pools_refuse_to_fork_where_autograd_cannot_run_in_the_children():
+    """In a fresh process autograd runs in forked children; once the process has compiled a training step it cannot
+    (PyTorch refuses), and a training pool says so, naming its work and the cause, before it forks any worker.
+    Run in a fresh process: the test's own process may have compiled something already."""
+    code = textwrap.dedent("""
+        import torch
+        from evonorm_core.experiment import children
+        print(children.autograd_survives_fork())
+        children.training_pool(1, "warm-up runs").shutdown()
+        torch.compile(torch.nn.Linear(2, 2), backend="aot_eager")(torch.randn(1, 2)).sum().backward()
+        print(children.autograd_survives_fork())
+        try:
+            children.training_pool(1, "the test's runs")
+        except RuntimeError as error:
+            print(error)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and lines[:2] == ["True", "False"], done.stderr[-2000:]
+    assert lines[2].startswith("the test's runs run in children forked from this process, and PyTorch's autograd "
+                               "cannot run in them: this process has run autograd on fake tensors (torch.compile")
+    assert lines[2].endswith("start it from a fresh Python process")

@@ -42,6 +42,7 @@ def test_local_search_runs_reports_and_plots(tmp_path, capsys):
     assert report.main([str(out), "--plot", str(tmp_path / "p.png")]) == 0 and (tmp_path / "p.png").exists()
 
 
+@pytest.mark.forks_autograd
 def test_rerank_retrains_the_top_layers_over_seeds_and_resumes(tmp_path, capsys):
     out = tmp_path / "run"
     assert evolve.main(TINY + ["--workers", "1", "--max-candidates", "6", "--references", "evonorm_s0",

@@ -16,8 +16,10 @@ stops their group (any exit but a SIGKILL).
 """
 from __future__ import annotations
 
+import concurrent.futures as futures
 import ctypes
 import ctypes.util
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -68,6 +70,46 @@ def run_command(argv: Sequence[str], **popen: Any) -> int:
         return child.wait()
     finally:
         stop_groups([child])
+
+
+def autograd_survives_fork() -> bool:
+    """Whether PyTorch's autograd can run in a child forked from this process now (a child is forked to try one
+    tiny backward).
+
+    Once autograd in this process has run on fake tensors (``torch.compile`` or ``torch.export`` of a training
+    graph), PyTorch refuses autograd in every child forked afterwards ("Unable to handle autograd's threading in
+    combination with fork-based multiprocessing", https://github.com/pytorch/pytorch/wiki/Autograd-and-Fork); a
+    process that compiled nothing forks safely."""
+    import torch  # here: this module starts children of any kind, and only this check needs torch
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            x = torch.zeros(1, requires_grad=True)
+            (x * 2).sum().backward()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def check_autograd_survives_fork(what: str) -> None:
+    """Raise a ``RuntimeError`` naming ``what`` (forked workers that train) unless :func:`autograd_survives_fork`."""
+    if not autograd_survives_fork():
+        raise RuntimeError(
+            f"{what} run in children forked from this process, and PyTorch's autograd cannot run in them: this process "
+            "has run autograd on fake tensors (torch.compile or torch.export of a training graph), after which PyTorch "
+            "refuses autograd in forked children (https://github.com/pytorch/pytorch/wiki/Autograd-and-Fork); start "
+            "it from a fresh Python process")
+
+
+def training_pool(workers: int, what: str) -> futures.ProcessPoolExecutor:
+    """``workers`` forked processes for ``what`` (work that trains with autograd), each dying with this process;
+    the ``RuntimeError`` of :func:`check_autograd_survives_fork` where autograd could not run in them."""
+    check_autograd_survives_fork(what)
+    return futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                                       initializer=die_with_parent, initargs=(os.getpid(),))
 
 
 class ForkedCall:
