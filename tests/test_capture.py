@@ -184,6 +184,7 @@ def test_export_keeps_one_operator_per_fused_layer():
     program = torch.export.export(model, (torch.randn(2, 3, 6, 5, dtype=torch.float64),))
     targets = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
     assert targets.count("evonorm.s_forward.default") == 1  # norm2 has no nonlinearity: an affine
+    assert "evonorm.affine_forward.default" not in targets  # which capture sees as a batch norm
 
 
 def test_fx_records_the_functional_calls():

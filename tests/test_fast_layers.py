@@ -37,6 +37,9 @@ DTYPES = {torch.float64: 1e-9, torch.float32: 2e-5, torch.float16: 4e-3, torch.b
 LAYOUTS = {"nchw": torch.contiguous_format, "channels_last": torch.channels_last}
 # what the op computes: (layer, training, batch variance given)
 MODES = [(n, True, False) for n in EVONORMS] + [(n, False, True) for n in B_SERIES] + [("evonorm_b0", True, True)]
+# with the affine operators ("affine": an EvoNorm without its nonlinearity, x gamma + beta), which have C++ and
+# generic implementations but no Triton kernel (on CUDA the layers run their affine as F.batch_norm)
+CPU_MODES = [*MODES, ("affine", True, False)]
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +73,7 @@ def paper(name, training, given, x, w, b, v1, batch_var, groups):
          "running_var": batch_var}
     if v1 is not None:
         p["v1"] = v1
-    z = ref.reference(name, True)(x, p, 1e-3, training=training and not given, groups=groups)
+    z = x if name == "affine" else ref.reference(name, True)(x, p, 1e-3, training=training and not given, groups=groups)
     shape = (1, c, 1, 1) if w is None or w.dim() == 1 else (x.shape[0], c, 1, 1)
     return z * (1 if w is None else w.view(shape)) + (0 if b is None else b.view(shape))
 
@@ -85,6 +88,8 @@ def expected(name, training, given, x, w, b, v1, batch_var, grad, groups):
 
 def operator_y(name, given, x, w, b, v1, batch_var, groups):
     """``y`` of the ``torch.ops.evonorm`` operator that computes layer ``name`` (eps 1e-3)."""
+    if name == "affine":
+        return torch.ops.evonorm.affine_forward(x, w, b)
     if name in S_OPTIONS:
         return torch.ops.evonorm.s_forward(x, w, b, v1, groups, 1e-3, S_OPTIONS[name][1])[0]
     return torch.ops.evonorm.b_forward(x, w, b, v1, batch_var if given else None, EF.B_VARIANTS.index(name[-2:]),
@@ -117,8 +122,17 @@ def through_functions(forward_s, backward_s, forward_b, backward_b, name, traini
     return y, [dx, pick(dw, mask[0]), pick(db, mask[1]), pick(dv, mask[2]), dvar]
 
 
+def through_affine(forward, backward, name, training, given, x, w, b, v1, batch_var, grad, groups):
+    """An implementation's affine forward and backward called directly (same signatures as the operators)."""
+    mask = [w is not None, b is not None]
+    dx, dw, db = backward(grad, x, w, b, mask)
+    return forward(x, w, b), [dx, dw if mask[0] else None, db if mask[1] else None, None, None]
+
+
 def through_generic(*args):
     """The device-generic PyTorch implementation, forward and backward called directly."""
+    if args[0] == "affine":
+        return through_affine(library.generic_affine_forward, library.generic_affine_backward, *args)
     return through_functions(library.generic_s_forward, library.generic_s_backward, library.generic_b_forward,
                              library.generic_b_backward, *args)
 
@@ -138,7 +152,7 @@ def assert_matches(got_y, got_grads, want_y, want_grads, tol, layout):
 @pytest.mark.parametrize("affine", ["none", "channel", "sample"])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("dtype", list(DTYPES), ids=str)
-@pytest.mark.parametrize("name,training,given", MODES)
+@pytest.mark.parametrize("name,training,given", CPU_MODES)
 def test_cpp_kernels_match_paper(cpp_kernels, name, training, given, dtype, layout, affine):
     for i, (shape, groups) in enumerate(KERNEL_SHAPES):
         if affine != "channel" and i not in (0, 3):
@@ -162,7 +176,7 @@ def test_b_kernels_with_a_given_variance_match_paper_at_any_thread_count(cpp_ker
 
 @pytest.mark.parametrize("dtype,scale", [(torch.bfloat16, 1.0), (torch.float16, 1.0), (torch.bfloat16, 1e-39)],
                          ids=["bfloat16", "float16", "bfloat16-subnormal"])
-@pytest.mark.parametrize("name,training,given", MODES)
+@pytest.mark.parametrize("name,training,given", CPU_MODES)
 def test_forward_of_small_half_precision_planes_is_its_float32_forward_rounded(cpp_kernels, name, training, given,
                                                                                dtype, scale):
     """NCHW planes under 64 values are widened to float32 a run at a time (the B series' runs of planes, the S
@@ -200,7 +214,7 @@ def test_s_kernels_of_small_planes_match_paper_over_chunks_of_samples(cpp_kernel
 
 @pytest.mark.parametrize("torch_threads", [1, 4], indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("name,training,given", MODES)
+@pytest.mark.parametrize("name,training,given", CPU_MODES)
 def test_cpp_kernels_take_a_gradient_in_the_other_layout(cpp_kernels, name, training, given, dtype, torch_threads):
     """A channels_last x with an NCHW gradient (what Inductor passes around depthwise convolutions) is read through
     tiles of 16 rows transposed in 8 x 8 blocks (float32), with edges in both: 63 rows (tiles of 16 and 15), 20 and
@@ -217,7 +231,7 @@ def test_cpp_kernels_take_a_gradient_in_the_other_layout(cpp_kernels, name, trai
 
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-@pytest.mark.parametrize("name,training,given", MODES)
+@pytest.mark.parametrize("name,training,given", CPU_MODES)
 def test_generic_implementation_matches_paper(name, training, given, layout):
     for i, (shape, groups) in enumerate(KERNEL_SHAPES[:4]):
         for dtype in (torch.float64, torch.float32):
@@ -297,6 +311,9 @@ def generic_and_fake_calls(x, w, b, v, batch_var, grad):
         for mask in ([True] * 4, [False, True, False, False]):
             computed = [asked and t is not None for asked, t in zip(mask, (w, b, v, given))]
             calls.append(("b_backward", (grad, x, w, b, v, mean, q, b_mean, used, 0, 1e-5, from_x, mask), computed))
+    calls.append(("affine_forward", (x, w, b), None))
+    for mask in ([True, True], [False, True]):
+        calls.append(("affine_backward", (grad, x, w, b, mask), [asked and t is not None for asked, t in zip(mask, (w, b))]))
     return [(getattr(library, f"generic_{op}"), getattr(library, f"fake_{op}"), args, computed)
             for op, args, computed in calls]
 
@@ -314,6 +331,8 @@ def test_fake_implementation_describes_the_generic_one(dtype, layout, device, af
     x, w, b, v, batch_var, grad = (None if t is None else t.to(device) for t in inputs)
     for generic, fake, args, computed in generic_and_fake_calls(x, w, b, v, batch_var, grad):
         real, described = generic(*args), fake(*args)
+        if not isinstance(real, tuple):  # affine_forward: y alone
+            real, described = (real,), (described,)
         assert all(t.device == x.device for t in real)
         if computed is not None:  # a gradient not asked for, or of an absent parameter, is an empty tensor
             assert [t.numel() > 0 for t in real[1:]] == computed
@@ -326,6 +345,8 @@ def test_fake_implementation_describes_the_generic_one(dtype, layout, device, af
     ("s_forward", lambda x, w, b, v: (x, None, None, None, 2, 1e-5, False)),
     ("b_forward", lambda x, w, b, v: (x, w, b, v, None, 0, 1e-5)),
     ("b_forward", lambda x, w, b, v: (x, w[0], None, None, torch.rand(8, requires_grad=True) + 0.5, 2, 1e-5)),
+    ("affine_forward", lambda x, w, b, v: (x, w, b)),
+    ("affine_forward", lambda x, w, b, v: (x, None, b[0])),
 ])
 def test_opcheck(cpp_kernels, op, args):
     """Schema, fake tensors, autograd registration and AOT dispatch agree with the kernels."""
@@ -358,6 +379,7 @@ def test_fake_tensors_match_the_kernels_in_half_precision(cpp_kernels, op, args,
     ("s_forward", lambda x, w, b, v: (x, w, b, v, 4, 1e-5, True)),
     ("b_forward", lambda x, w, b, v: (x, w, b, v, None, 0, 1e-5)),
     ("b_forward", lambda x, w, b, v: (x, w[0], b, None, torch.rand(8, dtype=x.dtype) + 0.5, 1, 1e-5)),
+    ("affine_forward", lambda x, w, b, v: (x, w, b[0])),
 ])
 def test_eager_entry_point_is_the_registered_autograd(cpp_kernels, op, args):
     """Eager layers call ``library.<op>_eager``, program capture the registered operator: the
@@ -369,6 +391,7 @@ def test_eager_entry_point_is_the_registered_autograd(cpp_kernels, op, args):
                    torch.rand(8, dtype=torch.float64))
         inputs = args(x, w.requires_grad_(), b.requires_grad_(), v.requires_grad_())
         out = fn(*inputs)
+        out = out if isinstance(out, tuple) else (out,)  # the affine has no statistics
         leaves = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
         grads = torch.autograd.grad((out[0] * out[0].detach().cos()).sum(), leaves, create_graph=create_graph)
         if create_graph:
@@ -401,6 +424,8 @@ def operator_pair(request, implementation: str, series: str, forward_args, backw
     C++ CPU kernels, the device-generic functions, the Triton kernels' functions (called on the CPU: they
     check their arguments before launching anything) or the CUDA dispatch."""
     names = [f"{series}_{step}" for step in ("forward", "backward")]
+    if implementation == "triton" and series == "affine":
+        pytest.skip("the affine operators have no Triton kernel (on CUDA the layers run their affine as F.batch_norm)")
     if implementation == "generic":
         return (*(getattr(library, f"generic_{name}") for name in names), forward_args, backward_args)
     if implementation == "triton":
@@ -418,6 +443,9 @@ def operator_pair(request, implementation: str, series: str, forward_args, backw
 def size_check_args(series: str, x: torch.Tensor, **change):
     """Forward and backward arguments of a series on ``x`` (3 x 8 channels), right-sized unless ``change``d."""
     n, c = x.shape[0], 8
+    if series == "affine":
+        given = {**dict(w=torch.ones(c), b=torch.zeros(c), grad=torch.randn(x.shape)), **change}
+        return (x, given["w"], given["b"]), (given["grad"], x, given["w"], given["b"], [True, True])
     groups = change.get("groups", 4)
     good = dict(w=torch.ones(c), b=torch.zeros(c), v=torch.ones(c), grad=torch.randn(x.shape), stats=(
         (torch.zeros(n, groups), torch.ones(n, groups)) if series == "s" else
@@ -451,6 +479,9 @@ IMPLEMENTATIONS = ["cpu", "generic", "triton", pytest.param("cuda", marks=pytest
      "mean must have 24 elements, got shape [2, 8]", False),
     ("b", dict(stats=(torch.zeros(3, 8), torch.ones(3, 7), torch.zeros(8), torch.ones(8))),
      "q must have 24 elements, got shape [3, 7]", False),
+    ("affine", dict(w=torch.ones(6)), "weight must be (C,) = (8,) or (N, C) = (3, 8), got shape [6]", True),
+    ("affine", dict(b=torch.ones(3, 7)), "bias must be (C,) = (8,) or (N, C) = (3, 8), got shape [3, 7]", True),
+    ("affine", dict(grad=torch.ones(3, 8, 5, 5)), "grad must have x's shape [3, 8, 5, 4], got [3, 8, 5, 5]", False),
 ])
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_the_operators_name_an_argument_of_the_wrong_size(request, implementation, series, change, message,
@@ -474,7 +505,7 @@ def test_the_operators_name_an_argument_of_the_wrong_size(request, implementatio
     (torch.randn(3, 8, 0, 4), "expected a non-empty tensor, got shape [3, 8, 0, 4]"),
     (torch.randn(0, 8, 5, 4), "expected a non-empty tensor, got shape [0, 8, 5, 4]"),
 ])
-@pytest.mark.parametrize("series", ["s", "b"])
+@pytest.mark.parametrize("series", ["s", "b", "affine"])
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 def test_the_operators_refuse_an_input_they_cannot_read(request, implementation, series, x, message):
     """An input that is not a non-empty 4-d floating-point tensor is refused by name by every implementation, in
@@ -488,7 +519,7 @@ def test_the_operators_refuse_an_input_they_cannot_read(request, implementation,
 
 
 @pytest.mark.parametrize("series, setting", [("s", dict(groups=1)), ("s", dict(groups=8)), ("b", dict(variant=0)),
-                                             ("b", dict(variant=2))])
+                                             ("b", dict(variant=2)), ("affine", {})])
 @pytest.mark.parametrize("per_sample", [False, True])
 @pytest.mark.parametrize("implementation", ["cpu", "generic"])
 def test_the_size_checks_pass_right_sized_arguments(request, implementation, series, setting, per_sample):
@@ -497,7 +528,8 @@ def test_the_size_checks_pass_right_sized_arguments(request, implementation, ser
     w = torch.ones(3, 8) if per_sample else torch.ones(8)
     args = size_check_args(series, torch.randn(3, 8, 5, 4), w=w, b=torch.zeros_like(w), **setting)
     forward, backward, forward_args, backward_args = operator_pair(request, implementation, series, *args)
-    y = forward(*forward_args)[0]
+    y = forward(*forward_args)
+    y = y if series == "affine" else y[0]
     dx = backward(*backward_args)[0]
     assert y.shape == dx.shape == (3, 8, 5, 4) and torch.isfinite(y).all() and torch.isfinite(dx).all()
 
@@ -611,8 +643,9 @@ def test_gradgradcheck_float64(name, training):
     assert torch.autograd.gradgradcheck(f, (x, *layer.parameters()), fast_mode=True, atol=1e-5)
 
 
-@pytest.mark.parametrize("affine", ["none", "channel", "sample"])
-@pytest.mark.parametrize("name,training,given", MODES)
+# the affine operator without gamma and beta is the identity, whose gradient is constant: nothing to differentiate twice
+@pytest.mark.parametrize("name,training,given,affine", [
+    (*mode, affine) for mode in CPU_MODES for affine in ("none", "channel", "sample") if (mode[0], affine) != ("affine", "none")])
 def test_double_backward_matches_paper(cpp_kernels, name, training, given, affine):
     """``create_graph=True`` (gradient penalties, gradgradcheck) differentiates a composed formula instead of the
     kernels: its first gradients, and the gradients of a penalty on them, against the float64 paper formula,

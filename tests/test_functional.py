@@ -312,6 +312,8 @@ def test_affine_shape_errors_name_the_function_and_the_argument():
         EF.affine(x, torch.ones(3), torch.zeros(4))
     with pytest.raises(ValueError, match=rf"^affine: bias {shapes} \(2, 4, 1\)$"):
         EF.affine(x, torch.ones(4), torch.zeros(2, 4, 1))
+    with pytest.raises(ValueError, match=r"^affine: impl must be one of \['fused', 'reference'\], got 'bogus'$"):
+        EF.affine(x, torch.ones(4), torch.zeros(4), impl="bogus")
 
 
 class Capture:
@@ -363,14 +365,38 @@ def test_the_fused_path_in_eager_loads_the_inputs_device_kernels_and_skips_autog
 
 @pytest.mark.parametrize("impl", ["fused", "reference"])
 def test_the_evonorm_functionals_run_the_implementation_asked_for(impl):
-    """impl="fused": the operator (its autograd node on the output); "reference": the composed formula."""
+    """impl="fused": the operator (its autograd node on the output); "reference": the composed formula (the
+    affine: an eval-mode batch norm)."""
     x = torch.randn(2, 8, 3, 3, requires_grad=True)
     ones, zeros = torch.ones(8), torch.zeros(8)
-    outputs = {"s_forward": EF.evonorm_s(x, ones, zeros, ones, groups=4, eps=1e-5, impl=impl),
+    outputs = {"affine_forward": EF.affine(x, ones.expand(2, 8), zeros, impl=impl),  # per sample: any size
+               "s_forward": EF.evonorm_s(x, ones, zeros, ones, groups=4, eps=1e-5, impl=impl),
                "b_forward": EF.evonorm_b(x, ones, zeros, ones, ones.clone(), torch.tensor(0), variant="b0",
                                          training=True, momentum=0.1, eps=1e-5, impl=impl)}
     for op, y in outputs.items():
         assert (y.grad_fn.name() == f"{op}_eagerBackward") is (impl == "fused"), y.grad_fn.name()
+
+
+@pytest.mark.parametrize("numel, weight_shape, weight_dtype, operator", [
+    (272, (8,), torch.float32, False),  # per channel, below the threshold (set to 288 here): the batch norm
+    (288, (8,), torch.float32, True),  # from the threshold on: the operator
+    (272, (2, 8), torch.float32, True),  # per sample, which F.batch_norm does not take: the operator at any size
+    (272, (8,), torch.float64, True),  # float64 parameters of a float32 input: the same
+])
+def test_the_eager_affine_runs_the_operator_where_it_pays(monkeypatch, numel, weight_shape, weight_dtype, operator):
+    monkeypatch.setattr(EF, "EAGER_AFFINE_OPERATOR_MIN_NUMEL", 288)
+    x = torch.randn(2, 8, 1, numel // 16, requires_grad=True)
+    y = EF.affine(x, torch.ones(weight_shape, dtype=weight_dtype), torch.zeros(8, dtype=weight_dtype))
+    assert (y.grad_fn.name() == "affine_forward_eagerBackward") is operator, y.grad_fn.name()
+
+
+@pytest.mark.parametrize("context", [{"compiling": True}, {"compiling": True, "exporting": True}, {"tracing": True}])
+def test_program_capture_sees_the_affine_as_a_batch_norm(monkeypatch, context):
+    """Under capture the affine is F.batch_norm, which Inductor fuses with its neighbours and CUDA runs in one
+    kernel each way, never the operator (an opaque call to Inductor)."""
+    Capture(monkeypatch, **context)
+    y = EF.affine(torch.randn(2, 8, 3, 3, requires_grad=True), torch.ones(8), torch.zeros(8))
+    assert "BatchNorm" in y.grad_fn.name(), y.grad_fn.name()
 
 
 def _evonorm_s(**changes):

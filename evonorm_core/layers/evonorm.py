@@ -41,7 +41,7 @@ class _EvoNorm(abc.ABC):
     def forward_affine(self, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> Tensor:
         x = self.check_input(x, weight, bias)
         if not self.nonlinearity:
-            return functional.affine(x, weight, bias)
+            return functional.affine(x, weight, bias, impl=self.impl)
         return self._call(x, weight, bias, self.impl)
 
     def transform(self, x: Tensor) -> Tensor:

@@ -92,3 +92,16 @@ def b_backward(grad: Tensor, x: Tensor, weight: Tensor | None, bias: Tensor | No
     _numel(op, batch_var, c, "batch_var")
     if batch_from_x:
         _numel(op, batch_mean, c, "batch_mean")
+
+
+def affine_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> None:
+    _input("affine_forward", x)
+    _params("affine_forward", x, weight=weight, bias=bias)
+
+
+def affine_backward(grad: Tensor, x: Tensor, weight: Tensor | None, bias: Tensor | None,
+                    output_mask: Sequence[bool]) -> None:
+    op = "affine_backward"
+    _input(op, x)
+    _grad(op, grad, x)
+    _params(op, x, weight=weight, bias=bias)

@@ -1,7 +1,7 @@
 r"""The ``evonorm`` PyTorch operators: schemas, fake tensors, autograd and a device-generic
 implementation.
 
-Four operators, one call per direction of a layer (``torch.ops.evonorm.*``):
+Six operators, one call per direction of a layer (``torch.ops.evonorm.*``):
 
 * ``s_forward(x, weight?, bias?, v1?, groups, eps, centered) -> (y, mean, rstd)``:
   ``y = x sigmoid(v x) r gamma + beta`` with ``r = (m2 + eps)^-1/2`` per (sample, group), ``m2``
@@ -19,6 +19,9 @@ Four operators, one call per direction of a layer (``torch.ops.evonorm.*``):
   batch_from_x, output_mask) -> (dx, dweight, dbias, dv1, dbatch_var)``; ``mean`` the forward's,
   or empty: taken from ``x`` (what autograd passes for NCHW inputs on the CPU, whose kernel sums
   x in the pass that reads it anyway).
+* ``affine_forward(x, weight?, bias?) -> y`` and ``affine_backward(grad, x, weight?, bias?, output_mask)
+  -> (dx, dweight, dbias)``: ``y = x gamma + beta``, an EvoNorm without its nonlinearity; ``dx = g gamma``,
+  ``dgamma = sum_hw g x``, ``dbeta = sum_hw g``, all three in one pass over ``(grad, x)`` on the CPU.
 
 ``weight``/``bias``: absent, per channel (C,) or per sample (N, C); their gradients have
 their shape. Statistics are float32 (float64 for float64 inputs); ``y`` and ``dx`` have
@@ -54,7 +57,8 @@ operators under the same autograd functions, without the per-call cost of
 
 Kernels: C++ for the CPU (``csrc/evonorm_ops.cpp``, loaded by :mod:`.extension`); Triton for
 CUDA (:mod:`.triton_kernels`, registered by :func:`evonorm_core.ops.load`; float32, float16 and
-bfloat16); this module's PyTorch implementation for everything else (float64 on CUDA, other
+bfloat16; the S and B operators: on CUDA the layers run their affine as ``F.batch_norm``, see
+:func:`evonorm_core.functional.affine`); this module's PyTorch implementation for everything else (float64 on CUDA, other
 devices, CUDA without Triton) and for the CPU when the C++ kernels could not be built. Double
 backward (``create_graph=True``) differentiates the composed formula of
 :mod:`evonorm_core.formulas` from the saved input.
@@ -82,6 +86,9 @@ SCHEMAS = [
     "b_backward(Tensor grad, Tensor x, Tensor? weight, Tensor? bias, Tensor? v1, Tensor mean, Tensor q,"
     " Tensor batch_mean, Tensor batch_var, int variant, float eps, bool batch_from_x, bool[4] output_mask)"
     " -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "affine_forward(Tensor x, Tensor? weight, Tensor? bias) -> Tensor",
+    "affine_backward(Tensor grad, Tensor x, Tensor? weight, Tensor? bias, bool[2] output_mask)"
+    " -> (Tensor, Tensor, Tensor)",
 ]
 
 
@@ -130,6 +137,14 @@ def fake_b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var, v
     return (like_x(x), _grad_like(weight, output_mask[0], x), _grad_like(bias, output_mask[1], x),
             _grad_like(v1, output_mask[2] and variant == 0, x),
             _grad_like(batch_var, output_mask[3] and not batch_from_x, x))
+
+
+def fake_affine_forward(x, weight, bias):
+    return like_x(x)
+
+
+def fake_affine_backward(grad, x, weight, bias, output_mask):
+    return like_x(x), _grad_like(weight, output_mask[0], x), _grad_like(bias, output_mask[1], x)
 
 
 # ---- the device-generic implementation (PyTorch ops; what no kernel covers) ---------------
@@ -262,6 +277,19 @@ def generic_b_backward(grad, x, weight, bias, v1, mean, q, batch_mean, batch_var
             reduce_like(g.sum((2, 3)), bias, output_mask[1], x), dv, dvar)
 
 
+def generic_affine_forward(x, weight, bias):
+    checks.affine_forward(x, weight, bias)
+    return _out(apply_affine(x.to(compute_dtype(x)), weight, bias), x)
+
+
+def generic_affine_backward(grad, x, weight, bias, output_mask):
+    checks.affine_backward(grad, x, weight, bias, output_mask)
+    acc = compute_dtype(x)
+    g = grad.to(acc)
+    return (_out(_mul(g, to_nchw(weight, acc)), x), reduce_like((g * x.to(acc)).sum((2, 3)), weight, output_mask[0], x),
+            reduce_like(g.sum((2, 3)), bias, output_mask[1], x))
+
+
 # ---- autograd -----------------------------------------------------------------------------
 
 def _s_setup_context(ctx, inputs, output):
@@ -339,10 +367,31 @@ def _b_backward(ctx, grad, *_unused):
             dvar if mask[3] else None, None, None)
 
 
+def _affine_setup_context(ctx, inputs, output):
+    x, weight, bias = inputs
+    ctx.save_for_backward(x, weight, bias)
+    ctx.set_materialize_grads(False)
+
+
+def _affine_backward(ctx, grad):
+    if grad is None:  # y got no gradient (grads are not materialized)
+        return None, None, None
+    x, weight, bias = ctx.saved_tensors
+    need = ctx.needs_input_grad
+    if torch.is_grad_enabled():  # create_graph=True: differentiate the composed formula
+        (dx, dw), db = _double_backward(lambda x, weight: apply_affine(upcast(x), weight, None), grad, (x, weight),
+                                        bias, need[2])
+        return dx, dw, db
+    mask = [need[1] and weight is not None, need[2] and bias is not None]
+    dx, dw, db = torch.ops.evonorm.affine_backward(grad, x, weight, bias, mask)
+    return dx, dw if mask[0] else None, db if mask[1] else None
+
+
 # ---- the eager entry points -----------------------------------------------------------------
 
 # each differentiable operator's (setup_context, backward): registered with it, and its eager entry point's
-AUTOGRAD = {"s_forward": (_s_setup_context, _s_backward), "b_forward": (_b_setup_context, _b_backward)}
+AUTOGRAD = {"s_forward": (_s_setup_context, _s_backward), "b_forward": (_b_setup_context, _b_backward),
+            "affine_forward": (_affine_setup_context, _affine_backward)}
 
 
 def _below_autograd(name: str) -> Callable[..., tuple[Tensor, ...]]:
@@ -379,8 +428,10 @@ def _eager_autograd(name: str) -> type[torch.autograd.Function]:
 # the eager entry points: with gradients (the autograd functions) and without
 s_forward_eager = _eager_autograd("s_forward").apply
 b_forward_eager = _eager_autograd("b_forward").apply
+affine_forward_eager = _eager_autograd("affine_forward").apply
 s_forward_no_grad = _below_autograd("s_forward")
 b_forward_no_grad = _below_autograd("b_forward")
+affine_forward_no_grad = _below_autograd("affine_forward")
 
 
 @functools.lru_cache(maxsize=None)
@@ -397,6 +448,8 @@ def define() -> torch.library.Library:
         ("s_backward", fake_s_backward, generic_s_backward),
         ("b_forward", fake_b_forward, generic_b_forward),
         ("b_backward", fake_b_backward, generic_b_backward),
+        ("affine_forward", fake_affine_forward, generic_affine_forward),
+        ("affine_backward", fake_affine_backward, generic_affine_backward),
     ]:
         torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=lib)
         lib.impl(name, generic, "CompositeExplicitAutograd")

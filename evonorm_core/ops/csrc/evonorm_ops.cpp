@@ -1338,6 +1338,151 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
     return {dx, or_empty(dweight), or_empty(dbias), or_empty(dv), or_empty(dbatch_var)};
 }
 
+// ============================== affine ==============================================
+// y = x gamma + beta: an EvoNorm without its nonlinearity (the place of a BatchNorm with no activation after it). One
+// pass each way: the forward reads x and writes y; the backward reads (grad, x) once, writing dx = g gamma while it
+// sums g x and g per (n, c) for the parameters' gradients.
+
+// body(out) writing a run of L outputs: into y itself, or, for float16 and bfloat16, into a float32 buffer of the
+// thread's that is narrowed into y after, in one loop (narrow).
+template <typename A, typename T, typename Body>
+void into_run(T* y, i64 L, Body&& body) {
+    if constexpr (std::is_same_v<T, A>) {
+        body(y);
+    } else {
+        thread_local std::vector<A> buffer;
+        if (static_cast<i64>(buffer.size()) < L) buffer.resize(L);
+        body(buffer.data());
+        narrow(buffer.data(), y, L);
+    }
+}
+
+template <typename T, typename U, typename A>
+void affine_plane(const T* __restrict x, U* __restrict y, i64 HW, A w, A b) {
+    for (i64 j = 0; j < HW; j++) y[j] = static_cast<U>(static_cast<A>(x[j]) * w + b);
+}
+
+template <typename T, typename U, typename A>
+void affine_row(const T* __restrict x, U* __restrict y, i64 C, const A* __restrict w, const A* __restrict b) {
+    for (i64 c = 0; c < C; c++) y[c] = static_cast<U>(static_cast<A>(x[c]) * w[c] + b[c]);
+}
+
+Tensor affine_forward(const Tensor& x_in, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias) {
+    const char* op = "evonorm::affine_forward";
+    check_input(x_in, op);
+    const Tensor x = dense(x_in);
+    const Shape s = rows_shape_of(x);
+    check_params(s, op, {{"weight", &weight}, {"bias", &bias}});
+    Tensor y = empty_like_layout(x, x.scalar_type());
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "evonorm_affine_forward", [&] {
+        using A = typename AccOf<scalar_t>::type;
+        const scalar_t* xp = x.const_data_ptr<scalar_t>();
+        scalar_t* yp = y.data_ptr<scalar_t>();
+        const PerNC<A> w(weight, s.C, A(1)), b(bias, s.C, A(0));
+        if (!s.nhwc) {
+            for_each_index(s.N * s.C, s.HW, [&](i64 nc) {
+                const i64 n = nc / s.C, c = nc % s.C, offset = nc * s.HW;
+                into_run<A>(yp + offset, s.HW, [&](auto* out) { affine_plane(xp + offset, out, s.HW, w(n, c), b(n, c)); });
+            });
+        } else {
+            for_each_index(s.N * s.HW, s.C, [&](i64 row) {
+                const i64 n = row / s.HW, offset = row * s.C;
+                into_run<A>(yp + offset, s.C, [&](auto* out) { affine_row(xp + offset, out, s.C, w.row(n), b.row(n)); });
+            });
+        }
+    });
+    return y;
+}
+
+// dx = g w over one NCHW plane, and the plane's sums of g x and g: A within blocks of BLOCK values, double across.
+template <typename T, typename U, typename A>
+void affine_grad_plane(const T* __restrict x, const T* __restrict g, U* __restrict dx, i64 HW, A w, double& gx_sum,
+                       double& g_sum) {
+    gx_sum = g_sum = 0;
+    for (i64 j0 = 0; j0 < HW; j0 += BLOCK) {
+        const i64 j1 = std::min(j0 + BLOCK, HW);
+        A gx = 0, gs = 0;
+        for (i64 j = j0; j < j1; j++) {
+            const A gj = static_cast<A>(g[j]);
+            dx[j] = static_cast<U>(gj * w);
+            gx += gj * static_cast<A>(x[j]);
+            gs += gj;
+        }
+        gx_sum += gx;
+        g_sum += gs;
+    }
+}
+
+// dx = g w over one channels_last row of C channels, its g x and g added to the per-channel sums gx and gs.
+template <typename T, typename U, typename A>
+void affine_grad_row(const T* __restrict x, const T* __restrict g, U* __restrict dx, i64 C, const A* __restrict w,
+                     A* __restrict gx, A* __restrict gs) {
+    for (i64 c = 0; c < C; c++) {
+        const A gc = static_cast<A>(g[c]);
+        dx[c] = static_cast<U>(gc * w[c]);
+        gx[c] += gc * static_cast<A>(x[c]);
+        gs[c] += gc;
+    }
+}
+
+std::tuple<Tensor, Tensor, Tensor> affine_backward(const Tensor& grad_in, const Tensor& x_in,
+                                                   const std::optional<Tensor>& weight,
+                                                   const std::optional<Tensor>& bias, std::array<bool, 2> mask) {
+    const char* op = "evonorm::affine_backward";
+    check_input(x_in, op);
+    check_grad(grad_in, x_in, op);
+    const Tensor x = dense(x_in);
+    const Shape s = rows_shape_of(x);
+    const Tensor g = grad_for(grad_in, x, s);
+    check_params(s, op, {{"weight", &weight}, {"bias", &bias}});
+    const i64 NC = s.N * s.C;
+    Tensor dx = empty_like_layout(x, x.scalar_type()), dweight, dbias;
+    const auto sums = uninitialized(2 * NC);  // per (n, c): sum g x, then sum g
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "evonorm_affine_backward", [&] {
+        using A = typename AccOf<scalar_t>::type;
+        const scalar_t *xp = x.const_data_ptr<scalar_t>(), *gp = g.const_data_ptr<scalar_t>();
+        scalar_t* dxp = dx.data_ptr<scalar_t>();
+        const PerNC<A> w(weight, s.C, A(1));
+        if (!s.nhwc) {
+            for_each_index(NC, 2 * s.HW, [&](i64 nc) {
+                const i64 offset = nc * s.HW;
+                into_run<A>(dxp + offset, s.HW, [&](auto* out) {
+                    affine_grad_plane(xp + offset, gp + offset, out, s.HW, w(nc / s.C, nc % s.C), sums[nc], sums[NC + nc]);
+                });
+            });
+            return;
+        }
+        at::parallel_for(0, s.N, grain(2 * s.HW * s.C), [&](i64 begin, i64 end) {
+            std::vector<A> acc(2 * s.C);
+            ChannelsLastRows<scalar_t> grad_rows(g, s);
+            for (i64 n = begin; n < end; n++) {
+                double *gx = sums.get() + n * s.C, *gs = sums.get() + NC + n * s.C;
+                std::fill(gx, gx + s.C, 0.0);
+                std::fill(gs, gs + s.C, 0.0);
+                for (i64 i0 = 0; i0 < s.HW; i0 += BLOCK) {
+                    std::fill(acc.begin(), acc.end(), A(0));
+                    for (i64 t0 = i0; t0 < std::min(i0 + BLOCK, s.HW); t0 += TILE) {
+                        const i64 rows = std::min(TILE, s.HW - t0);
+                        const scalar_t* tile = grad_rows.rows(n, t0, rows);
+                        for (i64 i = 0; i < rows; i++) {
+                            const i64 offset = (n * s.HW + t0 + i) * s.C;
+                            into_run<A>(dxp + offset, s.C, [&](auto* out) {
+                                affine_grad_row(xp + offset, tile + i * s.C, out, s.C, w.row(n), acc.data(),
+                                                acc.data() + s.C);
+                            });
+                        }
+                    }
+                    for (i64 c = 0; c < s.C; c++) gx[c] += acc[c], gs[c] += acc[s.C + c];
+                }
+            }
+        });
+    });
+    if (mask[0] && weight.has_value()) dweight = param_grad(sums.get(), *weight, s.N, s.C);
+    if (mask[1] && bias.has_value()) dbias = param_grad(sums.get() + NC, *bias, s.N, s.C);
+    auto or_empty = [](const Tensor& t) { return t.defined() ? t : empty_vector(); };
+    return {dx, or_empty(dweight), or_empty(dbias)};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(evonorm, CPU, m) {
@@ -1345,6 +1490,8 @@ TORCH_LIBRARY_IMPL(evonorm, CPU, m) {
     m.impl("s_backward", &s_backward);
     m.impl("b_forward", &b_forward);
     m.impl("b_backward", &b_backward);
+    m.impl("affine_forward", &affine_forward);
+    m.impl("affine_backward", &affine_backward);
 }
 
 }  // namespace evonorm
