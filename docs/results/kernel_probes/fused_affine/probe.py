@@ -18,7 +18,6 @@ import json
 import runpy
 import statistics
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -68,13 +67,11 @@ def measure(arch: str, series: str, rounds: int) -> dict:
 def measure_layer(shape: tuple[int, ...], rounds: int) -> dict:
     x, grad = torch.randn(shape, requires_grad=True), torch.randn(shape)
     weight, bias = torch.randn(shape[1], requires_grad=True), torch.randn(shape[1], requires_grad=True)
-    times: dict[str, list[float]] = {"fused": [], "reference": []}
-    for i in range(rounds + 2):
-        for impl in ("fused", "reference") if i % 2 == 0 else ("reference", "fused"):
-            start = time.perf_counter()
-            functional.affine(x, weight, bias, impl=impl).backward(grad)
-            if i >= 2:
-                times[impl].append(time.perf_counter() - start)
+
+    def step(impl: str):
+        return lambda: functional.affine(x, weight, bias, impl=impl).backward(grad)
+
+    times = bl.interleaved_times({impl: step(impl) for impl in ("fused", "reference")}, rounds, 2, torch.device("cpu"))
     medians = {impl: statistics.median(t) * 1e6 for impl, t in times.items()}
     return {"shape": list(shape), "median_us": medians, "fused_over_reference": medians["fused"] / medians["reference"]}
 
