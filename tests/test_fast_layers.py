@@ -29,9 +29,10 @@ B_SERIES = [n for n in EVONORMS if "_b" in n]
 S_OPTIONS = {"evonorm_s0": (True, True), "evonorm_s1": (False, True), "evonorm_s2": (False, False)}  # (v1, centered)
 
 # (shape, groups): several 256-element blocks per plane (32x32, 33x31 odd), a group of many
-# tiny planes (7x7), more than one 256-channel chunk in channels_last (320), 1x1 planes, and an odd
-# number of planes per group on the NCHW S backward's per-plane path (9x8: it sums planes in pairs).
-KERNEL_SHAPES = [((2, 8, 32, 32), 4), ((3, 6, 33, 31), 3), ((2, 64, 7, 7), 8), ((2, 320, 3, 5), 32), ((4, 6, 1, 1), 2),
+# tiny planes (7x7; 4 samples: the NCHW S forward's runs of planes, where 3x5 at 2 samples is plane by plane),
+# more than one 256-channel chunk in channels_last (320), 1x1 planes, and an odd number of planes per group on
+# the NCHW S backward's per-plane path (9x8: it sums planes in pairs).
+KERNEL_SHAPES = [((2, 8, 32, 32), 4), ((3, 6, 33, 31), 3), ((4, 64, 7, 7), 8), ((2, 320, 3, 5), 32), ((4, 6, 1, 1), 2),
                  ((2, 9, 9, 8), 3)]
 DTYPES = {torch.float64: 1e-9, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
 LAYOUTS = {"nchw": torch.contiguous_format, "channels_last": torch.channels_last}
@@ -184,7 +185,7 @@ def test_forward_of_small_half_precision_planes_is_its_float32_forward_rounded(c
     subnormals and quiets NaNs its own way, so blocks holding either take c10's rounding): the output is the float32
     operator's rounded to the nearest, within one unit in the last place (the compiler may contract the two builds'
     arithmetic differently), subnormal outputs kept and NaN planes (S: groups) NaN."""
-    x, w, b, v1, batch_var, _ = make_inputs(name, (3, 40, 7, 7), torch.float32, torch.contiguous_format, "none")
+    x, w, b, v1, batch_var, _ = make_inputs(name, (4, 40, 7, 7), torch.float32, torch.contiguous_format, "none")
     x = (x * scale).to(dtype)
     x[1, 3, 2, 2] = float("nan")  # NaN: plane (1, 3), its group (S), channel 3's batch statistics (B training)
     got = operator_y(name, given, x, w, b, v1, batch_var, 4)

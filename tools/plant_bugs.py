@@ -93,9 +93,10 @@ def plant(id: str, original: str, replacement: str, tests: tuple[str, ...] | str
 
 
 # Ids as in the planted-bug sets they come from (K1-K4 "original", K5-K7 "fresh2", K8-K10 "fresh3",
-# K11-K14 "fresh4", K15-K17 "fresh5", K18-K19 "fresh6"; K20-K21, the affine operator's, 2026-11-30); K5 and K13
-# were rewritten with the NCHW group moments, and K3, K7-K11, K14, K16, K17 and K19 on 2026-11-30 for the kernels'
-# current text (the same mistakes in the new text; their old snippets had gone stale).
+# K11-K14 "fresh4", K15-K17 "fresh5", K18-K19 "fresh6"; K20-K21 the affine operator's and K22-K23 the S forward's
+# over small planes' runs, 2026-11-30); K5 and K13 were rewritten with the NCHW group moments, and K3, K7-K11, K14,
+# K16, K17 and K19 on 2026-11-30 for the kernels' current text (the same mistakes in the new text; their old
+# snippets had gone stale).
 PLANTS: list[Plant] = [
     plant("K1", "spread += std::max(s2[c] / s.HW - offset * offset, 0.0) + (m - mu) * (m - mu);",
           "spread += std::max(s2[c] / s.HW - offset * offset, 0.0);",
@@ -155,6 +156,10 @@ PLANTS: list[Plant] = [
           "for (i64 c = 0; c < s.C; c++) gx[c] = acc[c], gs[c] = acc[s.C + c];",
           (cpp("affine-True-False", "float32", "channels_last"), cpp("affine-True-False", "float64", "channels_last")),
           "channels_last affine backward: each block of 256 rows overwrites the parameter sums instead of adding"),
+    plant("K22", "if (runs && gi != expanded_group) {", "if (runs && expanded_group < 0) {", FAST,
+          "NCHW S forward over small planes' runs: v, gamma and beta expanded for a thread's first group only"),
+    plant("K23", "expand_planes(e + 2 * L, b.row(0) + c0, Cg, s.HW);", "expand_planes(e + 2 * L, b.row(0), Cg, s.HW);",
+          FAST, "NCHW S forward over small planes' runs: every group gets the first group's betas"),
 ]
 
 

@@ -507,12 +507,36 @@ void check_variant(int64_t variant, const char* op) {
 Tensor empty_vector() { return at::empty({0}, at::TensorOptions().dtype(at::kFloat)); }
 
 // ============================== S series ==============================================
+// NCHW planes of at most this many values take the S operators' paths over a group's run of planes at once.
+constexpr i64 SMALL_PLANE = 63;
+// The S forward takes that path from this many samples: the three expansions it writes per group are paid back
+// over the group's samples. One thread, 2048 channels at 7x7 in 32 groups: 1.17x the per-plane forward's time at 1
+// sample, even at 2, 0.90x at 4, 0.83x at 8 (docs/results/kernel_probes/s_forward_runs/threshold.txt).
+constexpr i64 RUN_SAMPLES = 4;
+
+// out[i HW + j] = values[i], j < HW, for the planes of a group's run: a per-channel value expanded along it.
+template <typename A>
+void expand_planes(A* __restrict out, const A* __restrict values, i64 planes, i64 HW) {
+    for (i64 i = 0; i < planes; i++) std::fill(out + i * HW, out + (i + 1) * HW, values[i]);
+}
+
 // y = x sigmoid(v x) a + b over one NCHW plane (a = gamma r).
 template <typename T, typename A>
 void s_output_plane(const T* __restrict x, T* __restrict y, i64 HW, A v, A a, A b) {
     for (i64 i = 0; i < HW; i++) {
         const A xi = static_cast<A>(x[i]);
         y[i] = static_cast<T>(xi * sigmoid(v * xi) * a + b);
+    }
+}
+
+// y = x sigmoid(v x) w r + b over a group's run of C/G planes, v, w and b expanded along it: one loop over the
+// run, where plane by plane a plane of 49 values (7 x 7) is three vector iterations and a scalar one.
+template <typename T, typename A>
+void s_output_run(const T* __restrict x, T* __restrict y, i64 L, const A* __restrict v, const A* __restrict w,
+                  const A* __restrict b, A r) {
+    for (i64 j = 0; j < L; j++) {
+        const A xj = static_cast<A>(x[j]);
+        y[j] = static_cast<T>(xj * sigmoid(v[j] * xj) * (w[j] * r) + b[j]);
     }
 }
 
@@ -557,20 +581,37 @@ std::tuple<Tensor, Tensor, Tensor> s_forward(const Tensor& x_in, const std::opti
         auto rstd_of = [&](double m, double var) { return 1.0 / std::sqrt((centered ? var : var + m * m) + eps); };
         if (!s.nhwc) {
             // One task per (n, group): the group's C/G planes are one contiguous run; its moments, then its
-            // output while the run is still in cache, so x is read from memory once, not twice.
+            // output while the run is still in cache, so x is read from memory once, not twice. Small planes with
+            // per-channel parameters and at least RUN_SAMPLES samples take the tasks group by group, each thread
+            // expanding v, gamma and beta along the group's run once per group it meets, for s_output_run.
             const i64 L = Cg * s.HW;
+            const bool runs = s.HW <= SMALL_PLANE && s.N >= RUN_SAMPLES && !w.per_sample() && !b.per_sample();
             at::parallel_for(0, s.N * G, grain(L), [&](i64 begin, i64 end) {
-                for (i64 ng = begin; ng < end; ng++) {
+                std::vector<A> expanded(runs ? 3 * L : 0);  // v, gamma, beta along the group's run
+                A* const e = expanded.data();
+                i64 expanded_group = -1;
+                for (i64 task = begin; task < end; task++) {
+                    const i64 n = runs ? task % s.N : task / G, gi = runs ? task / s.N : task % G;
+                    const i64 ng = n * G + gi, c0 = gi * Cg;
+                    if (runs && gi != expanded_group) {
+                        expand_planes(e, v.row(0) + c0, Cg, s.HW);
+                        expand_planes(e + L, w.row(0) + c0, Cg, s.HW);
+                        expand_planes(e + 2 * L, b.row(0) + c0, Cg, s.HW);
+                        expanded_group = gi;
+                    }
                     on_run<A>(xp + ng * L, yp + ng * L, L, s.HW < WIDEN_BELOW, [&](const auto* xr, auto* yr) {
                         using U = std::remove_cv_t<std::remove_pointer_t<decltype(xr)>>;
                         double var;
                         run_moments<U, A>(xr, L, mean[ng], var);
                         rstd[ng] = rstd_of(mean[ng], var);
                         const A r = static_cast<A>(rstd[ng]);
-                        const i64 n = ng / G, c0 = (ng % G) * Cg;
-                        for (i64 c = c0; c < c0 + Cg; c++)
-                            s_output_plane<U, A>(xr + (c - c0) * s.HW, yr + (c - c0) * s.HW, s.HW, v(0, c), w(n, c) * r,
-                                                 b(n, c));
+                        if (runs) {
+                            s_output_run<U, A>(xr, yr, L, e, e + L, e + 2 * L, r);
+                        } else {
+                            for (i64 c = c0; c < c0 + Cg; c++)
+                                s_output_plane<U, A>(xr + (c - c0) * s.HW, yr + (c - c0) * s.HW,
+                                                     s.HW, v(0, c), w(n, c) * r, b(n, c));
+                        }
                     });
                 }
             });
@@ -684,7 +725,7 @@ void s_input_grad_row(const T* __restrict x, const T* __restrict g, const A* __r
 // s_backward_small_planes: a run's nine arrays (x, g, dx and six of its own) then stay within 36 KiB, about L1.
 // The operator alone was 1.1-2.5x faster there (docs/results/kernel_probes/s_small_planes/op.txt); in the
 // development probes longer runs were up to 1.5x slower (16x2048x7x7) and 8x8 planes no faster (docs/benchmarks.md).
-constexpr i64 SMALL_PLANE = 63, SMALL_RUN = 1024;
+constexpr i64 SMALL_RUN = 1024;
 
 // Per-channel sums of the S backward's parameter gradients: dgamma = sum g x s r, dbeta = sum g and
 // sum g x^2 s (1 - s) r (dv without its factor gamma), each over (n, hw).
@@ -742,10 +783,8 @@ SParamSums s_backward_small_planes(const T* xp, const T* gp, T* dxp, const Shape
         A *v = scratch.data(), *w = v + L, *sig = w + L, *e0 = sig + L, *e1 = e0 + L, *e2 = e1 + L;
         for (i64 task = begin; task < end; task++) {
             const i64 gi = task % G, chunk = task / G, c0 = gi * Cg;
-            for (i64 i = 0; i < Cg; i++) {
-                std::fill(v + i * s.HW, v + (i + 1) * s.HW, vp[c0 + i]);
-                std::fill(w + i * s.HW, w + (i + 1) * s.HW, wp[c0 + i]);
-            }
+            expand_planes(v, vp + c0, Cg, s.HW);
+            expand_planes(w, wp + c0, Cg, s.HW);
             std::fill(e0, e0 + 3 * L, A(0));
             for (i64 n = chunk * samples; n < std::min(s.N, (chunk + 1) * samples); n++) {
                 const i64 ng = n * G + gi, offset = ng * L;
