@@ -215,6 +215,22 @@ def test_s_kernels_of_small_planes_match_paper_over_chunks_of_samples(cpp_kernel
 
 @pytest.mark.parametrize("torch_threads", [1, 4], indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", list(S_OPTIONS))
+def test_s_forward_over_runs_of_small_planes_matches_paper_where_threads_split_a_group(cpp_kernels, name, dtype,
+                                                                                         torch_threads):
+    """The NCHW S forward over groups' runs of small planes takes its (sample, group) tasks group by group, each
+    thread expanding v, gamma and beta once per group it meets. On 4 threads at::parallel_for splits the 30 tasks of
+    10 samples in 3 groups of 32 5x5 planes in two (grain 20), the second from the middle of the second group, and
+    the 18 of 6 samples in 3 groups of 80 7x7 planes in four of 5 tasks, three starting inside a group. Everything
+    matches the paper on 1 thread and on 4."""
+    for i, (shape, groups) in enumerate((((10, 96, 5, 5), 3), ((6, 240, 7, 7), 3))):
+        args = make_inputs(name, shape, dtype, torch.contiguous_format, "channel", seed=i)
+        want = expected(name, True, False, *args, groups)
+        assert_matches(*through_operator(name, True, False, *args, groups), *want, DTYPES[dtype], torch.contiguous_format)
+
+
+@pytest.mark.parametrize("torch_threads", [1, 4], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("name,training,given", CPU_MODES)
 def test_cpp_kernels_take_a_gradient_in_the_other_layout(cpp_kernels, name, training, given, dtype, torch_threads):
     """A channels_last x with an NCHW gradient (what Inductor passes around depthwise convolutions) is read through

@@ -93,7 +93,7 @@ def plant(id: str, original: str, replacement: str, tests: tuple[str, ...] | str
 
 
 # Ids as in the planted-bug sets they come from (K1-K4 "original", K5-K7 "fresh2", K8-K10 "fresh3",
-# K11-K14 "fresh4", K15-K17 "fresh5", K18-K19 "fresh6"; K20-K21 the affine operator's and K22-K23 the S forward's
+# K11-K14 "fresh4", K15-K17 "fresh5", K18-K19 "fresh6"; K20-K21 the affine operator's and K22-K24 the S forward's
 # over small planes' runs, 2026-11-30); K5 and K13 were rewritten with the NCHW group moments, and K3, K7-K11, K14,
 # K16, K17 and K19 on 2026-11-30 for the kernels' current text (the same mistakes in the new text; their old
 # snippets had gone stale).
@@ -160,6 +160,9 @@ PLANTS: list[Plant] = [
           "NCHW S forward over small planes' runs: v, gamma and beta expanded for a thread's first group only"),
     plant("K23", "expand_planes(e + 2 * L, b.row(0) + c0, Cg, s.HW);", "expand_planes(e + 2 * L, b.row(0), Cg, s.HW);",
           FAST, "NCHW S forward over small planes' runs: every group gets the first group's betas"),
+    plant("K24", "i64 expanded_group = -1;", "i64 expanded_group = runs && begin % s.N != 0 ? begin / s.N : -1;",
+          f"{FAST}::test_s_forward_over_runs_of_small_planes_matches_paper_where_threads_split_a_group",
+          "NCHW S forward over small planes' runs: a thread that starts inside a group takes it as already expanded"),
 ]
 
 
