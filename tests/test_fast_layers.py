@@ -221,12 +221,13 @@ def test_s_forward_over_runs_of_small_planes_matches_paper_where_threads_split_a
     """The NCHW S forward over groups' runs of small planes takes its (sample, group) tasks group by group, each
     thread expanding v, gamma and beta once per group it meets. On 4 threads at::parallel_for splits the 30 tasks of
     10 samples in 3 groups of 32 5x5 planes in two (grain 20), the second from the middle of the second group, and
-    the 18 of 6 samples in 3 groups of 80 7x7 planes in four of 5 tasks, three starting inside a group. Everything
-    matches the paper on 1 thread and on 4."""
+    the 18 of 6 samples in 3 groups of 80 7x7 planes in four (5, 5, 5 and 3 tasks), three starting inside a group.
+    Everything matches the paper on 1 thread and on 4."""
+    nchw = torch.contiguous_format
     for i, (shape, groups) in enumerate((((10, 96, 5, 5), 3), ((6, 240, 7, 7), 3))):
-        args = make_inputs(name, shape, dtype, torch.contiguous_format, "channel", seed=i)
+        args = make_inputs(name, shape, dtype, nchw, "channel", seed=i)
         want = expected(name, True, False, *args, groups)
-        assert_matches(*through_operator(name, True, False, *args, groups), *want, DTYPES[dtype], torch.contiguous_format)
+        assert_matches(*through_operator(name, True, False, *args, groups), *want, DTYPES[dtype], nchw)
 
 
 @pytest.mark.parametrize("torch_threads", [1, 4], indirect=True)
