@@ -1,10 +1,13 @@
-// What the sigmoid's division costs the S forward's output loop, and whether AVX-512's reciprocal estimate would
-// buy it back: y = x sigmoid(v x) a + b over 4096 floats in L1, one thread, the best of 50 rounds of 200 calls,
-// three forms of the same loop:
+// What the sigmoid's division costs the S forward's output loop, whether AVX-512's reciprocal estimate would buy it
+// back, and what the exp polynomial costs: y = x sigmoid(v x) a + b over 4096 floats in L1, one thread, the best of 50
+// rounds of 200 calls, four forms of the same loop:
 //   A  the kernels' form (a copy of evonorm_ops.cpp's exp_fast and sigmoid: that file needs torch's headers;
 //      auto-vectorized, vdivps per 16 values);
 //   B  the same by intrinsics, 1 / (1 + e) as vrcp14ps and one Newton step;
-//   C  plain C++, the reciprocal seeded by an integer subtraction and three Newton steps (vectorizable, no division).
+//   C  plain C++, the reciprocal seeded by an integer subtraction and three Newton steps (vectorizable, no division);
+//   D  A with a degree-5 exp polynomial: the interpolant at the 6 Chebyshev nodes of |r| <= ln2 / 2 (relative error
+//      1.0e-7 in exact arithmetic against the degree-6 Taylor polynomial's 1.6e-7; coefficients from numpy's solve of
+//      the Vandermonde system).
 // Built with the kernels' flags (evonorm_core/ops/build.py):
 //   g++ -O3 -march=native -mprefer-vector-width=512 -fno-math-errno -fassociative-math -fno-signed-zeros \
 //     -fno-trapping-math sigmoid_division.cpp -o /tmp/sigmoid_division && /tmp/sigmoid_division
@@ -16,19 +19,24 @@
 #include <cstdint>
 #include <cmath>
 #include <vector>
-inline float exp_fast(float x) {
+template <int Degree = 6> inline float exp_fast(float x) {
     x = x < -87.0f ? -87.0f : x;
     x = x > 88.0f ? 88.0f : x;
     const float k = __builtin_rintf(x * 1.44269504f);
     const float r = __builtin_fmaf(-k, 1.42860677e-6f, __builtin_fmaf(-k, 0.693145752f, x));
-    const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    float p;
+    if constexpr (Degree == 6) p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+    else p = 1.00000008f + r * (1.00000001f + r * (0.49998869f + r * (0.16666505f + r * (0.04191751f + r * 0.00836915f))));
     const int32_t scale_bits = (static_cast<int32_t>(k) + 127) << 23;
     float scale; std::memcpy(&scale, &scale_bits, sizeof scale);
     return p * scale;
 }
-inline float sigmoid(float z) { return 1.0f / (1.0f + exp_fast(-z)); }
+template <int Degree = 6> inline float sigmoid(float z) { return 1.0f / (1.0f + exp_fast<Degree>(-z)); }
 __attribute__((noinline)) void loopA(const float* __restrict x, float* __restrict y, long n, float v, float a, float b) {
     for (long i = 0; i < n; i++) { float xi = x[i]; y[i] = xi * sigmoid(v * xi) * a + b; }
+}
+__attribute__((noinline)) void loopD(const float* __restrict x, float* __restrict y, long n, float v, float a, float b) {
+    for (long i = 0; i < n; i++) { float xi = x[i]; y[i] = xi * sigmoid<5>(v * xi) * a + b; }
 }
 inline __m512 recip(__m512 d) {
     __m512 r = _mm512_rcp14_ps(d);
@@ -68,7 +76,7 @@ __attribute__((noinline)) void loopB(const float* __restrict x, float* __restric
     for (; i < n; i++) { float xi = x[i]; y[i] = xi * sigmoid(v * xi) * a + b; }
 }
 int main() {
-    const long n = 4096; std::vector<float> x(n), y(n), y2(n), y3(n);
+    const long n = 4096; std::vector<float> x(n), y(n), y2(n), y3(n), y4(n);
     for (long i = 0; i < n; i++) x[i] = (i % 1000 - 500) * 0.02f;
     auto time = [&](auto f, float* out) {
         double best = 1e9;
@@ -80,7 +88,13 @@ int main() {
         }
         return best;
     };
-    double a = time(loopA, y.data()), b = time(loopB, y2.data()), c = time(loopC, y3.data());
-    double e2 = 0, e3 = 0; for (long i = 0; i < n; i++) { e2 = std::fmax(e2, std::fabs(y[i]-y2[i]) / (std::fabs(y[i])+1e-30)); e3 = std::fmax(e3, std::fabs(y[i]-y3[i]) / (std::fabs(y[i])+1e-30)); }
-    printf("A %.3f ns/elem  B(intrinsics rcp14+NR) %.3f ns/elem (%.2fx)  C(int-seed 3NR) %.3f (%.2fx)  maxrel B %.2e C %.2e\n", a, b, a/b, c, a/c, e2, e3);
+    double a = time(loopA, y.data()), b = time(loopB, y2.data()), c = time(loopC, y3.data()), d = time(loopD, y4.data());
+    auto maxrel = [&](const std::vector<float>& z) {
+        double e = 0;
+        for (long i = 0; i < n; i++) e = std::fmax(e, std::fabs(y[i] - z[i]) / (std::fabs(y[i]) + 1e-30));
+        return e;
+    };
+    printf("A %.3f ns/elem  B(intrinsics rcp14+NR) %.3f ns/elem (%.2fx)  C(int-seed 3NR) %.3f (%.2fx)  "
+           "D(degree-5 exp) %.3f (%.3fx)  maxrel B %.2e C %.2e D %.2e\n",
+           a, b, a / b, c, a / c, d, a / d, maxrel(y2), maxrel(y3), maxrel(y4));
 }
