@@ -260,11 +260,25 @@ void narrow(const float* __restrict in, T* __restrict out, i64 n) {
     for (; j < n; j++) out[j] = static_cast<T>(in[j]);
 }
 
+// body(out) writing a run of L outputs: into y itself, or, for float16 and bfloat16, into a float32 buffer of the
+// thread's that is narrowed into y after, in one loop (narrow).
+template <typename A, typename T, typename Body>
+void into_run(T* y, i64 L, Body&& body) {
+    if constexpr (std::is_same_v<T, A>) {
+        body(y);
+    } else {
+        thread_local std::vector<A> buffer;
+        if (static_cast<i64>(buffer.size()) < L) buffer.resize(L);
+        body(buffer.data());
+        narrow(buffer.data(), y, L);
+    }
+}
+
 // body(xr, yr) on the contiguous run x[0, L) and its output y[0, L): as they are, or, with `widen` (float16 and
 // bfloat16), as float32 copies in the thread's buffers, x widened in one loop before and the output narrowed in one
-// after. Planes of a few values (49 at 7 x 7: three vectors and a tail) then convert in loops over the whole run:
-// bfloat16 B inference at 16x2048x7x7 took 0.75-0.82x its time, the S forward 0.67-0.72x (docs/benchmarks.md,
-// "bfloat16 runs").
+// after (into_run). Planes of a few values (49 at 7 x 7: three vectors and a tail) then convert in loops over the
+// whole run: bfloat16 B inference at 16x2048x7x7 took 0.75-0.82x its time, the S forward 0.67-0.72x
+// (docs/benchmarks.md, "bfloat16 runs").
 template <typename A, typename T, typename Body>
 void on_run(const T* x, T* y, i64 L, bool widen, Body&& body) {
     if constexpr (std::is_same_v<T, A>) {
@@ -272,12 +286,11 @@ void on_run(const T* x, T* y, i64 L, bool widen, Body&& body) {
     } else if (!widen) {
         body(x, y);
     } else {
-        thread_local std::vector<A> xa, ya;
-        if (static_cast<i64>(xa.size()) < L) xa.resize(L), ya.resize(L);
-        A *__restrict xw = xa.data(), *__restrict yw = ya.data();
+        thread_local std::vector<A> xa;
+        if (static_cast<i64>(xa.size()) < L) xa.resize(L);
+        A* __restrict xw = xa.data();
         for (i64 j = 0; j < L; j++) xw[j] = static_cast<A>(x[j]);
-        body(static_cast<const A*>(xw), yw);
-        narrow(yw, y, L);
+        into_run<A>(y, L, [&](A* yw) { body(static_cast<const A*>(xw), yw); });
     }
 }
 
@@ -1381,20 +1394,6 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
 // y = x gamma + beta: an EvoNorm without its nonlinearity (the place of a BatchNorm with no activation after it). One
 // pass each way: the forward reads x and writes y; the backward reads (grad, x) once, writing dx = g gamma while it
 // sums g x and g per (n, c) for the parameters' gradients.
-
-// body(out) writing a run of L outputs: into y itself, or, for float16 and bfloat16, into a float32 buffer of the
-// thread's that is narrowed into y after, in one loop (narrow).
-template <typename A, typename T, typename Body>
-void into_run(T* y, i64 L, Body&& body) {
-    if constexpr (std::is_same_v<T, A>) {
-        body(y);
-    } else {
-        thread_local std::vector<A> buffer;
-        if (static_cast<i64>(buffer.size()) < L) buffer.resize(L);
-        body(buffer.data());
-        narrow(buffer.data(), y, L);
-    }
-}
 
 template <typename T, typename U, typename A>
 void affine_plane(const T* __restrict x, U* __restrict y, i64 HW, A w, A b) {
