@@ -56,10 +56,8 @@ A tool, not part of the library: ``evonorm_core`` does not import it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import ctypes
-import io
 import json
 import math
 import os
@@ -84,6 +82,10 @@ from evonorm_core.convert import convert_norm_act
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.tables import pyplot
 from evonorm_core.statistics import resolve_groups
+
+# The profiler's C++ logger (Kineto) writes to the process's stderr: a start and a stop line per profiled step and,
+# on a machine without a GPU, an ERROR that it found none. Quiet unless the user set a level (read at its first use).
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 # The block outputs of ResNet-50's four stages at batch 16 (224 x 224 input).
 DEFAULT_SHAPES = ["16x256x56x56", "16x512x28x28", "16x1024x14x14", "16x2048x7x7"]
@@ -186,7 +188,7 @@ def peak_step_bytes(step: Callable[[], None], device: torch.device) -> float:
         step()
         torch.cuda.synchronize(device)
         return float(torch.cuda.max_memory_allocated(device) - before)
-    with contextlib.redirect_stderr(io.StringIO()), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
     changes = sorted((e.time_range.start, e.self_cpu_memory_usage) for e in prof.events() if e.self_cpu_memory_usage)
     current = peak = 0
