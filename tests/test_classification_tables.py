@@ -286,11 +286,13 @@ def test_controls_are_reported_as_such(fixture_runs, tmp_path, capsys):
 def test_mini_scale_cells_train_the_documented_reduced_recipe(tmp_path):
     """MiniScale (docs/classification.md): Table 3 at 32, 16, 8, 4 images per worker on 8 simulated workers,
     5 seeds, 15 epochs (the first a linear warmup, then cosine) at the paper's 0.1 per 256 images, 24 px crops of the
-    28 px MNIST digits validated on the centre 24, anchors at the paper's depth; Table 2 trains one worker of 128 images; every cell
+    28 px MNIST digits validated on the centre 24, anchors at the paper's depth; Table 2 trains ResNet50-CIFAR as
+    Table 3's column of 32 images per worker and the other anchors as one worker of 128 images; every cell
     trains in its own folder, resuming once started."""
 
     scale = MiniScale()
-    assert (scale.batches, scale.workers, scale.table2_batch) == ((32, 16, 8, 4), 8, 128)
+    assert (scale.batches, scale.workers, scale.table2_batch, scale.table2_on_workers) == (
+        (32, 16, 8, 4), 8, 128, ("resnet50",))
     assert (scale.seeds, scale.epochs, scale.base_lr) == ((0, 1, 2, 3, 4), 15.0, 0.1)
     assert (scale.data, scale.image_size, scale.crop_size, scale.validation, scale.anchor_depth) == (
         "mnist", 28, 24, "centre", 1.0)
@@ -315,9 +317,12 @@ def test_mini_scale_cells_train_the_documented_reduced_recipe(tmp_path):
     ("table3", "mobilenetv2", "BN-ReLU", 32, (8, 32, 256, 0.03)),
     ("table3", "mobilenetv2", "EvoNorm-S0", 4, (8, 4, 32, 0.00375)),
     ("table3", "mobilenetv2", "ReLU (no norm)", 8, (8, 8, 64, 0.0075)),
-    # Table 2: one worker of 128 images at the paper's 0.1 per 256, MobileNetV2 included
-    ("table2", "resnet50", "EvoNorm-B0", None, (1, 128, 128, 0.05)),
+    # Table 2 at the paper's 0.1 per 256 for both anchors: ResNet50-CIFAR as Table 3's first column (8 x 32), the
+    # other anchors as one worker of 128 images
+    ("table2", "resnet50", "EvoNorm-B0", None, (8, 32, 256, 0.1)),
+    ("table2", "resnet50", "ReLU (no norm)", None, (8, 32, 256, 0.1)),
     ("table2", "mobilenetv2", "Random + rej", None, (1, 128, 128, 0.05)),
+    ("table2", "efficientnet_b0", "BN-Swish", None, (1, 128, 128, 0.05)),
 ])
 def test_mini_grid_cells_have_the_stated_workers_batches_and_lr(table, model, label, batch, expected, tmp_path):
 

@@ -183,7 +183,16 @@ def classification_step(table: str, models: Sequence[str], layers: Sequence[str]
            *(("--layers", *layers) if layers else ()), "--runs-dir", str(runs), "--jobs", str(jobs))
     report = (*PY, "classification/tables.py", "report", table, str(runs), "--json", str(out / f"{table}.json"),
               "--png", str(out / f"{table}.png"), "--curves", str(out / f"{table}_curves.png"))
-    return Step(table, (run, report), out / f"{table}.json", config_to_dict(MINI_SCALE))
+    return Step(table, (run, report), out / f"{table}.json", step_setting(table))
+
+
+def step_setting(table: str) -> dict:
+    """The MiniScale fields that ``table``'s cells train with, as its steps-log entry records them: all of them
+    but, for Table 3, ``table2_on_workers``, a Table 2 field added after Table 3's entry was made."""
+    setting = config_to_dict(MINI_SCALE)
+    if PAPER_TABLES[table].is_batch_sweep:
+        del setting["table2_on_workers"]
+    return setting
 
 
 def experiment_steps(models: Sequence[str] = CLASSIFICATION_MODELS, layers: Sequence[str] = (),
@@ -895,12 +904,24 @@ def setting_words(table: str) -> str:
     """The current miniature's settings in words (MiniScale)."""
     scale = MINI_SCALE
     workers = (f"{scale.workers} simulated workers of {' / '.join(map(str, scale.batches))} images each (ghost "
-               f"batches)" if PAPER_TABLES[table].is_batch_sweep else f"one worker of {scale.table2_batch} images")
+               f"batches)" if PAPER_TABLES[table].is_batch_sweep else table2_step_words())
     return (f"the CIFAR anchors at depth {scale.anchor_depth:g} on the embedded MNIST digits ({scale.crop_size} px "
             f"random crops of the {scale.image_size} px images, validated on the {scale.validation} "
             f"{scale.crop_size} px), {workers}, {scale.epochs:g} epochs ({scale.warmup_epochs:g} of linear warmup, then "
             f"cosine) at {lr_words(table)} per 256 images "
             f"scaled with the total batch, {len(scale.seeds)} seeds")
+
+
+def table2_step_words() -> str:
+    """Table 2's workers and images per worker in words, per anchor where they differ (MiniScale.step_of)."""
+    words = []
+    for model in CLASSIFICATION_MODELS:
+        workers, images = MINI_SCALE.step_of(PAPER_TABLES["table2"], model, None)
+        words.append(f"{workers} simulated workers of {images} images, ghost batches, as Table 3's column of the "
+                     f"most images per worker" if workers > 1 else f"one worker of {images} images")
+    if len(set(words)) == 1:
+        return words[0]
+    return f"per anchor ({'; '.join(f'{model}: {text}' for model, text in zip(CLASSIFICATION_MODELS, words))})"
 
 
 def lr_words(table: str) -> str:
@@ -947,7 +968,19 @@ def classification_section(judged: Judged, steps_log: dict, table: str, title: s
     lines += control_line(table, has_control, "under the new settings") + verdict_lines(judged, table)
     if current is not None:
         lines += provenance(current_entry(steps_log, step), step.summary, shown(step.commands[0]))
+        lines += earlier_invocations(steps_log, step)
     return lines + earlier_lines(table, earlier, steps_log)
+
+
+def earlier_invocations(steps_log: dict, step: Step) -> list[str]:
+    """The step's earlier entries that recorded a setting (this grid's, before one of its fields changed): cells
+    they trained whose own settings did not change are still read, so their commands stay in the record."""
+    entries = [e for e in earlier_entries(steps_log, step) if e.get("setting") is not None]
+    if not entries:
+        return []
+    return ["Earlier invocations of this step, before a setting of its grid changed (their cells whose own settings "
+            "did not change are read above; the others are no longer in its runs folder):",
+            *(line for entry in entries for line in provenance(entry, step.summary, "")[:1]), ""]
 
 
 def table2_section(judged: Judged, steps_log: dict) -> list[str]:
