@@ -82,10 +82,11 @@ class MiniScale:
     The paper's Table 2 is its Table 3's setting at the original 128 images per worker (R-50 BN-ReLU
     76.1 in both). The anchors of ``table2_on_workers`` train it as the miniature's Table 3 column of
     the most images per worker (``workers`` of ``max(batches)``); the others as one worker of
-    ``table2_batch`` images (the paper's 128 per worker). ResNet50-CIFAR is the first kind since 2026-11-30: as one worker of 128
-    its no-normalization control trained on 2 of 5 seeds, so BN-ReLU was not separated from it,
-    while at 8 x 32 it diverged on 4 of 5 and reached 11.7 % on the fifth. MobileNetV2-CIFAR's control
-    fails as one worker of 128 on every seed, and the anchor keeps that setting.
+    ``table2_batch`` images (the paper's 128 per worker). ResNet50-CIFAR is the first kind since
+    2026-11-30: as one worker of 128 its no-normalization control trained on 2 of 5 seeds, so BN-ReLU
+    was not separated from it, while at 8 x 32 it diverged on 4 of 5 and reached 11.7 % on the fifth.
+    MobileNetV2-CIFAR's control fails as one worker of 128 on every seed, and the anchor keeps that
+    setting.
     """
 
     batches: tuple[int, ...] = (32, 16, 8, 4)

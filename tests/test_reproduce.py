@@ -511,6 +511,31 @@ def test_a_step_run_with_new_settings_keeps_the_earlier_entry_apart(reproduce, m
     assert reproduce.current_entry({"table2": old}, step) is None
 
 
+def test_earlier_invocations_of_this_grid_stay_in_a_sections_record(reproduce, monkeypatch, tmp_path):
+    """When a setting of the grid changes (Table 2's table2_on_workers, 2026-11-30), the cells it did not touch are
+    still read, so the commands that made them stay in the section: an earlier entry that recorded a setting is
+    listed; one without (the digits grid before 2026-11-25) is not. Table 3's entry does not record the Table 2
+    field, so that change left it current."""
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    write(tmp_path, reproduce.STEPS["table2"].summary, table2_summary(reproduce, SEPARATED_TABLE2))
+    step = reproduce.STEPS["table2"]
+    digits = {"commands": ["python -m classification.tables run table2"], "wall_seconds": 10.0, "cpu_seconds": 20.0}
+    grid = {"commands": ["python classification/tables.py run table2 --models mobilenetv2"], "wall_seconds": 3600.0,
+            "cpu_seconds": 7200.0, "cpu_measured": True, "setting": {**step.setting, "table2_on_workers": []}}
+    now = {"commands": ["python classification/tables.py run table2 --models resnet50"], "wall_seconds": 60.0,
+           "cpu_seconds": 120.0, "cpu_measured": True, "setting": step.setting}
+    write(tmp_path, reproduce.STEPS_FILE, {"table2": now, reproduce.EARLIER: {"table2": [digits, grid]}})
+    assert reproduce.main(["--report-only"]) == 0
+    text = (tmp_path / reproduce.REPORT).read_text()
+    section = text[text.index("## Table 2"):text.index("## Table 3")]
+    assert "Command: `python classification/tables.py run table2 --models resnet50`. CPU time: 2m00s" in section
+    earlier = section[section.index("Earlier invocations of this step"):]
+    assert "`python classification/tables.py run table2 --models mobilenetv2`. CPU time: 2h00m" in earlier
+    assert "python -m classification.tables" not in section
+    assert "table2_on_workers" not in reproduce.STEPS["table3"].setting
+    assert reproduce.STEPS["table2"].setting["table2_on_workers"] == ["resnet50"]
+
+
 def test_a_detection_grid_of_another_length_is_shown_apart_and_judges_nothing(reproduce, monkeypatch, tmp_path):
     """Table 4's summary of another length (``<images>_images/miniature.json`` beside the current one) is shown
     under its own heading with its numbers; the claims read only the current summary (here none: not measured)."""

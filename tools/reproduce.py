@@ -979,7 +979,7 @@ def earlier_invocations(steps_log: dict, step: Step) -> list[str]:
     if not entries:
         return []
     return ["Earlier invocations of this step, before a setting of its grid changed (their cells whose own settings "
-            "did not change are read above; the others are no longer in its runs folder):",
+            "did not change are read above, the others are not):",
             *(line for entry in entries for line in provenance(entry, step.summary, "")[:1]), ""]
 
 
