@@ -419,6 +419,16 @@ def mean_curve(runs: list[dict], label: str, seeds: int | None = None) -> Series
                   [statistics.stdev(p) if len(p) > 1 else 0.0 for p in points], dashed=label in CONTROLS, color_key=label)
 
 
+def step_words(cells: Mapping[str, list[dict]]) -> str:
+    """``W x B images`` (W workers of B images) of a panel's runs, from the first run's config: Table 2's cells are
+    named by no batch, and its anchors train with different steps (MiniScale.step_of). "recipe batch" where the
+    runs record no batch size (paper-scale runs take their recipe's)."""
+    config = next((run["config"] for runs in cells.values() for run in runs), {})
+    if config.get("batch_size") is None:
+        return "recipe batch"
+    return f"{config.get('workers', 1)} x {config['batch_size']} images"
+
+
 def plot_curves(table: PaperTable, results: dict[tuple[str, str, int | None], list[dict]], path: Path) -> Path:
     """Validation top-1 per epoch (mean and std over seeds) of every layer, controls dashed: one panel per
     model at the largest batch measured and, for a batch sweep, one at the smallest. A curve of fewer seeds
@@ -431,7 +441,7 @@ def plot_curves(table: PaperTable, results: dict[tuple[str, str, int | None], li
                      for label in table.row_labels(model, with_controls=True)}
             seeds = max(map(len, cells.values()), default=0)
             curves = [mean_curve(runs, label, seeds) for label, runs in cells.items()]
-            where = f"{batch} images per worker" if batch else "recipe batch"
+            where = f"{batch} images per worker" if batch else step_words(cells)
             panels[f"{MINI_MODELS.get(model, model)}, {where}"] = [c for c in curves if c is not None]
     return plot_series(path, panels, xlabel="epoch", ylabel="validation top-1 (%)")
 

@@ -25,6 +25,7 @@ from evonorm_suite.classification.tables import (
     paper_command,
     report_markdown,
     step_settings,
+    step_words,
     summary,
 )
 from evonorm_suite.classification.train import RUN_KIND, config_from_argv, resolve_recipe
@@ -240,6 +241,14 @@ def test_unknown_models_and_layers_are_errors(tmp_path):
     with pytest.raises(SystemExit, match="--layers nope: not in this table"):
         main(["run", "table3", "--scale", "mini", "--layers", "nope", "--dry-run", "--runs-dir", str(tmp_path)])
     assert not any(tmp_path.iterdir())
+
+
+def test_a_curves_panel_of_table2_names_its_runs_step():
+    """Table 2's cells are named by no batch, and its anchors train with different steps (ResNet50-CIFAR 8 x 32, the
+    others 1 x 128): a learning-curve panel is titled by its runs' workers x images, read from their configs."""
+    assert step_words({"BN-ReLU": [], "EvoNorm-B0": [{"config": {"workers": 8, "batch_size": 32}}]}) == "8 x 32 images"
+    assert step_words({"BN-ReLU": [{"config": {"batch_size": 128}}]}) == "1 x 128 images"  # recorded before workers
+    assert step_words({"BN-ReLU": [{"config": {"model": "resnet50"}}]}) == step_words({}) == "recipe batch"
 
 
 def test_report_writes_a_json_summary_and_learning_curves(fixture_runs, tmp_path):
