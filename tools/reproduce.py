@@ -970,7 +970,8 @@ def classification_section(judged: Judged, steps_log: dict, table: str, title: s
     lines += control_line(table, has_control, "under the new settings") + verdict_lines(judged, table)
     if current is not None:
         lines += provenance(current_entry(steps_log, step), step.summary, shown(step.commands[0]))
-        lines += earlier_invocations(steps_log, step)
+        if not earlier:  # else earlier_lines lists the same entries' commands
+            lines += earlier_invocations(steps_log, step)
     return lines + earlier_lines(table, earlier, steps_log)
 
 
