@@ -476,7 +476,8 @@ IMPLEMENTATIONS = ["cpu", "generic", "triton", pytest.param("cuda", marks=pytest
 
 @pytest.mark.parametrize("series, change, message, in_forward", [
     ("s", dict(w=torch.ones(6)), "weight must be (C,) = (8,) or (N, C) = (3, 8), got shape [6]", True),
-    ("s", dict(v=torch.ones(3, 6)), "v1 must be (C,) = (8,) or (N, C) = (3, 8), got shape [3, 6]", True),
+    ("s", dict(v=torch.ones(3, 6)), "v1 must be (C,) = (8,), got shape [3, 6]", True),
+    ("s", dict(v=torch.ones(3, 8)), "v1 must be (C,) = (8,), got shape [3, 8]", True),
     ("s", dict(b=torch.ones(3, 7)), "bias must be (C,) = (8,) or (N, C) = (3, 8), got shape [3, 7]", True),
     ("s", dict(groups=3), "groups=3 does not divide C=8", True),
     ("s", dict(groups=0), "groups=0 does not divide C=8", True),
@@ -485,7 +486,8 @@ IMPLEMENTATIONS = ["cpu", "generic", "triton", pytest.param("cuda", marks=pytest
     ("s", dict(grad=torch.ones(3, 8, 5, 5)), "grad must have x's shape [3, 8, 5, 4], got [3, 8, 5, 5]", False),
     ("b", dict(w=torch.ones(2, 8)), "weight must be (C,) = (8,) or (N, C) = (3, 8), got shape [2, 8]", True),
     ("b", dict(b=torch.ones(7)), "bias must be (C,) = (8,) or (N, C) = (3, 8), got shape [7]", True),
-    ("b", dict(v=torch.ones(2, 8)), "v1 must be (C,) = (8,) or (N, C) = (3, 8), got shape [2, 8]", True),
+    ("b", dict(v=torch.ones(2, 8)), "v1 must be (C,) = (8,), got shape [2, 8]", True),
+    ("b", dict(v=torch.ones(3, 8)), "v1 must be (C,) = (8,), got shape [3, 8]", True),
     ("b", dict(grad=torch.ones(3, 8, 4, 5)), "grad must have x's shape [3, 8, 5, 4], got [3, 8, 4, 5]", False),
     ("b", dict(variant=3), "variant must be 0, 1 or 2, got 3", True),
     ("b", dict(variant=-1), "variant must be 0, 1 or 2, got -1", True),

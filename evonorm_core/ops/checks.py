@@ -25,12 +25,19 @@ def _input(op: str, x: Tensor) -> None:
 
 
 def _params(op: str, x: Tensor, **params: Tensor | None) -> None:
-    """weight, bias and v1: absent, per channel (C,) or per sample (N, C)."""
+    """weight and bias: absent, per channel (C,) or per sample (N, C)."""
     n, c = x.shape[:2]
     for name, p in params.items():
         if p is not None:
             _require(is_affine_shape(p, x), op,
                      f"{name} must be (C,) = ({c},) or (N, C) = ({n}, {c}), got shape {list(p.shape)}")
+
+
+def _v1(op: str, x: Tensor, v1: Tensor | None) -> None:
+    """v1: absent or per channel (C,); the kernels read one value per channel."""
+    if v1 is not None:
+        c = x.shape[1]
+        _require(v1.dim() == 1 and v1.shape[0] == c, op, f"v1 must be (C,) = ({c},), got shape {list(v1.shape)}")
 
 
 def _numel(op: str, t: Tensor, numel: int, name: str) -> None:
@@ -53,7 +60,8 @@ def s_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None, v1: Tensor 
               eps: float, centered: bool) -> None:
     _input("s_forward", x)
     _groups("s_forward", groups, x.shape[1])
-    _params("s_forward", x, weight=weight, bias=bias, v1=v1)
+    _params("s_forward", x, weight=weight, bias=bias)
+    _v1("s_forward", x, v1)
 
 
 def s_backward(grad: Tensor, x: Tensor, weight: Tensor | None, bias: Tensor | None, v1: Tensor | None,
@@ -62,7 +70,8 @@ def s_backward(grad: Tensor, x: Tensor, weight: Tensor | None, bias: Tensor | No
     _input(op, x)
     _grad(op, grad, x)
     _groups(op, groups, x.shape[1])
-    _params(op, x, weight=weight, bias=bias, v1=v1)
+    _params(op, x, weight=weight, bias=bias)
+    _v1(op, x, v1)
     _numel(op, mean, x.shape[0] * groups, "mean")
     _numel(op, rstd, x.shape[0] * groups, "rstd")
 
@@ -72,7 +81,8 @@ def b_forward(x: Tensor, weight: Tensor | None, bias: Tensor | None, v1: Tensor 
     op = "b_forward"
     _input(op, x)
     _variant(op, variant)
-    _params(op, x, weight=weight, bias=bias, v1=v1)
+    _params(op, x, weight=weight, bias=bias)
+    _v1(op, x, v1)
     if batch_var is not None:
         _numel(op, batch_var, x.shape[1], "batch_var")
 
@@ -84,7 +94,8 @@ def b_backward(grad: Tensor, x: Tensor, weight: Tensor | None, bias: Tensor | No
     _input(op, x)
     _grad(op, grad, x)
     _variant(op, variant)
-    _params(op, x, weight=weight, bias=bias, v1=v1)
+    _params(op, x, weight=weight, bias=bias)
+    _v1(op, x, v1)
     n, c = x.shape[:2]
     if mean.numel() != 0:  # empty: the backward takes the instance mean from x
         _numel(op, mean, n * c, "mean")

@@ -23,8 +23,8 @@ Six operators, one call per direction of a layer (``torch.ops.evonorm.*``):
   -> (dx, dweight, dbias)``: ``y = x gamma + beta``, an EvoNorm without its nonlinearity; ``dx = g gamma``,
   ``dgamma = sum_hw g x``, ``dbeta = sum_hw g``, all three in one pass over ``(grad, x)`` on the CPU.
 
-``weight``/``bias``: absent, per channel (C,) or per sample (N, C); their gradients have
-their shape. Statistics are float32 (float64 for float64 inputs); ``y`` and ``dx`` have
+``weight``/``bias``: absent, per channel (C,) or per sample (N, C); ``v1``: absent or per
+channel (C,) (the layers' own parameter). Gradients have their parameter's shape. Statistics are float32 (float64 for float64 inputs); ``y`` and ``dx`` have
 the input's dtype and memory layout (channels_last stays channels_last); ``grad`` may have
 either layout (the CPU kernels read an NCHW gradient of a channels_last input in transposed
 tiles, without copying it). Gradients that are not asked for (``output_mask``) come back as

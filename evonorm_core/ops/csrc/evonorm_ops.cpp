@@ -494,7 +494,7 @@ void check_numel(const Tensor& t, i64 numel, const char* op, const char* name) {
     TORCH_CHECK(t.numel() == numel, op, ": ", name, " must have ", numel, " elements, got shape ", t.sizes());
 }
 
-// weight, bias and v1: absent, per channel (C,) or per sample (N, C)
+// weight and bias: absent, per channel (C,) or per sample (N, C)
 void check_params(const Shape& s, const char* op,
                   std::initializer_list<std::pair<const char*, const std::optional<Tensor>*>> params) {
     for (const auto& [name, t] : params) {
@@ -503,6 +503,12 @@ void check_params(const Shape& s, const char* op,
         TORCH_CHECK((p.dim() == 1 && p.size(0) == s.C) || (p.dim() == 2 && p.size(0) == s.N && p.size(1) == s.C), op,
                     ": ", name, " must be (C,) = (", s.C, ",) or (N, C) = (", s.N, ", ", s.C, "), got shape ", p.sizes());
     }
+}
+
+// v1: absent or per channel (C,); the kernels read one value per channel
+void check_v1(const Shape& s, const char* op, const std::optional<Tensor>& v1) {
+    if (v1.has_value())
+        TORCH_CHECK(v1->dim() == 1 && v1->size(0) == s.C, op, ": v1 must be (C,) = (", s.C, ",), got shape ", v1->sizes());
 }
 
 void check_grad(const Tensor& grad, const Tensor& x, const char* op) {
@@ -580,7 +586,8 @@ std::tuple<Tensor, Tensor, Tensor> s_forward(const Tensor& x_in, const std::opti
     const Tensor x = dense(x_in);
     const Shape s = rows_shape_of(x);
     check_groups(groups, s.C, "evonorm::s_forward");
-    check_params(s, "evonorm::s_forward", {{"weight", &weight}, {"bias", &bias}, {"v1", &v1}});
+    check_params(s, "evonorm::s_forward", {{"weight", &weight}, {"bias", &bias}});
+    check_v1(s, "evonorm::s_forward", v1);
     const i64 G = groups, Cg = s.C / G;
     const auto stats = x.options().dtype(acc_dtype(x));
     Tensor y = empty_like_layout(x, x.scalar_type());
@@ -848,7 +855,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
     const Shape s = shape_of(x);
     const Tensor g = grad_for(grad_in, x, s);
     check_groups(groups, s.C, op);
-    check_params(s, op, {{"weight", &weight}, {"bias", &bias}, {"v1", &v1}});
+    check_params(s, op, {{"weight", &weight}, {"bias", &bias}});
+    check_v1(s, op, v1);
     check_numel(mean_t, s.N * groups, op, "mean");
     check_numel(rstd_t, s.N * groups, op, "rstd");
     const i64 G = groups, Cg = s.C / G, NC = s.N * s.C;
@@ -861,7 +869,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
         const A* vp = v.row(0);
         const bool need_dv = mask[2] && v1.has_value();
         scalar_t* dxp = dx.data_ptr<scalar_t>();
-        const bool per_channel = !w.per_sample() && !v.per_sample() && !(bias.has_value() && bias->dim() == 2);
+        const bool per_channel = !w.per_sample() && !(bias.has_value() && bias->dim() == 2);
         if (!s.nhwc && s.HW <= SMALL_PLANE && Cg * s.HW <= SMALL_RUN && per_channel) {
             SParamSums sums = s_backward_small_planes<scalar_t, A>(xp, gp, dxp, s, G, vp, w.row(0), mean, rstd, centered);
             if (mask[0] && weight.has_value()) dweight = nc_tensor(sums.dgamma, {s.C}, weight->options());
@@ -1024,7 +1032,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
     check_variant(variant, op);
     const Tensor x = dense(x_in);
     const Shape s = rows_shape_of(x);
-    check_params(s, op, {{"weight", &weight}, {"bias", &bias}, {"v1", &v1}});
+    check_params(s, op, {{"weight", &weight}, {"bias", &bias}});
+    check_v1(s, op, v1);
     if (batch_var_in.has_value()) check_numel(*batch_var_in, s.C, op, "batch_var");
     const i64 NC = s.N * s.C;
     const bool given = batch_var_in.has_value();
@@ -1274,7 +1283,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
     const Shape s = rows_shape_of(x);
     const Tensor g = grad_for(grad_in, x, s);
     const i64 NC = s.N * s.C;
-    check_params(s, op, {{"weight", &weight}, {"bias", &bias}, {"v1", &v1}});
+    check_params(s, op, {{"weight", &weight}, {"bias", &bias}});
+    check_v1(s, op, v1);
     if (mean_t.numel() != 0) check_numel(mean_t, NC, op, "mean");  // empty: taken from x in the sums' pass
     check_numel(q_t, NC, op, "q");
     check_numel(batch_var_t, s.C, op, "batch_var");
