@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 
 Value = float | None
 RowKey = tuple[str, ...]
+LEGENDED_PANEL_WIDTH = 8.0  # inches: a 5.5-inch plot and its legend beside it
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ def plot_series(
     count = max(1, len(panels))
     ncols = min(columns, count)
     nrows = (count + ncols - 1) // ncols
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.5 * ncols, 4 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(LEGENDED_PANEL_WIDTH * ncols, 4 * nrows), squeeze=False)
     keys = list(dict.fromkeys(s.key for curves in panels.values() for s in curves))
     colors = {key: f"C{i % 10}" for i, key in enumerate(keys)}  # one colour per layer in every panel
     for ax, (title, curves) in zip(axes.flat, panels.items()):
@@ -188,7 +189,7 @@ def plot_series(
         ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
         ax.grid(alpha=0.3)
         if curves:
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # beside: no curve hidden
         else:
             ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
             ax.set(xticks=[], yticks=[])  # an empty panel has no scale to show
