@@ -1,7 +1,8 @@
 """Why does EvoNorm-B0 collapse in Table 2's ResNet50-CIFAR setting (8 workers x 32 images, LR 0.1)?
 
-Trains one cell of the grid (ResNet50-CIFAR, EvoNorm-B0, Table 2's MiniScale setting, one thread as the grid does)
-with one thing changed, and prints its per-epoch validation loss and top-1 beside the grid's run of the same seed:
+Trains one cell of the grid (ResNet50-CIFAR, EvoNorm-B0 or another of Table 2's layers with ``--layer``, Table 2's
+MiniScale setting, one thread as the grid does) with one thing changed, and prints its per-epoch validation loss and
+top-1 beside the grid's run of the same seed:
 
 * ``--impl reference``: every EvoNorm built with ``impl="reference"`` (the paper's formula as composed PyTorch ops,
   autograd's own backward) instead of the fused operators: the kernels or the formula?
@@ -12,6 +13,7 @@ with one thing changed, and prints its per-epoch validation loss and top-1 besid
 
     python docs/results/classification/b0_workers_probe/probe.py 0 OUT --impl reference
     python docs/results/classification/b0_workers_probe/probe.py 0 OUT --workers 1 --images 128 --base-lr 0.2
+    python docs/results/classification/b0_workers_probe/probe.py 0 OUT --layer BN-ReLU --base-lr 0.05
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import torch
 
 from evonorm_core.layers import evonorm
 from evonorm_suite.classification.paper_tables import TABLES
-from evonorm_suite.classification.tables import Cell, MiniScale, mini_config, step_settings
+from evonorm_suite.classification.tables import LAYERS, Cell, MiniScale, mini_config, step_settings
 from evonorm_suite.classification.train import train
 
 GRID = Path("runs/reproduction/classification_mnist/table2")
@@ -44,6 +46,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("seed", type=int, help="the grid's seed to rerun")
     parser.add_argument("out", type=Path, help="folder for the probe's run")
+    parser.add_argument("--layer", choices=TABLES["table2"].row_labels("resnet50"), default="EvoNorm-B0",
+                        help="the Table 2 row to train (default: EvoNorm-B0)")
     parser.add_argument("--impl", choices=("fused", "reference"), default="fused", help="the EvoNorms' impl")
     parser.add_argument("--workers", type=int, help="simulated workers (default: the grid's)")
     parser.add_argument("--images", type=int, help="images per worker (default: the grid's)")
@@ -53,14 +57,14 @@ def main() -> None:
     torch.set_num_threads(1)
     if args.impl == "reference":
         reference_only()
-    config = mini_config(TABLES["table2"], Cell("resnet50", "EvoNorm-B0", None, args.seed), MiniScale(), args.out)
+    config = mini_config(TABLES["table2"], Cell("resnet50", args.layer, None, args.seed), MiniScale(), args.out)
     changes = {"workers": args.workers, "batch_size": args.images, "base_lr": args.base_lr,
                "warmup_epochs": args.warmup_epochs}
     config = dataclasses.replace(config, output_dir=str(args.out / f"seed{args.seed}"), resume=False,
                                  **{k: v for k, v in changes.items() if v is not None})
     result = train(config)
-    grid = json.loads((GRID / "resnet50" / "evonorm_b0" / "recipe" / f"seed{args.seed}" / "result.json").read_text())
-    print(f"seed {args.seed}, impl {args.impl}, {step_settings(config)}, warmup {config.warmup_epochs:g} epochs: "
+    grid = json.loads((GRID / "resnet50" / LAYERS[args.layer] / "recipe" / f"seed{args.seed}" / "result.json").read_text())
+    print(f"{args.layer}, seed {args.seed}, impl {args.impl}, {step_settings(config)}, warmup {config.warmup_epochs:g} epochs: "
           "epoch, validation loss / top-1: "
           "probe | the grid's run")
     for probe, ran in zip(result["history"], grid["history"]):
