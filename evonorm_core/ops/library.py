@@ -24,11 +24,11 @@ Six operators, one call per direction of a layer (``torch.ops.evonorm.*``):
   ``dgamma = sum_hw g x``, ``dbeta = sum_hw g``, all three in one pass over ``(grad, x)`` on the CPU.
 
 ``weight``/``bias``: absent, per channel (C,) or per sample (N, C); ``v1``: absent or per
-channel (C,) (the layers' own parameter). Gradients have their parameter's shape. Statistics are float32 (float64 for float64 inputs); ``y`` and ``dx`` have
-the input's dtype and memory layout (channels_last stays channels_last); ``grad`` may have
-either layout (the CPU kernels read an NCHW gradient of a channels_last input in transposed
-tiles, without copying it). Gradients that are not asked for (``output_mask``) come back as
-empty tensors.
+channel (C,) (the layers' own parameter). Gradients have their parameter's shape. Statistics
+are float32 (float64 for float64 inputs); ``y`` and ``dx`` have the input's dtype and memory
+layout (channels_last stays channels_last); ``grad`` may have either layout (the CPU kernels
+read an NCHW gradient of a channels_last input in transposed tiles, without copying it).
+Gradients that are not asked for (``output_mask``) come back as empty tensors.
 
 The backward keeps only the input and these small statistics; it recomputes the gate and
 the denominator. Derivation (``M`` = elements a statistic is taken over, ``s = sigmoid(v x)``):
