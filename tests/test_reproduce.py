@@ -478,6 +478,17 @@ def test_dry_run_shows_the_selected_models_and_layers(reproduce, capsys):
     assert "classification/tables.py report table3" in report and "--json docs/results/classification/table3.json" in report
 
 
+def test_each_table_trains_only_the_anchors_it_has(reproduce, capsys):
+    # Table 2 has an EfficientNet-B0 column, Table 3 does not: it gets the others, or only its report
+    assert reproduce.main(["--only", "table2", "table3", "--dry-run"]) == 0
+    table2_run, _, table3_run, _ = capsys.readouterr().out.splitlines()
+    assert "run table2 --scale mini --models resnet50 mobilenetv2 efficientnet_b0 " in table2_run
+    assert "run table3 --scale mini --models resnet50 mobilenetv2 " in table3_run
+    assert reproduce.main(["--only", "table3", "--models", "efficientnet_b0", "--dry-run"]) == 0
+    (report,) = capsys.readouterr().out.splitlines()
+    assert "classification/tables.py report table3" in report
+
+
 def test_jobs_reaches_every_experiment_that_runs_several(reproduce, capsys):
     assert reproduce.main(["--dry-run", "--jobs", "1"]) == 0
     runs = [line for line in capsys.readouterr().out.splitlines() if " report " not in line]

@@ -170,7 +170,7 @@ class Step:
     setting: dict | None = None  # the settings its runs are made with, where they can change (classification)
 
 
-CLASSIFICATION_MODELS = ("resnet50", "mobilenetv2")
+CLASSIFICATION_MODELS = ("resnet50", "mobilenetv2", "efficientnet_b0")  # the paper's models with a CIFAR anchor
 CLASSIFICATION_TABLES = ("table2", "table3")
 MINI_SCALE = MiniScale()  # what classification/tables.py run --scale mini trains without flags
 EARLIER = "earlier settings"  # the steps log's key for the entries of steps run with other settings
@@ -178,14 +178,21 @@ TABLE4_ITERATIONS = 1800  # steps of 8 images per detection run: detection/minia
 # that the step's setting is known without importing detectron2
 
 
+def table_models(table: str) -> list[str]:
+    """The anchor models of the table's miniature: those of its paper columns that have a CIFAR anchor."""
+    return [model for model in CLASSIFICATION_MODELS if model in PAPER_TABLES[table].models]
+
+
 def classification_step(table: str, models: Sequence[str], layers: Sequence[str], jobs: int) -> Step:
+    """Train ``table``'s grid for those of ``models`` that it has (none: nothing to train), then summarize it."""
     runs = RUNS / "classification_mnist" / table  # not the folder of the earlier digits grid
     out = RESULTS / "classification"
+    models = [model for model in table_models(table) if model in models]
     run = (*PY, "classification/tables.py", "run", table, "--scale", "mini", "--models", *models,
            *(("--layers", *layers) if layers else ()), "--runs-dir", str(runs), "--jobs", str(jobs))
     report = (*PY, "classification/tables.py", "report", table, str(runs), "--json", str(out / f"{table}.json"),
               "--png", str(out / f"{table}.png"), "--curves", str(out / f"{table}_curves.png"))
-    return Step(table, (run, report), out / f"{table}.json", step_setting(table))
+    return Step(table, (run, report) if models else (report,), out / f"{table}.json", step_setting(table))
 
 
 def step_setting(table: str) -> dict:
@@ -917,18 +924,19 @@ def setting_words(table: str) -> str:
 def table2_step_words() -> str:
     """Table 2's workers and images per worker in words, per anchor where they differ (MiniScale.step_of)."""
     words = []
-    for model in CLASSIFICATION_MODELS:
+    models = table_models("table2")
+    for model in models:
         workers, images = MINI_SCALE.step_of(PAPER_TABLES["table2"], model, None)
         words.append(f"{workers} simulated workers of {images} images, ghost batches, as Table 3's column of the "
                      f"most images per worker" if workers > 1 else f"one worker of {images} images")
     if len(set(words)) == 1:
         return words[0]
-    return f"per anchor ({'; '.join(f'{model}: {text}' for model, text in zip(CLASSIFICATION_MODELS, words))})"
+    return f"per anchor ({'; '.join(f'{model}: {text}' for model, text in zip(models, words))})"
 
 
 def lr_words(table: str) -> str:
     """The base LR of the table's miniature per model where they differ (Table 3's MobileNetV2: 0.03)."""
-    rates = {model: MINI_SCALE.base_lr_of(PAPER_TABLES[table], model) for model in CLASSIFICATION_MODELS}
+    rates = {model: MINI_SCALE.base_lr_of(PAPER_TABLES[table], model) for model in table_models(table)}
     if len(set(rates.values())) == 1:
         return f"{next(iter(rates.values())):g}"
     return " / ".join(f"{rate:g} ({model})" for model, rate in rates.items())
@@ -1196,7 +1204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="run nothing; re-render the report")
     parser.add_argument("--dry-run", action="store_true", help="print the commands without running them")
     parser.add_argument("--models", nargs="+", choices=CLASSIFICATION_MODELS, default=CLASSIFICATION_MODELS,
-                        help="classification experiments: only these anchor models (default both)")
+                        help="classification experiments: only these anchor models (default all three; Table 3 has no "
+                             "EfficientNet column)")
     parser.add_argument("--layers", nargs="+", default=(),
                         help="classification experiments: only these rows' layers (default every row of the table)")
     parser.add_argument("--jobs", type=positive_int, default=2,
