@@ -40,7 +40,7 @@ from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, r
 from evonorm_core.experiment.grid import Cell as GridCell
 from evonorm_core.experiment.grid import run_grid
 from evonorm_core.experiment.rundir import RunDirError, holds_run
-from evonorm_core.experiment.tables import Series, format_mean_std, markdown_table, mean_std_fields, plot_series
+from evonorm_core.experiment.tables import Series, format_mean_std, markdown_table, mean_std_fields, plot_series, pyplot
 from evonorm_suite.classification.paper_tables import CONTROLS, LAYERS, TABLES, WORKERS, PaperTable
 from evonorm_suite.classification.recipes import scaled_lr
 from evonorm_suite.classification.train import TrainConfig, train
@@ -50,6 +50,7 @@ SCALES = ("paper", "mini")
 MINI_DATA = ("mnist", "cifar10")
 DIVERGED = float("nan")  # a run whose loss became NaN/inf
 DIVERGED_TOP1 = 0.0  # what a diverged run scores in means and verdicts (the paper's "1e-3" for a layer that does not train)
+CHANCE_TOP1 = 10.0  # top-1 (%) of guessing among the 10 classes of both mini-scale datasets
 # --data cifar10 at mini scale: the proxy task's framing (24 px crops of the 32 px images, validated whole)
 CIFAR10_FRAMING = {"image_size": 32, "crop_size": 24, "validation": "full"}
 # The settings of a mini-scale run that make its result comparable with another cell's (TrainConfig fields)
@@ -541,6 +542,40 @@ def plot_batch_sweep(table: PaperTable, results: dict, path: Path) -> Path:
     return plot_series(path, panels, xlabel="images per worker", ylabel="top-1 (%)", log2_x=True, invert_x=True)
 
 
+def plot_seeds(table: PaperTable, results: dict, path: Path) -> Path:
+    """Final top-1 of every run of a one-setting table (Table 2): one panel per measured model, one row per
+    layer (the paper's ImageNet number in its label), a dot per seed, a cross at 0 % per diverged run (as the
+    verdicts score it) and a bar at the mean; the dotted line is chance (10 classes)."""
+    plt = pyplot()
+    models = [model for model in table.models if any(m == model for (m, _, _) in results)] or table.models[:1]
+    rows = max(len(table.row_labels(model, with_controls=True)) for model in models)
+    fig, axes = plt.subplots(1, len(models), figsize=(5.0 * len(models), 1.5 + 0.38 * rows), squeeze=False)
+    for ax, model in zip(axes.flat, models):
+        labels = table.row_labels(model, with_controls=True)
+        for row, label in enumerate(labels):
+            values = results.get((model, LAYERS[label], None), [])
+            trained = [v for v in values if not math.isnan(v)]
+            ax.scatter(trained, [row] * len(trained), s=14, color="C3" if label in CONTROLS else "C0", zorder=3)
+            ax.scatter([DIVERGED_TOP1] * (len(values) - len(trained)), [row] * (len(values) - len(trained)),
+                       marker="x", color="C3", zorder=3)
+            if values:
+                ax.plot([statistics.mean(diverged_as_zero(values))] * 2, [row - 0.35, row + 0.35], color="black")
+            else:
+                ax.text(50, row, "not run", ha="center", va="center", fontsize=7, color="gray")
+        paper = [table.paper_value(model, label) for label in labels]
+        ax.set_yticks(range(len(labels)), [row_name(label) + ("" if value is None else f", paper {value:g}")
+                                           for label, value in zip(labels, paper)], fontsize=8)
+        ax.axvline(CHANCE_TOP1, linestyle=":", color="gray", linewidth=1)
+        ax.set(xlim=(-3, 103), ylim=(len(labels) - 0.5, -0.5))
+        ax.set(xlabel="final validation top-1 (%)", title=f"{MINI_MODELS.get(model, model)}: seeds, mean (bar)")
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def report(args: argparse.Namespace) -> None:
     table = TABLES[args.table]
     runs_dir = Path(args.runs_dir)
@@ -553,10 +588,11 @@ def report(args: argparse.Namespace) -> None:
           "CIFAR anchors trained on the embedded MNIST digits, not ImageNet, so compare trends, not values; rows "
           "marked (control) have no normalization.")
     print("trained on: " + format_devices(devices_of([run for cell in runs.values() for run in cell])))
+    png = Path(args.png or runs_dir / f"{table.key}.png")
     if table.is_batch_sweep:
-        png = Path(args.png or runs_dir / f"{table.key}.png")
-        plot_batch_sweep(table, results, png)
-        print(f"accuracy vs batch size: {png}")
+        print(f"accuracy vs batch size: {plot_batch_sweep(table, results, png)}")
+    else:
+        print(f"final top-1 per seed: {plot_seeds(table, results, png)}")
     curves = plot_curves(table, runs, Path(args.curves or runs_dir / f"{table.key}_curves.png"))
     print(f"learning curves: {curves}")
     if args.json:
@@ -633,7 +669,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     rep = sub.add_parser("report", help="paper vs measured as markdown (+ PNG for batch-size tables)")
     rep.add_argument("table", choices=sorted(TABLES))
     rep.add_argument("runs_dir", help="the --runs-dir of `run`")
-    rep.add_argument("--png", help="where to write the accuracy-vs-batch plot (default: RUNS_DIR/TABLE.png)")
+    rep.add_argument("--png", help="where to write the accuracy plot: top-1 vs images per worker for a batch sweep, "
+                     "every seed's final top-1 per layer otherwise (default: RUNS_DIR/TABLE.png)")
     rep.add_argument("--curves", help="where to write the learning curves (default: RUNS_DIR/TABLE_curves.png)")
     rep.add_argument("--json", help="also write every measured cell (seeds, mean, std, curves) as JSON here")
     rep.set_defaults(func=report)

@@ -117,6 +117,18 @@ def test_report_cli_writes_the_batch_plot(fixture_runs, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
+def test_report_cli_plots_every_seed_of_a_one_setting_table(tmp_path, capsys):
+    for seed, top1 in enumerate((97.0, 98.0, None)):  # the third run diverged: drawn as a cross at 0 %
+        write_run(tmp_path, "efficientnet_cifar", "bn_relu", "recipe", seed, top1)
+        write_run(tmp_path, "efficientnet_cifar", "no_norm_relu", "recipe", seed, None)
+    main(["report", "table2", str(tmp_path), "--png", str(tmp_path / "seeds.png")])
+    out = capsys.readouterr().out
+    assert f"final top-1 per seed: {tmp_path / 'seeds.png'}" in out
+    assert "| BN-ReLU | 76.4 | 65.0 ± 56.3 (n=3), diverged (1/3) counted as 0 |" in out
+    png = tmp_path / "seeds.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
 def test_the_report_says_what_trained_the_runs(fixture_runs, capsys):
     for i, result in enumerate(sorted(fixture_runs.rglob("result.json"))):
         data = json.loads(result.read_text())

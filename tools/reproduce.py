@@ -143,7 +143,14 @@ from evonorm_core.experiment.verdicts import (
 )
 from evonorm_suite.classification.paper_tables import LAYERS as CLASSIFICATION_LAYERS
 from evonorm_suite.classification.paper_tables import TABLES as PAPER_TABLES
-from evonorm_suite.classification.tables import DIVERGED_TOP1, SETTING_KEYS, MiniScale, format_devices, positive_int
+from evonorm_suite.classification.tables import (
+    CHANCE_TOP1,
+    DIVERGED_TOP1,
+    SETTING_KEYS,
+    MiniScale,
+    format_devices,
+    positive_int,
+)
 from evonorm_suite.gan.report import LABELS as GAN_LABELS
 from evonorm_suite.gan.report import TABLE5, layer_name
 
@@ -301,7 +308,7 @@ TABLES = {  # claim table -> its metrics
     "table2": ("top1",), "table3": ("top1",), "table4": ("box_ap", "mask_ap"), "table5": ("is", "fid"),
     "fig10": ("top10",),
 }
-CHANCE, CHANCE_TOP1 = "chance", 10.0  # 10 digit classes
+CHANCE = "chance"  # the claims' name for guessing: CHANCE_TOP1
 LARGEST = "largest"  # Table 3: the miniature's largest images per worker (the paper's original 128)
 REFERENCES = {"bn_relu": "BN-ReLU", "gn_relu": "GN-ReLU"}  # the gates' reference layers
 TABLE_REFERENCE = {"table2": "bn_relu", "table3": "gn_relu"}  # Tables 4 and 5: by the layers compared
@@ -972,8 +979,8 @@ def classification_section(judged: Judged, steps_log: dict, table: str, title: s
                   "--report-only`)." + (" The numbers below the verdicts are an earlier setting's." if earlier else ""),
                   ""]
     else:
-        lines += ([f"![accuracy vs images per worker](results/classification/{table}.png)", ""]
-                  if PAPER_TABLES[table].is_batch_sweep else []) + classification_table(current)
+        figure = "accuracy vs images per worker" if PAPER_TABLES[table].is_batch_sweep else "final top-1 per seed"
+        lines += [f"![{figure}](results/classification/{table}.png)", "", *classification_table(current)]
     has_control = current is not None and any(c["layer"] == CONTROLS[table] for c in current["cells"])
     lines += control_line(table, has_control, "under the new settings") + verdict_lines(judged, table)
     if current is not None:
