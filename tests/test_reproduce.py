@@ -3,6 +3,7 @@ claims as data (tools/paper_claims.json), and tools/reproduce.py: its report, it
 (recomputed here from the JSON alone), its commands and its CPU measurement."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -282,9 +283,20 @@ SEPARATED_TABLE2 = {
 }
 
 
+def completed(reproduce, monkeypatch, cells: dict[tuple[str, str], list[float | None]]) -> dict:
+    """``cells`` with every other row of their models' Table 2 grid (controls included) filled in, in a grid of
+    the fixtures' three seeds: complete columns, which the verdicts read."""
+    monkeypatch.setattr(reproduce, "MINI_SCALE", dataclasses.replace(reproduce.MINI_SCALE, seeds=(0, 1, 2)))
+    table = reproduce.PAPER_TABLES["table2"]
+    rows = {(model, reproduce.CLASSIFICATION_LAYERS[label]) for model, _ in cells
+            for label in table.row_labels(model, with_controls=True)}
+    return {**{row: [95.0, 95.4, 95.2] for row in sorted(rows)}, **cells}
+
+
 def test_report_gates_each_model_and_writes_recomputable_verdicts(reproduce, monkeypatch, tmp_path):
     monkeypatch.setattr(reproduce, "ROOT", tmp_path)
-    write(tmp_path, reproduce.STEPS["table2"].summary, table2_summary(reproduce, SEPARATED_TABLE2))
+    write(tmp_path, reproduce.STEPS["table2"].summary,
+          table2_summary(reproduce, completed(reproduce, monkeypatch, SEPARATED_TABLE2)))
     assert reproduce.main(["--report-only"]) == 0
     document = json.loads((tmp_path / reproduce.VERDICTS).read_text())
     gates = {g["cell"]: g["outcome"] for g in document["gates"] if g["table"] == "table2"}
@@ -298,6 +310,25 @@ def test_report_gates_each_model_and_writes_recomputable_verdicts(reproduce, mon
     text = (tmp_path / reproduce.REPORT).read_text()
     assert reproduce.rule_text() in text and "## The verdict rule" in text
     assert f"{document['rule']['hypotheses']} hypotheses in Holm's family" in text
+
+
+def test_a_column_part_way_through_its_grid_is_read_by_no_verdict(reproduce, monkeypatch, tmp_path):
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    cells = completed(reproduce, monkeypatch, SEPARATED_TABLE2)
+    efficientnet = {("efficientnet_b0", "bn_swish"): [97.0, 97.2, 97.1], ("efficientnet_b0", "evonorm_b0"): [96.0, 96.1, 96.3],
+                    ("efficientnet_b0", "bn_relu"): [96.5, 96.4, 96.6], ("efficientnet_b0", "no_norm_relu"): [20.0, 0.0, 31.0]}
+    for layers, outcome in ((efficientnet, NOT_MEASURED), (completed(reproduce, monkeypatch, efficientnet), None)):
+        write(tmp_path, reproduce.STEPS["table2"].summary, table2_summary(reproduce, {**cells, **layers}))
+        assert reproduce.main(["--report-only"]) == 0
+        exception = {c["id"]: c for c in json.loads((tmp_path / reproduce.VERDICTS).read_text())["claims"]}[
+            "T2-B0-exception"]
+        if outcome:  # 12 of the column's 33 runs: shown, named, and compared with nothing
+            assert exception["outcome"] == outcome
+            assert exception["outside_miniature"] == ["EfficientNet-B0 (grid incomplete: 12 of its 33 runs)"]
+            assert "| efficientnet_b0 | bn_swish | - / 97.1 ± 0.1 (n=3) |" in (tmp_path / reproduce.REPORT).read_text()
+        else:  # complete: BN-Swish ahead of B0 on every seed, read as the claim's comparison
+            assert exception["outside_miniature"] == [] and exception["outcome"] != NOT_MEASURED
+            assert exception["comparisons"][0]["a"]["values"] == [97.0, 97.2, 97.1]
 
 
 def test_cells_of_an_earlier_setting_are_shown_apart_and_read_by_no_verdict(reproduce, monkeypatch, tmp_path):

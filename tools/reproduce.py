@@ -50,7 +50,10 @@ largest. Nothing is chosen after the fact:
 the comparisons follow from the claim and from which cells the miniature ran, not from results.
 A classification cell counts only if it was trained with the settings this tool's grid trains
 now (MiniScale in classification/tables.py; each cell of the summary records its `setting`):
-cells of an earlier setting are shown apart, labelled so, and count as not measured.
+cells of an earlier setting are shown apart, labelled so, and count as not measured. An anchor's
+column counts once its grid is complete (every row of the table and its controls, at every images
+per worker, on every seed); until then its runs are shown and the paper's column is named outside
+the miniature, "grid incomplete", so that no verdict reads a column part-way.
 
 * Test: one-sided t-test (scipy.stats) in the claimed direction (lower is better for FID):
   paired on the per-seed differences (ttest_rel) when both sides were run with the same seeds,
@@ -314,7 +317,7 @@ REFERENCES = {"bn_relu": "BN-ReLU", "gn_relu": "GN-ReLU"}  # the gates' referenc
 TABLE_REFERENCE = {"table2": "bn_relu", "table3": "gn_relu"}  # Tables 4 and 5: by the layers compared
 # The one place that names the miniatures and their layers:
 MINIATURE = {  # the paper's cell -> the miniature's (anchor model, detection setting, the GAN, the proxy)
-    "table2": {"R-50": "resnet50", "MobileNetV2": "mobilenetv2"},
+    "table2": {"R-50": "resnet50", "MobileNetV2": "mobilenetv2", "EfficientNet-B0": "efficientnet_b0"},
     "table3": {"ResNet-50": "resnet50", "MobileNetV2": "mobilenetv2"},
     "table4": {"R-50-FPN": "batch8"},  # half-width ResNet-18-FPN at the paper's 8 images per step
     "table5": {"BigGAN-deep": "digits"},
@@ -514,6 +517,19 @@ class Miniature:
         values, seeds = READERS[table](summary, cell, name, batch, metric) if summary else ((), ())
         return Sample(f"{name} {cell}" + (f" @{batch}" if batch else ""), values, seeds)
 
+    def runs_missing(self, table: str, model: str) -> tuple[int, int]:
+        """A classification anchor's column: ``(runs its grid lacks, runs the grid has)`` in the current setting
+        (every row and control of the table, at every images per worker, on every seed); (0, 0) elsewhere."""
+        if table not in CLASSIFICATION_TABLES:
+            return 0, 0
+        paper = PAPER_TABLES[table]
+        ran = {(c["model"], c["layer"], c["batch"]): len(c["final_top1"]) for c in (self.summaries[table] or {
+            "cells": []})["cells"]}
+        seeds = len(MINI_SCALE.seeds)
+        wanted = [(model, CLASSIFICATION_LAYERS[label], batch) for label in paper.row_labels(model, with_controls=True)
+                  for batch in (MINI_SCALE.batches if paper.is_batch_sweep else (None,))]
+        return sum(max(0, seeds - ran.get(key, 0)) for key in wanted), seeds * len(wanted)
+
     def batches(self, table: str, cell: str, layer: str | None = None) -> list[int] | None:
         """Table 3: the images per worker the miniature ran for a model (a layer's, if named); None: not run."""
         summary = self.summaries[table]
@@ -601,6 +617,10 @@ def expand(claim: Claim, miniature: Miniature) -> Expanded:
         mini = MINIATURE[claim.table].get(cell.paper)
         if mini is None:
             outside.append(cell.paper)
+            continue
+        missing, grid = miniature.runs_missing(claim.table, mini)
+        if missing:
+            outside.append(f"{cell.paper} (grid incomplete: {grid - missing} of its {grid} runs)")
             continue
         ran = miniature.batches(claim.table, mini) if claim.table == "table3" else None  # largest first
 
