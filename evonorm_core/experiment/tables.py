@@ -169,7 +169,8 @@ def plot_series(
     nrows = (count + ncols - 1) // ncols
     fig, axes = plt.subplots(nrows, ncols, figsize=(LEGENDED_PANEL_WIDTH * ncols, 4 * nrows), squeeze=False)
     keys = list(dict.fromkeys(s.key for curves in panels.values() for s in curves))
-    colors = {key: f"C{i % 10}" for i, key in enumerate(keys)}  # one colour per layer in every panel
+    palette = [f"C{i}" for i in range(10)] if len(keys) <= 10 else [plt.cm.tab20(i) for i in range(20)]
+    colors = {key: palette[i % len(palette)] for i, key in enumerate(keys)}  # one colour per layer in every panel
     for ax, (title, curves) in zip(axes.flat, panels.items()):
         for s in curves:
             style = "s--" if s.dashed else "o-"
