@@ -555,9 +555,9 @@ def plot_seeds(table: PaperTable, results: dict, path: Path) -> Path:
         for row, label in enumerate(labels):
             values = results.get((model, LAYERS[label], None), [])
             trained = [v for v in values if not math.isnan(v)]
+            diverged = len(values) - len(trained)
             ax.scatter(trained, [row] * len(trained), s=14, color="C3" if label in CONTROLS else "C0", zorder=3)
-            ax.scatter([DIVERGED_TOP1] * (len(values) - len(trained)), [row] * (len(values) - len(trained)),
-                       marker="x", color="C3", zorder=3)
+            ax.scatter([DIVERGED_TOP1] * diverged, [row] * diverged, marker="x", color="C3", zorder=3)
             if values:
                 ax.plot([statistics.mean(diverged_as_zero(values))] * 2, [row - 0.35, row + 0.35], color="black")
             else:

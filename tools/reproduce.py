@@ -523,9 +523,8 @@ class Miniature:
         (every row and control of the table, at every images per worker, on every seed); (0, 0) elsewhere."""
         if table not in CLASSIFICATION_TABLES:
             return 0, 0
-        paper = PAPER_TABLES[table]
-        ran = {(c["model"], c["layer"], c["batch"]): len(c["final_top1"]) for c in (self.summaries[table] or {
-            "cells": []})["cells"]}
+        paper, cells = PAPER_TABLES[table], (self.summaries[table] or {}).get("cells", [])
+        ran = {(c["model"], c["layer"], c["batch"]): len(c["final_top1"]) for c in cells}
         seeds = len(MINI_SCALE.seeds)
         wanted = [(model, CLASSIFICATION_LAYERS[label], batch) for label in paper.row_labels(model, with_controls=True)
                   for batch in (MINI_SCALE.batches if paper.is_batch_sweep else (None,))]
