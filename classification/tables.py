@@ -117,6 +117,11 @@ class MiniScale:
         MobileNetV2: 0.03 for every row), else ``base_lr``."""
         return table.recipe.get(model, {}).get("base_lr", self.base_lr)
 
+    def grid(self, table: PaperTable, models: list[str] | None = None, layers: list[str] | None = None) -> list[Cell]:
+        """Every run of ``table``'s mini-scale grid, its controls included (only ``models``, ``layers`` if given)."""
+        return cells(table, self.batches if table.is_batch_sweep else None, self.seeds, models, layers,
+                     with_controls=True)
+
     def setting(self, table: PaperTable, model: str, batch: int | None) -> dict[str, str | int | float | None]:
         """The :data:`SETTING_KEYS` (and ``data_dir``) of ``model``'s cells of ``table`` at ``batch`` images
         per worker (None: Table 2's, :meth:`step_of`), as TrainConfig fields."""
@@ -264,8 +269,7 @@ def run_mini_scale(table: PaperTable, args: argparse.Namespace, runs_dir: Path) 
     skipped = [m for m in table.models if m not in MINI_MODELS]
     if skipped:
         print(f"mini scale: no CIFAR anchor for {', '.join(skipped)}; those columns stay paper-only")
-    grid = cells(table, scale.batches if table.is_batch_sweep else None, scale.seeds, models, args.layers,
-                 with_controls=True)
+    grid = scale.grid(table, models, args.layers)
     configs = {cell: mini_config(table, cell, scale, runs_dir) for cell in grid}
     for config in configs.values():
         check_finished_setting(config)

@@ -150,6 +150,7 @@ from evonorm_suite.classification.paper_tables import TABLES as PAPER_TABLES
 from evonorm_suite.classification.tables import (
     CHANCE_TOP1,
     DIVERGED_TOP1,
+    MINI_MODELS,
     SETTING_KEYS,
     MiniScale,
     format_devices,
@@ -181,7 +182,7 @@ class Step:
     setting: dict | None = None  # the settings its runs are made with, where they can change (classification)
 
 
-CLASSIFICATION_MODELS = ("resnet50", "mobilenetv2", "efficientnet_b0")  # the paper's models with a CIFAR anchor
+CLASSIFICATION_MODELS = tuple(MINI_MODELS)  # the paper's models with a CIFAR anchor
 CLASSIFICATION_TABLES = ("table2", "table3")
 MINI_SCALE = MiniScale()  # what classification/tables.py run --scale mini trains without flags
 EARLIER = "earlier settings"  # the steps log's key for the entries of steps run with other settings
@@ -519,16 +520,14 @@ class Miniature:
         return Sample(f"{name} {cell}" + (f" @{batch}" if batch else ""), values, seeds)
 
     def runs_missing(self, table: str, model: str) -> tuple[int, int]:
-        """A classification anchor's column: ``(runs its grid lacks, runs the grid has)`` in the current setting
-        (every row and control of the table, at every images per worker, on every seed); (0, 0) elsewhere."""
+        """A classification anchor's column: ``(runs of its grid the current setting's summary lacks, runs of its
+        grid)``, the grid as classification/tables.py trains it (MiniScale.grid); (0, 0) elsewhere."""
         if table not in CLASSIFICATION_TABLES:
             return 0, 0
-        paper, cells = PAPER_TABLES[table], (self.summaries[table] or {}).get("cells", [])
-        ran = {(c["model"], c["layer"], c["batch"]): len(c["final_top1"]) for c in cells}
-        seeds = len(MINI_SCALE.seeds)
-        wanted = [(model, CLASSIFICATION_LAYERS[label], batch) for label in paper.row_labels(model, with_controls=True)
-                  for batch in (MINI_SCALE.batches if paper.is_batch_sweep else (None,))]
-        return sum(max(0, seeds - ran.get(key, 0)) for key in wanted), seeds * len(wanted)
+        ran = {(c["model"], c["layer"], c["batch"], seed)
+               for c in (self.summaries[table] or {}).get("cells", []) for seed in c["seeds"]}
+        grid = MINI_SCALE.grid(PAPER_TABLES[table], [model])
+        return sum((c.model, CLASSIFICATION_LAYERS[c.label], c.batch, c.seed) not in ran for c in grid), len(grid)
 
     def batches(self, table: str, cell: str, layer: str | None = None) -> list[int] | None:
         """Table 3: the images per worker the miniature ran for a model (a layer's, if named); None: not run."""
