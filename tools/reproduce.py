@@ -23,8 +23,8 @@ not in it. Every grid commits its finished runs (runs/reproduction/**), so it co
 
 * table2, table3 (the MNIST miniatures of classification/tables.py's MiniScale, with their
   no-normalization rows; 5 seeds): table3's 360 runs finished (145 of them trained on GPUs);
-  table2's 165 are MobileNetV2-CIFAR's 55 at 1 x 128 and ResNet50-CIFAR's 55 in the 8 x 32 setting
-  of 2026-11-30 (finished) and EfficientNet-CIFAR's 55 at 1 x 128 (since 2026-11-30; 49 finished).
+  table2's 165 finished: MobileNetV2-CIFAR's 55 at 1 x 128, ResNet50-CIFAR's 55 in the 8 x 32 setting
+  of 2026-11-30 and EfficientNet-CIFAR's 55 at 1 x 128 (since 2026-11-30).
   A run of 15 epochs on one thread costs 4.5-7.5 CPU-minutes (ResNet50-CIFAR at 8 x 32; Random +
   rej, a composed op, 11), 5-16 (MobileNetV2-CIFAR at 1 x 128) or 8-16.5 (EfficientNet-CIFAR at
   1 x 128; Random + rej 16.5) (docs/classification.md); table3's smaller ghost batches cost more per image. The step runs 2
