@@ -26,7 +26,7 @@ not in it. Every grid commits its finished runs (runs/reproduction/**), so it co
   table2's 165 finished: MobileNetV2-CIFAR's 55 at 1 x 128, ResNet50-CIFAR's 55 in the 8 x 32 setting
   of 2026-11-30 and EfficientNet-CIFAR's 55 at 1 x 128 (since 2026-11-30).
   A run of 15 epochs on one thread costs 4.5-7.5 CPU-minutes (ResNet50-CIFAR at 8 x 32; Random +
-  rej, a composed op, 11), 5-16 (MobileNetV2-CIFAR at 1 x 128) or 8-16.5 (EfficientNet-CIFAR at
+  rej, a composed op, 11), 5-16 (MobileNetV2-CIFAR at 1 x 128) or 7.5-16.5 (EfficientNet-CIFAR at
   1 x 128; Random + rej 16.5) (docs/classification.md); table3's smaller ghost batches cost more per image. The step runs 2
   one-thread runs at a time, so its wall time is about half.
 * table4 (detection/miniature.py, 5 layers x 2 settings x 5 seeds, each run 1800 steps of 8 images or
