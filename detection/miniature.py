@@ -89,9 +89,13 @@ SETTINGS = (Setting("batch8", 8), Setting("batch2", 2))
 
 @dataclass(frozen=True)
 class Run:
+    """One training run of the grid; ``overrides``: config ``KEY VALUE`` pairs appended to its command, after the
+    grid's own (a probe's change to the demo config, such as a deeper backbone; the grid itself has none)."""
+
     setting: Setting
     layer: str
     seed: int
+    overrides: tuple[str, ...] = ()
 
     def output_dir(self, runs: Path, base_iterations: int) -> Path:
         return length_dir(runs, base_iterations) / self.setting.name / self.layer / f"seed{self.seed}"
@@ -112,7 +116,7 @@ class Run:
             "SOLVER.BASE_LR", str(self.setting.lr), "SOLVER.MAX_ITER", str(iterations),
             "SOLVER.STEPS", f"({steps[0]}, {steps[1]})", "SOLVER.WARMUP_ITERS", str(self.setting.warmup()),
             "TEST.EVAL_PERIOD", str(period), "SOLVER.CHECKPOINT_PERIOD", str(period), "SOLVER.CHECKPOINTS_KEPT", "1",
-            "DATALOADER.NUM_WORKERS", "0", "OUTPUT_DIR", str(output_dir),
+            "DATALOADER.NUM_WORKERS", "0", "OUTPUT_DIR", str(output_dir), *self.overrides,
         ]
 
     def cell(self, runs: Path, base_iterations: int) -> Cell:

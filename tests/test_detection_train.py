@@ -245,6 +245,8 @@ def test_miniature_commands_and_summary(tmp_path):
     assert values["SOLVER.WARMUP_ITERS"] == "200" and values["TEST.EVAL_PERIOD"] == "120"  # 10 evaluations
     assert values["SOLVER.CHECKPOINT_PERIOD"] == "120" and values["SOLVER.CHECKPOINTS_KEPT"] == "1"
     assert values["OUTPUT_DIR"] == str(tmp_path / "2400_images" / "batch2" / "bn" / "seed2")  # runs of 2400 images
+    probe = miniature.Run(miniature.SETTINGS[1], "bn", 2, overrides=("MODEL.RESNETS.DEPTH", "50"))
+    assert probe.command(tmp_path, 300) == [*command, "MODEL.RESNETS.DEPTH", "50"]  # after the grid's own: they win
     for seed, ap in ((0, 20.0), (1, 24.0)):
         folder = miniature.Run(miniature.SETTINGS[0], "evonorm_s0", seed).output_dir(tmp_path, 300)
         folder.mkdir(parents=True)
