@@ -897,6 +897,26 @@ def test_nan_input_propagates(cpp_kernels, name):
     assert torch.isfinite(y[:, other_groups]).all()
 
 
+@pytest.mark.parametrize("shape,groups", [((2, 8, 4, 4), 4), ((4, 8, 9, 8), 4), ((4, 64, 7, 7), 2)],
+                         ids=["one-vector-planes", "planes-across-vectors", "runs-of-7x7-planes"])
+def test_nan_input_stays_in_its_group_through_s0_forward_and_backward(cpp_kernels, shape, groups):
+    """A NaN makes its group's statistic NaN, so S0's output and x's gradient are NaN in that group of that sample
+    and finite everywhere else, on each NCHW float32 path: planes of one vector, planes of 72 values that end inside
+    vectors (the backward's run of planes as one array), 7x7 planes in runs longer than the small-plane backward's."""
+    n, c = shape[:2]
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    x[1, 3, 2, 2] = float("nan")
+    x.requires_grad_()
+    y = evonorm_core.build_norm_act("evonorm_s0", c, groups=groups)(x)
+    y.backward(torch.randn(shape, generator=torch.Generator().manual_seed(1)))
+    per_group = c // groups
+    in_group = torch.zeros(shape, dtype=torch.bool)
+    in_group[1, 3 // per_group * per_group:(3 // per_group + 1) * per_group] = True
+    for result in (y.detach(), x.grad):
+        assert torch.isnan(result[in_group]).all()
+        assert torch.isfinite(result[~in_group]).all()
+
+
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("name", ["evonorm_s0", "evonorm_s1", "evonorm_s2", "evonorm_b0", "evonorm_b1"])
 def test_near_constant_planes_keep_exact_statistics(name, channels_last):

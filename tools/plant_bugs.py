@@ -94,7 +94,7 @@ def plant(id: str, original: str, replacement: str, tests: tuple[str, ...] | str
 
 # Ids as in the planted-bug sets they come from (K1-K4 "original", K5-K7 "fresh2", K8-K10 "fresh3",
 # K11-K14 "fresh4", K15-K17 "fresh5", K18-K19 "fresh6"; K20-K21 the affine operator's and K22-K24 the S forward's
-# over small planes' runs, 2026-11-30); K5 and K13 were rewritten with the NCHW group moments, and K3, K7-K11, K14,
+# over small planes' runs, 2026-11-30; K25-K28 the AVX-512 plane loops, 2026-11-30); K5 and K13 were rewritten with the NCHW group moments, and K3, K7-K11, K14,
 # K16, K17 and K19 on 2026-11-30 for the kernels' current text (the same mistakes in the new text; their old
 # snippets had gone stale).
 PLANTS: list[Plant] = [
@@ -124,7 +124,7 @@ PLANTS: list[Plant] = [
     plant("K9", "const double kk = (with_ux ? u[c] + ux[c] : u[c]) / (q[c] * static_cast<double>(HW));",
           "const double kk = u[c] / (q[c] * static_cast<double>(HW));", FAST,
           "B1 backward: p = q depends on x too, but the UX term of q's gradient is dropped"),
-    plant("K10", "vp[c], static_cast<A>(w(n, c) * r),", "vp[c], static_cast<A>(r),", FAST,
+    plant("K10", "a[i] = static_cast<A>(w(n, c) * r);", "a[i] = static_cast<A>(r);", FAST,
           "S backward: dx leaves out gamma (g r s' instead of g r gamma s')"),
     plant("K11", "q_out[nc] = static_cast<A>(std::sqrt((variant == 0 ? var[nc] : var[nc] + mean[nc] * mean[nc]) + eps));",
           "q_out[nc] = static_cast<A>(std::sqrt(var[nc] + eps));", FAST,
@@ -140,7 +140,7 @@ PLANTS: list[Plant] = [
     plant("K15", "const int32_t scale_bits = (static_cast<int32_t>(k) + 127) << 23;",
           "const int32_t scale_bits = (static_cast<int32_t>(k) + 126) << 23;", FAST,
           "float exp: exponent bias 126 instead of 127, every float32/half sigmoid reads exp(-z) / 2"),
-    plant("K16", "dgamma[nc] = t[p][0] * r;", "dgamma[nc] = t[p][0];", FAST,
+    plant("K16", "dgamma[nc] = t[i][0] * r;", "dgamma[nc] = t[i][0];", FAST,
           "S backward: dgamma sums g x s without the group rstd r"),
     plant("K17", "return per_nc_sum[n * C + c];", "return per_nc_sum[c * N + n];", FAST,
           "per-channel parameter gradients summed over (n, c) sums indexed as (c, n): wrong elements added"),
@@ -163,6 +163,15 @@ PLANTS: list[Plant] = [
     plant("K24", "i64 expanded_group = -1;", "i64 expanded_group = runs && begin % s.N != 0 ? begin / s.N : -1;",
           f"{FAST}::test_s_forward_over_runs_of_small_planes_matches_paper_where_threads_split_a_group",
           "NCHW S forward over small planes' runs: a thread that starts inside a group takes it as already expanded"),
+    plant("K25", "if (end <= j + WIDTH) {", "if (end < j + WIDTH) {", FAST,
+          "AVX-512 run of planes: a plane that ends with a vector is not ended there; its sums run into the next"),
+    plant("K26", "next_sums[k] = _mm512_mask_add_ps(next_sums[k], lanes::Mask(~here), next_sums[k], terms[k]);",
+          "next_sums[k] = next_sums[k];", FAST,
+          "AVX-512 S backward over a run of planes: a vector's lanes past a plane's end are dropped from the next's sums"),
+    plant("K27", "next_ = splat(values_[std::min(p + 2, planes_ - 1)]);", "next_ = splat(values_[std::min(p + 1, planes_ - 1)]);",
+          FAST, "AVX-512 run of planes: after a plane ends, the next-but-one plane's v (and gamma r) is the next one's"),
+    plant("K28", "for (const float c : {1.0f / 120, 1.0f / 24,", "for (const float c : {1.0f / 120, 1.0f / 12,", FAST,
+          "AVX-512 exp polynomial: wrong 4th-order Taylor coefficient (the vector S loops; K4 is the scalar one's)"),
 ]
 
 

@@ -22,6 +22,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -69,6 +70,83 @@ template <typename A> inline A sigmoid(A z) { return A(1) / (A(1) + exp_fast(-z)
 // torch.maximum's rule, which the composed layers follow: a NaN in either operand is the result (a NaN or
 // negative moving variance must not be hidden in eval).
 template <typename A> inline A max_of(A a, A b) { return ((a > b) | (a != a)) ? a : b; }  // | not ||: no branch, so loops vectorize
+
+#if defined(__AVX512F__)
+// The S series' NCHW float32 loops on 16 lanes, written out: GCC 12 ends an auto-vectorized loop with scalar
+// iterations, and a plane of 49 values (7 x 7) was three vector iterations and a scalar one that cost about as much
+// (the S backward took as long at 7 x 7 as at 8 x 8). Here a loop's last vector is masked, and the backward takes a
+// run of planes as one array (for_run_vectors), so that no plane ends in a mostly empty vector (docs/benchmarks.md,
+// "Plane tails").
+namespace lanes {
+using Mask = __mmask16;
+constexpr i64 WIDTH = 16;
+constexpr Mask ALL = 0xFFFF;
+
+inline Mask first(i64 count) { return count >= WIDTH ? ALL : Mask((1u << count) - 1); }
+// Masked-off lanes read as 0.
+inline __m512 load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
+inline void store(float* p, Mask m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
+inline __m512 splat(float v) { return _mm512_set1_ps(v); }
+
+// body(j, mask) for j = 0, 16, ... < n, the mask selecting the lanes j .. min(j + 16, n) - 1.
+template <typename Body>
+inline void for_vectors(i64 n, Body&& body) {
+    i64 j = 0;
+    for (; j + WIDTH <= n; j += WIDTH) body(j, ALL);
+    if (j < n) body(j, first(n - j));
+}
+
+// A per-plane value of a run of planes in the lanes of a vector that spans planes p and p + 1 (for_run_vectors):
+// at(here) has plane p's value where `here` is set, plane p + 1's elsewhere; next(p) once plane p has ended.
+class PlaneValues {
+  public:
+    PlaneValues(const float* values, i64 planes)
+        : values_(values), planes_(planes), here_(splat(values[0])),
+          next_(splat(values[std::min<i64>(1, planes - 1)])) {}
+    __m512 at(Mask here) const { return here == ALL ? here_ : _mm512_mask_blend_ps(here, next_, here_); }
+    void next(i64 p) {
+        here_ = next_;
+        next_ = splat(values_[std::min(p + 2, planes_ - 1)]);
+    }
+
+  private:
+    const float* values_;
+    i64 planes_;
+    __m512 here_, next_;
+};
+
+// body(j, here, valid) for the vectors of a run of L values in NCHW planes of HW >= WIDTH values, taken as one
+// array: lanes past L are not `valid`; a valid lane lies in the current plane p where `here` is set and in plane
+// p + 1 elsewhere (HW >= WIDTH: no vector spans three planes). ended(p) follows the vector in which plane p ends.
+template <typename Body, typename Ended>
+inline void for_run_vectors(i64 L, i64 HW, Body&& body, Ended&& ended) {
+    i64 p = 0, end = HW;  // plane p's end
+    for (i64 j = 0; j < L; j += WIDTH) {
+        body(j, first(end - j), first(L - j));
+        if (end <= j + WIDTH) {
+            ended(p++);
+            end += HW;
+        }
+    }
+}
+
+// exp_fast's operations on 16 lanes. max/min return their second operand where either is NaN: NaN stays NaN.
+inline __m512 exp_fast(__m512 x) {
+    x = _mm512_min_ps(splat(88.0f), _mm512_max_ps(splat(-87.0f), x));
+    const __m512 k =
+        _mm512_roundscale_ps(_mm512_mul_ps(x, splat(1.44269504f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 r = _mm512_fnmadd_ps(k, splat(1.42860677e-6f), _mm512_fnmadd_ps(k, splat(0.693145752f), x));
+    __m512 p = splat(1.0f / 720);
+    for (const float c : {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f}) p = _mm512_fmadd_ps(p, r, splat(c));
+    const __m512i scale = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(scale));
+}
+inline __m512 sigmoid(__m512 z) {
+    const __m512 one = splat(1.0f);
+    return _mm512_div_ps(one, _mm512_add_ps(one, exp_fast(_mm512_sub_ps(_mm512_setzero_ps(), z))));
+}
+}  // namespace lanes
+#endif
 
 // Sums over long runs accumulate in the accumulation type within blocks of BLOCK
 // elements (vectorized) and in double across blocks.
@@ -542,6 +620,16 @@ void expand_planes(A* __restrict out, const A* __restrict values, i64 planes, i6
 // y = x sigmoid(v x) a + b over one NCHW plane (a = gamma r).
 template <typename T, typename A>
 void s_output_plane(const T* __restrict x, T* __restrict y, i64 HW, A v, A a, A b) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        const __m512 vv = lanes::splat(v), av = lanes::splat(a), bv = lanes::splat(b);
+        lanes::for_vectors(HW, [&](i64 j, lanes::Mask m) {
+            const __m512 xj = lanes::load(x + j, m);
+            lanes::store(y + j, m, _mm512_fmadd_ps(_mm512_mul_ps(xj, lanes::sigmoid(_mm512_mul_ps(vv, xj))), av, bv));
+        });
+        return;
+    }
+#endif
     for (i64 i = 0; i < HW; i++) {
         const A xi = static_cast<A>(x[i]);
         y[i] = static_cast<T>(xi * sigmoid(v * xi) * a + b);
@@ -553,6 +641,17 @@ void s_output_plane(const T* __restrict x, T* __restrict y, i64 HW, A v, A a, A 
 template <typename T, typename A>
 void s_output_run(const T* __restrict x, T* __restrict y, i64 L, const A* __restrict v, const A* __restrict w,
                   const A* __restrict b, A r) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        const __m512 rv = lanes::splat(r);
+        lanes::for_vectors(L, [&](i64 j, lanes::Mask m) {
+            const __m512 xj = lanes::load(x + j, m), gate = lanes::sigmoid(_mm512_mul_ps(lanes::load(v + j, m), xj));
+            const __m512 scale = _mm512_mul_ps(lanes::load(w + j, m), rv);
+            lanes::store(y + j, m, _mm512_fmadd_ps(_mm512_mul_ps(xj, gate), scale, lanes::load(b + j, m)));
+        });
+        return;
+    }
+#endif
     for (i64 j = 0; j < L; j++) {
         const A xj = static_cast<A>(x[j]);
         y[j] = static_cast<T>(xj * sigmoid(v[j] * xj) * (w[j] * r) + b[j]);
@@ -669,8 +768,8 @@ std::tuple<Tensor, Tensor, Tensor> s_forward(const Tensor& x_in, const std::opti
 // sigmoid's division, the sums' reductions at its end) would otherwise leave the core waiting, plane after plane.
 template <int P, typename T, typename A>
 void s_plane_sums(const T* __restrict x, const T* __restrict g, A* __restrict sig, i64 HW, const A* v,
-                  double (*t)[3]) {
-    for (int p = 0; p < P; p++) t[p][0] = t[p][1] = t[p][2] = 0;
+                  std::array<double, 3>* t) {
+    for (int p = 0; p < P; p++) t[p] = {0, 0, 0};
     for (i64 j0 = 0; j0 < HW; j0 += BLOCK) {
         const i64 j1 = std::min(j0 + BLOCK, HW);
         A b0[P] = {}, b1[P] = {}, b2[P] = {};
@@ -701,6 +800,74 @@ void s_input_grad_plane(const T* __restrict x, const T* __restrict g, const A* _
         const A xj = static_cast<A>(x[j]), sj = sig[j];
         dx[j] = static_cast<T>(static_cast<A>(g[j]) * a * sj * (A(1) + v * xj * (A(1) - sj)) + k * xj + k0);
     }
+}
+
+// The NCHW S backward's two passes over a whole (n, group) run of C/G planes of WIDTH to BLOCK float32 values as
+// one array of vectors (lanes::for_run_vectors): plane by plane, a plane of 49 values (7 x 7) is four vectors, one
+// of them for a single value, where the run takes 3.06 a plane. Each returns false and does nothing where it does
+// not apply (another dtype or plane size, no AVX-512): the per-plane loops run then.
+
+// s_plane_sums over the run: t[i] = (sum g x s, sum g, sum g x^2 s (1 - s)) of plane i, s = sigmoid(v_i x) into sig.
+// A plane's sums stay in float32 lanes (at most BLOCK values, as the per-plane loops' blocks), then double.
+template <typename T, typename A>
+bool s_run_plane_sums(const T* __restrict x, const T* __restrict g, A* __restrict sig, i64 planes, i64 HW,
+                      const A* __restrict v, std::array<double, 3>* t) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        if (HW < lanes::WIDTH || HW > BLOCK) return false;
+        __m512 here_sums[3], next_sums[3];  // of plane p and of the lanes already in plane p + 1
+        for (int k = 0; k < 3; k++) here_sums[k] = next_sums[k] = _mm512_setzero_ps();
+        lanes::PlaneValues vs(v, planes);
+        lanes::for_run_vectors(planes * HW, HW, [&](i64 j, lanes::Mask here, lanes::Mask valid) {
+            const __m512 xj = lanes::load(x + j, valid), gj = lanes::load(g + j, valid);  // 0 past the run: adds 0
+            const __m512 sj = lanes::sigmoid(_mm512_mul_ps(vs.at(here), xj));
+            const __m512 f = _mm512_mul_ps(gj, _mm512_mul_ps(xj, sj));
+            lanes::store(sig + j, valid, sj);
+            const __m512 terms[3] = {f, gj, _mm512_mul_ps(_mm512_mul_ps(f, xj), _mm512_sub_ps(lanes::splat(1.0f), sj))};
+            if (here == lanes::ALL) {
+                for (int k = 0; k < 3; k++) here_sums[k] = _mm512_add_ps(here_sums[k], terms[k]);
+                return;
+            }
+            for (int k = 0; k < 3; k++) {
+                here_sums[k] = _mm512_mask_add_ps(here_sums[k], here, here_sums[k], terms[k]);
+                next_sums[k] = _mm512_mask_add_ps(next_sums[k], lanes::Mask(~here), next_sums[k], terms[k]);
+            }
+        }, [&](i64 p) {
+            vs.next(p);
+            for (int k = 0; k < 3; k++) {
+                t[p][k] = _mm512_reduce_add_ps(here_sums[k]);
+                here_sums[k] = next_sums[k];
+                next_sums[k] = _mm512_setzero_ps();
+            }
+        });
+        return true;
+    }
+#endif
+    return false;
+}
+
+// s_input_grad_plane over the run: dx = g a_i s (1 + v_i x (1 - s)) + k x + k0 in plane i, s from s_run_plane_sums.
+template <typename T, typename A>
+bool s_run_plane_input_grad(const T* __restrict x, const T* __restrict g, const A* __restrict sig, T* __restrict dx,
+                            i64 planes, i64 HW, const A* __restrict v, const A* __restrict a, A k, A k0) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        if (HW < lanes::WIDTH || HW > BLOCK) return false;
+        const __m512 one = lanes::splat(1.0f), kv = lanes::splat(k), k0v = lanes::splat(k0);
+        lanes::PlaneValues vs(v, planes), as(a, planes);
+        lanes::for_run_vectors(planes * HW, HW, [&](i64 j, lanes::Mask here, lanes::Mask valid) {
+            const __m512 xj = lanes::load(x + j, valid), sj = lanes::load(sig + j, valid);
+            const __m512 slope = _mm512_fmadd_ps(_mm512_mul_ps(vs.at(here), xj), _mm512_sub_ps(one, sj), one);
+            const __m512 gas = _mm512_mul_ps(_mm512_mul_ps(lanes::load(g + j, valid), as.at(here)), sj);
+            lanes::store(dx + j, valid, _mm512_fmadd_ps(gas, slope, _mm512_fmadd_ps(kv, xj, k0v)));
+        }, [&](i64 p) {
+            vs.next(p);
+            as.next(p);
+        });
+        return true;
+    }
+#endif
+    return false;
 }
 
 // One row of s_slab_sums: s = sigmoid(v x) into sr, the three sums' terms added to b0, b1, b2. (A function with
@@ -884,36 +1051,45 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> s_backward(const Tensor& grad_in, con
         const double M = static_cast<double>(Cg * s.HW);
         if (!s.nhwc) {
             // One task per (n, group) run: per plane the sums (s kept for dx), then dx while the run's x and g
-            // are still in cache, so both are read from memory once and sigmoid is evaluated once.
+            // are still in cache, so both are read from memory once and sigmoid is evaluated once. Both passes
+            // take the run as one array of vectors where they can (s_run_plane_sums), else go plane by plane.
             const i64 L = Cg * s.HW;
             at::parallel_for(0, s.N * G, grain(2 * L), [&](i64 begin, i64 end) {
-                std::vector<A> sig(L);
+                std::vector<A> sig(L), a(Cg);
+                std::vector<std::array<double, 3>> t(Cg);
                 for (i64 ng = begin; ng < end; ng++) {
                     const double r = rstd[ng];
-                    const i64 n = ng / G, c0 = (ng % G) * Cg;
-                    double dr = 0;
-                    for (i64 i = 0; i < Cg;) {
-                        const i64 P = Cg - i >= PLANES_AT_ONCE ? PLANES_AT_ONCE : 1, first = (n * s.C + c0 + i) * s.HW;
-                        double t[PLANES_AT_ONCE][3];
-                        const scalar_t *xr = xp + first, *gr = gp + first;
-                        A* sr = sig.data() + i * s.HW;
-                        if (P == 1) s_plane_sums<1, scalar_t, A>(xr, gr, sr, s.HW, vp + c0 + i, t);
-                        else s_plane_sums<PLANES_AT_ONCE, scalar_t, A>(xr, gr, sr, s.HW, vp + c0 + i, t);
-                        for (i64 p = 0; p < P; p++, i++) {
-                            const i64 c = c0 + i, nc = n * s.C + c;
-                            dgamma[nc] = t[p][0] * r;
-                            dbeta[nc] = t[p][1];
-                            if (need_dv) dvnc[nc] = t[p][2] * w(n, c) * r;
-                            dr += t[p][0] * w(n, c);
+                    const i64 n = ng / G, c0 = (ng % G) * Cg, first = (n * s.C + c0) * s.HW;
+                    const scalar_t *xr = xp + first, *gr = gp + first;
+                    if (!s_run_plane_sums<scalar_t, A>(xr, gr, sig.data(), Cg, s.HW, vp + c0, t.data())) {
+                        for (i64 i = 0; i < Cg;) {
+                            const i64 o = i * s.HW;
+                            A* const so = sig.data() + o;
+                            if (Cg - i >= PLANES_AT_ONCE) {
+                                s_plane_sums<PLANES_AT_ONCE, scalar_t, A>(xr + o, gr + o, so, s.HW, vp + c0 + i, &t[i]);
+                                i += PLANES_AT_ONCE;
+                            } else {
+                                s_plane_sums<1, scalar_t, A>(xr + o, gr + o, so, s.HW, vp + c0 + i, &t[i]);
+                                i++;
+                            }
                         }
                     }
-                    const double k = -dr * r * r * r / M, k0 = centered ? -k * mean[ng] : 0.0;
+                    double dr = 0;
                     for (i64 i = 0; i < Cg; i++) {
                         const i64 c = c0 + i, nc = n * s.C + c;
-                        s_input_grad_plane<scalar_t, A>(xp + nc * s.HW, gp + nc * s.HW, sig.data() + i * s.HW,
-                                                        dxp + nc * s.HW, s.HW, vp[c], static_cast<A>(w(n, c) * r),
-                                                        static_cast<A>(k), static_cast<A>(k0));
+                        dgamma[nc] = t[i][0] * r;
+                        dbeta[nc] = t[i][1];
+                        if (need_dv) dvnc[nc] = t[i][2] * w(n, c) * r;
+                        dr += t[i][0] * w(n, c);
+                        a[i] = static_cast<A>(w(n, c) * r);
                     }
+                    const double dk = -dr * r * r * r / M;
+                    const A k = static_cast<A>(dk), k0 = static_cast<A>(centered ? -dk * mean[ng] : 0.0);
+                    if (!s_run_plane_input_grad<scalar_t, A>(xr, gr, sig.data(), dxp + first, Cg, s.HW, vp + c0,
+                                                             a.data(), k, k0))
+                        for (i64 i = 0, o = 0; i < Cg; i++, o += s.HW)
+                            s_input_grad_plane<scalar_t, A>(xr + o, gr + o, sig.data() + o, dxp + first + o, s.HW,
+                                                            vp[c0 + i], a[i], k, k0);
                 }
             });
         } else {
