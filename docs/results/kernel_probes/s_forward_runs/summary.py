@@ -2,14 +2,15 @@
 side's minimum, microseconds) and the S layers against GN-SiLU in tools/benchmark_layers.py (layer_ab.sh's JSON:
 range over the three rounds of each fused S layer's eager ratio, per pass). Prints summary.txt.
 
-    python docs/results/kernel_probes/s_forward_runs/summary.py
+    python docs/results/kernel_probes/s_forward_runs/summary.py [FOLDER]   # FOLDER: a later probe's outputs
 """
 import json
 import re
+import sys
 from collections import defaultdict
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path(__file__).resolve().parent
 CELL = re.compile(r"\s*(\S+) s_backward\s+([\d.]+) s_forward\s+([\d.]+)")
 
 
