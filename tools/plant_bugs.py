@@ -93,10 +93,11 @@ def plant(id: str, original: str, replacement: str, tests: tuple[str, ...] | str
 
 
 # Ids as in the planted-bug sets they come from (K1-K4 "original", K5-K7 "fresh2", K8-K10 "fresh3",
-# K11-K14 "fresh4", K15-K17 "fresh5", K18-K19 "fresh6"; K20-K21 the affine operator's and K22-K24 the S forward's
-# over small planes' runs, 2026-11-30; K25-K28 the AVX-512 plane loops, 2026-11-30); K5 and K13 were rewritten with the NCHW group moments, and K3, K7-K11, K14,
-# K16, K17 and K19 on 2026-11-30 for the kernels' current text (the same mistakes in the new text; their old
-# snippets had gone stale).
+# K11-K14 "fresh4", K15-K17 "fresh5", K18-K19 "fresh6"; K20-K21 the affine operator's, K22-K24 the S forward's
+# over small planes' runs and K25-K28 the AVX-512 plane loops, all 2026-11-30: on a CPU without AVX-512 the code
+# K25-K28 plant into is not compiled, so they are missed there); K5 and K13 were rewritten with the NCHW group
+# moments, and K3, K7-K11, K14, K16, K17 and K19 on 2026-11-30 for the kernels' current text (the same mistakes in
+# the new text; their old snippets had gone stale), K10 and K16 again for the S backward's shared bookkeeping.
 PLANTS: list[Plant] = [
     plant("K1", "spread += std::max(s2[c] / s.HW - offset * offset, 0.0) + (m - mu) * (m - mu);",
           "spread += std::max(s2[c] / s.HW - offset * offset, 0.0);",
@@ -168,8 +169,9 @@ PLANTS: list[Plant] = [
     plant("K26", "next_sums[k] = _mm512_mask_add_ps(next_sums[k], lanes::Mask(~here), next_sums[k], terms[k]);",
           "next_sums[k] = next_sums[k];", FAST,
           "AVX-512 S backward over a run of planes: a vector's lanes past a plane's end are dropped from the next's sums"),
-    plant("K27", "next_ = splat(values_[std::min(p + 2, planes_ - 1)]);", "next_ = splat(values_[std::min(p + 1, planes_ - 1)]);",
-          FAST, "AVX-512 run of planes: after a plane ends, the next-but-one plane's v (and gamma r) is the next one's"),
+    plant("K27", "next_ = splat(values_[std::min(p + 2, planes_ - 1)]);",
+          "next_ = splat(values_[std::min(p + 1, planes_ - 1)]);", FAST,
+          "AVX-512 run of planes: after a plane ends, the next-but-one plane's v (and gamma r) is the next one's"),
     plant("K28", "for (const float c : {1.0f / 120, 1.0f / 24,", "for (const float c : {1.0f / 120, 1.0f / 12,", FAST,
           "AVX-512 exp polynomial: wrong 4th-order Taylor coefficient (the vector S loops; K4 is the scalar one's)"),
 ]
