@@ -165,6 +165,20 @@ def test_bad_flags_name_the_value(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv,plot",
+    [
+        ([], "docs/results/benchmark_layers.png"),
+        (["--matrix"], "docs/results/benchmark_matrix.png"),
+        (["--json", "runs/a.json"], "runs/a.png"),  # a run written elsewhere leaves the committed figure alone
+        (["--matrix", "--json", "runs/m.json"], "runs/m.png"),
+        (["--json", "runs/a.json", "--plot", ""], ""),
+    ],
+)
+def test_the_plot_goes_beside_a_named_json(argv, plot):
+    assert bench.parse_args(argv).plot == plot
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", list(bench.MODELS))
 def test_whole_model_step_pairs(arch):

@@ -747,8 +747,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "--compare-compiled docs/results/compiled_choice.json, with --profile-host "
                         "docs/results/host_profile.json, with --matrix docs/results/benchmark_matrix.json; '' for none)")
     p.add_argument("--plot", metavar="PATH", default=None,
-                   help="draw the ratios into this PNG file (default docs/results/benchmark_layers.png, with --matrix "
-                        "docs/results/benchmark_matrix.png; '' for none)")
+                   help="draw the ratios into this PNG file (default: beside --json with its name and .png; without "
+                        "--json docs/results/benchmark_layers.png, with --matrix docs/results/benchmark_matrix.png; "
+                        "'' for none)")
     p.add_argument("--no-targets", action="store_true", help="do not print the speed targets and whether each is met")
     p.add_argument("--compare-compiled", action="store_true",
                    help="only compare, under torch.compile, EvoNorm-S0/B0 running the registered operator against "
@@ -775,12 +776,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--device cuda was given but no CUDA GPU is available")
     if min(args.matrix_batches) < 1:
         p.error(f"--matrix-batches must be at least 1, got {min(args.matrix_batches)}")
+    json_named = bool(args.json)
     if args.json is None:
         args.json = "docs/results/" + ("compiled_choice.json" if args.compare_compiled else
                                        "host_profile.json" if args.profile_host else
                                        "benchmark_matrix.json" if args.matrix else "benchmark_layers.json")
     if args.plot is None:
-        args.plot = f"docs/results/benchmark_{'matrix' if args.matrix else 'layers'}.png"
+        args.plot = (os.path.splitext(args.json)[0] + ".png" if json_named
+                     else f"docs/results/benchmark_{'matrix' if args.matrix else 'layers'}.png")
     on_gpu = args.device.type == "cuda"
     args.model_batch = args.model_batch or (8 if on_gpu else 4)
     args.model_size = args.model_size or (224 if on_gpu else 128)
