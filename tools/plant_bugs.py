@@ -97,7 +97,8 @@ def plant(id: str, original: str, replacement: str, tests: tuple[str, ...] | str
 # over small planes' runs and K25-K28 the AVX-512 plane loops, all 2026-11-30: on a CPU without AVX-512 the code
 # K25-K28 plant into is not compiled, so they are missed there); K5 and K13 were rewritten with the NCHW group
 # moments, and K3, K7-K11, K14, K16, K17 and K19 on 2026-11-30 for the kernels' current text (the same mistakes in
-# the new text; their old snippets had gone stale), K10 and K16 again for the S backward's shared bookkeeping.
+# the new text; their old snippets had gone stale), K10 and K16 again for the S backward's shared bookkeeping,
+# K4 and K28 on 2026-12-01 for exp_negated (one coefficient table; K28 now the lanes' scalef).
 PLANTS: list[Plant] = [
     plant("K1", "spread += std::max(s2[c] / s.HW - offset * offset, 0.0) + (m - mu) * (m - mu);",
           "spread += std::max(s2[c] / s.HW - offset * offset, 0.0);",
@@ -111,9 +112,9 @@ PLANTS: list[Plant] = [
           "kb[c] = dsb[c] / (sbd[c] * static_cast<double>(s.HW));",
           (cpp("evonorm_b0-True-False", "float32", "nchw"), cpp("evonorm_b1-True-False", "float64", "channels_last")),
           "B backward: the batch-variance term of dx forgets the batch size N"),
-    plant("K4", "r * (1.0f / 24 + ", "r * (1.0f / 12 + ",
+    plant("K4", "0x1.573a54p-5f, ", "0x1.573a54p-4f, ",
           (cpp("evonorm_s0-True-False", "float32", "nchw"), cpp("evonorm_s1-True-False", "bfloat16", "channels_last")),
-          "float exp polynomial: wrong 4th-order Taylor coefficient (float32/half paths only; float64 uses std::exp)"),
+          "float exp polynomial: 4th-order coefficient doubled (float32/half paths only; float64 uses std::exp)"),
     plant("K5", "var = std::max(s2 / L - offset * offset, 0.0);", "var = std::max(s2 / L, 0.0);", FAST,
           "NCHW group variance: the second moment about the group's first value, its shift not taken out"),
     plant("K6", "kk0 = centered ? -kk * mean[ng] : 0.0", "kk0 = centered ? kk * mean[ng] : 0.0", FAST,
@@ -172,8 +173,8 @@ PLANTS: list[Plant] = [
     plant("K27", "next_ = splat(values_[std::min(p + 2, planes_ - 1)]);",
           "next_ = splat(values_[std::min(p + 1, planes_ - 1)]);", FAST,
           "AVX-512 run of planes: after a plane ends, the next-but-one plane's v (and gamma r) is the next one's"),
-    plant("K28", "for (const float c : {1.0f / 120, 1.0f / 24,", "for (const float c : {1.0f / 120, 1.0f / 12,", FAST,
-          "AVX-512 exp polynomial: wrong 4th-order Taylor coefficient (the vector S loops; K4 is the scalar one's)"),
+    plant("K28", "return _mm512_scalef_ps(p, k);", "return _mm512_scalef_ps(p, _mm512_sub_ps(k, splat(1.0f)));",
+          FAST, "AVX-512 exp: 2^(k - 1) for 2^k, the vector S loops' sigmoid reads exp(-z) / 2 (K15 is the scalar one's)"),
 ]
 
 
