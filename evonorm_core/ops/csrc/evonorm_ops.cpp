@@ -53,8 +53,9 @@ template <> struct AccOf<double> { using type = double; };
 // exp(-z) without libm so that loops vectorize: -z = k ln2 + r, |r| <= ln2 / 2, exp(r) by a degree-5 polynomial
 // p (minimax for relative error with p(0) = 1: 9e-8, 1.5e-7 evaluated in float32 with fma, against 2.2e-7 for the
 // degree-6 Taylor polynomial), 2^k through the exponent bits. p is evaluated at t = -r = z + k ln2, so z is not
-// negated: EXP_POLY holds p's coefficients from the highest power down, those of odd powers negated. The
-// reduction uses rint and fma, which -fassociative-math cannot reorder. NaN stays NaN.
+// negated: EXP_POLY holds p's coefficients from the highest power down, those of odd powers negated (nested fmas
+// below, not a loop over them: with the loop GCC left the loops that call this scalar). The reduction uses rint
+// and fma, which -fassociative-math cannot reorder. NaN stays NaN.
 constexpr float EXP_POLY[] = {-0x1.0fa834p-7f, 0x1.573a54p-5f, -0x1.555a6ap-3f, 0x1.fffdc6p-2f, -0x1.fffff6p-1f, 1.0f};
 inline float exp_negated(float z) {
     z = z < -88.0f ? -88.0f : z;

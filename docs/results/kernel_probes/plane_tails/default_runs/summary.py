@@ -1,10 +1,12 @@
 """Ranges of this folder's default runs: per speed target, the ratio over the before and after runs of
 default_ab.sh (ab_*.json), with the after-only runs (after_only_*.json) beside; then the 7x7 stage's times per run
-(GN-SiLU, fused S0, BN-ReLU, fused B0: B0's kernels are the same on both sides). Prints summary.txt.
+(GN-SiLU, fused S0, BN-ReLU, fused B0: B0's kernels are the same on both sides). Prints summary.txt; given a
+folder, the runs there (default_ab.sh with OUT).
 
-    python docs/results/kernel_probes/plane_tails/default_runs/summary.py
+    python docs/results/kernel_probes/plane_tails/default_runs/summary.py [FOLDER]
 """
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -17,9 +19,10 @@ def span(values: list[float]) -> str:
     return f"{min(values):.2f}-{max(values):.2f}" if values else "-"
 
 
-def main() -> None:
-    runs = {side: [(p.name, json.loads(p.read_text())) for p in sorted(HERE.glob(pattern))]
+def main(folder: Path) -> None:
+    runs = {side: [(p.name, json.loads(p.read_text())) for p in sorted(folder.glob(pattern))]
             for side, pattern in SIDES.items()}
+    runs = {side: side_runs for side, side_runs in runs.items() if side_runs}
     ratios = defaultdict(lambda: defaultdict(list))
     for side, side_runs in runs.items():
         met = [sum(t["met"] for t in run["targets"]) for _, run in side_runs]
@@ -40,4 +43,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE)
