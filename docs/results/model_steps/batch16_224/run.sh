@@ -4,6 +4,7 @@
 set -euo pipefail
 out="${1:-/tmp/b16}"
 mkdir -p "$out"
+out="$(cd "$out" && pwd)"  # before the cd below: a relative folder is the caller's
 cd "$(dirname "${BASH_SOURCE[0]}")/../../../.."
 for i in 1 2 3; do
   python tools/benchmark_layers.py --shapes 2x64x8x8 --reps 3 --layers "s0 (fused)" --no-timm --compiled-layers \
