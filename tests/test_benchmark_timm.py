@@ -20,7 +20,9 @@ def test_a_tiny_eager_run_measures_both_models_and_writes_json(tmp_path, capsys)
     printed = capsys.readouterr().out
     assert "resnetv2_50d_evos: converted 51 EvoNorm layers to their equivalents" in printed
     assert "resnetv2_50d_evos train step (batch 2, 32x32, eager): swapped / timm time" in printed
+    assert "other processes busy on" in printed.splitlines()[0]
     payload = json.loads(out.read_text())
+    assert payload["busy_elsewhere"] is None or payload["busy_elsewhere"] >= 0
     assert payload["command"].startswith("python tools/benchmark_timm.py --batch 2")
     assert payload["same_function"]["max_logit_diff_eval"] < 1e-4
     (step,) = payload["steps"]

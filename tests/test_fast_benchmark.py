@@ -79,7 +79,9 @@ def test_layer_table_targets_and_json(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
     assert "evonorm_s0 (fused)" in printed and "gn_silu (native) compiled" in printed and "targets:" in printed
+    assert "other processes busy on" in printed.splitlines()[0]
     payload = json.loads(out.read_text())
+    assert payload["busy_elsewhere"] is None or payload["busy_elsewhere"] >= 0
     rows = {r["layer"]: r for r in payload["layers"]}
     expected = {"bn_relu (native)", "gn_relu (native)", "gn_silu (native)", "gn_silu (native) compiled",
                 "evonorm_s0 (fused) compiled"} | {

@@ -79,6 +79,7 @@ from torch.profiler import ProfilerActivity, profile
 import evonorm_core
 from evonorm_core import functional, ops
 from evonorm_core.convert import convert_norm_act
+from evonorm_core.experiment import cpu_load
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.tables import pyplot
 from evonorm_core.statistics import resolve_groups
@@ -824,33 +825,35 @@ def keep_freed_memory() -> bool:
     return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
 
 
-def print_header(args, setting: str) -> None:
-    load = os.getloadavg()[0]
+def print_header(args, setting: str) -> float | None:
+    """Print the run's settings and how busy other processes keep the CPUs (measured now); return the latter."""
+    busy = cpu_load.busy_elsewhere()
     print(f"# torch {torch.__version__}, device {args.device}, {args.threads} threads, {setting}, "
           f"allocator: {ALLOCATORS[args.allocator]}, "
           f"median and min of {args.reps} interleaved reps after {args.warmup} warm-up; EvoNorm CPU kernels: "
-          f"{ops.status()}; load average {load:.1f} on {os.cpu_count()} CPUs"
-          f"{' (UNDER LOAD: other jobs share the CPUs)' if load > 0.5 * (os.cpu_count() or 1) else ''}", flush=True)
+          f"{ops.status()}; {cpu_load.describe(busy)}", flush=True)
+    return busy
 
 
 def run_matrix(args, argv: list[str] | None) -> int:
-    print_header(args, f"the matrix: {{NCHW, channels_last}} x {{float32, bfloat16}} x {{fwd+bwd, inference}} x "
-                       f"batch {args.matrix_batches}")
+    busy = print_header(args, f"the matrix: {{NCHW, channels_last}} x {{float32, bfloat16}} x {{fwd+bwd, inference}} "
+                              f"x batch {args.matrix_batches}")
     cells = bench_matrix(args)
     targets = [t for c in cells for t in c["targets"]]
     print(f"matrix: {sum(t['met'] for t in targets)} of {len(targets)} targets met in {len(cells)} combinations")
     if _write(args.plot):
         plot_matrix(cells, args.plot)
         print(f"wrote {args.plot}")
-    write_json(args.json, run_record(args, argv) | {"cells": cells})
+    write_json(args.json, run_record(args, argv, busy) | {"cells": cells})
     return 0
 
 
-def run_record(args, argv: list[str] | None) -> dict:
-    """What every results JSON of a layer run starts with: the settings, the command, torch, kernels and load."""
+def run_record(args, argv: list[str] | None, busy_elsewhere: float | None) -> dict:
+    """What every results JSON of a layer run starts with: the settings, the command, torch, kernels, the CPUs'
+    worth of other processes' work at the start (:func:`cpu_load.busy_elsewhere`) and the load average at the end."""
     return {"config": {k: str(v) if isinstance(v, torch.device) else v for k, v in vars(args).items()},
             "command": command_line("python tools/benchmark_layers.py", argv), "torch": torch.__version__,
-            "kernels": str(ops.status()), "load_average": os.getloadavg()}
+            "kernels": str(ops.status()), "busy_elsewhere": busy_elsewhere, "load_average": os.getloadavg()}
 
 
 def write_json(path: str, payload: dict) -> None:
@@ -895,7 +898,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_matrix(args, argv)
     dtype, (layers, compiled) = DTYPES[args.dtype], select_layers(args)
     mode = "inference" if args.inference else f"{'eval' if args.eval else 'train'} mode"
-    print_header(args, f"{args.dtype}, {'channels_last' if args.channels_last else 'NCHW'}, {mode}")
+    busy = print_header(args, f"{args.dtype}, {'channels_last' if args.channels_last else 'NCHW'}, {mode}")
     allow_recompiles(args.shapes)
     results = []
     for shape in args.shapes:
@@ -913,7 +916,7 @@ def main(argv: list[str] | None = None) -> int:
     if _write(args.plot):
         plot(results, models, args.plot)
         print(f"wrote {args.plot}")
-    write_json(args.json, run_record(args, argv) | {
+    write_json(args.json, run_record(args, argv, busy) | {
         "layers": layer_rows(results),
         "models": [asdict(r) | {"ratio": r.ratio, "min_ratio": r.min_ratio, "memory_ratio": r.memory_ratio,
                                 "label": MODELS[r.model]} for r in models],

@@ -35,6 +35,7 @@ from torch import nn
 
 import evonorm_core
 from evonorm_core import ops
+from evonorm_core.experiment import cpu_load
 from evonorm_core.experiment.config import command_line
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -170,12 +171,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    load = os.getloadavg()[0]
+    busy = cpu_load.busy_elsewhere()
     print(f"# torch {torch.__version__}, device {args.device}, {args.threads} threads, {args.dtype}, "
           f"{'channels_last' if args.channels_last else 'NCHW'}, median and min of {args.reps} interleaved steps "
-          f"after {args.warmup} warm-up; EvoNorm CPU kernels: {ops.status()}; load average {load:.1f} on "
-          f"{os.cpu_count()} CPUs{' (UNDER LOAD: other jobs share the CPUs)' if load > 0.5 * (os.cpu_count() or 1) else ''}",
-          flush=True)
+          f"after {args.warmup} warm-up; EvoNorm CPU kernels: {ops.status()}; {cpu_load.describe(busy)}", flush=True)
     models = build_models(args)
     gen = torch.Generator().manual_seed(1)
     images = torch.randn(args.batch, 3, args.size, args.size, generator=gen).to(args.device)
@@ -196,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             "config": {k: str(v) if isinstance(v, torch.device) else v for k, v in vars(args).items()},
             "torch": torch.__version__,
             "kernels": str(ops.status()),
+            "busy_elsewhere": busy,
             "load_average": os.getloadavg(),
             "same_function": same,
             "steps": [asdict(r) | {"ratio": r.ratio, "min_ratio": r.min_ratio, "memory_ratio": r.memory_ratio}

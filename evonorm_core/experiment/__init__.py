@@ -20,5 +20,6 @@ and matplotlib are imported by the functions that need them):
 * :mod:`.progress`: durations, and progress lines with rate and ETA;
 * :mod:`.verdicts`: the verdict rule of the reproduction report (one-sided t-tests, Holm's
   correction, gates, outcomes);
-* :mod:`.seeding`: seeding every random number generator a run uses.
+* :mod:`.seeding`: seeding every random number generator a run uses;
+* :mod:`.cpu_load`: how busy other processes keep the CPUs (the benchmarks' header lines).
 """
