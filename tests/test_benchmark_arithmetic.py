@@ -458,3 +458,28 @@ def test_a_model_steps_time_ratio_is_the_median_of_each_rounds_ratio():
                                min_ms={"a": min(evonorm), "b": min(baseline)})
     assert result.ratio == pytest.approx(3.1 / 3.3)
     assert "time 0.94x (0.91-2.50x over 3 rounds; min 0.91x)" in bench.format_model_lines([result])
+
+
+@pytest.mark.parametrize("compiled,with_models,titles", [
+    (False, False, ["fwd+bwd time / baseline (eager)", "bytes kept for backward / input"]),
+    (True, False, ["fwd+bwd time / baseline (eager)", "fwd+bwd time / baseline (compiled)",
+                   "bytes kept for backward / input"]),
+    (False, True, ["fwd+bwd time / baseline (eager)", "bytes kept for backward / input",
+                   "train step / GN-ReLU or BN-ReLU"]),
+])
+def test_the_figure_has_a_panel_for_each_kind_of_measurement_taken(compiled, with_models, titles):
+    """No empty panel for compiled layers or model steps that were not run (--compiled-layers with no names,
+    --no-model); the layer panels' legends sit beside the bars."""
+    pytest.importorskip("matplotlib")
+    layers = [layer_row(GN_SILU, 2.0, 2.0), layer_row("evonorm_s0 (fused)", 1.5, 2.0)]
+    if compiled:
+        layers += [layer_row(GN_SILU, 3.0, 3.0, compiled=True), layer_row("evonorm_s0 (fused)", 2.0, 3.0, compiled=True)]
+    models = [bench.ModelResult("evonorm_s0 vs gn_relu (native)", False, 2, 32, [1.1], {"a": 1.1, "b": 1.0},
+                                {"a": 90.0, "b": 100.0})] if with_models else []
+    fig = bench.draw(layers, models)
+    try:
+        assert [ax.get_ylabel() for ax in fig.axes] == titles
+        legend = fig.axes[0].get_legend()
+        assert legend.get_bbox_to_anchor().x0 >= fig.axes[0].get_window_extent().x1 - 1
+    finally:
+        bench.pyplot().close(fig)

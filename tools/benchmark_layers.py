@@ -500,8 +500,16 @@ def format_targets(rows: list[dict]) -> str:
 
 
 def plot(results: list[LayerResult], models: list[ModelResult], path: str) -> None:
-    """Bar panels: eager and compiled time ratios of the fused EvoNorms per shape, bytes kept for
-    backward, and the whole-model steps (time and peak memory ratios), each with its target."""
+    """:func:`draw` into the PNG file ``path``."""
+    fig = draw(results, models)
+    fig.savefig(path, dpi=100)
+    pyplot().close(fig)
+
+
+def draw(results: list[LayerResult], models: list[ModelResult]):
+    """A matplotlib figure of bar panels: eager and compiled time ratios of the fused EvoNorms per shape, bytes
+    kept for backward, and the whole-model steps (time and peak memory ratios), each with its target; a panel
+    whose measurements were not taken (no compiled layers, no models) is left out."""
     plt = pyplot()  # matplotlib: an optional dependency, imported only for --plot
     shapes = list(dict.fromkeys(r.shape for r in results))
     step = results[0].step if results else "fwd+bwd"
@@ -510,7 +518,10 @@ def plot(results: list[LayerResult], models: list[ModelResult], path: str) -> No
         (f"{step} time / baseline (compiled)", lambda r: r.compiled, "ratio"),
         ("bytes kept for backward / input", lambda r: not r.compiled, "saved_ratio"),
     ]
-    fig, axes = plt.subplots(len(panels) + 1, 1, figsize=(12, 4 * (len(panels) + 1)))
+    panels = [panel for panel in panels if any(panel[1](r) for r in results)]
+    count = max(len(panels) + bool(models), 1)
+    fig, axes = plt.subplots(count, 1, figsize=(12, 4 * count), squeeze=False)
+    axes = axes[:, 0]
     for ax, (title, keep, attr) in zip(axes, panels):
         layers = list(dict.fromkeys(r.layer for r in results if keep(r) and "native" not in r.layer))
         width = 0.8 / max(len(shapes), 1)
@@ -522,8 +533,15 @@ def plot(results: list[LayerResult], models: list[ModelResult], path: str) -> No
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_ylabel(title)
         ax.set_yscale("log")
-        ax.legend(fontsize=7)
-    ax = axes[-1]
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, not over them
+    if models:
+        plot_model_steps(axes[-1], models)
+    fig.tight_layout()
+    return fig
+
+
+def plot_model_steps(ax, models: list[ModelResult]) -> None:
+    """The whole-model steps' time and peak-memory ratios, with the time target."""
     labels = [f"{MODELS[m.model]} {m.pair.split(' vs ')[0]} {'compiled' if m.compiled else 'eager'}" for m in models]
     xs = range(len(models))
     ax.bar([x - 0.2 for x in xs], [m.ratio for m in models], 0.4, label="step time")
@@ -533,9 +551,6 @@ def plot(results: list[LayerResult], models: list[ModelResult], path: str) -> No
     ax.set_xticks(list(xs), labels, fontsize=8, rotation=20, ha="right")
     ax.set_ylabel("train step / GN-ReLU or BN-ReLU")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def matrix_layers(args) -> dict[str, Callable[[int], nn.Module]]:
