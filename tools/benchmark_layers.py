@@ -898,10 +898,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(compiled_choice_times(args.shapes, args.compiled_choice_worker, args.reps, args.device)))
         return 0
     if args.compare_compiled or args.profile_host:
+        busy = cpu_load.busy_elsewhere()
         print(f"# torch {torch.__version__}, device {args.device}, {args.threads} threads, {args.reps} reps; "
-              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
-        payload = {"command": command_line("python tools/benchmark_layers.py", argv),
-                   "torch": torch.__version__, "load_average": os.getloadavg()}
+              f"{cpu_load.describe(busy)}", flush=True)
+        payload = {"command": command_line("python tools/benchmark_layers.py", argv), "torch": torch.__version__,
+                   "busy_elsewhere": busy, "load_average": os.getloadavg()}
         if args.compare_compiled:
             payload["min_ms"] = compare_compiled(args)
         else:
