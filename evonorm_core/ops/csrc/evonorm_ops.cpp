@@ -437,12 +437,31 @@ void run_moments(const T* __restrict run, i64 L, double& mean, double& var) {
 // 15-40 % slower where the tensors do not fit in cache (16x256x56x56). docs/results/kernel_probes/row_groups/.
 constexpr i64 ROW_GROUP = 4;
 
-// f(i, R) for the rows i0 .. i1 - 1 in groups of R = ROW_GROUP rows from i, the rest one at a time (R an
-// integral_constant, so that f's loop over a group's rows unrolls).
+// Grouped rows are interleaved streams: ROW_GROUP rows of under 2 KiB share a page or two, read a vector from each
+// in turn. Where x came from memory, that took the channels_last moments, B output and B backward sums up to 1.6x the
+// time of reading the rows one by one (float32 at 16x256x56x56, 4x256x56x56, 32x96x64x64 and 64x96x32x32; bfloat16
+// at 16x256x56x56); where x was in cache (4x96x64x64, 4x144x32x32), its rows long (16x1024x14x14) or short (bfloat16
+// rows of 96 channels, 192 bytes, where the per-row work counts for more than the memory), one by one took up to
+// 1.35x the time (docs/results/kernel_probes/streamed_rows/). So rows are read one by one only where x is over
+// CACHED_BYTES, a quarter of this machine's 32 MiB last-level cache (a fixed size: the caches that sysconf reports in
+// a VM can be the host's, 320 MiB here), and a row holds STREAMED_ROW_BYTES.
+constexpr i64 CACHED_BYTES = i64(8) << 20;
+constexpr i64 STREAMED_ROW_BYTES[2] = {256, 2048};  // [lowest, highest)
+
+// Whether the channels_last loops over x (shape s, elements of `element_size` bytes) group rows (for_row_groups).
+inline bool group_rows(const Shape& s, i64 element_size) {
+    const i64 row = s.C * element_size;
+    const bool streamed = row >= STREAMED_ROW_BYTES[0] && row < STREAMED_ROW_BYTES[1];
+    return !streamed || s.N * s.HW * row <= CACHED_BYTES;
+}
+
+// f(i, R) for the rows i0 .. i1 - 1: with `grouped`, in groups of R = ROW_GROUP rows from i and the rest one at a
+// time, else all one at a time (R an integral_constant, so that f's loop over a group's rows unrolls).
 template <typename F>
-inline void for_row_groups(i64 i0, i64 i1, F&& f) {
+inline void for_row_groups(i64 i0, i64 i1, bool grouped, F&& f) {
     i64 i = i0;
-    for (; i + ROW_GROUP <= i1; i += ROW_GROUP) f(i, std::integral_constant<i64, ROW_GROUP>{});
+    if (grouped)
+        for (; i + ROW_GROUP <= i1; i += ROW_GROUP) f(i, std::integral_constant<i64, ROW_GROUP>{});
     for (; i < i1; i++) f(i, std::integral_constant<i64, 1>{});
 }
 
@@ -473,13 +492,13 @@ void add_moment_rows(const T* __restrict x, i64 C, const A* __restrict k, A* __r
 // Per-channel shifted sums over a slab's HW rows: s1[c] = sum (x - k_c), s2[c] = sum (x - k_c)^2 with k_c the
 // channel's first value, in A within blocks of BLOCK rows and in double across blocks.
 template <typename T, typename A>
-void slab_moments(const T* x, i64 HW, i64 C, std::vector<A>& k, std::vector<A>& acc, std::vector<double>& s1,
-                  std::vector<double>& s2) {
+void slab_moments(const T* x, i64 HW, i64 C, bool grouped, std::vector<A>& k, std::vector<A>& acc,
+                  std::vector<double>& s1, std::vector<double>& s2) {
     A *__restrict kp = k.data(), *__restrict b1 = acc.data(), *__restrict b2 = acc.data() + C;
     for (i64 c = 0; c < C; c++) kp[c] = static_cast<A>(x[c]), s1[c] = s2[c] = 0;
     for (i64 i0 = 0; i0 < HW; i0 += BLOCK) {
         std::fill(acc.begin(), acc.end(), A(0));
-        for_row_groups(i0, std::min(i0 + BLOCK, HW),
+        for_row_groups(i0, std::min(i0 + BLOCK, HW), grouped,
                        [&](i64 i, auto R) { add_moment_rows<R>(x + i * C, C, kp, b1, b2); });
         for (i64 c = 0; c < C; c++) s1[c] += b1[c], s2[c] += b2[c];
     }
@@ -491,7 +510,7 @@ template <typename T, typename A>
 struct SampleMoments {
     explicit SampleMoments(i64 C) : k(C), acc(2 * C), s1(C), s2(C) {}
     void operator()(const T* x, const Shape& s, i64 n, double* mean, double* var) {
-        slab_moments<T, A>(x + n * s.HW * s.C, s.HW, s.C, k, acc, s1, s2);
+        slab_moments<T, A>(x + n * s.HW * s.C, s.HW, s.C, group_rows(s, sizeof(T)), k, acc, s1, s2);
         for (i64 c = 0; c < s.C; c++) {
             const double offset = s1[c] / s.HW;
             mean[n * s.C + c] = k[c] + offset;
@@ -746,7 +765,7 @@ std::tuple<Tensor, Tensor, Tensor> s_forward(const Tensor& x_in, const std::opti
             std::vector<double> s1(s.C), s2(s.C);
             for (i64 n = begin; n < end; n++) {
                 const scalar_t* slab = xp + n * s.HW * s.C;
-                slab_moments<scalar_t, A>(slab, s.HW, s.C, k, acc, s1, s2);
+                slab_moments<scalar_t, A>(slab, s.HW, s.C, group_rows(s, sizeof(scalar_t)), k, acc, s1, s2);
                 for (i64 gi = 0; gi < G; gi++) {  // the group's moments from its channels' (Chan's formula)
                     double mu = 0, spread = 0;
                     for (i64 c = gi * Cg; c < (gi + 1) * Cg; c++) mu += k[c] + s1[c] / s.HW;
@@ -1284,6 +1303,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
             return;
         }
         std::vector<A> p(NC);
+        const bool grouped = group_rows(s, sizeof(scalar_t));
         if (per_plane) {  // a sample's moments, p and q, then its rows
             at::parallel_for(0, s.N, grain(s.HW * s.C), [&](i64 begin, i64 end) {
                 SampleMoments<scalar_t, A> moments(s.C);
@@ -1291,7 +1311,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
                     moments(xp, s, n, mean.data(), var.data());
                     const i64 nc0 = n * s.C;
                     for (i64 c = 0; c < s.C; c++) p[nc0 + c] = b_slope(variant, v, c, plane_q(nc0 + c));
-                    for_row_groups(0, s.HW, [&](i64 i, auto R) {
+                    for_row_groups(0, s.HW, grouped, [&](i64 i, auto R) {
                         const i64 off = (n * s.HW + i) * s.C;
                         b_output_rows<R, scalar_t, A>(xp + off, yp + off, s.C, sb.data(), p.data() + nc0, q_out + nc0,
                                                       w.row(n), b.row(n));
@@ -1304,7 +1324,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
         const i64 tiles = (s.HW + TILE - 1) / TILE;  // per sample
         for_each_index(s.N * tiles, TILE * s.C, [&](i64 nt) {
             const i64 n = nt / tiles, i0 = (nt % tiles) * TILE;
-            for_row_groups(i0, std::min(i0 + TILE, s.HW), [&](i64 i, auto R) {
+            for_row_groups(i0, std::min(i0 + TILE, s.HW), grouped, [&](i64 i, auto R) {
                 const i64 off = (n * s.HW + i) * s.C;
                 b_output_rows<R, scalar_t, A>(xp + off, yp + off, s.C, sb.data(), p.data() + n * s.C, q_out + n * s.C,
                                               w.row(n), b.row(n));
@@ -1363,7 +1383,7 @@ void add_b_rows(const T* __restrict x, const T* __restrict g, const T* __restric
 // are two more streams beside nine, which took b_backward at 2x1024x14x14 from 0.10-0.11 to 0.13 ms (a development
 // run), so autograd keeps the mean for channels_last inputs and passes none only for NCHW ones.
 template <typename T, typename A, bool SumX>
-void b_slab_sums(const T* x, ChannelsLastRows<T>& g, i64 n, i64 HW, i64 C, const A* __restrict sb,
+void b_slab_sums(const T* x, ChannelsLastRows<T>& g, i64 n, i64 HW, i64 C, bool grouped, const A* __restrict sb,
                  const A* __restrict p, const A* __restrict q, const A* __restrict w, std::vector<A>& acc,
                  std::vector<double>& t, std::bool_constant<SumX>) {
     static_assert(BLOCK % TILE == 0, "a block is whole tiles");
@@ -1373,7 +1393,7 @@ void b_slab_sums(const T* x, ChannelsLastRows<T>& g, i64 n, i64 HW, i64 C, const
         for (i64 t0 = i0; t0 < std::min(i0 + BLOCK, HW); t0 += TILE) {
             const i64 rows = std::min(TILE, HW - t0);
             const T* tile = g.rows(n, t0, rows);
-            for_row_groups(0, rows, [&](i64 i, auto R) {
+            for_row_groups(0, rows, grouped, [&](i64 i, auto R) {
                 add_b_rows<R, SumX>(x + (t0 + i) * C, tile + i * C, x, C, sb, p, q, w, acc.data());
             });
         }
@@ -1503,6 +1523,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
                 qa[nc] = static_cast<A>(q[nc]);
                 p[nc] = b_slope(variant, v, nc % s.C, qa[nc]);
             });
+            const bool grouped = group_rows(s, sizeof(scalar_t));
             at::parallel_for(0, s.N, grain(s.HW * s.C), [&](i64 begin, i64 end) {
                 std::vector<A> acc(B_SUMS * s.C);
                 std::vector<double> t(B_SUMS * s.C);
@@ -1510,8 +1531,8 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
                 for (i64 n = begin; n < end; n++) {
                     const i64 nc0 = n * s.C;
                     auto slab_sums = [&](auto sum_x) {
-                        b_slab_sums<scalar_t, A>(xp + nc0 * s.HW, grad_rows, n, s.HW, s.C, sb.data(), p.data() + nc0,
-                                                 qa.data() + nc0, w.row(n), acc, t, sum_x);
+                        b_slab_sums<scalar_t, A>(xp + nc0 * s.HW, grad_rows, n, s.HW, s.C, grouped, sb.data(),
+                                                 p.data() + nc0, qa.data() + nc0, w.row(n), acc, t, sum_x);
                     };
                     if (mean_t.numel() == 0)
                         slab_sums(std::true_type{});
