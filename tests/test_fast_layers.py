@@ -249,7 +249,6 @@ def test_cpp_kernels_take_a_gradient_in_the_other_layout(cpp_kernels, name, trai
             assert_matches(*got, *want, DTYPES[dtype], x_layout)
 
 
-
 @pytest.mark.parametrize("dtype,shape", [(torch.float32, (3, 100, 88, 88)), (torch.bfloat16, (3, 160, 96, 96))],
                          ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("name,training,given", MODES)
@@ -264,6 +263,7 @@ def test_channels_last_rows_of_a_tensor_from_memory_are_read_one_by_one(cpp_kern
     args = make_inputs(name, shape, dtype, cl, "channel")
     want = expected(name, training, given, *args, 4)
     assert_matches(*through_operator(name, training, given, *args, 4), *want, DTYPES[dtype], cl)
+
 
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("name,training,given", CPU_MODES)
