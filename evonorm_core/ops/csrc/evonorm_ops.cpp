@@ -438,11 +438,11 @@ void run_moments(const T* __restrict run, i64 L, double& mean, double& var) {
 constexpr i64 ROW_GROUP = 4;
 
 // Grouped rows are interleaved streams: ROW_GROUP rows of under 2 KiB share a page or two, read a vector from each
-// in turn. Where x came from memory, that took the channels_last moments, B output and B backward sums up to 1.6x the
+// in turn. Where x came from memory, that took the channels_last moments, B output and B backward sums up to 1.7x the
 // time of reading the rows one by one (float32 at 16x256x56x56, 4x256x56x56, 32x96x64x64 and 64x96x32x32; bfloat16
-// at 16x256x56x56); where x was in cache (4x96x64x64, 4x144x32x32), its rows long (16x1024x14x14) or short (bfloat16
-// rows of 96 channels, 192 bytes, where the per-row work counts for more than the memory), one by one took up to
-// 1.35x the time (docs/results/kernel_probes/streamed_rows/). So rows are read one by one only where x is over
+// at 16x256x56x56); where x was in cache (4x96x64x64, 4x144x32x32) or its rows long (16x1024x14x14), one by one took
+// 1.15-1.46x the time, and with bfloat16 rows of 96 channels (192 bytes, where the per-row work counts for more than
+// the memory) 1.03-1.23x (docs/results/kernel_probes/streamed_rows/). So rows are read one by one only where x is over
 // CACHED_BYTES, a quarter of this machine's 32 MiB last-level cache (a fixed size: the caches that sysconf reports in
 // a VM can be the host's, 320 MiB here), and a row holds STREAMED_ROW_BYTES.
 constexpr i64 CACHED_BYTES = i64(8) << 20;
