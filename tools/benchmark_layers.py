@@ -901,13 +901,11 @@ def main(argv: list[str] | None = None) -> int:
         busy = cpu_load.busy_elsewhere()
         print(f"# torch {torch.__version__}, device {args.device}, {args.threads} threads, {args.reps} reps; "
               f"{cpu_load.describe(busy)}", flush=True)
-        payload = {"command": command_line("python tools/benchmark_layers.py", argv), "torch": torch.__version__,
-                   "busy_elsewhere": busy, "load_average": os.getloadavg()}
         if args.compare_compiled:
-            payload["min_ms"] = compare_compiled(args)
+            extra = {"min_ms": compare_compiled(args)}
         else:
-            payload.update(kernels=str(ops.status()), dtype=args.dtype, host_profile=profile_hosts(args))
-        write_json(args.json, payload)
+            extra = {"dtype": args.dtype, "host_profile": profile_hosts(args)}
+        write_json(args.json, run_record(args, argv, busy) | extra)
         return 0
 
     if args.matrix:
