@@ -381,7 +381,7 @@ def test_fake_implementation_describes_the_generic_one(dtype, layout, device, af
     ("b_forward", lambda x, w, b, v: (x, w, b, v, None, 0, 1e-5)),
     ("b_forward", lambda x, w, b, v: (x, w[0], None, None, torch.rand(8, requires_grad=True) + 0.5, 2, 1e-5)),
     ("affine_forward", lambda x, w, b, v: (x, w, b)),
-    ("affine_forward", lambda x, w, b, v: (x, None, b[0])),
+    ("affine_forward", lambda x, w, b, v: (x, w[0], None)),
 ])
 def test_opcheck(cpp_kernels, op, args):
     """Schema, fake tensors, autograd registration and AOT dispatch agree with the kernels."""
@@ -412,13 +412,19 @@ def test_fake_tensors_match_the_kernels_in_half_precision(cpp_kernels, op, args,
 
 @pytest.mark.parametrize("op,args", [
     ("s_forward", lambda x, w, b, v: (x, w, b, v, 4, 1e-5, True)),
+    ("s_forward", lambda x, w, b, v: (x.contiguous(memory_format=torch.channels_last), None, b[0], v, 2, 1e-5, False)),
     ("b_forward", lambda x, w, b, v: (x, w, b, v, None, 0, 1e-5)),
+    ("b_forward", lambda x, w, b, v: (x.contiguous(memory_format=torch.channels_last), w[0], None, v, None, 0, 1e-5)),
     ("b_forward", lambda x, w, b, v: (x, w[0], b, None, torch.rand(8, dtype=x.dtype) + 0.5, 1, 1e-5)),
+    ("b_forward", lambda x, w, b, v: (x, None, b, None, (torch.rand(8, dtype=x.dtype) + 0.5).requires_grad_(), 2, 1e-5)),
     ("affine_forward", lambda x, w, b, v: (x, w, b[0])),
+    ("affine_forward", lambda x, w, b, v: (x, w[0], None)),
 ])
 def test_eager_entry_point_is_the_registered_autograd(cpp_kernels, op, args):
-    """Eager layers call ``library.<op>_eager``, program capture the registered operator: the
-    same outputs and gradients (once, and twice differentiated), and none made for statistics."""
+    """Eager layers call ``library.<op>_eager`` (on the CPU the C++ autograd node of ``csrc/eager_autograd.cpp``,
+    elsewhere the Python autograd function), program capture the registered operator: the same outputs and
+    gradients (once, and twice differentiated; absent optional inputs between present ones), and none made for
+    statistics."""
     def run(fn, create_graph):
         torch.manual_seed(0)
         x = torch.randn(3, 8, 5, 4, dtype=torch.float64, requires_grad=True)
@@ -432,14 +438,19 @@ def test_eager_entry_point_is_the_registered_autograd(cpp_kernels, op, args):
         if create_graph:
             grads = torch.autograd.grad(sum(g.square().sum() for g in grads), leaves, materialize_grads=True)
         assert all(not t.requires_grad for t in out[1:])
-        return [*out, *grads]
+        return [*out, *grads], out[0].grad_fn.name()
 
-    # the module's entry point (made at import) and one made here, where mutation testing sees the factory run
-    entries = [getattr(library, f"{op}_eager"), library._eager_autograd(op).apply]
+    # the module's entry point (made at import) with the node it records on the CPU, its Python autograd function
+    # and one made here, where mutation testing sees the factory run
+    cpp_node = "torch::autograd::CppNode<evonorm::{}Node>".format(op.title().replace("_", ""))
+    entries = {getattr(library, f"{op}_eager"): cpp_node, library.PYTHON_AUTOGRAD[op]: f"{op}_eagerBackward",
+               library._eager_autograd(op).apply: f"{op}_eagerBackward"}
     for create_graph in (False, True):
-        want = run(getattr(torch.ops.evonorm, op), create_graph)
-        for entry in entries:
-            for g, w in zip(run(entry, create_graph), want, strict=True):
+        want, _ = run(getattr(torch.ops.evonorm, op), create_graph)
+        for entry, node in entries.items():
+            got, recorded = run(entry, create_graph)
+            assert recorded == node
+            for g, w in zip(got, want, strict=True):
                 torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
 
 

@@ -1,4 +1,4 @@
-"""How the EvoNorm CPU kernels (``csrc/evonorm_ops.cpp``) are built: one source of truth
+"""How the EvoNorm CPU kernels (``csrc/evonorm_ops.cpp``, ``csrc/eager_autograd.cpp``) are built: one source of truth
 for ``setup.py`` (``build_ext``, which loads this file by path) and the just-in-time build
 of :mod:`evonorm_core.ops.extension`. Imports only the standard library and torch.
 """
@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 NAME = "evonorm_core.ops._C"
-SOURCES = [str(Path(__file__).resolve().with_name("csrc") / "evonorm_ops.cpp")]
+SOURCES = [str(Path(__file__).resolve().with_name("csrc") / name) for name in ("evonorm_ops.cpp", "eager_autograd.cpp")]
 # Auto-vectorized loops: sums may be reassociated (-fassociative-math, which needs
 # -fno-signed-zeros -fno-trapping-math), but no -ffast-math: NaN and inf propagate; -march=native
 # because the kernels are built on the machine that runs them (install or first use).

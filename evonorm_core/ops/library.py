@@ -51,11 +51,12 @@ input's own, and ``d batch_var = dsb / (2 sb)`` when they were given. ``dd`` goe
 ``torch.maximum``'s backward, to the larger of ``sb`` and ``u`` (``[to u]`` is ``u > sb``,
 ``[to sb]`` is ``u <= sb``), and to both where either is NaN.
 
-Eager layers enter through :func:`s_forward_eager` / :func:`b_forward_eager`: the same
-operators under the same autograd functions, without the per-call cost of
-``torch.library``'s generated autograd wrapper; program capture calls the operators.
+Eager layers enter through :func:`s_forward_eager` / :func:`b_forward_eager` / :func:`affine_forward_eager`: the
+same operators under the same autograd, without the per-call cost of ``torch.library``'s generated autograd wrapper,
+on the CPU recorded as C++ autograd nodes (``csrc/eager_autograd.cpp``: no Python between the two directions'
+operators), elsewhere as Python autograd functions; program capture calls the operators.
 
-Kernels: C++ for the CPU (``csrc/evonorm_ops.cpp``, loaded by :mod:`.extension`); Triton for
+Kernels: C++ for the CPU (``csrc/evonorm_ops.cpp``, with the eager autograd nodes, loaded by :mod:`.extension`); Triton for
 CUDA (:mod:`.triton_kernels`, registered by :func:`evonorm_core.ops.load`; float32, float16 and
 bfloat16; the S and B operators: on CUDA the layers run their affine as ``F.batch_norm``, see
 :func:`evonorm_core.functional.affine`); this module's PyTorch implementation for everything else (float64 on CUDA, other
@@ -425,10 +426,45 @@ def _eager_autograd(name: str) -> type[torch.autograd.Function]:
     return type(f"{name}_eager", (torch.autograd.Function,), members)
 
 
-# the eager entry points: with gradients (the autograd functions) and without
-s_forward_eager = _eager_autograd("s_forward").apply
-b_forward_eager = _eager_autograd("b_forward").apply
-affine_forward_eager = _eager_autograd("affine_forward").apply
+_cpp_nodes: dict[str, Callable[..., tuple[Tensor, ...]]] = {}
+
+
+def _cpp_node(name: str) -> Callable[..., tuple[Tensor, ...]] | None:
+    """``torch.ops.evonorm.<name>_autograd`` (``csrc/eager_autograd.cpp``: the operator under the same autograd,
+    recorded as a C++ node) once the C++ kernels, which define it, are loaded; else None."""
+    op = _cpp_nodes.get(name)
+    if op is None:
+        try:
+            op = _cpp_nodes[name] = getattr(torch.ops.evonorm, f"{name}_autograd").default
+        except AttributeError:
+            return None
+    return op
+
+
+# each differentiable operator under its registered autograd as a Python autograd function: the eager entry
+# where its C++ node is not (CUDA, no C++ kernels)
+PYTHON_AUTOGRAD = {name: _eager_autograd(name).apply for name in AUTOGRAD}
+
+
+def _with_grad(name: str) -> Callable[..., tuple[Tensor, ...]]:
+    """The eager entry point of ``torch.ops.evonorm.<name>`` with gradients: on the CPU its C++ autograd node, where
+    the Python autograd function and its backward cost a cache-resident layer about as much as its kernels
+    (docs/benchmarks.md, "The eager layers' autograd nodes in C++"); elsewhere :data:`PYTHON_AUTOGRAD`'s function.
+    Both record the same backward."""
+    python = PYTHON_AUTOGRAD[name]
+
+    def call(*inputs):
+        op = _cpp_node(name) if inputs[0].device.type == "cpu" else None
+        return python(*inputs) if op is None else op(*inputs)
+
+    call.__name__ = call.__qualname__ = f"{name}_eager"
+    return call
+
+
+# the eager entry points: with gradients and without
+s_forward_eager = _with_grad("s_forward")
+b_forward_eager = _with_grad("b_forward")
+affine_forward_eager = _with_grad("affine_forward")
 s_forward_no_grad = _below_autograd("s_forward")
 b_forward_no_grad = _below_autograd("b_forward")
 affine_forward_no_grad = _below_autograd("affine_forward")

@@ -1,5 +1,6 @@
 // CPU kernels of the EvoNorm operators (namespace `evonorm`; schemas, fake tensors and
-// autograd are registered from Python in evonorm_core/ops/library.py).
+// autograd are registered from Python in evonorm_core/ops/library.py; the eager layers' C++ autograd nodes are in
+// eager_autograd.cpp).
 //
 // Each operator is one call per direction: the forward makes two passes over x (moments,
 // then the output), the backward two passes over (grad, x) (per-(n, c) sums, then dx), and
