@@ -88,14 +88,17 @@ def expected(name, training, given, x, w, b, v1, batch_var, grad, groups):
     return y.detach(), [None if t is None else next(grads) for t in leaves]
 
 
-def operator_y(name, given, x, w, b, v1, batch_var, groups):
-    """``y`` of the ``torch.ops.evonorm`` operator that computes layer ``name`` (eps 1e-3)."""
+def operator_y(name, given, x, w, b, v1, batch_var, groups, entry="operator"):
+    """``y`` of the ``torch.ops.evonorm`` operator that computes layer ``name`` (eps 1e-3), called as the operator
+    or (``entry="eager"``) through the eager layers' entry point, ``library.<op>_eager``."""
+    def forward(op):
+        return getattr(torch.ops.evonorm, op) if entry == "operator" else getattr(library, f"{op}_eager")
+
     if name == "affine":
-        return torch.ops.evonorm.affine_forward(x, w, b)
+        return forward("affine_forward")(x, w, b)
     if name in S_OPTIONS:
-        return torch.ops.evonorm.s_forward(x, w, b, v1, groups, 1e-3, S_OPTIONS[name][1])[0]
-    return torch.ops.evonorm.b_forward(x, w, b, v1, batch_var if given else None, EF.B_VARIANTS.index(name[-2:]),
-                                       1e-3)[0]
+        return forward("s_forward")(x, w, b, v1, groups, 1e-3, S_OPTIONS[name][1])[0]
+    return forward("b_forward")(x, w, b, v1, batch_var if given else None, EF.B_VARIANTS.index(name[-2:]), 1e-3)[0]
 
 
 def through_operator(name, training, given, x, w, b, v1, batch_var, grad, groups):
@@ -726,19 +729,21 @@ class BackwardMasks(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@pytest.mark.parametrize("entry", ["operator", "eager"])
 @pytest.mark.parametrize("name, wanted", [
     *(("evonorm_s0", wanted) for wanted in ("wbv", "", "w", "b", "v")),
     *(("evonorm_b0", wanted) for wanted in ("wbvr", "", "w", "b", "v", "r")),
 ])
-def test_backward_computes_only_the_gradients_asked_for(cpp_kernels, name, wanted):
+def test_backward_computes_only_the_gradients_asked_for(cpp_kernels, name, wanted, entry):
     """The backward operator is asked (``output_mask``) for the gradients of exactly the parameters that require
-    one, gamma, beta, v1 and a given variance (r) each on its own, and each is the one computed with all asked."""
+    one, gamma, beta, v1 and a given variance (r) each on its own, and each is the one computed with all asked;
+    through the operator's registered autograd and through the eager entry point (on the CPU its C++ node)."""
     x, w, b, v1, batch_var, grad = make_inputs(name, (3, 8, 5, 4), torch.float64, torch.contiguous_format, "channel")
     full = through_operator(name, True, name in B_SERIES, x, w, b, v1, batch_var, grad, 4)[1]
     params = [t.detach().clone().requires_grad_(key in wanted) for t, key in zip((w, b, v1, batch_var), "wbvr")]
     x = x.detach().clone().requires_grad_()
     with BackwardMasks() as recorded:
-        operator_y(name, name in B_SERIES, x, *params, 4).backward(grad)
+        operator_y(name, name in B_SERIES, x, *params, 4, entry).backward(grad)
     asked = [key in wanted for key in ("wbv" if name in S_OPTIONS else "wbvr")]
     assert recorded.masks == [asked]
     torch.testing.assert_close(x.grad, full[0], rtol=0, atol=0)

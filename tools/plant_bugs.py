@@ -80,6 +80,8 @@ class Verdict:
 
 FAST = "tests/test_fast_layers.py"
 CPP = "evonorm_core/ops/csrc/evonorm_ops.cpp"
+EAGER = "evonorm_core/ops/csrc/eager_autograd.cpp"
+EAGER_TEST = f"{FAST}::test_eager_entry_point_is_the_registered_autograd"
 
 
 def cpp(mode: str, dtype: str, layout: str) -> str:
@@ -98,7 +100,8 @@ def plant(id: str, original: str, replacement: str, tests: tuple[str, ...] | str
 # K25-K28 plant into is not compiled, so they are missed there); K5 and K13 were rewritten with the NCHW group
 # moments, and K3, K7-K11, K14, K16, K17 and K19 on 2026-11-30 for the kernels' current text (the same mistakes in
 # the new text; their old snippets had gone stale), K10 and K16 again for the S backward's shared bookkeeping,
-# K4 and K28 on 2026-12-01 for exp_negated (one coefficient table; K28 now the lanes' scalef).
+# K4 and K28 on 2026-12-01 for exp_negated (one coefficient table; K28 now the lanes' scalef); K29-K31 the eager
+# C++ autograd nodes' (csrc/eager_autograd.cpp, 2026-12-01).
 PLANTS: list[Plant] = [
     plant("K1", "spread += std::max(s2[c] / s.HW - offset * offset, 0.0) + (m - mu) * (m - mu);",
           "spread += std::max(s2[c] / s.HW - offset * offset, 0.0);",
@@ -175,6 +178,14 @@ PLANTS: list[Plant] = [
           "AVX-512 run of planes: after a plane ends, the next-but-one plane's v (and gamma r) is the next one's"),
     plant("K28", "return _mm512_scalef_ps(p, k);", "return _mm512_scalef_ps(p, _mm512_sub_ps(k, splat(1.0f)));",
           FAST, "AVX-512 exp: 2^(k - 1) for 2^k, the vector S loops' sigmoid reads exp(-z) / 2 (K15 is the scalar one's)"),
+    Plant("K29", EAGER, "if (saved[i].defined()) wanted[i] = ctx->needs_input_grad(edge++);",
+          "if (saved[i].defined()) wanted[i] = ctx->needs_input_grad(i);", (EAGER_TEST,),
+          "eager C++ autograd node: an input's edge taken as its argument index, wrong once an optional before it is absent"),
+    Plant("K30", EAGER, "return through_registered_autograd(y, grad, saved, wanted, 7);\n        }\n        auto [dx, dweight, dbias, dv1] =",
+          "}\n        auto [dx, dweight, dbias, dv1] =", (EAGER_TEST,),
+          "eager S node: create_graph=True gets the first-order backward (gradients that cannot be differentiated again)"),
+    Plant("K31", EAGER, "wanted[4] ? dvar : Tensor(),", "Tensor(),", (EAGER_TEST,),
+          "eager B node: the gradient of a given batch variance (synchronized training, eval) is dropped"),
 ]
 
 
