@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Plant bugs in the C++ CPU kernels one at a time, in a copy of the tree, and check that their tests fail.
+"""Plant bugs in the C++ code (the CPU kernels and the eager autograd nodes) one at a time, in a copy of the tree,
+and check that their tests fail.
 
     python3 tools/plant_bugs.py --list                                  # the plants, nothing run
     python3 tools/plant_bugs.py --validate                              # does every snippet still apply? nothing run

@@ -1,4 +1,4 @@
-"""tools/plant_bugs.py: every planted bug of the C++ kernels still applies to this tree (opt-in).
+"""tools/plant_bugs.py: every planted bug of the C++ code still applies to this tree (opt-in).
 
 Not part of the default test run (``tests/conftest.py`` leaves this folder out): the plants are
 exact snippets of the kernel source, so a rewrite of a planted line makes its plant stale, which
@@ -30,8 +30,8 @@ def test_every_plant_applies_once():
     assert plant_bugs.validate(plant_bugs.PLANTS) == []
 
 
-def test_plants_are_of_the_kernels_and_no_selection_runs_this_folder():
-    assert {p.file for p in plant_bugs.PLANTS} == {plant_bugs.CPP}
+def test_plants_are_of_the_cpp_sources_and_no_selection_runs_this_folder():
+    assert {p.file for p in plant_bugs.PLANTS} == {plant_bugs.CPP, plant_bugs.EAGER}
     assert not any(t.startswith("tests/mutation/") for p in plant_bugs.PLANTS for t in p.tests)
 
 
