@@ -3,8 +3,9 @@
 :mod:`.library` defines them (schemas, fake tensors for ``torch.compile``/``torch.export``,
 autograd with a hand-derived backward that keeps only the input and small statistics, a
 PyTorch implementation for every device); :mod:`.extension` loads their C++ CPU kernels
-(``csrc/evonorm_ops.cpp``, and ``csrc/eager_autograd.cpp``, the eager layers' autograd nodes; built at
-install, else just in time, else not at all: then the PyTorch implementation runs on the CPU too); :mod:`.triton_kernels` are the CUDA kernels.
+(``csrc/evonorm_ops.cpp``, with the eager layers' autograd nodes in ``csrc/eager_autograd.cpp``; built at
+install, else just in time, else not at all: then the PyTorch implementation runs on the CPU too);
+:mod:`.triton_kernels` are the CUDA kernels.
 Layers reach them through :mod:`evonorm_core.functional`, which decides per call whether the
 operator or the composed formula runs (see there).
 """

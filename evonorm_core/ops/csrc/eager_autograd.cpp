@@ -12,7 +12,6 @@
 
 #include <array>
 #include <optional>
-#include <string>
 #include <tuple>
 #include <vector>
 
@@ -45,12 +44,30 @@ using AffineBackward = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const T
                                                           const OptionalTensor&, std::array<bool, 2>);
 
 // Looked up at the first call: the operators are defined from Python (library.define()), after this library loads.
-const auto& s_forward_op() { static const auto handle = find<SForward>("evonorm::s_forward"); return handle; }
-const auto& s_backward_op() { static const auto handle = find<SBackward>("evonorm::s_backward"); return handle; }
-const auto& b_forward_op() { static const auto handle = find<BForward>("evonorm::b_forward"); return handle; }
-const auto& b_backward_op() { static const auto handle = find<BBackward>("evonorm::b_backward"); return handle; }
-const auto& affine_forward_op() { static const auto handle = find<AffineForward>("evonorm::affine_forward"); return handle; }
-const auto& affine_backward_op() { static const auto handle = find<AffineBackward>("evonorm::affine_backward"); return handle; }
+const auto& s_forward_op() {
+    static const auto handle = find<SForward>("evonorm::s_forward");
+    return handle;
+}
+const auto& s_backward_op() {
+    static const auto handle = find<SBackward>("evonorm::s_backward");
+    return handle;
+}
+const auto& b_forward_op() {
+    static const auto handle = find<BForward>("evonorm::b_forward");
+    return handle;
+}
+const auto& b_backward_op() {
+    static const auto handle = find<BBackward>("evonorm::b_backward");
+    return handle;
+}
+const auto& affine_forward_op() {
+    static const auto handle = find<AffineForward>("evonorm::affine_forward");
+    return handle;
+}
+const auto& affine_backward_op() {
+    static const auto handle = find<AffineBackward>("evonorm::affine_backward");
+    return handle;
+}
 
 OptionalTensor given(const Tensor& t) { return t.defined() ? OptionalTensor(t) : std::nullopt; }
 
@@ -122,9 +139,10 @@ public:
             return through_registered_autograd(y, grad, saved, wanted, 7);
         }
         auto [dx, dweight, dbias, dv1] = s_backward_op().call(grad, x, given(weight), given(bias), given(v1), saved[4],
-                                                              saved[5], groups, centered, {wanted[1], wanted[2], wanted[3]});
-        return {dx,       wanted[1] ? dweight : Tensor(), wanted[2] ? dbias : Tensor(), wanted[3] ? dv1 : Tensor(),
-                Tensor(), Tensor(),                       Tensor()};
+                                                              saved[5], groups, centered,
+                                                              {wanted[1], wanted[2], wanted[3]});
+        return {dx, wanted[1] ? dweight : Tensor(), wanted[2] ? dbias : Tensor(), wanted[3] ? dv1 : Tensor(),
+                Tensor(), Tensor(), Tensor()};
     }
 };
 
@@ -141,8 +159,10 @@ public:
         const bool channels_last = !x.is_contiguous() && x.is_contiguous(at::MemoryFormat::ChannelsLast);
         const Tensor kept_mean = channels_last ? mean : mean.new_empty({0});
         const bool from_x = !batch_var.has_value();
+        // the inputs (a given variance among them: its gradient's edge, and the double backward's input), then what
+        // the backward operator reads, the variance it used last (the batch's own or the given one)
         ctx->save_for_backward({x, weight.value_or(Tensor()), bias.value_or(Tensor()), v1.value_or(Tensor()),
-                                from_x ? Tensor() : *batch_var, kept_mean, q, batch_mean, from_x ? own_var : *batch_var});
+                                batch_var.value_or(Tensor()), kept_mean, q, batch_mean, from_x ? own_var : *batch_var});
         ctx->mark_non_differentiable({mean, q, batch_mean, own_var});
         ctx->set_materialize_grads(false);
         ctx->saved_data["variant"] = variant;
@@ -168,13 +188,8 @@ public:
         auto [dx, dweight, dbias, dv1, dvar] =
             b_backward_op().call(grad, x, given(weight), given(bias), given(v1), saved[5], saved[6], saved[7], saved[8],
                                  variant, eps, from_x, {wanted[1], wanted[2], wanted[3], wanted[4]});
-        return {dx,
-                wanted[1] ? dweight : Tensor(),
-                wanted[2] ? dbias : Tensor(),
-                wanted[3] ? dv1 : Tensor(),
-                wanted[4] ? dvar : Tensor(),
-                Tensor(),
-                Tensor()};
+        return {dx, wanted[1] ? dweight : Tensor(), wanted[2] ? dbias : Tensor(), wanted[3] ? dv1 : Tensor(),
+                wanted[4] ? dvar : Tensor(), Tensor(), Tensor()};
     }
 };
 
