@@ -591,7 +591,8 @@ def test_kernel_status_is_reported_once(cpp_kernels):
 
 
 def test_without_cpp_kernels_the_generic_implementation_runs():
-    """Without the C++ kernels (no compiler, or EVONORM_CPP=0): one warning, the same results."""
+    """Without the C++ kernels (no compiler, or EVONORM_CPP=0): one warning, the same results, the eager layer
+    through its Python autograd function (its C++ node is built with the kernels)."""
     code = (
         "import warnings, torch, evonorm_core\n"
         "from evonorm_core import ops, functional as EF\n"
@@ -604,12 +605,12 @@ def test_without_cpp_kernels_the_generic_implementation_runs():
         "ref = EF.evonorm_s(x, None, None, torch.ones(8), groups=4, eps=1e-5, impl='reference')\n"
         "print(ops.status().source, sum('EvoNorm CPU kernels' in str(m.message) for m in w),"
         " torch.allclose(y, ref, atol=1e-5), torch.ops.evonorm.s_forward.default.has_kernel_for_dispatch_key"
-        "(torch._C.DispatchKey.CPU))\n"
+        "(torch._C.DispatchKey.CPU), y.grad_fn.name())\n"
     )
     env = {**os.environ, "EVONORM_CPP": "0", "PYTHONPATH": os.pathsep.join(sys.path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["unavailable", "1", "True", "False"]
+    assert out.stdout.split() == ["unavailable", "1", "True", "False", "s_forward_eagerBackward"]
 
 
 def test_another_device_defines_the_operators_without_the_cpu_kernels():
