@@ -134,13 +134,6 @@ def _batch_norm_takes(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> 
 _UNIT_VARIANCE_EPS = 1e-20
 
 
-# The affine operator against the eval-mode batch norm, eager fwd+bwd on the CPU (2026-11-30, docs/benchmarks.md,
-# "The affine layers as one operator"): 0.70-0.93x its time from 524,288 elements (4x512x16x16) up, 0.92-1.25x at
-# 131K-262K and 1.01-1.16x below, where the autograd function's fixed cost per call (about 5 us) outweighs the
-# kernels' gain. Per-sample parameters, which F.batch_norm does not take, run the operator at every size.
-EAGER_AFFINE_OPERATOR_MIN_NUMEL = 524288
-
-
 def affine(x: Tensor, weight: Tensor | None, bias: Tensor | None, *, impl: str = "fused") -> Tensor:
     """``x * weight + bias`` per channel or per sample (an EvoNorm with ``nonlinearity=False``), in ``x``'s dtype.
 
@@ -148,21 +141,20 @@ def affine(x: Tensor, weight: Tensor | None, bias: Tensor | None, *, impl: str =
     batch norm with mean 0, variance 1 and no eps (1 + 1e-20 == 1): one kernel each way, which Inductor fuses with
     its neighbours under capture. With ``impl="fused"``, eager code on the CPU with the C++ kernels runs the
     ``affine_forward`` operator instead (one pass each way: its backward reads the gradient and ``x`` once for
-    ``dx``, ``dweight`` and ``dbias``) from :data:`EAGER_AFFINE_OPERATOR_MIN_NUMEL` elements, and for
-    parameters ``F.batch_norm`` does not take (per sample, another dtype) at every size. Elsewhere composed ops in
-    ``x``'s compute dtype.
+    ``dx``, ``dweight`` and ``dbias``; since its autograd node is C++ it takes 0.81-0.93x the batch norm's fwd+bwd
+    down to MobileNetV2's batch-4 4x4 planes: docs/benchmarks.md, "The eager layers' autograd nodes in C++"),
+    also for parameters ``F.batch_norm`` does not take (per sample, another dtype).
+    Elsewhere composed ops in ``x``'s compute dtype.
     """
     check_affine("affine", x, weight, bias)
     check_devices("affine", x, weight=weight, bias=bias)
     check_impl("affine: impl", impl)
     if weight is None and bias is None:
         return x
-    batch_norm_takes = not _per_sample(weight, bias) and _batch_norm_takes(x, weight, bias)
-    operator_pays = not batch_norm_takes or x.numel() >= EAGER_AFFINE_OPERATOR_MIN_NUMEL
-    if impl == "fused" and operator_pays and x.dim() == 4 and x.numel() > 0 and _eager_on_cpu_kernels(x):
+    if impl == "fused" and x.dim() == 4 and x.numel() > 0 and _eager_on_cpu_kernels(x):
         op = ops.library.affine_forward_eager if torch.is_grad_enabled() else ops.library.affine_forward_no_grad
         return op(x, weight, bias)
-    if batch_norm_takes:
+    if not _per_sample(weight, bias) and _batch_norm_takes(x, weight, bias):
         c = x.shape[1]
         like = weight if weight is not None else bias
         zeros = torch.zeros(c, dtype=like.dtype, device=like.device)

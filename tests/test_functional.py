@@ -384,17 +384,23 @@ def test_the_evonorm_functionals_run_the_implementation_asked_for(impl):
         assert is_eager_entry_node(y.grad_fn, op) is (impl == "fused"), y.grad_fn.name()
 
 
-@pytest.mark.parametrize("numel, weight_shape, weight_dtype, operator", [
-    (272, (8,), torch.float32, False),  # per channel, below the threshold (set to 288 here): the batch norm
-    (288, (8,), torch.float32, True),  # from the threshold on: the operator
-    (272, (2, 8), torch.float32, True),  # per sample, which F.batch_norm does not take: the operator at any size
-    (272, (8,), torch.float64, True),  # float64 parameters of a float32 input: the same
+@pytest.mark.parametrize("numel, weight_shape, weight_dtype", [
+    (16, (8,), torch.float32),  # per channel, planes of one value
+    (272, (8,), torch.float32),
+    (272, (2, 8), torch.float32),  # per sample, which F.batch_norm does not take
+    (272, (8,), torch.float64),  # float64 parameters of a float32 input: the same
 ])
-def test_the_eager_affine_runs_the_operator_where_it_pays(monkeypatch, numel, weight_shape, weight_dtype, operator):
-    monkeypatch.setattr(EF, "EAGER_AFFINE_OPERATOR_MIN_NUMEL", 288)
+def test_the_eager_affine_runs_the_operator_at_every_size(numel, weight_shape, weight_dtype):
+    """Eager on the CPU the affine is the operator (through its C++ autograd node, faster than the eval-mode batch
+    norm at every size measured), with gradients and without."""
     x = torch.randn(2, 8, 1, numel // 16, requires_grad=True)
-    y = EF.affine(x, torch.ones(weight_shape, dtype=weight_dtype), torch.zeros(8, dtype=weight_dtype))
-    assert is_eager_entry_node(y.grad_fn, "affine_forward") is operator, y.grad_fn.name()
+    weight, bias = torch.rand(weight_shape, dtype=weight_dtype) + 0.5, torch.randn(8, dtype=weight_dtype)
+    y = EF.affine(x, weight, bias)
+    assert is_eager_entry_node(y.grad_fn, "affine_forward"), y.grad_fn.name()
+    with torch.no_grad():
+        torch.testing.assert_close(EF.affine(x, weight, bias), y.detach())
+    want = x.detach().double() * weight.double().reshape(*weight.shape, 1, 1) + bias.double().reshape(8, 1, 1)
+    torch.testing.assert_close(y.double(), want, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("context", [{"compiling": True}, {"compiling": True, "exporting": True}, {"tracing": True}])
