@@ -23,6 +23,7 @@ from evonorm_core import functional as EF
 from evonorm_core import ops
 from evonorm_core.ops import library
 
+from . import eager_nodes
 from . import paper_reference as ref
 
 EVONORMS = ["evonorm_s0", "evonorm_s1", "evonorm_s2", "evonorm_b0", "evonorm_b1", "evonorm_b2"]
@@ -445,9 +446,9 @@ def test_eager_entry_point_is_the_registered_autograd(cpp_kernels, op, args):
 
     # the module's entry point (made at import) with the node it records on the CPU, its Python autograd function
     # and one made here, where mutation testing sees the factory run
-    cpp_node = "torch::autograd::CppNode<evonorm::{}Node>".format(op.title().replace("_", ""))
-    entries = {getattr(library, f"{op}_eager"): cpp_node, library.PYTHON_AUTOGRAD[op]: f"{op}_eagerBackward",
-               library._eager_autograd(op).apply: f"{op}_eagerBackward"}
+    entries = {getattr(library, f"{op}_eager"): eager_nodes.cpp_node(op),
+               library.PYTHON_AUTOGRAD[op]: eager_nodes.python_node(op),
+               library._eager_autograd(op).apply: eager_nodes.python_node(op)}
     for create_graph in (False, True):
         want, _ = run(getattr(torch.ops.evonorm, op), create_graph)
         for entry, node in entries.items():
@@ -610,7 +611,7 @@ def test_without_cpp_kernels_the_generic_implementation_runs():
     env = {**os.environ, "EVONORM_CPP": "0", "PYTHONPATH": os.pathsep.join(sys.path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["unavailable", "1", "True", "False", "s_forward_eagerBackward"]
+    assert out.stdout.split() == ["unavailable", "1", "True", "False", eager_nodes.python_node("s_forward")]
 
 
 def test_another_device_defines_the_operators_without_the_cpu_kernels():

@@ -7,6 +7,7 @@ from evonorm_core import formulas, ops
 from evonorm_core import functional as EF
 from evonorm_core import statistics as stats
 
+from . import eager_nodes
 from . import paper_reference as ref
 from .distributed_world import GROUP, World
 
@@ -366,8 +367,7 @@ def test_the_fused_path_in_eager_loads_the_inputs_device_kernels_and_skips_autog
 def is_eager_entry_node(node, op: str) -> bool:
     """Whether ``node`` is what ``library.<op>_eager`` records: its C++ node with the C++ kernels, else (CUDA, no
     kernels) its Python autograd function's."""
-    cpp_node = "torch::autograd::CppNode<evonorm::{}Node>".format(op.title().replace("_", ""))
-    return node.name() in (cpp_node, f"{op}_eagerBackward")
+    return node.name() in (eager_nodes.cpp_node(op), eager_nodes.python_node(op))
 
 
 @pytest.mark.parametrize("impl", ["fused", "reference"])
