@@ -5,8 +5,8 @@
     python op_ab.py --summary OUT_DIR                        # the table of OUT_DIR/{before,after}_*.json
 
 SHAPES are NxCxHxW (default: planes of one value, (N, C, 1, 1)), NCHW-contiguous (with --channels-last, x and the
-gradient channels_last), 2 threads. Per shape and operator: the median of 17 calls after 3, the operators
-interleaved, with glibc's malloc keeping freed memory as tools/benchmark_layers.py does (its default allocator);
+gradient channels_last), 2 threads. Per shape and operator: the median of 17 calls after 3 (with --fastest the
+fastest of them, for a machine whose other tenants stall some calls), the operators interleaved, with glibc's malloc keeping freed memory as tools/benchmark_layers.py does (its default allocator);
 parameters per channel; s_forward/s_backward S0's (gcd(32, C) groups: 32 where they divide C), b_forward and
 b_backward in training (batch statistics from x), b_inference b_forward in eval (a moving variance given). --ab
 alternates the two trees --rounds times (every other job of the machine should be stopped), writes
@@ -35,13 +35,13 @@ SHAPES = ["4x960x1x1", "16x512x1x1", "2x2048x1x1", "64x2048x1x1"]
 OPS = ["s_forward", "s_backward", "b_forward", "b_backward", "b_inference"]
 
 
-def calls(shape: tuple[int, ...], dtype: torch.dtype, layout: torch.memory_format) -> dict:
+def calls(shape: tuple[int, ...], dtype: torch.dtype, layout: torch.memory_format, namespace: str = "evonorm") -> dict:
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(shape, generator=gen).to(dtype).contiguous(memory_format=layout)
     g, c = torch.randn(shape, generator=gen).to(dtype).contiguous(memory_format=layout), shape[1]
     w, b, v = torch.randn(c), torch.randn(c), torch.randn(c)
     moving_var = torch.rand(c, generator=gen) + 0.5
-    groups, ops = math.gcd(32, c), torch.ops.evonorm
+    groups, ops = math.gcd(32, c), getattr(torch.ops, namespace)
     _, mean, rstd = ops.s_forward(x, w, b, v, groups, 1e-5, False)
     _, b_mean, q, batch_mean, batch_var = ops.b_forward(x, w, b, v, None, 0, 1e-5)
     return {
@@ -54,8 +54,8 @@ def calls(shape: tuple[int, ...], dtype: torch.dtype, layout: torch.memory_forma
 
 
 def time_shape(shape: tuple[int, ...], dtype: torch.dtype, layout: torch.memory_format,
-               names: list[str]) -> dict[str, float]:
-    """Median microseconds per call of each operator in ``names``."""
+               names: list[str], statistic=statistics.median) -> dict[str, float]:
+    """Microseconds per call of each operator in ``names``: ``statistic`` of the timed calls."""
     every = calls(shape, dtype, layout)
     fns, times = {name: every[name] for name in names}, {name: [] for name in names}
     for rep in range(20):
@@ -64,7 +64,7 @@ def time_shape(shape: tuple[int, ...], dtype: torch.dtype, layout: torch.memory_
             fn()
             if rep >= 3:
                 times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) * 1e6 for name, t in times.items()}
+    return {name: statistic(t) * 1e6 for name, t in times.items()}
 
 
 def ready_to_time() -> None:
@@ -82,10 +82,11 @@ def shape_of(text: str) -> tuple[int, ...]:
     return tuple(int(n) for n in text.split("x"))
 
 
-def measure(out: Path, shapes: list[str], dtype: str, names: list[str], channels_last: bool) -> None:
+def measure(out: Path, shapes: list[str], dtype: str, names: list[str], channels_last: bool, fastest: bool) -> None:
     ready_to_time()
     layout = torch.channels_last if channels_last else torch.contiguous_format
-    result = {shape: time_shape(shape_of(shape), getattr(torch, dtype), layout, names) for shape in shapes}
+    statistic = min if fastest else statistics.median
+    result = {shape: time_shape(shape_of(shape), getattr(torch, dtype), layout, names, statistic) for shape in shapes}
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"# evonorm_core from {Path(evonorm_core.__file__).parent}, {dtype}{', channels_last' * channels_last}")
     for key, row in result.items():
@@ -129,6 +130,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
     parser.add_argument("--ops", default=",".join(OPS), help="operators to time, comma-separated (default: all)")
     parser.add_argument("--channels-last", action="store_true", help="x and the gradient channels_last")
+    parser.add_argument("--fastest", action="store_true", help="the fastest call instead of the median")
     args = parser.parse_args()
     names = args.ops.split(",")
     unknown = sorted(set(names) - set(OPS))
@@ -137,10 +139,10 @@ def main() -> None:
     if args.summary:
         summary(args.summary)
     elif args.ab:
-        layout = ["--channels-last"] if args.channels_last else []
-        alternate(args.ab[0], args.ab[1], args.rounds, ["--dtype", args.dtype, "--ops", args.ops, *layout, *args.shapes])
+        flags = ["--channels-last"] * args.channels_last + ["--fastest"] * args.fastest
+        alternate(args.ab[0], args.ab[1], args.rounds, ["--dtype", args.dtype, "--ops", args.ops, *flags, *args.shapes])
     else:
-        measure(args.json, args.shapes, args.dtype, names, args.channels_last)
+        measure(args.json, args.shapes, args.dtype, names, args.channels_last, args.fastest)
 
 
 if __name__ == "__main__":

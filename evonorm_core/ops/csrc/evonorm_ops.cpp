@@ -154,6 +154,21 @@ inline __m512 sigmoid(__m512 z) {
 }  // namespace lanes
 #endif
 
+// out[j] = sigmoid(v[j] x[j]) for j < n: on 16 lanes where T is float32 (lanes::sigmoid), else as GCC vectorizes
+// the scalar sigmoid.
+template <typename T, typename A>
+void sigmoids(const T* __restrict x, const A* __restrict v, A* __restrict out, i64 n) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        lanes::for_vectors(n, [&](i64 j, lanes::Mask m) {
+            lanes::store(out + j, m, lanes::sigmoid(_mm512_mul_ps(lanes::load(v + j, m), lanes::load(x + j, m))));
+        });
+        return;
+    }
+#endif
+    for (i64 j = 0; j < n; j++) out[j] = sigmoid(v[j] * static_cast<A>(x[j]));
+}
+
 // Sums over long runs accumulate in the accumulation type within blocks of BLOCK
 // elements (vectorized) and in double across blocks.
 constexpr i64 BLOCK = 256;
@@ -687,18 +702,11 @@ void s_output_run(const T* __restrict x, T* __restrict y, i64 L, const A* __rest
 // channels): the per-channel sums, then the output or dx while the slab is still in cache. Tasks of a few
 // channels instead would stride the rows by C (a power of two): the rows would share a few cache sets.
 
-// y = x sigmoid(v x) a + b over a slab's HW rows of C channels (a, b: the sample's per-channel values).
+// y = x sigmoid(v x) a + b over a slab's HW rows of C channels (a, b: the sample's per-channel values), each row
+// as a run of s_output_run's with r = 1.
 template <typename T, typename A>
-void s_output_slab(const T* x, T* y, i64 HW, i64 C, const A* __restrict v, const A* __restrict a,
-                   const A* __restrict b) {
-    for (i64 i = 0; i < HW; i++) {
-        const T* __restrict row = x + i * C;
-        T* __restrict out = y + i * C;
-        for (i64 c = 0; c < C; c++) {
-            const A xc = static_cast<A>(row[c]);
-            out[c] = static_cast<T>(xc * sigmoid(v[c] * xc) * a[c] + b[c]);
-        }
-    }
+void s_output_slab(const T* x, T* y, i64 HW, i64 C, const A* v, const A* a, const A* b) {
+    for (i64 i = 0; i < HW; i++) s_output_run<T, A>(x + i * C, y + i * C, C, v, a, b, A(1));
 }
 
 // y = x sigmoid(v x) r gamma + beta, r = (m2 + eps)^-1/2 per (n, group), m2 the group
@@ -795,6 +803,30 @@ template <int P, typename T, typename A>
 void s_plane_sums(const T* __restrict x, const T* __restrict g, A* __restrict sig, i64 HW, const A* v,
                   std::array<double, 3>* t) {
     for (int p = 0; p < P; p++) t[p] = {0, 0, 0};
+#if defined(__AVX512F__)
+    // Planes of more than BLOCK float32 values one at a time on 16 lanes (lanes::sigmoid): a block is enough
+    // independent work that interleaving the planes adds nothing.
+    if constexpr (std::is_same_v<T, float>) {
+        if (HW > BLOCK) {
+            for (int p = 0; p < P; p++)
+                for (i64 j0 = 0; j0 < HW; j0 += BLOCK) {
+                    __m512 sums[3] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+                    const __m512 vp = lanes::splat(v[p]);
+                    lanes::for_vectors(std::min(BLOCK, HW - j0), [&](i64 j, lanes::Mask m) {
+                        const i64 o = p * HW + j0 + j;
+                        const __m512 xj = lanes::load(x + o, m), gj = lanes::load(g + o, m);  // 0 past the end: adds 0
+                        const __m512 sj = lanes::sigmoid(_mm512_mul_ps(vp, xj)), f = _mm512_mul_ps(gj, _mm512_mul_ps(xj, sj));
+                        lanes::store(sig + o, m, sj);
+                        sums[0] = _mm512_add_ps(sums[0], f);
+                        sums[1] = _mm512_add_ps(sums[1], gj);
+                        sums[2] = _mm512_add_ps(sums[2], _mm512_mul_ps(_mm512_mul_ps(f, xj), _mm512_sub_ps(lanes::splat(1.0f), sj)));
+                    });
+                    for (int k = 0; k < 3; k++) t[p][k] += _mm512_reduce_add_ps(sums[k]);
+                }
+            return;
+        }
+    }
+#endif
     for (i64 j0 = 0; j0 < HW; j0 += BLOCK) {
         const i64 j1 = std::min(j0 + BLOCK, HW);
         A b0[P] = {}, b1[P] = {}, b2[P] = {};
@@ -900,7 +932,7 @@ bool s_run_plane_input_grad(const T* __restrict x, const T* __restrict g, const 
 template <typename T, typename A>
 void s_row_sums(const T* __restrict xr, const T* __restrict gr, A* __restrict sr, i64 C, const A* __restrict v,
                 A* __restrict b0, A* __restrict b1, A* __restrict b2) {
-    for (i64 c = 0; c < C; c++) sr[c] = sigmoid(v[c] * static_cast<A>(xr[c]));
+    sigmoids(xr, v, sr, C);
     for (i64 c = 0; c < C; c++) {  // a loop of its own: with the sigmoid in it, it did not vectorize
         const A xc = static_cast<A>(xr[c]), gc = static_cast<A>(gr[c]), sc = sr[c], f = gc * xc * sc;
         b0[c] += f;
@@ -950,7 +982,7 @@ struct SParamSums {
 template <typename T, typename A>
 double s_run_sums(const T* __restrict x, const T* __restrict g, const A* __restrict v, const A* __restrict w,
                   A* __restrict sig, A* __restrict e0, A* __restrict e1, A* __restrict e2, i64 L, A r) {
-    for (i64 j = 0; j < L; j++) sig[j] = sigmoid(v[j] * static_cast<A>(x[j]));
+    sigmoids(x, v, sig, L);
     double dr = 0;
     for (i64 j0 = 0; j0 < L; j0 += BLOCK) {
         const i64 j1 = std::min(j0 + BLOCK, L);
