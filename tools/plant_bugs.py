@@ -102,7 +102,8 @@ def plant(id: str, original: str, replacement: str, tests: tuple[str, ...] | str
 # moments, and K3, K7-K11, K14, K16, K17 and K19 on 2026-11-30 for the kernels' current text (the same mistakes in
 # the new text; their old snippets had gone stale), K10 and K16 again for the S backward's shared bookkeeping,
 # K4 and K28 on 2026-12-01 for exp_negated (one coefficient table; K28 now the lanes' scalef); K29-K31 the eager
-# C++ autograd nodes' (csrc/eager_autograd.cpp, 2026-12-01).
+# C++ autograd nodes' (csrc/eager_autograd.cpp, 2026-12-01); K32-K33 the AVX-512 S backward's large planes and
+# sigmoid arrays (2026-12-01, later).
 PLANTS: list[Plant] = [
     plant("K1", "spread += std::max(s2[c] / s.HW - offset * offset, 0.0) + (m - mu) * (m - mu);",
           "spread += std::max(s2[c] / s.HW - offset * offset, 0.0);",
@@ -187,6 +188,11 @@ PLANTS: list[Plant] = [
           "eager S node: create_graph=True gets the first-order backward (gradients that cannot be differentiated again)"),
     Plant("K31", EAGER, "wanted[4] ? dvar : Tensor(),", "Tensor(),", (EAGER_TEST,),
           "eager B node: the gradient of a given batch variance (synchronized training, eval) is dropped"),
+    plant("K32", "const i64 o = p * HW + j0 + j;", "const i64 o = j0 + j;", FAST,
+          "AVX-512 S backward over planes of more than 256 values: every plane of a pair sums the first plane's values"),
+    plant("K33", "lanes::sigmoid(_mm512_mul_ps(lanes::load(v + j, m), lanes::load(x + j, m)))",
+          "lanes::sigmoid(_mm512_mul_ps(lanes::load(v, m), lanes::load(x + j, m)))", FAST,
+          "AVX-512 sigmoid arrays (small planes' runs, channels_last rows): every vector takes the first 16 values' v"),
 ]
 
 
