@@ -9,7 +9,9 @@ tree; on a machine whose other tenants stall calls for milliseconds at a time (2
 17 calls at 8 ms for a 60 us operator) the two sides then see different machines. Here every repetition calls
 BEFORE's operator and this tree's back to back, in alternating order, so a stall hits one pair; the result per
 shape and operator is the median over the repetitions of the pair's time ratio (this tree over BEFORE), with the
-fastest call of each side beside it. Inputs, parameters and operators as op_ab.py's (``calls``), 2 threads.
+fastest call of each side beside it. Inputs, parameters and operators as op_ab.py's (``inputs``, ``calls``), the
+two sides on the same tensors (docs/benchmarks.md, "What moves a layer between the states": an operator's time
+moves with where its buffers are), 2 threads.
 """
 from __future__ import annotations
 
@@ -73,10 +75,13 @@ def time_pair(before, after, reps: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("before", help="git revision (or source file) whose evonorm_ops.cpp is the 'before' side")
-    parser.add_argument("shapes", nargs="*", default=OP_AB["SHAPES"], help="NxCxHxW shapes (default: %(default)s)")
+    # Not %(default)s: parse_intermixed_args hides the positionals' defaults while it parses, so --help would fail.
+    parser.add_argument("shapes", nargs="*", default=OP_AB["SHAPES"],
+                        help=f"NxCxHxW shapes (default: {' '.join(OP_AB['SHAPES'])})")
     parser.add_argument("--json", type=Path, required=True, help="write the results to this file")
     parser.add_argument("--ops", default=",".join(OP_AB["OPS"]), help="operators, comma-separated (default: all)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"],
+                        help="dtype of x, the gradient and the output (default: %(default)s)")
     parser.add_argument("--channels-last", action="store_true", help="x and the gradient channels_last")
     parser.add_argument("--reps", type=int, default=41, help="timed pairs per shape and operator (default: %(default)s)")
     args = parser.parse_intermixed_args()
@@ -91,8 +96,8 @@ def main() -> None:
         result = {}
         for shape in args.shapes:
             dims, dtype = OP_AB["shape_of"](shape), getattr(torch, args.dtype)
-            before = OP_AB["calls"](dims, dtype, layout, NAMESPACE)
-            after = OP_AB["calls"](dims, dtype, layout)
+            tensors = OP_AB["inputs"](dims, dtype, layout)  # one set for both sides: where buffers land moves times
+            before, after = OP_AB["calls"](tensors, NAMESPACE), OP_AB["calls"](tensors)
             with torch.inference_mode():  # both straight to the CPU kernels (this tree's also have a Python autograd)
                 result[shape] = {name: time_pair(before[name], after[name], args.reps) for name in names}
             print(shape, "  ".join(f"{name} {r['ratio']:.3f} ({r['before_us']:.1f} -> {r['after_us']:.1f} us)"

@@ -35,13 +35,19 @@ SHAPES = ["4x960x1x1", "16x512x1x1", "2x2048x1x1", "64x2048x1x1"]
 OPS = ["s_forward", "s_backward", "b_forward", "b_backward", "b_inference"]
 
 
-def calls(shape: tuple[int, ...], dtype: torch.dtype, layout: torch.memory_format, namespace: str = "evonorm") -> dict:
+def inputs(shape: tuple[int, ...], dtype: torch.dtype, layout: torch.memory_format) -> dict[str, torch.Tensor]:
+    """x and the upstream gradient (dtype, layout), parameters per channel and a moving variance (float32)."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(shape, generator=gen).to(dtype).contiguous(memory_format=layout)
     g, c = torch.randn(shape, generator=gen).to(dtype).contiguous(memory_format=layout), shape[1]
-    w, b, v = torch.randn(c), torch.randn(c), torch.randn(c)
-    moving_var = torch.rand(c, generator=gen) + 0.5
-    groups, ops = math.gcd(32, c), getattr(torch.ops, namespace)
+    return {"x": x, "g": g, "w": torch.randn(c), "b": torch.randn(c), "v": torch.randn(c),
+            "moving_var": torch.rand(c, generator=gen) + 0.5}
+
+
+def calls(tensors: dict[str, torch.Tensor], namespace: str = "evonorm") -> dict:
+    """The operators of ``namespace`` on ``tensors`` (``inputs``), each a function of no arguments."""
+    x, g, w, b, v, moving_var = (tensors[k] for k in ("x", "g", "w", "b", "v", "moving_var"))
+    groups, ops = math.gcd(32, x.shape[1]), getattr(torch.ops, namespace)
     _, mean, rstd = ops.s_forward(x, w, b, v, groups, 1e-5, False)
     _, b_mean, q, batch_mean, batch_var = ops.b_forward(x, w, b, v, None, 0, 1e-5)
     return {
@@ -56,7 +62,7 @@ def calls(shape: tuple[int, ...], dtype: torch.dtype, layout: torch.memory_forma
 def time_shape(shape: tuple[int, ...], dtype: torch.dtype, layout: torch.memory_format,
                names: list[str], statistic=statistics.median) -> dict[str, float]:
     """Microseconds per call of each operator in ``names``: ``statistic`` of the timed calls."""
-    every = calls(shape, dtype, layout)
+    every = calls(inputs(shape, dtype, layout))
     fns, times = {name: every[name] for name in names}, {name: [] for name in names}
     for rep in range(20):
         for name, fn in fns.items():
