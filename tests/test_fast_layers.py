@@ -203,6 +203,29 @@ def test_forward_of_small_half_precision_planes_is_its_float32_forward_rounded(c
         assert bool(subnormal.any()) and bool((got[subnormal] != 0).all())
 
 
+@pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
+@pytest.mark.parametrize("shape", [(4, 40, 9, 9), (2, 8, 20, 20)], ids=["run-of-planes", "planes-over-256"])
+@pytest.mark.parametrize("scale", [1.0, 1e-39], ids=["normal", "subnormal"])
+def test_s_forward_in_bfloat16_is_its_float32_forward_rounded_to_nearest_even(cpp_kernels, shape, layout, scale):
+    """Where the S loops run on AVX-512 lanes, bfloat16 values are widened in the lanes and the output rounded there
+    as c10 rounds (to nearest even, NaN quiet): the float32 operator's output on the same values, rounded, within one
+    unit in the last place where the two builds' moments differ in their last bits, and bit for bit almost everywhere
+    (a truncating or away-from-zero rounding differs in about half the values); NaN groups NaN, subnormals kept."""
+    x, w, b, v1, *_ = make_inputs("evonorm_s0", shape, torch.float32, layout, "channel")
+    x = (x * scale).to(torch.bfloat16)
+    x[1, 3, 2, 2] = float("nan")
+    got = operator_y("evonorm_s0", False, x, w, b * scale, v1, None, 4)
+    want = operator_y("evonorm_s0", False, x.float(), w, b * scale, v1, None, 4).to(torch.bfloat16)
+    assert torch.equal(got.isnan(), want.isnan()) and bool(got.isnan().any())
+    finfo = torch.finfo(torch.bfloat16)
+    torch.testing.assert_close(got, want, rtol=finfo.eps, atol=finfo.smallest_normal * finfo.eps, equal_nan=True)
+    finite = ~want.isnan()
+    assert (got[finite] == want[finite]).float().mean() > 0.9
+    if scale < 1:
+        subnormal = (want != 0) & (want.abs() < finfo.smallest_normal)
+        assert bool(subnormal.any()) and bool((got[subnormal] != 0).all())
+
+
 @pytest.mark.parametrize("torch_threads", [1, 4], indirect=True)
 @pytest.mark.parametrize("name", list(S_OPTIONS))
 def test_s_kernels_of_small_planes_match_paper_over_chunks_of_samples(cpp_kernels, name, torch_threads):

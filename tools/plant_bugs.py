@@ -103,7 +103,7 @@ def plant(id: str, original: str, replacement: str, tests: tuple[str, ...] | str
 # the new text; their old snippets had gone stale), K10 and K16 again for the S backward's shared bookkeeping,
 # K4 and K28 on 2026-12-01 for exp_negated (one coefficient table; K28 now the lanes' scalef); K29-K31 the eager
 # C++ autograd nodes' (csrc/eager_autograd.cpp, 2026-12-01); K32-K33 the AVX-512 S backward's large planes and
-# sigmoid arrays (2026-12-01, later).
+# sigmoid arrays, K34 the lanes' bfloat16 store (2026-12-01, later).
 PLANTS: list[Plant] = [
     plant("K1", "spread += std::max(s2[c] / s.HW - offset * offset, 0.0) + (m - mu) * (m - mu);",
           "spread += std::max(s2[c] / s.HW - offset * offset, 0.0);",
@@ -193,6 +193,10 @@ PLANTS: list[Plant] = [
     plant("K33", "lanes::sigmoid(_mm512_mul_ps(lanes::load(v + j, m), lanes::load(x + j, m)))",
           "lanes::sigmoid(_mm512_mul_ps(lanes::load(v, m), lanes::load(x + j, m)))", FAST,
           "AVX-512 sigmoid arrays (small planes' runs, channels_last rows): every vector takes the first 16 values' v"),
+    plant("K34", "__m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, bias), 16);",
+          "__m512i rounded = _mm512_srli_epi32(bits, 16);",
+          f"{FAST}::test_s_forward_in_bfloat16_is_its_float32_forward_rounded_to_nearest_even",
+          "AVX-512 lanes' bfloat16 store: float32 truncated to bfloat16 instead of rounded to nearest even"),
 ]
 
 

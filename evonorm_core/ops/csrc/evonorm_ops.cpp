@@ -78,11 +78,11 @@ template <typename A> inline A sigmoid(A z) { return A(1) / (A(1) + exp_negated(
 template <typename A> inline A max_of(A a, A b) { return ((a > b) | (a != a)) ? a : b; }  // | not ||: no branch, so loops vectorize
 
 #if defined(__AVX512F__)
-// The S series' NCHW float32 loops on 16 lanes, written out: GCC 12 ends an auto-vectorized loop with scalar
-// iterations, and a plane of 49 values (7 x 7) was three vector iterations and a scalar one that cost about as much
-// (the S backward took as long at 7 x 7 as at 8 x 8). Here a loop's last vector is masked, and the backward takes a
-// run of planes as one array (for_run_vectors), so that no plane ends in a mostly empty vector (docs/benchmarks.md,
-// "Plane tails").
+// The S series' float32 and bfloat16 loops on 16 lanes (lanes::native), written out: GCC 12 ends an
+// auto-vectorized loop with scalar iterations, and a plane of 49 values (7 x 7) was three vector iterations and a
+// scalar one that cost about as much (the S backward took as long at 7 x 7 as at 8 x 8). Here a loop's last vector
+// is masked, and the backward takes a run of planes as one array (for_run_vectors), so that no plane ends in a
+// mostly empty vector (docs/benchmarks.md, "Plane tails").
 namespace lanes {
 using Mask = __mmask16;
 constexpr i64 WIDTH = 16;
@@ -93,6 +93,28 @@ inline Mask first(i64 count) { return count >= WIDTH ? ALL : Mask((1u << count) 
 inline __m512 load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
 inline void store(float* p, Mask m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
 inline __m512 splat(float v) { return _mm512_set1_ps(v); }
+
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+// bfloat16 values in float32 lanes: widened exactly (the 16 bits above 16 zero bits), stored rounded as
+// c10::BFloat16 rounds (to nearest even; NaN as 0x7FC0), bit for bit. Where GCC vectorized c10's conversions in
+// the scalar loops, the S operators took as long in bfloat16 as in float32 at half the bytes.
+inline __m512 load(const c10::BFloat16* p, Mask m) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+inline void store(c10::BFloat16* p, Mask m, __m512 v) {
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i bias = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1)),
+                                          _mm512_set1_epi32(0x7FFF));
+    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, bias), 16);
+    rounded = _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+    _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(rounded));
+}
+template <typename T>
+constexpr bool native = std::is_same_v<T, float> || std::is_same_v<T, c10::BFloat16>;
+#else
+template <typename T>
+constexpr bool native = std::is_same_v<T, float>;
+#endif
 
 // body(j, mask) for j = 0, 16, ... < n, the mask selecting the lanes j .. min(j + 16, n) - 1.
 template <typename Body>
@@ -154,12 +176,12 @@ inline __m512 sigmoid(__m512 z) {
 }  // namespace lanes
 #endif
 
-// out[j] = sigmoid(v[j] x[j]) for j < n: on 16 lanes where T is float32 (lanes::sigmoid), else as GCC vectorizes
-// the scalar sigmoid.
+// out[j] = sigmoid(v[j] x[j]) for j < n: on 16 lanes where T is lanes::native (lanes::sigmoid), else as GCC
+// vectorizes the scalar sigmoid.
 template <typename T, typename A>
 void sigmoids(const T* __restrict x, const A* __restrict v, A* __restrict out, i64 n) {
 #if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (lanes::native<T>) {
         lanes::for_vectors(n, [&](i64 j, lanes::Mask m) {
             lanes::store(out + j, m, lanes::sigmoid(_mm512_mul_ps(lanes::load(v + j, m), lanes::load(x + j, m))));
         });
@@ -661,7 +683,7 @@ void expand_planes(A* __restrict out, const A* __restrict values, i64 planes, i6
 template <typename T, typename A>
 void s_output_plane(const T* __restrict x, T* __restrict y, i64 HW, A v, A a, A b) {
 #if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (lanes::native<T>) {
         const __m512 vv = lanes::splat(v), av = lanes::splat(a), bv = lanes::splat(b);
         lanes::for_vectors(HW, [&](i64 j, lanes::Mask m) {
             const __m512 xj = lanes::load(x + j, m);
@@ -682,7 +704,7 @@ template <typename T, typename A>
 void s_output_run(const T* __restrict x, T* __restrict y, i64 L, const A* __restrict v, const A* __restrict w,
                   const A* __restrict b, A r) {
 #if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (lanes::native<T>) {
         const __m512 rv = lanes::splat(r);
         lanes::for_vectors(L, [&](i64 j, lanes::Mask m) {
             const __m512 xj = lanes::load(x + j, m), gate = lanes::sigmoid(_mm512_mul_ps(lanes::load(v + j, m), xj));
@@ -804,9 +826,9 @@ void s_plane_sums(const T* __restrict x, const T* __restrict g, A* __restrict si
                   std::array<double, 3>* t) {
     for (int p = 0; p < P; p++) t[p] = {0, 0, 0};
 #if defined(__AVX512F__)
-    // Planes of more than BLOCK float32 values one at a time on 16 lanes (lanes::sigmoid): a block is enough
+    // Planes of more than BLOCK values one at a time on 16 lanes (lanes::sigmoid): a block is enough
     // independent work that interleaving the planes adds nothing.
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (lanes::native<T>) {
         if (HW > BLOCK) {
             for (int p = 0; p < P; p++)
                 for (i64 j0 = 0; j0 < HW; j0 += BLOCK) {
@@ -859,7 +881,7 @@ void s_input_grad_plane(const T* __restrict x, const T* __restrict g, const A* _
     }
 }
 
-// The NCHW S backward's two passes over a whole (n, group) run of C/G planes of WIDTH to BLOCK float32 values as
+// The NCHW S backward's two passes over a whole (n, group) run of C/G planes of WIDTH to BLOCK values as
 // one array of vectors (lanes::for_run_vectors): plane by plane, a plane of 49 values (7 x 7) is four vectors, one
 // of them for a single value, where the run takes 3.06 a plane. Each returns false and does nothing where it does
 // not apply (another dtype or plane size, no AVX-512): the per-plane loops run then.
@@ -870,7 +892,7 @@ template <typename T, typename A>
 bool s_run_plane_sums(const T* __restrict x, const T* __restrict g, A* __restrict sig, i64 planes, i64 HW,
                       const A* __restrict v, std::array<double, 3>* t) {
 #if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (lanes::native<T>) {
         if (HW < lanes::WIDTH || HW > BLOCK) return false;
         __m512 here_sums[3], next_sums[3];  // of plane p and of the lanes already in plane p + 1
         for (int k = 0; k < 3; k++) here_sums[k] = next_sums[k] = _mm512_setzero_ps();
@@ -908,7 +930,7 @@ template <typename T, typename A>
 bool s_run_plane_input_grad(const T* __restrict x, const T* __restrict g, const A* __restrict sig, T* __restrict dx,
                             i64 planes, i64 HW, const A* __restrict v, const A* __restrict a, A k, A k0) {
 #if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (lanes::native<T>) {
         if (HW < lanes::WIDTH || HW > BLOCK) return false;
         const __m512 one = lanes::splat(1.0f), kv = lanes::splat(k), k0v = lanes::splat(k0);
         lanes::PlaneValues vs(v, planes), as(a, planes);
