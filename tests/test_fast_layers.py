@@ -180,6 +180,26 @@ def test_b_kernels_with_a_given_variance_match_paper_at_any_thread_count(cpp_ker
         assert_matches(*through_operator(name, False, True, *args, 1), *want, DTYPES[torch.float32], layout)
 
 
+def forward_and_its_float32_forward_rounded(name, given, x, w, b, v1, batch_var, dtype):
+    """The operator's output for x in ``dtype`` (a NaN put at (1, 3, 2, 2): its plane, its group (S), channel 3's
+    batch statistics (B training)) and its float32 output for the same values rounded to ``dtype``, checked to agree
+    within one unit in the last place (the compiler may contract the two builds' arithmetic differently), NaN where
+    the other is."""
+    x = x.to(dtype)
+    x[1, 3, 2, 2] = float("nan")
+    got = operator_y(name, given, x, w, b, v1, batch_var, 4)
+    want = operator_y(name, given, x.float(), w, b, v1, batch_var, 4).to(dtype)
+    assert torch.equal(got.isnan(), want.isnan()) and bool(got.isnan().any())
+    finfo = torch.finfo(dtype)
+    torch.testing.assert_close(got, want, rtol=finfo.eps, atol=finfo.smallest_normal * finfo.eps, equal_nan=True)
+    return got, want
+
+
+def assert_subnormals_kept(got, want):
+    subnormal = (want != 0) & (want.abs() < torch.finfo(want.dtype).smallest_normal)
+    assert bool(subnormal.any()) and bool((got[subnormal] != 0).all())
+
+
 @pytest.mark.parametrize("dtype,scale", [(torch.bfloat16, 1.0), (torch.float16, 1.0), (torch.bfloat16, 1e-39)],
                          ids=["bfloat16", "float16", "bfloat16-subnormal"])
 @pytest.mark.parametrize("name,training,given", CPU_MODES)
@@ -191,16 +211,9 @@ def test_forward_of_small_half_precision_planes_is_its_float32_forward_rounded(c
     operator's rounded to the nearest, within one unit in the last place (the compiler may contract the two builds'
     arithmetic differently), subnormal outputs kept and NaN planes (S: groups) NaN."""
     x, w, b, v1, batch_var, _ = make_inputs(name, (4, 40, 7, 7), torch.float32, torch.contiguous_format, "none")
-    x = (x * scale).to(dtype)
-    x[1, 3, 2, 2] = float("nan")  # NaN: plane (1, 3), its group (S), channel 3's batch statistics (B training)
-    got = operator_y(name, given, x, w, b, v1, batch_var, 4)
-    want = operator_y(name, given, x.float(), w, b, v1, batch_var, 4).to(dtype)
-    assert torch.equal(got.isnan(), want.isnan()) and bool(got.isnan().any())
-    finfo = torch.finfo(dtype)
-    torch.testing.assert_close(got, want, rtol=finfo.eps, atol=finfo.smallest_normal * finfo.eps, equal_nan=True)
+    got, want = forward_and_its_float32_forward_rounded(name, given, x * scale, w, b, v1, batch_var, dtype)
     if scale < 1 and given:  # eval: y ~ x / 1, subnormal like x
-        subnormal = (want != 0) & (want.abs() < finfo.smallest_normal)
-        assert bool(subnormal.any()) and bool((got[subnormal] != 0).all())
+        assert_subnormals_kept(got, want)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS.values(), ids=LAYOUTS.keys())
@@ -212,18 +225,12 @@ def test_s_forward_in_bfloat16_is_its_float32_forward_rounded_to_nearest_even(cp
     unit in the last place where the two builds' moments differ in their last bits, and bit for bit almost everywhere
     (a truncating or away-from-zero rounding differs in about half the values); NaN groups NaN, subnormals kept."""
     x, w, b, v1, *_ = make_inputs("evonorm_s0", shape, torch.float32, layout, "channel")
-    x = (x * scale).to(torch.bfloat16)
-    x[1, 3, 2, 2] = float("nan")
-    got = operator_y("evonorm_s0", False, x, w, b * scale, v1, None, 4)
-    want = operator_y("evonorm_s0", False, x.float(), w, b * scale, v1, None, 4).to(torch.bfloat16)
-    assert torch.equal(got.isnan(), want.isnan()) and bool(got.isnan().any())
-    finfo = torch.finfo(torch.bfloat16)
-    torch.testing.assert_close(got, want, rtol=finfo.eps, atol=finfo.smallest_normal * finfo.eps, equal_nan=True)
+    got, want = forward_and_its_float32_forward_rounded("evonorm_s0", False, x * scale, w, b * scale, v1, None,
+                                                        torch.bfloat16)
     finite = ~want.isnan()
     assert (got[finite] == want[finite]).float().mean() > 0.9
     if scale < 1:
-        subnormal = (want != 0) & (want.abs() < finfo.smallest_normal)
-        assert bool(subnormal.any()) and bool((got[subnormal] != 0).all())
+        assert_subnormals_kept(got, want)
 
 
 @pytest.mark.parametrize("torch_threads", [1, 4], indirect=True)

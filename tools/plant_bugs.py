@@ -103,7 +103,7 @@ def plant(id: str, original: str, replacement: str, tests: tuple[str, ...] | str
 # the new text; their old snippets had gone stale), K10 and K16 again for the S backward's shared bookkeeping,
 # K4 and K28 on 2026-12-01 for exp_negated (one coefficient table; K28 now the lanes' scalef); K29-K31 the eager
 # C++ autograd nodes' (csrc/eager_autograd.cpp, 2026-12-01); K32-K33 the AVX-512 S backward's large planes and
-# sigmoid arrays, K34 the lanes' bfloat16 store (2026-12-01, later).
+# sigmoid arrays (2026-12-01, later), K34 the lanes' bfloat16 store (2026-12-02).
 PLANTS: list[Plant] = [
     plant("K1", "spread += std::max(s2[c] / s.HW - offset * offset, 0.0) + (m - mu) * (m - mu);",
           "spread += std::max(s2[c] / s.HW - offset * offset, 0.0);",
