@@ -97,7 +97,9 @@ inline __m512 splat(float v) { return _mm512_set1_ps(v); }
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
 // bfloat16 values in float32 lanes: widened exactly (the 16 bits above 16 zero bits), stored rounded as
 // c10::BFloat16 rounds (to nearest even; NaN as 0x7FC0), bit for bit. Where GCC vectorized c10's conversions in
-// the scalar loops, the S operators took as long in bfloat16 as in float32 at half the bytes.
+// the scalar loops, the S operators took as long in bfloat16 as in float32 at half the bytes. narrow (below) rounds
+// whole float32 arrays by vcvtne2ps2bf16 and gives blocks with NaN or subnormals to c10; a vector stored inside a
+// loop takes this integer rounding instead, exact for every value, so it needs no such check.
 inline __m512 load(const c10::BFloat16* p, Mask m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
