@@ -89,9 +89,16 @@ constexpr i64 WIDTH = 16;
 constexpr Mask ALL = 0xFFFF;
 
 inline Mask first(i64 count) { return count >= WIDTH ? ALL : Mask((1u << count) - 1); }
-// Masked-off lanes read as 0.
-inline __m512 load(const float* p, Mask m) { return _mm512_maskz_loadu_ps(m, p); }
-inline void store(float* p, Mask m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
+// Masked-off lanes read as 0. A full mask takes the plain instruction: on an AMD EPYC (Zen 4), the masked forms
+// with every lane set took the NCHW S backward to 1.6-1.8x its time at 16x1024x14x14 and 1.2-1.4x at 16x2048x7x7,
+// in some processes and not in others, as where a buffer lands (docs/benchmarks.md, "Full vectors unmasked").
+inline __m512 load(const float* p, Mask m) { return m == ALL ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p); }
+inline void store(float* p, Mask m, __m512 v) {
+    if (m == ALL)
+        _mm512_storeu_ps(p, v);
+    else
+        _mm512_mask_storeu_ps(p, m, v);
+}
 inline __m512 splat(float v) { return _mm512_set1_ps(v); }
 
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -101,7 +108,8 @@ inline __m512 splat(float v) { return _mm512_set1_ps(v); }
 // whole float32 arrays by vcvtne2ps2bf16 and gives blocks with NaN or subnormals to c10; a vector stored inside a
 // loop takes this integer rounding instead, exact for every value, so it needs no such check.
 inline __m512 load(const c10::BFloat16* p, Mask m) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+    const __m256i bits = m == ALL ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)) : _mm256_maskz_loadu_epi16(m, p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
 inline void store(c10::BFloat16* p, Mask m, __m512 v) {
     const __m512i bits = _mm512_castps_si512(v);
@@ -109,7 +117,10 @@ inline void store(c10::BFloat16* p, Mask m, __m512 v) {
                                           _mm512_set1_epi32(0x7FFF));
     __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, bias), 16);
     rounded = _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
-    _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(rounded));
+    if (m == ALL)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(rounded));
+    else
+        _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(rounded));
 }
 template <typename T>
 constexpr bool native = std::is_same_v<T, float> || std::is_same_v<T, c10::BFloat16>;
@@ -151,13 +162,16 @@ class PlaneValues {
 template <typename Body, typename Ended>
 inline void for_run_vectors(i64 L, i64 HW, Body&& body, Ended&& ended) {
     i64 p = 0, end = HW;  // plane p's end
-    for (i64 j = 0; j < L; j += WIDTH) {
-        body(j, first(end - j), first(L - j));
+    auto step = [&](i64 j, Mask valid) {
+        body(j, first(end - j), valid);
         if (end <= j + WIDTH) {
             ended(p++);
             end += HW;
         }
-    }
+    };
+    i64 j = 0;
+    for (; j + WIDTH <= L; j += WIDTH) step(j, ALL);  // a constant mask: plain loads and stores (load, store)
+    if (j < L) step(j, first(L - j));
 }
 
 // exp_negated on 16 lanes, 2^k by scalef (one operation for the exponent bits' four). max/min return their second
