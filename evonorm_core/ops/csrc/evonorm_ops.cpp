@@ -90,8 +90,8 @@ constexpr Mask ALL = 0xFFFF;
 
 inline Mask first(i64 count) { return count >= WIDTH ? ALL : Mask((1u << count) - 1); }
 // Masked-off lanes read as 0. A full mask takes the plain instruction: on an AMD EPYC (Zen 4), the masked forms
-// with every lane set took the NCHW S backward to 1.6-1.8x its time at 16x1024x14x14 and 1.2-1.4x at 16x2048x7x7,
-// in some processes and not in others, as where a buffer lands (docs/benchmarks.md, "Full vectors unmasked").
+// with every lane set took the float32 NCHW S backward to 1.6-1.8x its time at 16x1024x14x14 and 1.2-1.4x at
+// 16x2048x7x7, where its tensors come from memory (docs/benchmarks.md, "Full vectors unmasked").
 inline __m512 load(const float* p, Mask m) { return m == ALL ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p); }
 inline void store(float* p, Mask m, __m512 v) {
     if (m == ALL)
