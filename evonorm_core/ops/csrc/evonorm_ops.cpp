@@ -106,10 +106,12 @@ inline __m512 splat(float v) { return _mm512_set1_ps(v); }
 // c10::BFloat16 rounds (to nearest even; NaN as 0x7FC0), bit for bit. Where GCC vectorized c10's conversions in
 // the scalar loops, the S operators took as long in bfloat16 as in float32 at half the bytes. narrow (below) rounds
 // whole float32 arrays by vcvtne2ps2bf16 and gives blocks with NaN or subnormals to c10; a vector stored inside a
-// loop takes this integer rounding instead, exact for every value, so it needs no such check.
+// loop takes this integer rounding instead, exact for every value, so it needs no such check. Unlike float32's, these
+// stay masked for full vectors too: in one A/B the plain load took the S backward to 1.03-1.09x its time at
+// cache-resident shapes (the plain store 1.00-1.02x), and neither gained where the tensors come from memory
+// (docs/benchmarks.md, "Full vectors unmasked").
 inline __m512 load(const c10::BFloat16* p, Mask m) {
-    const __m256i bits = m == ALL ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)) : _mm256_maskz_loadu_epi16(m, p);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
 inline void store(c10::BFloat16* p, Mask m, __m512 v) {
     const __m512i bits = _mm512_castps_si512(v);
@@ -117,10 +119,7 @@ inline void store(c10::BFloat16* p, Mask m, __m512 v) {
                                           _mm512_set1_epi32(0x7FFF));
     __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, bias), 16);
     rounded = _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
-    if (m == ALL)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(rounded));
-    else
-        _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(rounded));
+    _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(rounded));
 }
 template <typename T>
 constexpr bool native = std::is_same_v<T, float> || std::is_same_v<T, c10::BFloat16>;
