@@ -169,7 +169,7 @@ inline void for_run_vectors(i64 L, i64 HW, Body&& body, Ended&& ended) {
         }
     };
     i64 j = 0;
-    for (; j + WIDTH <= L; j += WIDTH) step(j, ALL);  // a constant mask: plain loads and stores (load, store)
+    for (; j + WIDTH <= L; j += WIDTH) step(j, ALL);  // a constant mask: float32's loads and stores plain (load, store)
     if (j < L) step(j, first(L - j));
 }
 
