@@ -168,9 +168,7 @@ inline void for_run_vectors(i64 L, i64 HW, Body&& body, Ended&& ended) {
             end += HW;
         }
     };
-    i64 j = 0;
-    for (; j + WIDTH <= L; j += WIDTH) step(j, ALL);  // a constant mask: float32's loads and stores plain (load, store)
-    if (j < L) step(j, first(L - j));
+    for_vectors(L, step);  // full vectors with a constant mask: float32's loads and stores plain (load, store)
 }
 
 // exp_negated on 16 lanes, 2^k by scalef (one operation for the exponent bits' four). max/min return their second
