@@ -59,18 +59,24 @@ def calls(tensors: dict[str, torch.Tensor], namespace: str = "evonorm") -> dict:
     }
 
 
+def time_calls(fns: dict, reps: int, warmup: int, statistic=statistics.median) -> dict[str, float]:
+    """Microseconds per call of each function of no arguments in ``fns``, called in turn ``reps`` rounds:
+    ``statistic`` of the calls after the first ``warmup`` rounds."""
+    times = {name: [] for name in fns}
+    for rep in range(reps):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            if rep >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return {name: statistic(t) * 1e6 for name, t in times.items()}
+
+
 def time_shape(shape: tuple[int, ...], dtype: torch.dtype, layout: torch.memory_format,
                names: list[str], statistic=statistics.median) -> dict[str, float]:
     """Microseconds per call of each operator in ``names``: ``statistic`` of the timed calls."""
     every = calls(inputs(shape, dtype, layout))
-    fns, times = {name: every[name] for name in names}, {name: [] for name in names}
-    for rep in range(20):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            if rep >= 3:
-                times[name].append(time.perf_counter() - start)
-    return {name: statistic(t) * 1e6 for name, t in times.items()}
+    return time_calls({name: every[name] for name in names}, 20, 3, statistic)
 
 
 def ready_to_time() -> None:

@@ -14,8 +14,6 @@ import argparse
 import collections
 import json
 import runpy
-import statistics
-import time
 from pathlib import Path
 
 import torch
@@ -64,19 +62,12 @@ def main() -> None:
     torch.manual_seed(0)
     results, total = {}, collections.defaultdict(float)
     for shape, count in sorted(layer_shapes(4, 128).items()):
-        fns = calls(shape)
-        times = {name: [] for name in fns}
-        for r in range(args.rounds):
-            for name, fn in fns.items():
-                start = time.perf_counter()
-                fn()
-                if r >= 10:
-                    times[name].append(time.perf_counter() - start)
-        medians = {name: statistics.median(t) * 1e6 for name, t in times.items()}
-        results["x".join(map(str, shape))] = {"layers": count, "us": medians}
-        for name, us in medians.items():
-            total[name] += us * count
-        print(f"{'x'.join(map(str, shape)):14s} x{count:2d}  " + "  ".join(f"{k} {v:7.1f} us" for k, v in medians.items()))
+        medians = OP_AB["time_calls"](calls(shape), args.rounds, 10)
+        name = "x".join(map(str, shape))
+        results[name] = {"layers": count, "us": medians}
+        for op, us in medians.items():
+            total[op] += us * count
+        print(f"{name:14s} x{count:2d}  " + "  ".join(f"{k} {v:7.1f} us" for k, v in medians.items()))
     print("per step, shapes weighted by their layers:", "  ".join(f"{k} {v / 1000:.2f} ms" for k, v in total.items()))
     if args.json:
         with open(args.json, "w") as f:
