@@ -1446,16 +1446,18 @@ void add_b_rows(const T* __restrict x, const T* __restrict g, const T* __restric
 }
 
 // The six per-channel sums of b_backward over channels_last sample n (HW rows of C; p, q, w the sample's
-// per-channel values) as t[k * C + c]: A within blocks of BLOCK rows, double across blocks.
+// per-channel values) into sums[k * stride + c]: A within blocks of BLOCK rows, double across blocks. (Summed into
+// an array of the sample's and then copied, with a division by C per (n, c) in the loop of p and q, b_backward took
+// 1.1-1.25x its time at MobileNetV2's 4x4 and 8x8 planes: docs/benchmarks.md, "The channels_last B backward's sums
+// in place".)
 // X is summed only with SumX (an empty mean): in channels_last its per-channel array and the first row's values
 // are two more streams beside nine, which took b_backward at 2x1024x14x14 from 0.10-0.11 to 0.13 ms (a development
 // run), so autograd keeps the mean for channels_last inputs and passes none only for NCHW ones.
 template <typename T, typename A, bool SumX>
 void b_slab_sums(const T* x, ChannelsLastRows<T>& g, i64 n, i64 HW, i64 C, bool grouped, const A* __restrict sb,
                  const A* __restrict p, const A* __restrict q, const A* __restrict w, std::vector<A>& acc,
-                 std::vector<double>& t, std::bool_constant<SumX>) {
+                 double* __restrict sums, i64 stride, std::bool_constant<SumX>) {
     static_assert(BLOCK % TILE == 0, "a block is whole tiles");
-    std::fill(t.begin(), t.end(), 0.0);
     for (i64 i0 = 0; i0 < HW; i0 += BLOCK) {
         std::fill(acc.begin(), acc.end(), A(0));
         for (i64 t0 = i0; t0 < std::min(i0 + BLOCK, HW); t0 += TILE) {
@@ -1465,7 +1467,14 @@ void b_slab_sums(const T* x, ChannelsLastRows<T>& g, i64 n, i64 HW, i64 C, bool 
                 add_b_rows<R, SumX>(x + (t0 + i) * C, tile + i * C, x, C, sb, p, q, w, acc.data());
             });
         }
-        for (i64 j = 0; j < B_SUMS * C; j++) t[j] += acc[j];
+        for (int k = 0; k < B_SUMS; k++) {
+            double* __restrict out = sums + k * stride;
+            const A* __restrict in = acc.data() + k * C;
+            if (i0 == 0)
+                for (i64 c = 0; c < C; c++) out[c] = in[c];
+            else
+                for (i64 c = 0; c < C; c++) out[c] += in[c];
+        }
     }
 }
 
@@ -1587,27 +1596,27 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
         } else {
             p.resize(NC);
             qa.resize(NC);
-            for_each_index(NC, 4, [&](i64 nc) {
-                qa[nc] = static_cast<A>(q[nc]);
-                p[nc] = b_slope(variant, v, nc % s.C, qa[nc]);
+            for_each_index(s.N, 4 * s.C, [&](i64 n) {
+                for (i64 nc = n * s.C, c = 0; c < s.C; nc++, c++) {
+                    qa[nc] = static_cast<A>(q[nc]);
+                    p[nc] = b_slope(variant, v, c, qa[nc]);
+                }
             });
             const bool grouped = group_rows(s, sizeof(scalar_t));
             at::parallel_for(0, s.N, grain(s.HW * s.C), [&](i64 begin, i64 end) {
                 std::vector<A> acc(B_SUMS * s.C);
-                std::vector<double> t(B_SUMS * s.C);
                 ChannelsLastRows<scalar_t> grad_rows(g, s);
                 for (i64 n = begin; n < end; n++) {
                     const i64 nc0 = n * s.C;
                     auto slab_sums = [&](auto sum_x) {
                         b_slab_sums<scalar_t, A>(xp + nc0 * s.HW, grad_rows, n, s.HW, s.C, grouped, sb.data(),
-                                                 p.data() + nc0, qa.data() + nc0, w.row(n), acc, t, sum_x);
+                                                 p.data() + nc0, qa.data() + nc0, w.row(n), acc, sums.get() + nc0, NC,
+                                                 sum_x);
                     };
                     if (mean_t.numel() == 0)
                         slab_sums(std::true_type{});
                     else
                         slab_sums(std::false_type{});
-                    for (int j = 0; j < B_SUMS; j++)
-                        for (i64 c = 0; c < s.C; c++) sums[j * NC + nc0 + c] = t[j * s.C + c];
                 }
             });
         }
