@@ -103,7 +103,8 @@ def plant(id: str, original: str, replacement: str, tests: tuple[str, ...] | str
 # the new text; their old snippets had gone stale), K10 and K16 again for the S backward's shared bookkeeping,
 # K4 and K28 on 2026-12-01 for exp_negated (one coefficient table; K28 now the lanes' scalef); K29-K31 the eager
 # C++ autograd nodes' (csrc/eager_autograd.cpp, 2026-12-01); K32-K33 the AVX-512 S backward's large planes and
-# sigmoid arrays (2026-12-01, later), K34 the lanes' bfloat16 store (2026-12-02).
+# sigmoid arrays (2026-12-01, later), K34 the lanes' bfloat16 store (2026-12-02), K35-K36 the channels_last B
+# backward's sums written in place (2026-12-02, later).
 PLANTS: list[Plant] = [
     plant("K1", "spread += std::max(s2[c] / s.HW - offset * offset, 0.0) + (m - mu) * (m - mu);",
           "spread += std::max(s2[c] / s.HW - offset * offset, 0.0);",
@@ -197,6 +198,11 @@ PLANTS: list[Plant] = [
           "__m512i rounded = _mm512_srli_epi32(bits, 16);",
           f"{FAST}::test_s_forward_in_bfloat16_is_its_float32_forward_rounded_to_nearest_even",
           "AVX-512 lanes' bfloat16 store: float32 truncated to bfloat16 instead of rounded to nearest even"),
+    plant("K35", "if (i0 == 0)\n                for (i64 c = 0; c < C; c++) out[c] = in[c];",
+          "if (true)\n                for (i64 c = 0; c < C; c++) out[c] = in[c];", FAST,
+          "channels_last B backward, samples of more than one block of rows: each block's sums replace the last's"),
+    plant("K36", "double* __restrict out = sums + k * stride;", "double* __restrict out = sums + k * C;", FAST,
+          "channels_last B backward: a sample's sums written at the sample's own width, over the next samples' sums"),
 ]
 
 
