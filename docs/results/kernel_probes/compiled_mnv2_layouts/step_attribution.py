@@ -22,25 +22,14 @@ import subprocess
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from types import SimpleNamespace
 
-import torch
-
-BENCHMARK = Path(__file__).resolve().parents[4] / "tools" / "benchmark_layers.py"
-MODELS = {"evonorm_b0": "evonorm_b0", "bn_relu": "bn_relu (native)"}
+MODELS = ("evonorm_b0", "bn_relu")  # probe.compiled_steps' names
 
 
 def run(log: Path, rounds: int, ready: Path) -> None:
     """Compile both models' steps, warm up, write ``ready``, then time ``rounds`` interleaved rounds into ``log``."""
-    bl = SimpleNamespace(**runpy.run_path(str(BENCHMARK), run_name="tools_benchmark_layers"))
-    bl.keep_freed_memory()
-    bl.ops.bypass_autograd_cache()
-    torch.set_num_threads(2)
-    torch.manual_seed(0)
-    built = bl.whole_models("mobilenet_v2", torch.device("cpu"), torch.contiguous_format)
-    models = {name: built[key] for name, key in MODELS.items()}
-    images, labels = torch.randn(4, 3, 128, 128), torch.randint(0, 1000, (4,))
-    steps, _ = bl.training_steps(models, images, labels, "float32", True, lr=1e-3)
+    probe = runpy.run_path(str(Path(__file__).with_name("probe.py")), run_name="compiled_mnv2_layouts_probe")
+    steps, _ = probe["compiled_steps"]("nchw")
     for _ in range(3):
         for step in steps.values():
             step()
