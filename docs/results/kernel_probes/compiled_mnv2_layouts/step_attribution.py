@@ -6,8 +6,9 @@ samples the process, and every sample is assigned to the step it fell in by its 
     perf record -k CLOCK_MONOTONIC -F 1999 -o perf.data -p $!   # attach once READY exists; ends with the process
     python step_attribution.py attribute perf.data LOG.json    # ms of samples per step: thread x library, symbols
 
-(``run`` waits a second after writing READY for perf to attach, then times --rounds rounds and writes each step's
-start and end, CLOCK_MONOTONIC, the clock ``-k CLOCK_MONOTONIC`` stamps the samples with.) The calling thread's
+(``run`` waits a second after writing READY for perf to attach, then times --rounds rounds with the benchmark's
+``interleaved_times`` and writes each step's start and end, CLOCK_MONOTONIC, the clock ``-k CLOCK_MONOTONIC`` stamps
+the samples with.) The calling thread's
 milliseconds per step are about its wall time; the OpenMP worker's include its spinning while it waits for work.
 Batch 4 at 128 px, 2 threads, NCHW models (Inductor lays the graph out channels_last), heap allocator setting.
 """
@@ -21,7 +22,10 @@ import runpy
 import subprocess
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
+
+import torch
 
 MODELS = ("evonorm_b0", "bn_relu")  # probe.compiled_steps' names
 
@@ -29,18 +33,21 @@ MODELS = ("evonorm_b0", "bn_relu")  # probe.compiled_steps' names
 def run(log: Path, rounds: int, ready: Path) -> None:
     """Compile both models' steps, warm up, write ``ready``, then time ``rounds`` interleaved rounds into ``log``."""
     probe = runpy.run_path(str(Path(__file__).with_name("probe.py")), run_name="compiled_mnv2_layouts_probe")
+    interleaved_times, cpu = probe["bl"].interleaved_times, torch.device("cpu")
     steps, _ = probe["compiled_steps"]("nchw")
-    for _ in range(3):
-        for step in steps.values():
-            step()
+    interleaved_times(steps, 0, 3, cpu)  # three untimed rounds
     ready.write_text("ready\n")
     time.sleep(1.0)
-    order, spans = list(steps.items()), []
-    for r in range(rounds):  # every other round in reverse, as benchmark_layers.interleaved_times
-        for name, step in order if r % 2 == 0 else order[::-1]:
+    spans = []
+
+    def logged(name: str, step: Callable[[], None]) -> Callable[[], None]:
+        def run_step() -> None:
             start = time.clock_gettime(time.CLOCK_MONOTONIC)
             step()
             spans.append((name, start, time.clock_gettime(time.CLOCK_MONOTONIC)))
+        return run_step
+
+    interleaved_times({name: logged(name, step) for name, step in steps.items()}, rounds, 0, cpu)
     log.write_text(json.dumps(spans) + "\n")
 
 
