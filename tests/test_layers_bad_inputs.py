@@ -147,6 +147,9 @@ def test_uses_batch_statistics_of_what_cannot_tell(scratch_registry):
 
 IMPL_LAYERS = [name for name in NAMES if "impl" in evonorm_core.registry.options_of(name)]
 BAD_VALUES = [float("nan"), -1.0, float("inf"), 0.0]
+# NCHW planes of 9 values take the kernels' loops over runs of planes; planes of 49 (16 to 256 values), in eval, the
+# B inference on AVX-512 lanes, where the machine has them
+PLANES = {"planes-of-9": (3, 3), "planes-of-49": (7, 7)}
 
 
 def both_impls(name, prepare):
@@ -165,19 +168,22 @@ def both_impls(name, prepare):
     return outputs
 
 
+@pytest.mark.parametrize("plane", PLANES.values(), ids=PLANES.keys())
 @pytest.mark.parametrize("bad", BAD_VALUES)
 @pytest.mark.parametrize("name", sorted(ref.BATCH_DEPENDENT & set(IMPL_LAYERS)))
-def test_fused_and_reference_agree_on_a_bad_moving_variance_in_eval(name, bad):
+def test_fused_and_reference_agree_on_a_bad_moving_variance_in_eval(name, bad, plane):
     """A NaN, negative, infinite or zero moving variance in eval: what the composed formula gives (NaN where the
     square root of a negative is taken), the fused kernels give too, channel by channel; nothing is hidden."""
     def prepare(layer):
         layer.eval()
         with torch.no_grad():
             layer.running_var[1] = bad
-        return torch.randn(2, 8, 3, 3, generator=torch.Generator().manual_seed(1))
+        return torch.randn(2, 8, *plane, generator=torch.Generator().manual_seed(1))
 
     reference, fused = both_impls(name, prepare)
-    torch.testing.assert_close(fused, reference, equal_nan=True)
+    # a zero moving variance leaves sb = sqrt(eps): where B2's q - x comes near it the division magnifies float32
+    # rounding, both implementations' (at 7 x 7 up to 3e-5 of the float64 formula's output, relative)
+    torch.testing.assert_close(fused, reference, equal_nan=True, rtol=1e-4, atol=1e-5)
     assert torch.isnan(reference[:, 1]).all() == (bad < 0 or bad != bad)
     assert torch.isfinite(reference[:, [0, *range(2, 8)]]).all()
 
@@ -205,33 +211,35 @@ def test_fused_and_reference_gradients_agree_on_a_bad_moving_variance_in_eval(na
     assert torch.isnan(grads[0][0][:, 1]).all() == (bad < 0 or bad != bad)
 
 
-def with_one_value(bad, training):
+def with_one_value(bad, training, plane=(3, 3)):
     def prepare(layer):
         layer.train(training)
-        x = torch.randn(2, 8, 3, 3, generator=torch.Generator().manual_seed(1))
+        x = torch.randn(2, 8, *plane, generator=torch.Generator().manual_seed(1))
         x[0, 2, 1, 1] = bad
         return x
     return prepare
 
 
+@pytest.mark.parametrize("plane", PLANES.values(), ids=PLANES.keys())
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("name", IMPL_LAYERS)
-def test_fused_and_reference_agree_on_a_nan_input(name, training):
+def test_fused_and_reference_agree_on_a_nan_input(name, training, plane):
     """One NaN input value: both implementations give the same output, NaN wherever the formula spreads it."""
-    reference, fused = both_impls(name, with_one_value(float("nan"), training))
+    reference, fused = both_impls(name, with_one_value(float("nan"), training, plane))
     torch.testing.assert_close(fused, reference, equal_nan=True)
     assert torch.isnan(reference[0, 2, 1, 1])
 
 
+@pytest.mark.parametrize("plane", PLANES.values(), ids=PLANES.keys())
 @pytest.mark.parametrize("bad", [float("inf"), -float("inf")])
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("name", IMPL_LAYERS)
-def test_an_infinite_input_is_non_finite_in_both_and_touches_only_its_statistics(name, training, bad):
+def test_an_infinite_input_is_non_finite_in_both_and_touches_only_its_statistics(name, training, bad, plane):
     """One infinite input value is non-finite in the output of both implementations (NaN or infinite), and neither changes any channel
     outside the statistics it enters (channels 2 and 3: its channel, its group of 2; its batch in training).
     Within those, the composed formula gives 0 for the plane's finite values (x / inf) where the kernels' shifted
     moments give NaN (inf - inf): both flag the input, and matching them would cost every call a check."""
-    reference, fused = both_impls(name, with_one_value(bad, training))
+    reference, fused = both_impls(name, with_one_value(bad, training, plane))
     assert not torch.isfinite(reference[0, 2, 1, 1]) and not torch.isfinite(fused[0, 2, 1, 1])
     others = [0, 1, *range(4, 8)]
     torch.testing.assert_close(fused[:, others], reference[:, others])

@@ -104,7 +104,8 @@ def plant(id: str, original: str, replacement: str, tests: tuple[str, ...] | str
 # K4 and K28 on 2026-12-01 for exp_negated (one coefficient table; K28 now the lanes' scalef); K29-K31 the eager
 # C++ autograd nodes' (csrc/eager_autograd.cpp, 2026-12-01); K32-K33 the AVX-512 S backward's large planes and
 # sigmoid arrays (2026-12-01, later), K34 the lanes' bfloat16 store (2026-12-02), K35-K36 the channels_last B
-# backward's sums written in place (2026-12-02, later).
+# backward's sums written in place (2026-12-02, later); K37-K39 the NCHW B inference on lanes and the lanes'
+# bfloat16 store by vcvtneps2bf16 (2026-12-02, evening).
 PLANTS: list[Plant] = [
     plant("K1", "spread += std::max(s2[c] / s.HW - offset * offset, 0.0) + (m - mu) * (m - mu);",
           "spread += std::max(s2[c] / s.HW - offset * offset, 0.0);",
@@ -203,6 +204,15 @@ PLANTS: list[Plant] = [
           "channels_last B backward, samples of more than one block of rows: each block's sums replace the last's"),
     plant("K36", "double* __restrict out = sums + k * stride;", "double* __restrict out = sums + k * C;", FAST,
           "channels_last B backward: a sample's sums written at the sample's own width, over the next samples' sums"),
+    plant("K37", "if (!_mm512_fpclass_ps_mask(v, 0x01 | 0x20 | 0x80)) {", "if (true) {", FAST,
+          "AVX-512 lanes' bfloat16 store: vcvtneps2bf16 for every vector (subnormals flushed to zero, NaN payloads kept)"),
+    plant("K38", "(l % 8) / G * 2 * G + (l % 8) % G + shift;", "(l % 8) / G * 2 * G + (l % 8) % G;", FAST,
+          "AVX-512 B inference: each fold adds a lane to itself, so a plane's moments sum half its lanes twice"),
+    plant("K39", "const __m512 den = number ? _mm512_max_ps(sbv, _mm512_fmadd_ps(pv, xj, qv)) : sbv;",
+          "const __m512 den = _mm512_max_ps(sbv, _mm512_fmadd_ps(pv, xj, qv));",
+          "tests/test_layers_bad_inputs.py::test_fused_and_reference_agree_on_a_bad_moving_variance_in_eval",
+          "AVX-512 B inference: a NaN moving variance loses the max to the instance part (vmaxps returns its second "
+          "operand), a finite output where the formula's is NaN"),
 ]
 
 

@@ -102,18 +102,27 @@ inline void store(float* p, Mask m, __m512 v) {
 inline __m512 splat(float v) { return _mm512_set1_ps(v); }
 
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
-// bfloat16 values in float32 lanes: widened exactly (the 16 bits above 16 zero bits), stored rounded as
-// c10::BFloat16 rounds (to nearest even; NaN as 0x7FC0), bit for bit. Where GCC vectorized c10's conversions in
-// the scalar loops, the S operators took as long in bfloat16 as in float32 at half the bytes. narrow (below) rounds
-// whole float32 arrays by vcvtne2ps2bf16 and gives blocks with NaN or subnormals to c10; a vector stored inside a
-// loop takes this integer rounding instead, exact for every value, so it needs no such check. Unlike float32's, these
-// stay masked for full vectors too: in one A/B the plain load took the S backward to 1.03-1.09x its time at
-// cache-resident shapes (the plain store 1.00-1.02x), and neither gained where the tensors come from memory
-// (docs/benchmarks.md, "Full vectors unmasked").
+// bfloat16 values in float32 lanes: widened exactly (the 16 bits above 16 zero bits), stored rounded as c10::BFloat16
+// rounds (to nearest even; NaN as 0x7FC0), bit for bit. Where GCC vectorized c10's conversions in the scalar loops, the
+// S operators took as long in bfloat16 as in float32 at half the bytes. narrow (below) rounds whole float32 arrays by
+// vcvtne2ps2bf16 and gives blocks with NaN or subnormals to c10; a vector stored inside a loop takes vcvtneps2bf16 the
+// same way, and where it holds either, integer rounding that is exact for every value (with the integer rounding alone,
+// B0's NCHW bfloat16 inference took 1.14-1.20x its time at planes of 7 x 7 to 14 x 14, the S forward 1.14-1.16x at 8 x
+// 8 to 56 x 56; docs/results/kernel_probes/b_inference_lanes). Unlike float32's, these stay masked for full vectors
+// too: in one A/B the plain load took the S backward to 1.03-1.09x its time at cache-resident shapes (the plain store
+// 1.00-1.02x), and neither gained where the tensors come from memory (docs/benchmarks.md, "Full vectors unmasked").
 inline __m512 load(const c10::BFloat16* p, Mask m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
 inline void store(c10::BFloat16* p, Mask m, __m512 v) {
+#if defined(__AVX512BF16__)
+    // vcvtneps2bf16 rounds to nearest even too, but takes subnormal inputs as zero and keeps a NaN's payload
+    if (!_mm512_fpclass_ps_mask(v, 0x01 | 0x20 | 0x80)) {  // vfpclassps classes: quiet NaN, subnormal, signalling NaN
+        const __m256bh rounded = _mm512_cvtneps_pbh(v);
+        _mm256_mask_storeu_epi16(p, m, reinterpret_cast<const __m256i&>(rounded));
+        return;
+    }
+#endif
     const __m512i bits = _mm512_castps_si512(v);
     const __m512i bias = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1)),
                                           _mm512_set1_epi32(0x7FFF));
@@ -185,6 +194,30 @@ inline __m512 exp_negated(__m512 z) {
 inline __m512 sigmoid(__m512 z) {
     const __m512 one = splat(1.0f);
     return _mm512_div_ps(one, _mm512_add_ps(one, exp_negated(z)));
+}
+
+// The permutation of fold<G> (below) that picks, for each output lane, the first (shift 0) or second (shift G) of the
+// two input lanes it adds: lanes 0-7 come from a, 8-15 from b (index + 16), each input's values spanning 2G lanes.
+template <int G>
+constexpr std::array<int, WIDTH> fold_lanes(int shift) {
+    std::array<int, WIDTH> index{};
+    for (int l = 0; l < WIDTH; l++) index[l] = (l < 8 ? 0 : 16) + (l % 8) / G * 2 * G + (l % 8) % G + shift;
+    return index;
+}
+// a's and b's values, each the sum of 2G lanes, as sums of G lanes: a's in lanes 0-7, b's in 8-15, in order.
+template <int G>
+inline __m512 fold(__m512 a, __m512 b) {
+    static constexpr std::array<int, WIDTH> first = fold_lanes<G>(0), second = fold_lanes<G>(G);
+    return _mm512_add_ps(_mm512_permutex2var_ps(a, _mm512_loadu_si512(first.data()), b),
+                         _mm512_permutex2var_ps(a, _mm512_loadu_si512(second.data()), b));
+}
+// Lane i of the result: the sum of v[i]'s lanes (v is overwritten). Fifteen folds of two permutes and an add, where
+// sixteen horizontal sums take four shuffles and four adds each.
+inline __m512 sums_of(__m512 (&v)[WIDTH]) {
+    for (int i = 0; i < 8; i++) v[i] = fold<8>(v[2 * i], v[2 * i + 1]);
+    for (int i = 0; i < 4; i++) v[i] = fold<4>(v[2 * i], v[2 * i + 1]);
+    for (int i = 0; i < 2; i++) v[i] = fold<2>(v[2 * i], v[2 * i + 1]);
+    return fold<1>(v[0], v[1]);
 }
 }  // namespace lanes
 #endif
@@ -1273,6 +1306,78 @@ inline A b_slope(int64_t variant, const PerNC<A>& v, i64 c, A q) {
     return variant == 0 ? v(0, c) : (variant == 1 ? q : A(-1));
 }
 
+// The NCHW B inference (a moving variance given: sb per channel) of planes nc0 .. nc1 - 1, on lanes, where T is
+// lanes::native and a plane holds at most BLOCK values (its sums in float32, as run_moments' blocks); returns whether
+// it ran. WIDTH planes at a time: each plane's shifted sums (x - k, k its first value) in the lanes of two vectors, the
+// WIDTH planes' sums folded into one vector each (lanes::sums_of), their moments and q in double lanes (run_moments'
+// and plane_q's operations), then each plane's output. GCC's loops took two horizontal sums and a scalar mean, variance
+// and square root per plane, about half of the call at 7 x 7, and bfloat16 went through float32 copies of the run
+// (on_run); here it is loaded and stored in place.
+template <typename T, typename A>
+bool b_inference_on_lanes(const T* x, T* y, i64 nc0, i64 nc1, const Shape& s, const A* sb, int64_t variant,
+                          double eps, const PerNC<A>& v, const PerNC<A>& w, const PerNC<A>& b, A* mean_out,
+                          A* q_out) {
+#if defined(__AVX512F__)
+    if constexpr (lanes::native<T> && std::is_same_v<A, float>) {
+        if (s.HW > BLOCK) return false;
+        const i64 HW = s.HW;
+        __m512 sum1[lanes::WIDTH], sum2[lanes::WIDTH];
+        alignas(64) float first[lanes::WIDTH];
+        for (i64 g = nc0; g < nc1; g += lanes::WIDTH) {
+            const i64 planes = std::min(lanes::WIDTH, nc1 - g);
+            for (i64 i = 0; i < lanes::WIDTH; i++) {
+                __m512 b1 = _mm512_setzero_ps(), b2 = _mm512_setzero_ps();
+                first[i] = 0;
+                if (i < planes) {
+                    const T* plane = x + (g + i) * HW;
+                    first[i] = static_cast<float>(plane[0]);
+                    const __m512 k = lanes::splat(first[i]);
+                    lanes::for_vectors(HW, [&](i64 j, lanes::Mask m) {
+                        const __m512 d = _mm512_maskz_sub_ps(m, lanes::load(plane + j, m), k);
+                        b1 = _mm512_add_ps(b1, d);
+                        b2 = _mm512_fmadd_ps(d, d, b2);
+                    });
+                }
+                sum1[i] = b1;
+                sum2[i] = b2;
+            }
+            const __m512 s1 = lanes::sums_of(sum1), s2 = lanes::sums_of(sum2), k = _mm512_load_ps(first);
+            const __m512d length = _mm512_set1_pd(static_cast<double>(HW)), zero = _mm512_setzero_pd();
+            for (int h = 0; h < 2; h++) {  // lanes 8h .. 8h + 7 in double
+                auto half = [h](__m512 f) {
+                    return _mm512_cvtps_pd(h ? _mm512_extractf32x8_ps(f, 1) : _mm512_castps512_ps256(f));
+                };
+                const __m512d offset = _mm512_div_pd(half(s1), length), mean = _mm512_add_pd(half(k), offset);
+                const __m512d var =
+                    _mm512_max_pd(zero, _mm512_sub_pd(_mm512_div_pd(half(s2), length), _mm512_mul_pd(offset, offset)));
+                const __m512d m2 = variant == 0 ? var : _mm512_add_pd(var, _mm512_mul_pd(mean, mean));
+                const __mmask8 m = static_cast<__mmask8>(lanes::first(std::max<i64>(0, planes - 8 * h)) & 0xFF);
+                _mm256_mask_storeu_ps(mean_out + g + 8 * h, m, _mm512_cvtpd_ps(mean));
+                _mm256_mask_storeu_ps(q_out + g + 8 * h, m,
+                                      _mm512_cvtpd_ps(_mm512_sqrt_pd(_mm512_add_pd(m2, _mm512_set1_pd(eps)))));
+            }
+            for (i64 nc = g; nc < g + planes; nc++) {
+                const i64 n = nc / s.C, c = nc % s.C;
+                const float q = q_out[nc];
+                // a NaN sb is every output's denominator (max_of); a number takes the plain max, which a NaN u wins
+                const bool number = sb[c] == sb[c];
+                const __m512 sbv = lanes::splat(sb[c]), pv = lanes::splat(b_slope(variant, v, c, q)),
+                             qv = lanes::splat(q), wv = lanes::splat(w(n, c)), bv = lanes::splat(b(n, c));
+                const T* xp = x + nc * HW;
+                T* yp = y + nc * HW;
+                lanes::for_vectors(HW, [&](i64 j, lanes::Mask m) {
+                    const __m512 xj = lanes::load(xp + j, m);
+                    const __m512 den = number ? _mm512_max_ps(sbv, _mm512_fmadd_ps(pv, xj, qv)) : sbv;
+                    lanes::store(yp + j, m, _mm512_fmadd_ps(_mm512_div_ps(xj, den), wv, bv));
+                });
+            }
+        }
+        return true;
+    }
+#endif
+    return false;
+}
+
 // R channels_last rows of C channels (sb, p, q, w, b: per channel).
 template <i64 R, typename T, typename A>
 void b_output_rows(const T* __restrict x, T* __restrict y, i64 C, const A* __restrict sb, const A* __restrict p,
@@ -1351,6 +1456,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
             const i64 run = std::max<i64>(1, PLANE_RUN / s.HW), runs = (NC + run - 1) / run;
             for_each_index(runs, run * s.HW, [&](i64 r) {
                 const i64 nc0 = r * run, nc1 = std::min(NC, nc0 + run);
+                if (per_plane && b_inference_on_lanes(xp, yp, nc0, nc1, s, sb.data(), variant, eps, v, w, b, mean_out,
+                                                      q_out))
+                    return;
                 const i64 L = (nc1 - nc0) * s.HW;
                 on_run<A>(xp + nc0 * s.HW, yp + nc0 * s.HW, L, s.HW < WIDEN_BELOW, [&](const auto* xr, auto* yr) {
                     using U = std::remove_cv_t<std::remove_pointer_t<decltype(xr)>>;
