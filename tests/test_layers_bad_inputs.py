@@ -147,8 +147,8 @@ def test_uses_batch_statistics_of_what_cannot_tell(scratch_registry):
 
 IMPL_LAYERS = [name for name in NAMES if "impl" in evonorm_core.registry.options_of(name)]
 BAD_VALUES = [float("nan"), -1.0, float("inf"), 0.0]
-# NCHW planes of 9 values take the kernels' loops over runs of planes; planes of 49 (16 to 256 values), in eval, the
-# B inference on AVX-512 lanes, where the machine has them
+# NCHW planes of 9 values are one masked vector in the kernels' AVX-512 loops (where the machine has them), planes of
+# 49 three full vectors and a masked one (the B inference in eval) or vectors across planes (the S backward's runs)
 PLANES = {"planes-of-9": (3, 3), "planes-of-49": (7, 7)}
 
 
