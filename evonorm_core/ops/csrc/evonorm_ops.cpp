@@ -1306,24 +1306,25 @@ inline A b_slope(int64_t variant, const PerNC<A>& v, i64 c, A q) {
     return variant == 0 ? v(0, c) : (variant == 1 ? q : A(-1));
 }
 
-// The NCHW B inference (a moving variance given: sb per channel) on lanes, where T is lanes::native and a plane holds
-// at most BLOCK values (its sums in float32, as run_moments' blocks); returns whether it ran. WIDTH planes at a time:
-// each plane's shifted sums (x - k, k its first value) in the lanes of two vectors, the WIDTH planes' sums folded into
-// one vector each (lanes::sums_of), their moments and q in double lanes (run_moments' and plane_q's operations), then
-// each plane's output. GCC's loops took two horizontal sums and a scalar mean, variance and square root per plane,
-// about half of the call at 7 x 7, and bfloat16 went through float32 copies of the run (on_run); here it is loaded and
-// stored in place.
+// The NCHW B inference (a moving variance given: sb per channel) of planes nc0 .. nc1 - 1, on lanes, where T is
+// lanes::native and a plane holds at most BLOCK values (its sums in float32, as run_moments' blocks); returns whether
+// it ran. WIDTH planes at a time: each plane's shifted sums (x - k, k its first value) in the lanes of two vectors, the
+// WIDTH planes' sums folded into one vector each (lanes::sums_of), their moments and q in double lanes (run_moments'
+// and plane_q's operations), then each plane's output. GCC's loops took two horizontal sums and a scalar mean, variance
+// and square root per plane, about half of the call at 7 x 7, and bfloat16 went through float32 copies of the run
+// (on_run); here it is loaded and stored in place.
 template <typename T, typename A>
-bool b_inference_on_lanes(const T* x, T* y, const Shape& s, const A* sb, int64_t variant, double eps,
-                          const PerNC<A>& v, const PerNC<A>& w, const PerNC<A>& b, A* mean_out, A* q_out) {
+bool b_inference_on_lanes(const T* x, T* y, i64 nc0, i64 nc1, const Shape& s, const A* sb, int64_t variant,
+                          double eps, const PerNC<A>& v, const PerNC<A>& w, const PerNC<A>& b, A* mean_out,
+                          A* q_out) {
 #if defined(__AVX512F__)
     if constexpr (lanes::native<T> && std::is_same_v<A, float>) {
         if (s.HW > BLOCK) return false;
-        const i64 HW = s.HW, NC = s.N * s.C;
-        for_each_index((NC + lanes::WIDTH - 1) / lanes::WIDTH, lanes::WIDTH * HW, [&](i64 group) {
-            const i64 g = group * lanes::WIDTH, planes = std::min(lanes::WIDTH, NC - g);
-            __m512 sum1[lanes::WIDTH], sum2[lanes::WIDTH];
-            alignas(64) float first[lanes::WIDTH];
+        const i64 HW = s.HW;
+        __m512 sum1[lanes::WIDTH], sum2[lanes::WIDTH];
+        alignas(64) float first[lanes::WIDTH];
+        for (i64 g = nc0; g < nc1; g += lanes::WIDTH) {
+            const i64 planes = std::min(lanes::WIDTH, nc1 - g);
             for (i64 i = 0; i < lanes::WIDTH; i++) {
                 __m512 b1 = _mm512_setzero_ps(), b2 = _mm512_setzero_ps();
                 first[i] = 0;
@@ -1370,7 +1371,7 @@ bool b_inference_on_lanes(const T* x, T* y, const Shape& s, const A* sb, int64_t
                     lanes::store(yp + j, m, _mm512_fmadd_ps(_mm512_div_ps(xj, den), wv, bv));
                 });
             }
-        });
+        }
         return true;
     }
 #endif
@@ -1448,7 +1449,6 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
         };
         scalar_t* yp = y.data_ptr<scalar_t>();
         if (!s.nhwc) {
-            if (per_plane && b_inference_on_lanes(xp, yp, s, sb.data(), variant, eps, v, w, b, mean_out, q_out)) return;
             // Runs of planes of about PLANE_RUN elements: (eval) their moments, then their q, then each plane's
             // output with its p and q in registers. Small planes (7 x 7) stay in L1 from the moments to the output,
             // and the run's sums and square roots, independent of each other, overlap instead of each plane's
@@ -1456,6 +1456,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
             const i64 run = std::max<i64>(1, PLANE_RUN / s.HW), runs = (NC + run - 1) / run;
             for_each_index(runs, run * s.HW, [&](i64 r) {
                 const i64 nc0 = r * run, nc1 = std::min(NC, nc0 + run);
+                if (per_plane && b_inference_on_lanes(xp, yp, nc0, nc1, s, sb.data(), variant, eps, v, w, b, mean_out,
+                                                      q_out))
+                    return;
                 const i64 L = (nc1 - nc0) * s.HW;
                 on_run<A>(xp + nc0 * s.HW, yp + nc0 * s.HW, L, s.HW < WIDEN_BELOW, [&](const auto* xr, auto* yr) {
                     using U = std::remove_cv_t<std::remove_pointer_t<decltype(xr)>>;
