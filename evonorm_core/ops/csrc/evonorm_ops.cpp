@@ -1306,20 +1306,28 @@ inline A b_slope(int64_t variant, const PerNC<A>& v, i64 c, A q) {
     return variant == 0 ? v(0, c) : (variant == 1 ? q : A(-1));
 }
 
-// The NCHW B inference (a moving variance given: sb per channel) of planes nc0 .. nc1 - 1, on lanes, where T is
-// lanes::native and a plane holds at most BLOCK values (its sums in float32, as run_moments' blocks); returns whether
-// it ran. WIDTH planes at a time: each plane's shifted sums (x - k, k its first value) in the lanes of two vectors, the
-// WIDTH planes' sums folded into one vector each (lanes::sums_of), their moments and q in double lanes (run_moments'
-// and plane_q's operations), then each plane's output. GCC's loops took two horizontal sums and a scalar mean, variance
-// and square root per plane, about half of the call at 7 x 7, and bfloat16 went through float32 copies of the run
-// (on_run); here it is loaded and stored in place.
+// Whether the NCHW B inference of planes of HW values runs on lanes (b_inference_on_lanes): T lanes::native and a
+// plane of at most BLOCK values (its sums in float32, as run_moments' blocks).
 template <typename T, typename A>
-bool b_inference_on_lanes(const T* x, T* y, i64 nc0, i64 nc1, const Shape& s, const A* sb, int64_t variant,
-                          double eps, const PerNC<A>& v, const PerNC<A>& w, const PerNC<A>& b, A* mean_out,
-                          A* q_out) {
+constexpr bool b_inference_on_lanes_applies(i64 HW) {
+#if defined(__AVX512F__)
+    return lanes::native<T> && std::is_same_v<A, float> && HW <= BLOCK;
+#else
+    return false;
+#endif
+}
+
+// The NCHW B inference (a moving variance given: sb per channel) of planes nc0 .. nc1 - 1 on lanes, where
+// b_inference_on_lanes_applies. WIDTH planes at a time: each plane's shifted sums (x - k, k its first value) in the
+// lanes of two vectors, the WIDTH planes' sums folded into one vector each (lanes::sums_of), their moments and q in
+// double lanes (run_moments' and plane_q's operations), then each plane's output. GCC's loops took two horizontal sums
+// and a scalar mean, variance and square root per plane, about half of the call at 7 x 7, and bfloat16 went through
+// float32 copies of the run (on_run); here it is loaded and stored in place.
+template <typename T, typename A>
+void b_inference_on_lanes(const T* x, T* y, i64 nc0, i64 nc1, const Shape& s, const A* sb, int64_t variant, double eps,
+                          const PerNC<A>& v, const PerNC<A>& w, const PerNC<A>& b, A* mean_out, A* q_out) {
 #if defined(__AVX512F__)
     if constexpr (lanes::native<T> && std::is_same_v<A, float>) {
-        if (s.HW > BLOCK) return false;
         const i64 HW = s.HW;
         __m512 sum1[lanes::WIDTH], sum2[lanes::WIDTH];
         alignas(64) float first[lanes::WIDTH];
@@ -1372,10 +1380,8 @@ bool b_inference_on_lanes(const T* x, T* y, i64 nc0, i64 nc1, const Shape& s, co
                 });
             }
         }
-        return true;
     }
 #endif
-    return false;
 }
 
 // R channels_last rows of C channels (sb, p, q, w, b: per channel).
@@ -1454,11 +1460,15 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
             // and the run's sums and square roots, independent of each other, overlap instead of each plane's
             // output waiting on its own.
             const i64 run = std::max<i64>(1, PLANE_RUN / s.HW), runs = (NC + run - 1) / run;
+            if (per_plane && b_inference_on_lanes_applies<scalar_t, A>(s.HW)) {
+                for_each_index(runs, run * s.HW, [&](i64 r) {
+                    b_inference_on_lanes(xp, yp, r * run, std::min(NC, (r + 1) * run), s, sb.data(), variant, eps, v,
+                                         w, b, mean_out, q_out);
+                });
+                return;
+            }
             for_each_index(runs, run * s.HW, [&](i64 r) {
                 const i64 nc0 = r * run, nc1 = std::min(NC, nc0 + run);
-                if (per_plane && b_inference_on_lanes(xp, yp, nc0, nc1, s, sb.data(), variant, eps, v, w, b, mean_out,
-                                                      q_out))
-                    return;
                 const i64 L = (nc1 - nc0) * s.HW;
                 on_run<A>(xp + nc0 * s.HW, yp + nc0 * s.HW, L, s.HW < WIDEN_BELOW, [&](const auto* xr, auto* yr) {
                     using U = std::remove_cv_t<std::remove_pointer_t<decltype(xr)>>;
