@@ -107,7 +107,7 @@ inline __m512 splat(float v) { return _mm512_set1_ps(v); }
 // S operators took as long in bfloat16 as in float32 at half the bytes. narrow (below) rounds whole float32 arrays by
 // vcvtne2ps2bf16 and gives blocks with NaN or subnormals to c10; a vector stored inside a loop takes vcvtneps2bf16 the
 // same way, and where it holds either, integer rounding that is exact for every value (with the integer rounding alone,
-// B0's NCHW bfloat16 inference took 1.14-1.20x its time at planes of 7 x 7 to 14 x 14, the S forward 1.14-1.16x at 8 x
+// B0's NCHW bfloat16 inference took 1.10-1.20x its time at planes of 7 x 7 to 14 x 14, the S forward 1.12-1.16x at 8 x
 // 8 to 56 x 56; docs/results/kernel_probes/b_inference_lanes). Unlike float32's, these stay masked for full vectors
 // too: in one A/B the plain load took the S backward to 1.03-1.09x its time at cache-resident shapes (the plain store
 // 1.00-1.02x), and neither gained where the tensors come from memory (docs/benchmarks.md, "Full vectors unmasked").
