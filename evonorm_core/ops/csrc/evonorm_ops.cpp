@@ -211,6 +211,11 @@ inline __m512 fold(__m512 a, __m512 b) {
     return _mm512_add_ps(_mm512_permutex2var_ps(a, _mm512_loadu_si512(first.data()), b),
                          _mm512_permutex2var_ps(a, _mm512_loadu_si512(second.data()), b));
 }
+// lo in lanes 0-7 and hi in 8-15 (AVX-512 F alone: no AVX-512 DQ or VL needed, as for the rest of lanes' float32).
+inline __m512 join(__m256 lo, __m256 hi) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+inline __m256 upper(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
 // Lane i of the result: the sum of v[i]'s lanes (v is overwritten). Fifteen folds of two permutes and an add, where
 // sixteen horizontal sums take four shuffles and four adds each.
 inline __m512 sums_of(__m512 (&v)[WIDTH]) {
@@ -1351,19 +1356,18 @@ void b_inference_on_lanes(const T* x, T* y, i64 nc0, i64 nc1, const Shape& s, co
             }
             const __m512 s1 = lanes::sums_of(sum1), s2 = lanes::sums_of(sum2), k = _mm512_load_ps(first);
             const __m512d length = _mm512_set1_pd(static_cast<double>(HW)), zero = _mm512_setzero_pd();
+            __m256 means[2], qs[2];
             for (int h = 0; h < 2; h++) {  // lanes 8h .. 8h + 7 in double
-                auto half = [h](__m512 f) {
-                    return _mm512_cvtps_pd(h ? _mm512_extractf32x8_ps(f, 1) : _mm512_castps512_ps256(f));
-                };
+                auto half = [h](__m512 f) { return _mm512_cvtps_pd(h ? lanes::upper(f) : _mm512_castps512_ps256(f)); };
                 const __m512d offset = _mm512_div_pd(half(s1), length), mean = _mm512_add_pd(half(k), offset);
                 const __m512d var =
                     _mm512_max_pd(zero, _mm512_sub_pd(_mm512_div_pd(half(s2), length), _mm512_mul_pd(offset, offset)));
                 const __m512d m2 = variant == 0 ? var : _mm512_add_pd(var, _mm512_mul_pd(mean, mean));
-                const __mmask8 m = static_cast<__mmask8>(lanes::first(std::max<i64>(0, planes - 8 * h)) & 0xFF);
-                _mm256_mask_storeu_ps(mean_out + g + 8 * h, m, _mm512_cvtpd_ps(mean));
-                _mm256_mask_storeu_ps(q_out + g + 8 * h, m,
-                                      _mm512_cvtpd_ps(_mm512_sqrt_pd(_mm512_add_pd(m2, _mm512_set1_pd(eps)))));
+                means[h] = _mm512_cvtpd_ps(mean);
+                qs[h] = _mm512_cvtpd_ps(_mm512_sqrt_pd(_mm512_add_pd(m2, _mm512_set1_pd(eps))));
             }
+            lanes::store(mean_out + g, lanes::first(planes), lanes::join(means[0], means[1]));
+            lanes::store(q_out + g, lanes::first(planes), lanes::join(qs[0], qs[1]));
             for (i64 nc = g; nc < g + planes; nc++) {
                 const i64 n = nc / s.C, c = nc % s.C;
                 const float q = q_out[nc];
