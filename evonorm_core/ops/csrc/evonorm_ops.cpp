@@ -1322,66 +1322,88 @@ constexpr bool b_inference_on_lanes_applies(i64 HW) {
 #endif
 }
 
+#if defined(__AVX512F__)
+// The shifted sums of planes x, x + HW, ... (`planes` <= WIDTH of them) folded into lanes: lane i of sum1 and sum2 is
+// plane i's sum of x - k and of (x - k)^2, lane i of k its first value (0 past `planes`). Each plane's sums stay in
+// the lanes of two vectors until sixteen are folded at once (lanes::sums_of), where GCC's loops took two horizontal
+// sums a plane.
+template <typename T>
+void plane_group_sums(const T* x, i64 HW, i64 planes, __m512& sum1, __m512& sum2, __m512& k) {
+    __m512 sums1[lanes::WIDTH], sums2[lanes::WIDTH];
+    alignas(64) float first[lanes::WIDTH] = {};
+    for (i64 i = 0; i < lanes::WIDTH; i++) {
+        __m512 b1 = _mm512_setzero_ps(), b2 = _mm512_setzero_ps();
+        if (i < planes) {
+            const T* plane = x + i * HW;
+            first[i] = static_cast<float>(plane[0]);
+            const __m512 ki = lanes::splat(first[i]);
+            lanes::for_vectors(HW, [&](i64 j, lanes::Mask m) {
+                const __m512 d = _mm512_maskz_sub_ps(m, lanes::load(plane + j, m), ki);
+                b1 = _mm512_add_ps(b1, d);
+                b2 = _mm512_fmadd_ps(d, d, b2);
+            });
+        }
+        sums1[i] = b1;
+        sums2[i] = b2;
+    }
+    sum1 = lanes::sums_of(sums1);
+    sum2 = lanes::sums_of(sums2);
+    k = _mm512_load_ps(first);
+}
+
+// Each lane's mean and q (B0: sqrt(var + eps); B1, B2: sqrt(mean of x^2 + eps)) from plane_group_sums' lanes, in
+// double with the operations of run_moments and plane_q, into mean_out and q_out for the first `planes` lanes.
+inline void plane_group_moments(__m512 sum1, __m512 sum2, __m512 k, i64 HW, i64 planes, int64_t variant, double eps,
+                                float* mean_out, float* q_out) {
+    const __m512d length = _mm512_set1_pd(static_cast<double>(HW)), zero = _mm512_setzero_pd();
+    __m256 means[2], qs[2];
+    for (int h = 0; h < 2; h++) {  // lanes 8h .. 8h + 7
+        auto half = [h](__m512 f) { return _mm512_cvtps_pd(h ? lanes::upper(f) : _mm512_castps512_ps256(f)); };
+        const __m512d offset = _mm512_div_pd(half(sum1), length), mean = _mm512_add_pd(half(k), offset);
+        const __m512d var =
+            _mm512_max_pd(zero, _mm512_sub_pd(_mm512_div_pd(half(sum2), length), _mm512_mul_pd(offset, offset)));
+        const __m512d m2 = variant == 0 ? var : _mm512_add_pd(var, _mm512_mul_pd(mean, mean));
+        means[h] = _mm512_cvtpd_ps(mean);
+        qs[h] = _mm512_cvtpd_ps(_mm512_sqrt_pd(_mm512_add_pd(m2, _mm512_set1_pd(eps))));
+    }
+    lanes::store(mean_out, lanes::first(planes), lanes::join(means[0], means[1]));
+    lanes::store(q_out, lanes::first(planes), lanes::join(qs[0], qs[1]));
+}
+
+// y = x / max(sb, p x + q) w + b over one NCHW plane of HW values on lanes. A NaN sb is every output's denominator
+// (max_of); a number takes the plain max, which a NaN p x + q wins.
+template <typename T>
+void b_output_plane_on_lanes(const T* x, T* y, i64 HW, float sb, float p, float q, float w, float b) {
+    const bool number = sb == sb;
+    const __m512 sbv = lanes::splat(sb), pv = lanes::splat(p), qv = lanes::splat(q), wv = lanes::splat(w),
+                 bv = lanes::splat(b);
+    lanes::for_vectors(HW, [&](i64 j, lanes::Mask m) {
+        const __m512 xj = lanes::load(x + j, m);
+        const __m512 den = number ? _mm512_max_ps(sbv, _mm512_fmadd_ps(pv, xj, qv)) : sbv;
+        lanes::store(y + j, m, _mm512_fmadd_ps(_mm512_div_ps(xj, den), wv, bv));
+    });
+}
+#endif
+
 // The NCHW B inference (a moving variance given: sb per channel) of planes nc0 .. nc1 - 1 on lanes, where
-// b_inference_on_lanes_applies. WIDTH planes at a time: each plane's shifted sums (x - k, k its first value) in the
-// lanes of two vectors, the WIDTH planes' sums folded into one vector each (lanes::sums_of), their moments and q in
-// double lanes (run_moments' and plane_q's operations), then each plane's output. GCC's loops took two horizontal sums
-// and a scalar mean, variance and square root per plane, about half of the call at 7 x 7, and bfloat16 went through
-// float32 copies of the run (on_run); here it is loaded and stored in place.
+// b_inference_on_lanes_applies: WIDTH planes at a time, their sums (plane_group_sums), their moments and q
+// (plane_group_moments), then each plane's output. GCC's loops took two horizontal sums and a scalar mean, variance
+// and square root per plane, about half of the call at 7 x 7, and bfloat16 went through float32 copies of the run
+// (on_run); here it is loaded and stored in place.
 template <typename T, typename A>
 void b_inference_on_lanes(const T* x, T* y, i64 nc0, i64 nc1, const Shape& s, const A* sb, int64_t variant, double eps,
                           const PerNC<A>& v, const PerNC<A>& w, const PerNC<A>& b, A* mean_out, A* q_out) {
 #if defined(__AVX512F__)
     if constexpr (lanes::native<T> && std::is_same_v<A, float>) {
-        const i64 HW = s.HW;
-        __m512 sum1[lanes::WIDTH], sum2[lanes::WIDTH];
-        alignas(64) float first[lanes::WIDTH];
         for (i64 g = nc0; g < nc1; g += lanes::WIDTH) {
             const i64 planes = std::min(lanes::WIDTH, nc1 - g);
-            for (i64 i = 0; i < lanes::WIDTH; i++) {
-                __m512 b1 = _mm512_setzero_ps(), b2 = _mm512_setzero_ps();
-                first[i] = 0;
-                if (i < planes) {
-                    const T* plane = x + (g + i) * HW;
-                    first[i] = static_cast<float>(plane[0]);
-                    const __m512 k = lanes::splat(first[i]);
-                    lanes::for_vectors(HW, [&](i64 j, lanes::Mask m) {
-                        const __m512 d = _mm512_maskz_sub_ps(m, lanes::load(plane + j, m), k);
-                        b1 = _mm512_add_ps(b1, d);
-                        b2 = _mm512_fmadd_ps(d, d, b2);
-                    });
-                }
-                sum1[i] = b1;
-                sum2[i] = b2;
-            }
-            const __m512 s1 = lanes::sums_of(sum1), s2 = lanes::sums_of(sum2), k = _mm512_load_ps(first);
-            const __m512d length = _mm512_set1_pd(static_cast<double>(HW)), zero = _mm512_setzero_pd();
-            __m256 means[2], qs[2];
-            for (int h = 0; h < 2; h++) {  // lanes 8h .. 8h + 7 in double
-                auto half = [h](__m512 f) { return _mm512_cvtps_pd(h ? lanes::upper(f) : _mm512_castps512_ps256(f)); };
-                const __m512d offset = _mm512_div_pd(half(s1), length), mean = _mm512_add_pd(half(k), offset);
-                const __m512d var =
-                    _mm512_max_pd(zero, _mm512_sub_pd(_mm512_div_pd(half(s2), length), _mm512_mul_pd(offset, offset)));
-                const __m512d m2 = variant == 0 ? var : _mm512_add_pd(var, _mm512_mul_pd(mean, mean));
-                means[h] = _mm512_cvtpd_ps(mean);
-                qs[h] = _mm512_cvtpd_ps(_mm512_sqrt_pd(_mm512_add_pd(m2, _mm512_set1_pd(eps))));
-            }
-            lanes::store(mean_out + g, lanes::first(planes), lanes::join(means[0], means[1]));
-            lanes::store(q_out + g, lanes::first(planes), lanes::join(qs[0], qs[1]));
+            __m512 sum1, sum2, k;
+            plane_group_sums(x + g * s.HW, s.HW, planes, sum1, sum2, k);
+            plane_group_moments(sum1, sum2, k, s.HW, planes, variant, eps, mean_out + g, q_out + g);
             for (i64 nc = g; nc < g + planes; nc++) {
                 const i64 n = nc / s.C, c = nc % s.C;
-                const float q = q_out[nc];
-                // a NaN sb is every output's denominator (max_of); a number takes the plain max, which a NaN u wins
-                const bool number = sb[c] == sb[c];
-                const __m512 sbv = lanes::splat(sb[c]), pv = lanes::splat(b_slope(variant, v, c, q)),
-                             qv = lanes::splat(q), wv = lanes::splat(w(n, c)), bv = lanes::splat(b(n, c));
-                const T* xp = x + nc * HW;
-                T* yp = y + nc * HW;
-                lanes::for_vectors(HW, [&](i64 j, lanes::Mask m) {
-                    const __m512 xj = lanes::load(xp + j, m);
-                    const __m512 den = number ? _mm512_max_ps(sbv, _mm512_fmadd_ps(pv, xj, qv)) : sbv;
-                    lanes::store(yp + j, m, _mm512_fmadd_ps(_mm512_div_ps(xj, den), wv, bv));
-                });
+                b_output_plane_on_lanes(x + nc * s.HW, y + nc * s.HW, s.HW, sb[c], b_slope(variant, v, c, q_out[nc]),
+                                        q_out[nc], w(n, c), b(n, c));
             }
         }
     }
