@@ -39,6 +39,7 @@ import operator
 import re
 import warnings
 from collections import Counter
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -89,6 +90,14 @@ _SEPARATING_FUNCTIONS = {
 _COMBINING_FUNCTIONS = {
     operator.add, operator.iadd, operator.sub, operator.isub, operator.mul, operator.imul, operator.truediv,
     operator.itruediv, operator.matmul, torch.add, torch.sub, torch.mul, torch.div, torch.matmul,
+}
+# augmented assignment (in place) -> the operator that returns a new tensor
+_OUT_OF_PLACE = {
+    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv, operator.imod: operator.mod,
+    operator.ipow: operator.pow, operator.imatmul: operator.matmul, operator.iand: operator.and_,
+    operator.ior: operator.or_, operator.ixor: operator.xor, operator.ilshift: operator.lshift,
+    operator.irshift: operator.rshift,
 }
 _SEPARATING_METHODS = {"mean", "sum", "amax", "max"}
 _COMBINING_METHODS = {"add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "matmul"}
@@ -191,15 +200,40 @@ def _is_pass_through(module: nn.Module) -> bool:
     return type(module) in _PASS_THROUGH_MODULES or timm_support.is_pass_through(module)
 
 
+class _InPlaceProxy(fx.Proxy):
+    """A proxy that records an augmented assignment (``out += identity``) as the in-place operator.
+
+    ``fx.Proxy`` has no ``__iadd__``, so Python falls back to ``out = out + identity`` and the converted model
+    would allocate a new tensor where the original adds into an existing one (each ResNet block's residual:
+    one more write of the block's output and one more live tensor per block). fx's code generation prints
+    ``operator.iadd`` and its kin back as ``out += identity``.
+    """
+
+
+def _record_in_place(op: Callable[[Any, Any], Any]) -> Callable[[fx.Proxy, Any], fx.Proxy]:
+    def method(self: fx.Proxy, other: Any) -> fx.Proxy:
+        return self.tracer.create_proxy("call_function", op, (self, other), {})
+
+    method.__name__ = f"__{op.__name__}__"
+    return method
+
+
+for _op in _OUT_OF_PLACE:
+    setattr(_InPlaceProxy, f"__{_op.__name__}__", _record_in_place(_op))
+
+
 class _Tracer(fx.Tracer):
     """Keeps opaque, besides torch.nn's modules: the suite's norm-act layers, timm's norm-act and EvoNorm
     modules and the modules timm registers as not traceable, activations and the pass-through modules
     (whose ``if self.training`` must not be fixed at trace time); timm's not-traceable functions are
-    recorded as single calls."""
+    recorded as single calls. Augmented assignments stay in place (:class:`_InPlaceProxy`)."""
 
     def __init__(self) -> None:
         super().__init__(autowrap_functions=timm_support.autowrap_functions())
         self._timm_leaves = timm_support.leaf_modules()
+
+    def proxy(self, node: fx.Node) -> fx.Proxy:
+        return _InPlaceProxy(node, self)
 
     def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
         return (isinstance(m, (NormAct2d, ConditionalNormAct2d) + self._timm_leaves)
@@ -207,9 +241,35 @@ class _Tracer(fx.Tracer):
                 or super().is_leaf_module(m, qualname))
 
 
+def _into_folded_activation(node: fx.Node, folded: set[str], modules: dict[str, nn.Module]) -> bool:
+    """Whether ``node`` is an augmented assignment into the output of a layer in ``folded`` (directly or
+    through pass-through modules, which return their input itself in eval mode)."""
+    if node.op != "call_function" or node.target not in _OUT_OF_PLACE:
+        return False
+    target = node.args[0]
+    while isinstance(target, fx.Node) and target.op == "call_module":
+        if target.target in folded:
+            return True
+        if not _is_pass_through(modules[target.target]):
+            return False
+        target = target.args[0]
+    return False
+
+
+def _out_of_place_after_activations(graph: fx.Graph, folded: set[str], modules: dict[str, nn.Module]) -> None:
+    """Make each augmented assignment into the output of a layer with an activation folded in return a new
+    tensor: the layer may keep that output for its backward (a ReLU does), which the model's own activation
+    need not have done (a SiLU keeps its input), and autograd refuses an output changed in place."""
+    for node in graph.nodes:
+        if _into_folded_activation(node, folded, modules):
+            node.target = _OUT_OF_PLACE[node.target]
+
+
 def _describe(node: fx.Node, modules: dict[str, nn.Module]) -> str:
     if node.op == "call_module":
         return f"{node.target!r} ({type(modules[node.target]).__name__})"
+    if node.op == "call_function" and node.target in _OUT_OF_PLACE:
+        return f"{_OUT_OF_PLACE[node.target].__name__.rstrip('_')} (in place)"
     if node.op == "call_function":
         return getattr(node.target, "__name__", str(node.target))
     if node.op == "call_method":
@@ -547,6 +607,7 @@ def convert_norm_act(model: nn.Module, norm_act: str | NormActMaker, **options) 
                    "(timm registers it as not traceable): not converted")
             kept.append(KeptNorm(name, source, why))
             warn(f"{source} {name!r} is {why}")
+    _out_of_place_after_activations(graph, {e.name for e in entries if e.nonlinearity}, dict(gm.named_modules()))
     graph.lint()
     gm.delete_all_unused_submodules()
     gm.recompile()

@@ -1,5 +1,6 @@
 """convert_norm_act on torchvision models, against forward passes assembled by hand."""
 import copy
+import operator
 
 import pytest
 import torch
@@ -88,6 +89,10 @@ def test_resnet50():
         layer = gm.get_submodule(name)
         assert isinstance(layer, evonorm_core.EvoNormS0) and layer.nonlinearity is nonlinearity
         assert hasattr(layer, "v1") is nonlinearity  # nonlinearity=False: the affine x * gamma + beta
+    # ``out += identity`` stays in place: into each block's bn3 output, not a new tensor
+    residuals = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in (operator.add, operator.iadd)]
+    assert [(n.target, n.args[0].target) for n in residuals] == [
+        (operator.iadd, name) for name in expected if name.endswith(".bn3")]
     x = torch.randn(2, 3, 64, 64)
     torch.testing.assert_close(gm(x), resnet_by_hand(gm, x))
     assert not torch.allclose(gm(x), model(x))

@@ -8,6 +8,7 @@ against the original's (a BatchNorm maker, so that only the graph can make them 
 text (``str`` and ``details()``) is checked line by line on a report built by hand.
 """
 import functools
+import operator
 import os
 import warnings
 
@@ -130,6 +131,8 @@ def test_describe_names_every_kind_of_node():
     out = graph.output(method)
     assert convert._describe(partial, {}) == str(partial.target)  # a callable without __name__
     assert [convert._describe(n, {}) for n in (method, out, x)] == [".view()", "the model's output", "placeholder x"]
+    in_place = [graph.call_function(op, (x, x)) for op in (operator.iand, operator.imatmul)]
+    assert [convert._describe(n, {}) for n in in_place] == ["and (in place)", "matmul (in place)"]
 
 
 def test_timm_norm_act_keeps_its_drop_and_an_act_it_cannot_fold_in_order():
@@ -314,6 +317,47 @@ def test_an_output_with_several_consumers_none_an_activation():
         "its output has 2 consumers ('conv2' (Conv2d), 'conv3' (Conv2d)), none an activation", False, [])
     x = torch.randn(2, 3, 5, 5)
     torch.testing.assert_close(gm(x), model(x))
+
+
+def add_into(self, y, x):
+    y += self.conv2(x)
+    return y
+
+
+def add_into_activation(self, y, x):
+    out = self.drop(self.act(y))
+    out += self.conv2(x)
+    return out
+
+
+def test_an_augmented_assignment_stays_in_place():
+    """``y += ...`` is recorded as ``operator.iadd`` into the norm's output (fx's own proxy makes ``y = y + ...``)."""
+    model, gm, entry, caught = convert_block(add_into, conv2=nn.Conv2d(3, 4, 1))
+    (node,) = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert (node.target, node.args[0].target) == (operator.iadd, "bn")
+    assert "bn += conv2" in gm.code
+    assert entry.reason == "its output goes to add (in place), not an activation"
+    x = torch.randn(2, 3, 5, 5)
+    torch.testing.assert_close(gm(x), model(x))
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_an_augmented_assignment_into_a_folded_activation_makes_a_new_tensor(training):
+    """The model's SiLU (which keeps its input for backward) is folded into a BN-ReLU layer, whose ReLU keeps
+    its output: adding into that output in place would fail in backward, so the addition returns a new tensor,
+    also through a dropout (in eval mode it returns its input itself)."""
+    model = Block(add_into_activation)
+    model.add_module("act", nn.SiLU())
+    model.add_module("drop", nn.Dropout(0.1))
+    model.add_module("conv2", nn.Conv2d(3, 4, 1))
+    gm = evonorm_core.convert_norm_act(model.train(training), "bn_relu")
+    (entry,) = gm.norm_act_report.entries
+    assert (entry.folded_activation, entry.nonlinearity) == ("silu", True)
+    (node,) = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert (node.target, node.args[0].target) == (operator.add, "drop")
+    x = torch.randn(2, 3, 5, 5, requires_grad=True)
+    gm(x).sum().backward()
+    assert x.grad is not None
 
 
 class PlainScale(nn.Module):

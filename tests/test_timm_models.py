@@ -110,7 +110,7 @@ def test_timm_resnet50_bn2_reaches_its_relu_through_drop_block():
     assert len(bn2) == 16 and all(e.folded_activation == "relu" for e in bn2)
     assert entries["layer1.0.bn2"].reason == (
         "relu 'layer1.0.act2' (ReLU) follows it through 'layer1.0.drop_block' (Identity) (passing its input through)")
-    assert entries["layer1.0.bn3"].reason == "its output goes to add, not an activation"
+    assert entries["layer1.0.bn3"].reason == "its output goes to add (in place), not an activation"  # x += shortcut
     assert "layer1.0.bn2 (BatchNorm2d): activation relu folded in: relu 'layer1.0.act2'" in gm.norm_act_report.details()
     calls = [n.target for n in gm.graph.nodes if n.op == "call_module" and n.target.startswith("layer1.0.")]
     assert calls.index("layer1.0.drop_block") == calls.index("layer1.0.bn2") + 1 and "layer1.0.act2" not in calls
