@@ -226,7 +226,7 @@ class _Tracer(fx.Tracer):
     """Keeps opaque, besides torch.nn's modules: the suite's norm-act layers, timm's norm-act and EvoNorm
     modules and the modules timm registers as not traceable, activations and the pass-through modules
     (whose ``if self.training`` must not be fixed at trace time); timm's not-traceable functions are
-    recorded as single calls. Augmented assignments stay in place (:class:`_InPlaceProxy`)."""
+    recorded as single calls. Augmented assignments are recorded in place (:class:`_InPlaceProxy`)."""
 
     def __init__(self) -> None:
         super().__init__(autowrap_functions=timm_support.autowrap_functions())
@@ -241,27 +241,39 @@ class _Tracer(fx.Tracer):
                 or super().is_leaf_module(m, qualname))
 
 
-def _into_folded_activation(node: fx.Node, folded: set[str], modules: dict[str, nn.Module]) -> bool:
-    """Whether ``node`` is an augmented assignment into the output of a layer in ``folded`` (directly or
-    through pass-through modules, which return their input itself in eval mode)."""
+def _layer_written(node: fx.Node, converted: set[str], modules: dict[str, nn.Module]) -> fx.Node | None:
+    """The converted layer's node whose output the augmented assignment ``node`` writes into (directly or through
+    pass-through modules, which return their input itself in eval mode), or None."""
     if node.op != "call_function" or node.target not in _OUT_OF_PLACE:
-        return False
+        return None
     target = node.args[0]
     while isinstance(target, fx.Node) and target.op == "call_module":
-        if target.target in folded:
-            return True
+        if target.target in converted:
+            return target
         if not _is_pass_through(modules[target.target]):
-            return False
+            return None
         target = target.args[0]
-    return False
+    return None
 
 
-def _out_of_place_after_activations(graph: fx.Graph, folded: set[str], modules: dict[str, nn.Module]) -> None:
-    """Make each augmented assignment into the output of a layer with an activation folded in return a new
-    tensor: the layer may keep that output for its backward (a ReLU does), which the model's own activation
-    need not have done (a SiLU keeps its input), and autograd refuses an output changed in place."""
+def _shares_its_input(layer: fx.Node) -> bool:
+    """Whether the layer's input is also read elsewhere: a model input, an attribute or a value with other
+    consumers."""
+    source = layer.args[0] if layer.args else None
+    return not isinstance(source, fx.Node) or source.op in ("placeholder", "get_attr") or len(source.users) > 1
+
+
+def _in_place_only_where_safe(graph: fx.Graph, converted: set[str], folded: set[str],
+                              modules: dict[str, nn.Module]) -> None:
+    """Make an augmented assignment into a converted layer's output return a new tensor wherever adding in place
+    could differ from the original model, whose BatchNorm returned a tensor of its own: where the layer has an
+    activation folded in (it may keep its output for backward, as a ReLU does, which the model's own activation
+    need not have done: a SiLU keeps its input; autograd refuses an output changed in place), and where the layer's
+    input is read elsewhere too (a layer may return its input itself: an identity, no normalization and no
+    affine, whose input the addition would then change)."""
     for node in graph.nodes:
-        if _into_folded_activation(node, folded, modules):
+        layer = _layer_written(node, converted, modules)
+        if layer is not None and (layer.target in folded or _shares_its_input(layer)):
             node.target = _OUT_OF_PLACE[node.target]
 
 
@@ -607,7 +619,8 @@ def convert_norm_act(model: nn.Module, norm_act: str | NormActMaker, **options) 
                    "(timm registers it as not traceable): not converted")
             kept.append(KeptNorm(name, source, why))
             warn(f"{source} {name!r} is {why}")
-    _out_of_place_after_activations(graph, {e.name for e in entries if e.nonlinearity}, dict(gm.named_modules()))
+    _in_place_only_where_safe(graph, {e.name for e in entries}, {e.name for e in entries if e.nonlinearity},
+                              dict(gm.named_modules()))
     graph.lint()
     gm.delete_all_unused_submodules()
     gm.recompile()

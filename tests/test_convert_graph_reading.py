@@ -360,6 +360,37 @@ def test_an_augmented_assignment_into_a_folded_activation_makes_a_new_tensor(tra
     assert x.grad is not None
 
 
+class AddIntoNorm(nn.Module):
+    """``out = bn(h); out += 1``, with ``h`` read again afterwards (``reads_h``) or the model's input itself."""
+
+    def __init__(self, reads_h: bool):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 1) if reads_h else nn.Identity()
+        self.bn = nn.BatchNorm2d(3)
+        self.reads_h = reads_h
+
+    def forward(self, x):
+        h = self.conv(x) if self.reads_h else x
+        out = self.bn(h)
+        out += 1
+        return out + h if self.reads_h else out
+
+
+@pytest.mark.parametrize("reads_h", [True, False])
+def test_an_augmented_assignment_into_a_layer_whose_input_is_read_elsewhere_makes_a_new_tensor(reads_h):
+    """An identity layer (no normalization, no affine) returns its input itself: adding into its output in
+    place would change a value read again later, or the caller's input."""
+    gm = evonorm_core.convert_norm_act(AddIntoNorm(reads_h), "no_norm_relu", affine=False)
+    (node,) = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in (operator.add, operator.iadd)
+               and n.args[1] == 1]
+    assert node.target is operator.add
+    x = torch.randn(2, 3, 4, 4)
+    given = x.clone()
+    expected = (gm.conv(x) + 1) + gm.conv(x) if reads_h else x + 1
+    torch.testing.assert_close(gm(x), expected)
+    torch.testing.assert_close(x, given)
+
+
 class PlainScale(nn.Module):
     """A third-party norm-act layer: no device/dtype arguments, one option of its own."""
 
