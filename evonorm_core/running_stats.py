@@ -59,10 +59,12 @@ def update_running_(running: Tensor, batch_value: Tensor, factor: float, count: 
     ``count``: the number of elements the batch variance ``batch_value`` was taken over; the
     variance is then stored unbiased (``* count / (count - 1)``), as ``nn.BatchNorm2d`` does.
     """
-    value = batch_value.detach()
-    if count is not None and count > 1:  # count is a tensor under jit.trace: scale the value, not the float alpha
-        value = value * (count / (count - 1))
-    running.mul_(1 - factor).add_(value, alpha=factor)
+    value, alpha = batch_value.detach(), factor
+    if isinstance(count, Tensor):  # a traced size: scale the value, not the float alpha
+        value = value * (count / (count - 1)) if count > 1 else value
+    elif count is not None and count > 1:
+        alpha = factor * count / (count - 1)  # in the alpha: no tensor of scaled values (one call less)
+    running.mul_(1 - factor).add_(value, alpha=alpha)
 
 
 def is_batch_statistics_layer(module: nn.Module) -> bool:
