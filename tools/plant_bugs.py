@@ -105,7 +105,8 @@ def plant(id: str, original: str, replacement: str, tests: tuple[str, ...] | str
 # C++ autograd nodes' (csrc/eager_autograd.cpp, 2026-12-01); K32-K33 the AVX-512 S backward's large planes and
 # sigmoid arrays (2026-12-01, later), K34 the lanes' bfloat16 store (2026-12-02), K35-K36 the channels_last B
 # backward's sums written in place (2026-12-02, later); K37-K39 the NCHW B inference on lanes and the lanes'
-# bfloat16 store by vcvtneps2bf16 (2026-12-02, evening).
+# bfloat16 store by vcvtneps2bf16 (2026-12-02, evening); K40-K41 the NCHW B training forward on lanes (2026-12-02,
+# afternoon).
 PLANTS: list[Plant] = [
     plant("K1", "spread += std::max(s2[c] / s.HW - offset * offset, 0.0) + (m - mu) * (m - mu);",
           "spread += std::max(s2[c] / s.HW - offset * offset, 0.0);",
@@ -213,6 +214,12 @@ PLANTS: list[Plant] = [
           "tests/test_layers_bad_inputs.py::test_fused_and_reference_agree_on_a_bad_moving_variance_in_eval",
           "AVX-512 B inference: a NaN moving variance loses the max to the instance part (vmaxps returns its second "
           "operand), a finite output where the formula's is NaN"),
+    plant("K40", "const i64 in_half = std::clamp<i64>(planes - 8 * h, 0, 8);",
+          "const i64 in_half = std::clamp<i64>(planes - 8 * h, 0, 7);", FAST,
+          "AVX-512 B training moments: the last plane of each eight left unwritten (its mean and variance stale)"),
+    plant("K41", "for (i64 nc = nc0; nc < nc1; nc++) plane_q(nc);\n                    b_outputs_on_lanes",
+          "for (i64 nc = nc0 + 1; nc < nc1; nc++) plane_q(nc);\n                    b_outputs_on_lanes", FAST,
+          "AVX-512 B training output: the first plane of each run output with an unwritten q"),
 ]
 
 

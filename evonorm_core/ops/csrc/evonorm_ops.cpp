@@ -610,12 +610,81 @@ struct SampleMoments {
     std::vector<double> s1, s2;
 };
 
+#if defined(__AVX512F__)
+// The shifted sums of planes x, x + HW, ... (`planes` <= WIDTH of them) folded into lanes: lane i of sum1 and sum2 is
+// plane i's sum of x - k and of (x - k)^2, lane i of k its first value (0 past `planes`). Each plane's sums stay in
+// the lanes of two vectors until sixteen are folded at once (lanes::sums_of), where GCC's loops took two horizontal
+// sums a plane.
+template <typename T>
+void plane_group_sums(const T* x, i64 HW, i64 planes, __m512& sum1, __m512& sum2, __m512& k) {
+    __m512 sums1[lanes::WIDTH], sums2[lanes::WIDTH];
+    alignas(64) float first[lanes::WIDTH] = {};
+    for (i64 i = 0; i < lanes::WIDTH; i++) {
+        __m512 b1 = _mm512_setzero_ps(), b2 = _mm512_setzero_ps();
+        if (i < planes) {
+            const T* plane = x + i * HW;
+            first[i] = static_cast<float>(plane[0]);
+            const __m512 ki = lanes::splat(first[i]);
+            lanes::for_vectors(HW, [&](i64 j, lanes::Mask m) {
+                const __m512 d = _mm512_maskz_sub_ps(m, lanes::load(plane + j, m), ki);
+                b1 = _mm512_add_ps(b1, d);
+                b2 = _mm512_fmadd_ps(d, d, b2);
+            });
+        }
+        sums1[i] = b1;
+        sums2[i] = b2;
+    }
+    sum1 = lanes::sums_of(sums1);
+    sum2 = lanes::sums_of(sums2);
+    k = _mm512_load_ps(first);
+}
+
+// Lanes 8h .. 8h + 7 of plane_group_sums' lanes as each plane's mean and biased variance, in double with the
+// operations of run_moments.
+inline void half_mean_var(__m512 sum1, __m512 sum2, __m512 k, i64 HW, int h, __m512d& mean, __m512d& var) {
+    auto half = [h](__m512 f) { return _mm512_cvtps_pd(h ? lanes::upper(f) : _mm512_castps512_ps256(f)); };
+    const __m512d length = _mm512_set1_pd(static_cast<double>(HW));
+    const __m512d offset = _mm512_div_pd(half(sum1), length);
+    mean = _mm512_add_pd(half(k), offset);
+    var = _mm512_max_pd(_mm512_setzero_pd(),
+                        _mm512_sub_pd(_mm512_div_pd(half(sum2), length), _mm512_mul_pd(offset, offset)));
+}
+
+// The means and biased variances of planes x, x + HW, ... (`planes` <= WIDTH of them), as run_moments gives them.
+template <typename T>
+void plane_group_mean_var(const T* x, i64 HW, i64 planes, double* mean_out, double* var_out) {
+    __m512 sum1, sum2, k;
+    plane_group_sums(x, HW, planes, sum1, sum2, k);
+    for (int h = 0; h < 2; h++) {
+        const i64 in_half = std::clamp<i64>(planes - 8 * h, 0, 8);
+        const __mmask8 m = static_cast<__mmask8>((1u << in_half) - 1);
+        __m512d mean, var;
+        half_mean_var(sum1, sum2, k, HW, h, mean, var);
+        _mm512_mask_storeu_pd(mean_out + 8 * h, m, mean);
+        _mm512_mask_storeu_pd(var_out + 8 * h, m, var);
+    }
+}
+#endif
+
 // Per-(n, c) mean and biased variance: NCHW plane by plane, channels_last a sample's slab at a time.
 template <typename T, typename A>
 void plane_moments(const T* x, const Shape& s, std::vector<double>& mean, std::vector<double>& var) {
     mean.resize(s.N * s.C);
     var.resize(s.N * s.C);
     if (!s.nhwc) {
+#if defined(__AVX512F__)
+        if constexpr (lanes::native<T> && std::is_same_v<A, float>) {
+            if (s.HW <= BLOCK) {  // WIDTH planes at a time on lanes (plane_group_sums), not two horizontal sums a plane
+                const i64 NC = s.N * s.C, groups = (NC + lanes::WIDTH - 1) / lanes::WIDTH;
+                for_each_index(groups, lanes::WIDTH * s.HW, [&](i64 i) {
+                    const i64 nc = i * lanes::WIDTH;
+                    plane_group_mean_var(x + nc * s.HW, s.HW, std::min(lanes::WIDTH, NC - nc), mean.data() + nc,
+                                         var.data() + nc);
+                });
+                return;
+            }
+        }
+#endif
         for_each_index(s.N * s.C, s.HW, [&](i64 nc) { run_moments<T, A>(x + nc * s.HW, s.HW, mean[nc], var[nc]); });
         return;
     }
@@ -1311,10 +1380,11 @@ inline A b_slope(int64_t variant, const PerNC<A>& v, i64 c, A q) {
     return variant == 0 ? v(0, c) : (variant == 1 ? q : A(-1));
 }
 
-// Whether the NCHW B inference of planes of HW values runs on lanes (b_inference_on_lanes): T lanes::native and a
-// plane of at most BLOCK values (its sums in float32, as run_moments' blocks).
+// Whether the NCHW B forward of planes of HW values runs on lanes (the moments: plane_group_sums; the output:
+// b_outputs_on_lanes): T lanes::native and a plane of at most BLOCK values (its sums in float32, as run_moments'
+// blocks).
 template <typename T, typename A>
-constexpr bool b_inference_on_lanes_applies(i64 HW) {
+constexpr bool b_on_lanes_applies(i64 HW) {
 #if defined(__AVX512F__)
     return lanes::native<T> && std::is_same_v<A, float> && HW <= BLOCK;
 #else
@@ -1323,45 +1393,14 @@ constexpr bool b_inference_on_lanes_applies(i64 HW) {
 }
 
 #if defined(__AVX512F__)
-// The shifted sums of planes x, x + HW, ... (`planes` <= WIDTH of them) folded into lanes: lane i of sum1 and sum2 is
-// plane i's sum of x - k and of (x - k)^2, lane i of k its first value (0 past `planes`). Each plane's sums stay in
-// the lanes of two vectors until sixteen are folded at once (lanes::sums_of), where GCC's loops took two horizontal
-// sums a plane.
-template <typename T>
-void plane_group_sums(const T* x, i64 HW, i64 planes, __m512& sum1, __m512& sum2, __m512& k) {
-    __m512 sums1[lanes::WIDTH], sums2[lanes::WIDTH];
-    alignas(64) float first[lanes::WIDTH] = {};
-    for (i64 i = 0; i < lanes::WIDTH; i++) {
-        __m512 b1 = _mm512_setzero_ps(), b2 = _mm512_setzero_ps();
-        if (i < planes) {
-            const T* plane = x + i * HW;
-            first[i] = static_cast<float>(plane[0]);
-            const __m512 ki = lanes::splat(first[i]);
-            lanes::for_vectors(HW, [&](i64 j, lanes::Mask m) {
-                const __m512 d = _mm512_maskz_sub_ps(m, lanes::load(plane + j, m), ki);
-                b1 = _mm512_add_ps(b1, d);
-                b2 = _mm512_fmadd_ps(d, d, b2);
-            });
-        }
-        sums1[i] = b1;
-        sums2[i] = b2;
-    }
-    sum1 = lanes::sums_of(sums1);
-    sum2 = lanes::sums_of(sums2);
-    k = _mm512_load_ps(first);
-}
-
 // Each lane's mean and q (B0: sqrt(var + eps); B1, B2: sqrt(mean of x^2 + eps)) from plane_group_sums' lanes, in
 // double with the operations of run_moments and plane_q, into mean_out and q_out for the first `planes` lanes.
 inline void plane_group_moments(__m512 sum1, __m512 sum2, __m512 k, i64 HW, i64 planes, int64_t variant, double eps,
                                 float* mean_out, float* q_out) {
-    const __m512d length = _mm512_set1_pd(static_cast<double>(HW)), zero = _mm512_setzero_pd();
     __m256 means[2], qs[2];
     for (int h = 0; h < 2; h++) {  // lanes 8h .. 8h + 7
-        auto half = [h](__m512 f) { return _mm512_cvtps_pd(h ? lanes::upper(f) : _mm512_castps512_ps256(f)); };
-        const __m512d offset = _mm512_div_pd(half(sum1), length), mean = _mm512_add_pd(half(k), offset);
-        const __m512d var =
-            _mm512_max_pd(zero, _mm512_sub_pd(_mm512_div_pd(half(sum2), length), _mm512_mul_pd(offset, offset)));
+        __m512d mean, var;
+        half_mean_var(sum1, sum2, k, HW, h, mean, var);
         const __m512d m2 = variant == 0 ? var : _mm512_add_pd(var, _mm512_mul_pd(mean, mean));
         means[h] = _mm512_cvtpd_ps(mean);
         qs[h] = _mm512_cvtpd_ps(_mm512_sqrt_pd(_mm512_add_pd(m2, _mm512_set1_pd(eps))));
@@ -1385,8 +1424,24 @@ void b_output_plane_on_lanes(const T* x, T* y, i64 HW, float sb, float p, float 
 }
 #endif
 
+// The NCHW B output of planes nc0 .. nc1 - 1 on lanes (b_output_plane_on_lanes), their q given, where
+// b_on_lanes_applies.
+template <typename T, typename A>
+void b_outputs_on_lanes(const T* x, T* y, i64 nc0, i64 nc1, const Shape& s, const A* sb, int64_t variant,
+                        const PerNC<A>& v, const PerNC<A>& w, const PerNC<A>& b, const A* q) {
+#if defined(__AVX512F__)
+    if constexpr (lanes::native<T> && std::is_same_v<A, float>) {
+        for (i64 nc = nc0; nc < nc1; nc++) {
+            const i64 n = nc / s.C, c = nc % s.C;
+            b_output_plane_on_lanes(x + nc * s.HW, y + nc * s.HW, s.HW, sb[c], b_slope(variant, v, c, q[nc]), q[nc],
+                                    w(n, c), b(n, c));
+        }
+    }
+#endif
+}
+
 // The NCHW B inference (a moving variance given: sb per channel) of planes nc0 .. nc1 - 1 on lanes, where
-// b_inference_on_lanes_applies: WIDTH planes at a time, their sums (plane_group_sums), their moments and q
+// b_on_lanes_applies: WIDTH planes at a time, their sums (plane_group_sums), their moments and q
 // (plane_group_moments), then each plane's output. GCC's loops took two horizontal sums and a scalar mean, variance
 // and square root per plane, about half of the call at 7 x 7, and bfloat16 went through float32 copies of the run
 // (on_run); here it is loaded and stored in place.
@@ -1400,11 +1455,7 @@ void b_inference_on_lanes(const T* x, T* y, i64 nc0, i64 nc1, const Shape& s, co
             __m512 sum1, sum2, k;
             plane_group_sums(x + g * s.HW, s.HW, planes, sum1, sum2, k);
             plane_group_moments(sum1, sum2, k, s.HW, planes, variant, eps, mean_out + g, q_out + g);
-            for (i64 nc = g; nc < g + planes; nc++) {
-                const i64 n = nc / s.C, c = nc % s.C;
-                b_output_plane_on_lanes(x + nc * s.HW, y + nc * s.HW, s.HW, sb[c], b_slope(variant, v, c, q_out[nc]),
-                                        q_out[nc], w(n, c), b(n, c));
-            }
+            b_outputs_on_lanes(x, y, g, g + planes, s, sb, variant, v, w, b, q_out);
         }
     }
 #endif
@@ -1486,10 +1537,15 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_forward(const Tensor& x_in,
             // and the run's sums and square roots, independent of each other, overlap instead of each plane's
             // output waiting on its own.
             const i64 run = std::max<i64>(1, PLANE_RUN / s.HW), runs = (NC + run - 1) / run;
-            if (per_plane && b_inference_on_lanes_applies<scalar_t, A>(s.HW)) {
+            if (b_on_lanes_applies<scalar_t, A>(s.HW)) {
                 for_each_index(runs, run * s.HW, [&](i64 r) {
-                    b_inference_on_lanes(xp, yp, r * run, std::min(NC, (r + 1) * run), s, sb.data(), variant, eps, v,
-                                         w, b, mean_out, q_out);
+                    const i64 nc0 = r * run, nc1 = std::min(NC, nc0 + run);
+                    if (per_plane) {
+                        b_inference_on_lanes(xp, yp, nc0, nc1, s, sb.data(), variant, eps, v, w, b, mean_out, q_out);
+                        return;
+                    }
+                    for (i64 nc = nc0; nc < nc1; nc++) plane_q(nc);
+                    b_outputs_on_lanes(xp, yp, nc0, nc1, s, sb.data(), variant, v, w, b, q_out);
                 });
                 return;
             }
