@@ -1,20 +1,22 @@
-"""This folder's interleaved A/B runs as tables: per dtype, shape and operator, the ratio (this tree's time over
-BEFORE's, median of the pairs' ratios) of each run of a set.
+"""A folder's interleaved A/B runs (interleaved_ab.py's JSON) as tables: per dtype, shape and operator, the ratio
+(this tree's time over BEFORE's, median of the pairs' ratios) of each run of a set. The folder: this script's, or
+the one named.
 
-    python docs/results/kernel_probes/b_inference_lanes/summary.py
+    python docs/results/kernel_probes/b_inference_lanes/summary.py [FOLDER]
 """
 import json
 import re
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
 
-def runs_by_set() -> dict[str, list[dict]]:
+def runs_by_set(folder: Path = HERE) -> dict[str, list[dict]]:
     """The folder's JSON files grouped by name without the trailing run number (ab_float32_1.json -> ab_float32)."""
     sets = defaultdict(list)
-    for path in sorted(HERE.glob("*.json")):
+    for path in sorted(folder.glob("*.json")):
         sets[re.sub(r"_\d+$", "", path.stem)].append(json.loads(path.read_text()))
     return sets
 
@@ -30,4 +32,5 @@ def table(name: str, runs: list[dict]) -> str:
 
 
 if __name__ == "__main__":
-    print("\n\n".join(table(name, runs) for name, runs in runs_by_set().items()))
+    folder = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE
+    print("\n\n".join(table(name, runs) for name, runs in runs_by_set(folder).items()))
