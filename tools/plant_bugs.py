@@ -105,8 +105,8 @@ def plant(id: str, original: str, replacement: str, tests: tuple[str, ...] | str
 # C++ autograd nodes' (csrc/eager_autograd.cpp, 2026-12-01); K32-K33 the AVX-512 S backward's large planes and
 # sigmoid arrays (2026-12-01, later), K34 the lanes' bfloat16 store (2026-12-02), K35-K36 the channels_last B
 # backward's sums written in place (2026-12-02, later); K37-K39 the NCHW B inference on lanes and the lanes'
-# bfloat16 store by vcvtneps2bf16 (2026-12-02, evening); K40-K41 the NCHW B training forward on lanes (2026-12-02,
-# afternoon).
+# bfloat16 store by vcvtneps2bf16 (2026-12-02, evening); K40-K41 the NCHW B training forward on lanes and K42-K43
+# the NCHW B backward on lanes (2026-12-02, afternoon).
 PLANTS: list[Plant] = [
     plant("K1", "spread += std::max(s2[c] / s.HW - offset * offset, 0.0) + (m - mu) * (m - mu);",
           "spread += std::max(s2[c] / s.HW - offset * offset, 0.0);",
@@ -214,12 +214,18 @@ PLANTS: list[Plant] = [
           "tests/test_layers_bad_inputs.py::test_fused_and_reference_agree_on_a_bad_moving_variance_in_eval",
           "AVX-512 B inference: a NaN moving variance loses the max to the instance part (vmaxps returns its second "
           "operand), a finite output where the formula's is NaN"),
-    plant("K40", "const i64 in_half = std::clamp<i64>(planes - 8 * h, 0, 8);",
-          "const i64 in_half = std::clamp<i64>(planes - 8 * h, 0, 7);", FAST,
-          "AVX-512 B training moments: the last plane of each eight left unwritten (its mean and variance stale)"),
+    plant("K40", "return static_cast<__mmask8>((1u << std::clamp<i64>(count - 8 * h, 0, 8)) - 1);",
+          "return static_cast<__mmask8>((1u << std::clamp<i64>(count - 8 * h, 0, 7)) - 1);", FAST,
+          "AVX-512 B training moments and backward sums: the last plane of each eight left unwritten (stale values)"),
     plant("K41", "for (i64 nc = nc0; nc < nc1; nc++) plane_q(nc);\n                    b_outputs_on_lanes",
           "for (i64 nc = nc0 + 1; nc < nc1; nc++) plane_q(nc);\n                    b_outputs_on_lanes", FAST,
           "AVX-512 B training output: the first plane of each run output with an unwritten q"),
+    plant("K42", "t[1] = _mm512_mask3_fnmadd_ps(gwzr, xj, t[1], to_u);",
+          "t[1] = _mm512_mask3_fnmadd_ps(gwzr, xj, t[1], to_sb);", FAST,
+          "AVX-512 B backward: UX summed where the gradient goes to the batch side (B0's dv1, B1's dx wrong)"),
+    plant("K43", "_mm512_add_ps(_mm512_fmadd_ps(kv, xj, _mm512_sub_ps(gd, toward_u)), k0v)",
+          "_mm512_add_ps(_mm512_fmadd_ps(kv, xj, _mm512_sub_ps(gd, toward_u)), kv)", FAST,
+          "AVX-512 B backward: dx adds k where k0 belongs (the mean's part of the gradient)"),
 ]
 
 

@@ -89,6 +89,10 @@ constexpr i64 WIDTH = 16;
 constexpr Mask ALL = 0xFFFF;
 
 inline Mask first(i64 count) { return count >= WIDTH ? ALL : Mask((1u << count) - 1); }
+// Of the first `count` lanes, those in half h (lanes 8h .. 8h + 7), as a mask of that half's eight (double) lanes.
+inline __mmask8 first_of_half(i64 count, int h) {
+    return static_cast<__mmask8>((1u << std::clamp<i64>(count - 8 * h, 0, 8)) - 1);
+}
 // Masked-off lanes read as 0. A full mask takes the plain instruction: on an AMD EPYC (Zen 4), the masked forms
 // with every lane set took the float32 NCHW S backward to 1.6-1.8x its time at 16x1024x14x14 and 1.2-1.4x at
 // 16x2048x7x7, where its tensors come from memory (docs/benchmarks.md, "Full vectors unmasked").
@@ -656,12 +660,10 @@ void plane_group_mean_var(const T* x, i64 HW, i64 planes, double* mean_out, doub
     __m512 sum1, sum2, k;
     plane_group_sums(x, HW, planes, sum1, sum2, k);
     for (int h = 0; h < 2; h++) {
-        const i64 in_half = std::clamp<i64>(planes - 8 * h, 0, 8);
-        const __mmask8 m = static_cast<__mmask8>((1u << in_half) - 1);
         __m512d mean, var;
         half_mean_var(sum1, sum2, k, HW, h, mean, var);
-        _mm512_mask_storeu_pd(mean_out + 8 * h, m, mean);
-        _mm512_mask_storeu_pd(var_out + 8 * h, m, var);
+        _mm512_mask_storeu_pd(mean_out + 8 * h, lanes::first_of_half(planes, h), mean);
+        _mm512_mask_storeu_pd(var_out + 8 * h, lanes::first_of_half(planes, h), var);
     }
 }
 #endif
@@ -1715,6 +1717,103 @@ void b_input_grad_plane(const T* __restrict x, const T* __restrict g, T* __restr
         dx[j] = static_cast<T>(b_input_grad<SbNumber>(static_cast<A>(x[j]), static_cast<A>(g[j]), sb, p, q, w, k, k0));
 }
 
+#if defined(__AVX512F__)
+// b_backward's six sums (add_b_terms) of NCHW planes nc0 .. nc0 + planes - 1 (planes <= WIDTH) on lanes, into
+// sums[k * NC + nc]: each plane's sums stay in six vectors until the group's are folded at once (lanes::sums_of),
+// where GCC's loop took six horizontal sums a plane (and c10's conversions element by element for bfloat16).
+// Masked-off lanes (read as 0) add nothing; dd = -g w z r is subtracted as g w z r.
+template <typename T>
+void b_plane_group_sums(const T* x, const T* g, i64 nc0, i64 planes, const Shape& s, const float* sb, int64_t variant,
+                        const PerNC<float>& v, const PerNC<float>& w, const double* q, double* sums) {
+    const i64 NC = s.N * s.C;
+    __m512 acc[B_SUMS][lanes::WIDTH];
+    for (i64 i = 0; i < lanes::WIDTH; i++) {
+        __m512 t[B_SUMS];
+        for (auto& sum : t) sum = _mm512_setzero_ps();
+        if (i < planes) {
+            const i64 nc = nc0 + i, n = nc / s.C, c = nc % s.C;
+            const T *xp = x + nc * s.HW, *gp = g + nc * s.HW;
+            const float qn = static_cast<float>(q[nc]);
+            const bool number = sb[c] == sb[c];
+            const __m512 sbv = lanes::splat(sb[c]), pv = lanes::splat(b_slope(variant, v, c, qn)),
+                         qv = lanes::splat(qn), wv = lanes::splat(w(n, c)),
+                         kv = lanes::splat(static_cast<float>(xp[0])), one = lanes::splat(1.0f);
+            lanes::for_vectors(s.HW, [&](i64 j, lanes::Mask m) {
+                const __m512 xj = lanes::load(xp + j, m), gj = lanes::load(gp + j, m);
+                const __m512 u = _mm512_fmadd_ps(pv, xj, qv);
+                const __m512 r = _mm512_div_ps(one, number ? _mm512_max_ps(sbv, u) : sbv), z = _mm512_mul_ps(xj, r);
+                const __m512 gwzr = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(gj, wv), z), r);
+                const lanes::Mask to_u = _mm512_mask_cmp_ps_mask(m, sbv, u, _CMP_NGE_UQ),  // grad_to_u
+                    to_sb = _mm512_mask_cmp_ps_mask(m, u, sbv, _CMP_NGT_UQ);                // grad_to_sb
+                t[0] = _mm512_mask_sub_ps(t[0], to_u, t[0], gwzr);
+                t[1] = _mm512_mask3_fnmadd_ps(gwzr, xj, t[1], to_u);
+                t[2] = _mm512_mask_sub_ps(t[2], to_sb, t[2], gwzr);
+                t[3] = _mm512_add_ps(t[3], gj);
+                t[4] = _mm512_mask3_fmadd_ps(gj, z, t[4], m);
+                t[5] = _mm512_mask_add_ps(t[5], m, t[5], _mm512_sub_ps(xj, kv));
+            });
+        }
+        for (int k = 0; k < B_SUMS; k++) acc[k][i] = t[k];
+    }
+    for (int k = 0; k < B_SUMS; k++) {
+        const __m512 folded = lanes::sums_of(acc[k]);
+        for (int h = 0; h < 2; h++) {
+            const __m256 half = h ? lanes::upper(folded) : _mm512_castps512_ps256(folded);
+            _mm512_mask_storeu_pd(sums + k * NC + nc0 + 8 * h, lanes::first_of_half(planes, h), _mm512_cvtps_pd(half));
+        }
+    }
+}
+
+// dx of one NCHW plane of HW values on lanes (b_input_grad).
+template <typename T>
+void b_input_grad_plane_on_lanes(const T* x, const T* g, T* dx, i64 HW, float sb, float p, float q, float w, float k,
+                                 float k0) {
+    const bool number = sb == sb;
+    const __m512 sbv = lanes::splat(sb), pv = lanes::splat(p), qv = lanes::splat(q), wv = lanes::splat(w),
+                 kv = lanes::splat(k), k0v = lanes::splat(k0), one = lanes::splat(1.0f);
+    lanes::for_vectors(HW, [&](i64 j, lanes::Mask m) {
+        const __m512 xj = lanes::load(x + j, m), gj = lanes::load(g + j, m);
+        const __m512 u = _mm512_fmadd_ps(pv, xj, qv);
+        const __m512 r = _mm512_div_ps(one, number ? _mm512_max_ps(sbv, u) : sbv);
+        const __m512 gd = _mm512_mul_ps(_mm512_mul_ps(gj, wv), r);
+        const __m512 toward_u =
+            _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(sbv, u, _CMP_NGE_UQ), _mm512_mul_ps(_mm512_mul_ps(gd, xj), r), pv);
+        lanes::store(dx + j, m, _mm512_add_ps(_mm512_fmadd_ps(kv, xj, _mm512_sub_ps(gd, toward_u)), k0v));
+    });
+}
+#endif
+
+// b_backward's sums of every NCHW plane on lanes (b_plane_group_sums), where b_on_lanes_applies.
+template <typename T, typename A>
+void b_sums_on_lanes(const T* x, const T* g, const Shape& s, const A* sb, int64_t variant, const PerNC<A>& v,
+                     const PerNC<A>& w, const double* q, double* sums) {
+#if defined(__AVX512F__)
+    if constexpr (lanes::native<T> && std::is_same_v<A, float>) {
+        const i64 NC = s.N * s.C, groups = (NC + lanes::WIDTH - 1) / lanes::WIDTH;
+        for_each_index(groups, lanes::WIDTH * 2 * s.HW, [&](i64 i) {
+            const i64 nc0 = i * lanes::WIDTH;
+            b_plane_group_sums(x, g, nc0, std::min(lanes::WIDTH, NC - nc0), s, sb, variant, v, w, q, sums);
+        });
+    }
+#endif
+}
+
+// b_backward's dx of every NCHW plane on lanes (b_input_grad_plane_on_lanes), where b_on_lanes_applies.
+template <typename T, typename A>
+void b_input_grad_on_lanes(const T* x, const T* g, T* dx, const Shape& s, const A* sb, int64_t variant,
+                           const PerNC<A>& v, const PerNC<A>& w, const double* q, const A* k, const A* k0) {
+#if defined(__AVX512F__)
+    if constexpr (lanes::native<T> && std::is_same_v<A, float>) {
+        for_each_index(s.N * s.C, 2 * s.HW, [&](i64 nc) {
+            const i64 n = nc / s.C, c = nc % s.C, offset = nc * s.HW;
+            const A qn = static_cast<A>(q[nc]);
+            b_input_grad_plane_on_lanes(x + offset, g + offset, dx + offset, s.HW, sb[c], b_slope(variant, v, c, qn),
+                                        qn, w(n, c), k[nc], k0[nc]);
+        });
+    }
+#endif
+}
+
 // One channels_last row of C channels (every value per channel).
 template <typename T, typename A>
 void b_input_grad_row(const T* __restrict x, const T* __restrict g, T* __restrict dx, i64 C, const A* __restrict sb,
@@ -1782,7 +1881,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
         // sums: 0 U, 1 UX, 2 B, 3 G, 4 GZ, 5 X
         const auto sums = uninitialized(B_SUMS * NC);
         std::vector<A> p, qa;  // channels_last: per (n, c)
-        if (!s.nhwc) {
+        const bool on_lanes = !s.nhwc && b_on_lanes_applies<scalar_t, A>(s.HW);
+        if (on_lanes) {
+            b_sums_on_lanes<scalar_t, A>(xp, gp, s, sb.data(), variant, v, w, q.data(), sums.get());
+        } else if (!s.nhwc) {
             for_each_index(NC, 2 * s.HW, [&](i64 nc) {
                 const i64 n = nc / s.C, c = nc % s.C;
                 const A qn = static_cast<A>(q[nc]);
@@ -1840,7 +1942,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> b_backward(
                                       kb.data(), kb0.data(), s.C, s.HW, variant, k.data() + nc0, k0.data() + nc0);
         });
         scalar_t* dxp = dx.data_ptr<scalar_t>();
-        if (!s.nhwc) {
+        if (on_lanes) {
+            b_input_grad_on_lanes<scalar_t, A>(xp, gp, dxp, s, sb.data(), variant, v, w, q.data(), k.data(), k0.data());
+        } else if (!s.nhwc) {
             for_each_index(NC, 2 * s.HW, [&](i64 nc) {
                 const i64 n = nc / s.C, c = nc % s.C, offset = nc * s.HW;
                 const A qn = static_cast<A>(q[nc]);
