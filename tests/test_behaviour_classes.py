@@ -190,9 +190,10 @@ def test_layer_table_ratios_are_each_layer_over_its_baseline(monkeypatch):
     def cost(module: nn.Module) -> float:
         return next(ms for cls, ms in kinds.items() if any(isinstance(m, cls) for m in module.modules()))
 
-    def times(steps, reps, warmup, device):
+    def times(steps, reps, warmup, device, before=None):
         out = {}
         for name, step in steps.items():
+            before()
             ran.clear()
             step()
             out[name] = [(0.5 if name == bench.COPY else cost(ran[-1])) / 1000] * reps

@@ -107,10 +107,12 @@ class LayerCosts:
         self.compiled.append((module, step_input, grad))
         return Compiled(module, self._compiled_calls), COMPILE_S[kind(module)]
 
-    def times(self, steps, reps, warmup, device):
+    def times(self, steps, reps, warmup, device, before=None):
         self.timer_calls.append((reps, warmup, device))
         out = {}
         for name, step in steps.items():
+            assert before is not None, "every layer step starts from the same state (read_inputs)"
+            before()  # untimed: no layer runs and nothing is copied in it
             self._ran.clear()
             self._compiled_calls.clear()
             with Copies() as copies:
@@ -483,3 +485,33 @@ def test_the_figure_has_a_panel_for_each_kind_of_measurement_taken(compiled, wit
         assert legend.get_bbox_to_anchor().x0 >= fig.axes[0].get_window_extent().x1 - 1
     finally:
         bench.pyplot().close(fig)
+
+
+def test_interleaved_rounds_alternate_and_start_each_step_after_before():
+    """Rounds alternate their order (A B, B A, ...) and ``before`` runs, untimed, before every step; the warm-up
+    rounds' times are dropped."""
+    log = []
+    steps = {"a": lambda: log.append("a"), "b": lambda: log.append("b")}
+    times = bench.interleaved_times(steps, 2, 1, torch.device("cpu"), before=lambda: log.append("before"))
+    assert log == ["before", "a", "before", "b", "before", "b", "before", "a", "before", "a", "before", "b"]
+    assert {name: len(t) for name, t in times.items()} == {"a": 2, "b": 2}
+
+
+def test_read_inputs_reads_the_input_and_the_gradient_whole():
+    """One full reduction of each (the gradient only when there is one), nothing written."""
+    x, grad = torch.randn(2, 3, 4, 4), torch.randn(2, 3, 4, 4)
+
+    class Reads(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.read = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.read.append((func, args[0].data_ptr(), args[0].numel()))
+            return func(*args, **(kwargs or {}))
+
+    with Reads() as reads:
+        bench.read_inputs(x, grad)
+        bench.read_inputs(x, None)
+    whole = [(torch.ops.aten.sum.default, t.data_ptr(), t.numel()) for t in (x, grad, x)]
+    assert reads.read == whole

@@ -23,7 +23,8 @@ activations kept for backward and temporaries; CUDA: the allocator's peak). Unde
 are mostly waiting for the CPUs (with 2 threads, a step whose work takes 0.5 s of CPU time
 can take 3-20 s), so there the minimum's ratio is the one to read.
 
-Every repetition calls a layer on the same input and upstream gradient: where a call's tensors fit in the
+Every repetition calls a layer on the same input and upstream gradient, read once (untimed) just before the call,
+so every layer starts from the same state whichever layer ran before it: where a call's tensors fit in the
 last-level cache, its passes read the cache, not memory (EvoNorms and baselines alike), as a model's layer mostly
 does not (docs/benchmarks.md, "The benchmark"); the model lines are the measure of that.
 
@@ -237,18 +238,22 @@ def training_steps(models: dict[str, nn.Module], images: Tensor, labels: Tensor,
     return steps, compile_s
 
 
-def interleaved_times(steps: dict[str, Callable[[], None]], reps: int, warmup: int, device: torch.device) -> dict[str, list[float]]:
+def interleaved_times(steps: dict[str, Callable[[], None]], reps: int, warmup: int, device: torch.device,
+                      before: Callable[[], None] | None = None) -> dict[str, list[float]]:
     """Seconds of each timed repetition of each step, running the steps round-robin ``warmup + reps`` times.
 
     Every other round runs in reverse order (A B C, C B A, ...), so no step always runs right
     after the same neighbour, or always first or last in a round: a drift of the machine's
     speed within a round (another job's phases, the allocator's state left by the previous
-    step) is shared out instead of landing on one step in every round.
+    step) is shared out instead of landing on one step in every round. ``before``, if given, runs
+    untimed before every step (the same starting state for each, whatever ran before it).
     """
     times: dict[str, list[float]] = {name: [] for name in steps}
     order = list(steps.items())
     for rep in range(warmup + reps):
         for name, step in order if rep % 2 == 0 else order[::-1]:
+            if before is not None:
+                before()
             synchronize(device)
             start = time.perf_counter()
             step()
@@ -303,6 +308,16 @@ def layer_step(layer: Callable[[Tensor], Tensor], x: Tensor, grad: Tensor | None
     return step
 
 
+def read_inputs(x: Tensor, grad: Tensor | None) -> None:
+    """Read ``x`` and ``grad`` once (a sum each), so that every timed step starts with them where a model's layer
+    finds its input and upstream gradient, just written by its neighbours: in cache as far as they fit. Without
+    it a step found them where the step before it left them, and each fused EvoNorm ran after its composed
+    reference, whose temporaries had evicted them (docs/benchmarks.md, "The same start for every layer")."""
+    x.sum()
+    if grad is not None:
+        grad.sum()
+
+
 def compile_layer(module: nn.Module, step_input: Tensor, grad: Tensor | None) -> tuple[Callable[[Tensor], Tensor], float]:
     """``torch.compile(module, fullgraph=True)``, compiled (forward and backward; forward alone if ``grad``
     is None) before timing."""
@@ -337,7 +352,7 @@ def bench_shape(shape, layers: dict, compiled_names: list[str], args, device, dt
     steps = {name: layer_step(fn, x, grad) for name, fn in callables.items()}
     buffer = torch.empty_like(x)
     steps[COPY] = lambda: buffer.copy_(x)
-    times = interleaved_times(steps, args.reps, args.warmup, device)
+    times = interleaved_times(steps, args.reps, args.warmup, device, before=lambda: read_inputs(x, grad))
     copy_ms = statistics.median(times[COPY]) * 1e3
     results = []
     for name, fn in callables.items():
