@@ -614,6 +614,18 @@ struct SampleMoments {
     std::vector<double> s1, s2;
 };
 
+// Whether the B operators' loops over NCHW planes of HW values run on lanes (the forward's moments and output, the
+// backward's sums and dx): T lanes::native and a plane of at most BLOCK values (its sums in float32, as
+// run_moments' blocks).
+template <typename T, typename A>
+constexpr bool b_on_lanes_applies(i64 HW) {
+#if defined(__AVX512F__)
+    return lanes::native<T> && std::is_same_v<A, float> && HW <= BLOCK;
+#else
+    return false;
+#endif
+}
+
 #if defined(__AVX512F__)
 // The shifted sums of planes x, x + HW, ... (`planes` <= WIDTH of them) folded into lanes: lane i of sum1 and sum2 is
 // plane i's sum of x - k and of (x - k)^2, lane i of k its first value (0 past `planes`). Each plane's sums stay in
@@ -668,25 +680,32 @@ void plane_group_mean_var(const T* x, i64 HW, i64 planes, double* mean_out, doub
 }
 #endif
 
-// Per-(n, c) mean and biased variance: NCHW plane by plane, channels_last a sample's slab at a time.
+// Per-(n, c) mean and biased variance of NCHW planes on lanes (plane_group_mean_var), where b_on_lanes_applies:
+// WIDTH planes at a time, where GCC's loop took two horizontal sums a plane.
+template <typename T, typename A>
+void plane_moments_on_lanes(const T* x, const Shape& s, double* mean, double* var) {
+#if defined(__AVX512F__)
+    if constexpr (lanes::native<T> && std::is_same_v<A, float>) {
+        const i64 NC = s.N * s.C, groups = (NC + lanes::WIDTH - 1) / lanes::WIDTH;
+        for_each_index(groups, lanes::WIDTH * s.HW, [&](i64 i) {
+            const i64 nc = i * lanes::WIDTH;
+            plane_group_mean_var(x + nc * s.HW, s.HW, std::min(lanes::WIDTH, NC - nc), mean + nc, var + nc);
+        });
+    }
+#endif
+}
+
+// Per-(n, c) mean and biased variance: NCHW plane by plane (on lanes where b_on_lanes_applies), channels_last a
+// sample's slab at a time.
 template <typename T, typename A>
 void plane_moments(const T* x, const Shape& s, std::vector<double>& mean, std::vector<double>& var) {
     mean.resize(s.N * s.C);
     var.resize(s.N * s.C);
+    if (!s.nhwc && b_on_lanes_applies<T, A>(s.HW)) {
+        plane_moments_on_lanes<T, A>(x, s, mean.data(), var.data());
+        return;
+    }
     if (!s.nhwc) {
-#if defined(__AVX512F__)
-        if constexpr (lanes::native<T> && std::is_same_v<A, float>) {
-            if (s.HW <= BLOCK) {  // WIDTH planes at a time on lanes (plane_group_sums), not two horizontal sums a plane
-                const i64 NC = s.N * s.C, groups = (NC + lanes::WIDTH - 1) / lanes::WIDTH;
-                for_each_index(groups, lanes::WIDTH * s.HW, [&](i64 i) {
-                    const i64 nc = i * lanes::WIDTH;
-                    plane_group_mean_var(x + nc * s.HW, s.HW, std::min(lanes::WIDTH, NC - nc), mean.data() + nc,
-                                         var.data() + nc);
-                });
-                return;
-            }
-        }
-#endif
         for_each_index(s.N * s.C, s.HW, [&](i64 nc) { run_moments<T, A>(x + nc * s.HW, s.HW, mean[nc], var[nc]); });
         return;
     }
@@ -1380,18 +1399,6 @@ void b_output_plane(const T* __restrict x, T* __restrict y, i64 HW, A sb, A p, A
 template <typename A>
 inline A b_slope(int64_t variant, const PerNC<A>& v, i64 c, A q) {
     return variant == 0 ? v(0, c) : (variant == 1 ? q : A(-1));
-}
-
-// Whether the NCHW B forward of planes of HW values runs on lanes (the moments: plane_group_sums; the output:
-// b_outputs_on_lanes): T lanes::native and a plane of at most BLOCK values (its sums in float32, as run_moments'
-// blocks).
-template <typename T, typename A>
-constexpr bool b_on_lanes_applies(i64 HW) {
-#if defined(__AVX512F__)
-    return lanes::native<T> && std::is_same_v<A, float> && HW <= BLOCK;
-#else
-    return false;
-#endif
 }
 
 #if defined(__AVX512F__)
