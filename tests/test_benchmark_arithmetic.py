@@ -89,6 +89,7 @@ class LayerCosts:
         self.inference_mode: list[bool] = []  # per forward: whether it ran under torch.inference_mode
         self.compiled: list[tuple[nn.Module, torch.Tensor, torch.Tensor]] = []
         self.timer_calls: list[tuple[int, int, torch.device]] = []
+        self.rounds: list[list[str]] = []  # per timer call: the steps timed in those rounds
         self._ran: list[tuple[nn.Module, torch.Tensor]] = []
         self._compiled_calls: list[nn.Module] = []
 
@@ -109,6 +110,7 @@ class LayerCosts:
 
     def times(self, steps, reps, warmup, device, before=None):
         self.timer_calls.append((reps, warmup, device))
+        self.rounds.append(list(steps))
         out = {}
         for name, step in steps.items():
             assert before is not None, "every layer step starts from the same state (read_inputs)"
@@ -154,8 +156,12 @@ def test_each_layer_row_against_its_hand_computed_baseline_times_and_bytes(monke
     inference = "--inference" in argv
     results, costs = run_table(monkeypatch, argv, shape, torch.device("cpu"))
     input_bytes = 2 * 8 * 28 * 27 * 8  # float64
-    assert costs.timer_calls == [(3, 2, torch.device("cpu"))]
+    assert costs.timer_calls == [(3, 2, torch.device("cpu"))] * 2
     rows = {r.layer: r for r in results}
+    # the composed references in rounds of their own with their baselines, not between the compared layers
+    composed = [name for name in rows if name.endswith("(reference)")]
+    assert costs.rounds[1] == [GN_SILU, BN_RELU, *composed]
+    assert costs.rounds[0] == [name for name in rows if name not in composed] + [bench.COPY]
     compiled = {name + bench.COMPILED for name in COMPILED}
     assert set(rows) == set(BASELINE) | compiled
     kinds = kinds_by_name()
@@ -182,7 +188,7 @@ def test_each_layer_row_against_its_hand_computed_baseline_times_and_bytes(monke
     # every layer, eager or compiled, ran on the benchmark's input (shape, dtype, layout) in the mode asked
     layout = torch.channels_last if "--channels-last" in argv else torch.contiguous_format
     assert sorted(kind(m) for m, _, c in costs.seen if c) == sorted(kinds[n] for n in COMPILED)
-    assert len(costs.seen) == len(rows)
+    assert len(costs.seen) == len(rows) + 2  # the two baselines timed again beside the references
     for module, x, _ in costs.seen:
         assert module.training == ("--eval" not in argv and not inference)
         assert x.shape == shape and x.dtype == torch.float64 and x.is_contiguous(memory_format=layout)
