@@ -26,9 +26,8 @@ can take 3-20 s), so there the minimum's ratio is the one to read.
 Every repetition calls a layer on the same input and upstream gradient, read once (untimed) just before the call,
 so every layer starts from the same state whichever layer ran before it, and the composed references and timm's
 layers run in rounds of their own beside their baselines (their long steps slowed the step after them): where a
-call's tensors fit in the
-last-level cache, its passes read the cache, not memory (EvoNorms and baselines alike), as a model's layer mostly
-does not (docs/benchmarks.md, "The benchmark"); the model lines are the measure of that.
+call's tensors fit in the last-level cache, its passes read the cache, not memory (EvoNorms and baselines alike),
+as a model's layer mostly does not (docs/benchmarks.md, "The benchmark"); the model lines are the measure of that.
 
     python tools/benchmark_layers.py                       # ResNet-50 stage outputs, batch 16, CPU
     python tools/benchmark_layers.py --shapes 16x64x56x56 --reps 30 --json bench.json
