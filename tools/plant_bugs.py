@@ -209,10 +209,10 @@ PLANTS: list[Plant] = [
           "AVX-512 lanes' bfloat16 store: vcvtneps2bf16 for every vector (subnormals flushed to zero, NaN payloads kept)"),
     plant("K38", "(l % 8) / G * 2 * G + (l % 8) % G + shift;", "(l % 8) / G * 2 * G + (l % 8) % G;", FAST,
           "AVX-512 B inference: each fold adds a lane to itself, so a plane's moments sum half its lanes twice"),
-    plant("K39", "const __m512 den = number ? _mm512_max_ps(sbv, _mm512_fmadd_ps(pv, xj, qv)) : sbv;",
-          "const __m512 den = _mm512_max_ps(sbv, _mm512_fmadd_ps(pv, xj, qv));",
+    plant("K39", "{ return number ? _mm512_max_ps(sb, u) : sb; }",
+          "{ return _mm512_max_ps(sb, u); }",
           "tests/test_layers_bad_inputs.py::test_fused_and_reference_agree_on_a_bad_moving_variance_in_eval",
-          "AVX-512 B inference: a NaN moving variance loses the max to the instance part (vmaxps returns its second "
+          "AVX-512 B operators: a NaN moving variance loses the max to the instance part (vmaxps returns its second "
           "operand), a finite output where the formula's is NaN"),
     plant("K40", "return static_cast<__mmask8>((1u << std::clamp<i64>(count - 8 * h, 0, 8)) - 1);",
           "return static_cast<__mmask8>((1u << std::clamp<i64>(count - 8 * h, 0, 7)) - 1);", FAST,

@@ -1418,8 +1418,11 @@ inline void plane_group_moments(__m512 sum1, __m512 sum2, __m512 k, i64 HW, i64 
     lanes::store(q_out, lanes::first(planes), lanes::join(qs[0], qs[1]));
 }
 
-// y = x / max(sb, p x + q) w + b over one NCHW plane of HW values on lanes. A NaN sb is every output's denominator
-// (max_of); a number takes the plain max, which a NaN p x + q wins.
+// max(sb, u) on lanes by b_denominator's rule: a NaN sb (`number` false) is every lane's denominator (max_of); a number
+// takes the plain max, which a NaN u wins (vmaxps returns its second operand).
+inline __m512 b_denominator_on_lanes(__m512 sb, __m512 u, bool number) { return number ? _mm512_max_ps(sb, u) : sb; }
+
+// y = x / max(sb, p x + q) w + b over one NCHW plane of HW values on lanes (b_denominator_on_lanes).
 template <typename T>
 void b_output_plane_on_lanes(const T* x, T* y, i64 HW, float sb, float p, float q, float w, float b) {
     const bool number = sb == sb;
@@ -1427,7 +1430,7 @@ void b_output_plane_on_lanes(const T* x, T* y, i64 HW, float sb, float p, float 
                  bv = lanes::splat(b);
     lanes::for_vectors(HW, [&](i64 j, lanes::Mask m) {
         const __m512 xj = lanes::load(x + j, m);
-        const __m512 den = number ? _mm512_max_ps(sbv, _mm512_fmadd_ps(pv, xj, qv)) : sbv;
+        const __m512 den = b_denominator_on_lanes(sbv, _mm512_fmadd_ps(pv, xj, qv), number);
         lanes::store(y + j, m, _mm512_fmadd_ps(_mm512_div_ps(xj, den), wv, bv));
     });
 }
@@ -1748,7 +1751,7 @@ void b_plane_group_sums(const T* x, const T* g, i64 nc0, i64 planes, const Shape
             lanes::for_vectors(s.HW, [&](i64 j, lanes::Mask m) {
                 const __m512 xj = lanes::load(xp + j, m), gj = lanes::load(gp + j, m);
                 const __m512 u = _mm512_fmadd_ps(pv, xj, qv);
-                const __m512 r = _mm512_div_ps(one, number ? _mm512_max_ps(sbv, u) : sbv), z = _mm512_mul_ps(xj, r);
+                const __m512 r = _mm512_div_ps(one, b_denominator_on_lanes(sbv, u, number)), z = _mm512_mul_ps(xj, r);
                 const __m512 gwzr = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(gj, wv), z), r);
                 const lanes::Mask to_u = _mm512_mask_cmp_ps_mask(m, sbv, u, _CMP_NGE_UQ),  // grad_to_u
                     to_sb = _mm512_mask_cmp_ps_mask(m, u, sbv, _CMP_NGT_UQ);                // grad_to_sb
@@ -1781,7 +1784,7 @@ void b_input_grad_plane_on_lanes(const T* x, const T* g, T* dx, i64 HW, float sb
     lanes::for_vectors(HW, [&](i64 j, lanes::Mask m) {
         const __m512 xj = lanes::load(x + j, m), gj = lanes::load(g + j, m);
         const __m512 u = _mm512_fmadd_ps(pv, xj, qv);
-        const __m512 r = _mm512_div_ps(one, number ? _mm512_max_ps(sbv, u) : sbv);
+        const __m512 r = _mm512_div_ps(one, b_denominator_on_lanes(sbv, u, number));
         const __m512 gd = _mm512_mul_ps(_mm512_mul_ps(gj, wv), r);
         const __m512 toward_u =
             _mm512_maskz_mul_ps(_mm512_cmp_ps_mask(sbv, u, _CMP_NGE_UQ), _mm512_mul_ps(_mm512_mul_ps(gd, xj), r), pv);
