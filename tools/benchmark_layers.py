@@ -313,7 +313,8 @@ def read_inputs(x: Tensor, grad: Tensor | None) -> None:
     """Read ``x`` and ``grad`` once (a sum each), so that every timed step starts with them where a model's layer
     finds its input and upstream gradient, just written by its neighbours: in cache as far as they fit. Without
     it a step found them where the step before it left them, and each fused EvoNorm ran after its composed
-    reference, whose temporaries had evicted them (docs/benchmarks.md, "The same start for every layer")."""
+    reference, whose temporaries had evicted them (docs/benchmarks.md, "The B series' NCHW training on lanes, the same
+    start for every layer, in-place residuals")."""
     x.sum()
     if grad is not None:
         grad.sum()
