@@ -59,8 +59,8 @@ def has_shape(t: Tensor, *sizes: int) -> bool:
 def is_affine_shape(t: Tensor, x: Tensor) -> bool:
     """Whether ``t`` is per channel ``(C,)`` or per sample ``(N, C)`` for the NCHW ``x``: the shapes
     :func:`to_nchw` and :func:`apply_affine` take."""
-    n, c = x.shape[:2]
-    return has_shape(t, c) or has_shape(t, n, c)
+    c = x.shape[1]  # not x.shape[:2]: a slice of a torch.Size is a new one, this is on every layer call's path
+    return has_shape(t, c) or has_shape(t, x.shape[0], c)
 
 
 def to_nchw(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:

@@ -58,9 +58,10 @@ __all__ = ["B_VARIANTS", "IMPLS", "affine", "batch_norm", "evonorm_b", "evonorm_
            "tracked_batch_moments"]
 
 # torch.fx.symbolic_trace (and create_feature_extractor) records calls of these as single
-# nodes when made through this module's namespace (``functional.evonorm_s(...)``), so the
-# argument checks and dispatch inside never see a traced value.
-for _name in ("affine", "evonorm_s", "evonorm_b", "tracked_batch_moments", "batch_norm", "group_norm"):
+# nodes when made through this module's namespace (``functional.evonorm_s(...)``, the layers'
+# ``functional._evonorm_s(...)``), so the argument checks and dispatch inside never see a traced value.
+for _name in ("affine", "_affine", "evonorm_s", "_evonorm_s", "evonorm_b", "_evonorm_b", "tracked_batch_moments",
+              "batch_norm", "group_norm"):
     torch.fx.wrap(_name)
 
 
@@ -87,9 +88,9 @@ def check_nchw(fn: str, x: Tensor) -> None:
 def check_affine(fn: str, x: Tensor, weight: Tensor | None, bias: Tensor | None) -> None:
     """Raise a ``ValueError`` naming ``fn`` unless ``weight`` and ``bias`` are each None, per
     channel (C,) or per sample (N, C) for the NCHW input ``x``."""
-    n, c = x.shape[:2]
     for name, t in (("weight", weight), ("bias", bias)):
         if t is not None and not is_affine_shape(t, x):
+            n, c = x.shape[:2]
             raise ValueError(f"{fn}: {name} must be None, ({c},) or per sample ({n}, {c}) for input of shape "
                              f"{tuple(x.shape)}, got shape {tuple(t.shape)}")
 
@@ -147,8 +148,14 @@ def affine(x: Tensor, weight: Tensor | None, bias: Tensor | None, *, impl: str =
     Elsewhere composed ops in ``x``'s compute dtype.
     """
     check_affine("affine", x, weight, bias)
-    check_devices("affine", x, weight=weight, bias=bias)
     check_impl("affine: impl", impl)
+    return _affine(x, weight, bias, impl)
+
+
+def _affine(x: Tensor, weight: Tensor | None, bias: Tensor | None, impl: str, caller: str = "affine") -> Tensor:
+    """:func:`affine` on arguments of valid shapes and values (a layer's own, its input checked): the device check
+    (the fused operators dispatch on ``x`` alone) and the computation, with errors naming ``caller``."""
+    check_devices(caller, x, weight=weight, bias=bias)
     if weight is None and bias is None:
         return x
     if impl == "fused" and x.dim() == 4 and x.numel() > 0 and _eager_on_cpu_kernels(x):
@@ -185,7 +192,14 @@ def evonorm_s(
     check_affine("evonorm_s", x, weight, bias)
     if v1 is not None and not has_shape(v1, c):
         raise ValueError(f"evonorm_s: v1 must be None or ({c},), got shape {tuple(v1.shape)}")
-    check_devices("evonorm_s", x, weight=weight, bias=bias, v1=v1)
+    return _evonorm_s(x, weight, bias, v1, groups, eps, centered, impl)
+
+
+def _evonorm_s(x: Tensor, weight: Tensor | None, bias: Tensor | None, v1: Tensor | None, groups: int, eps: float,
+               centered: bool, impl: str, caller: str = "evonorm_s") -> Tensor:
+    """:func:`evonorm_s` on arguments of valid shapes and values (a layer's own, its input checked): the device
+    check and the computation, with errors naming ``caller``."""
+    check_devices(caller, x, weight=weight, bias=bias, v1=v1)
     if x.numel() == 0:
         return _empty_result(x, weight, bias, v1)
     op = _fused_forward(x, "s_forward") if impl == "fused" else None
@@ -253,12 +267,34 @@ def evonorm_b(
     check_affine("evonorm_b", x, weight, bias)
     if running_var is not None and not has_shape(running_var, c):
         raise ValueError(f"evonorm_b: running_var must have shape ({c},), got {tuple(running_var.shape)}")
-    check_devices("evonorm_b", x, weight=weight, bias=bias, v1=v1, running_var=running_var,
+    return _evonorm_b(x, weight, bias, v1, running_var, num_batches_tracked, variant, training, momentum, eps, sync,
+                      process_group, impl)
+
+
+def _evonorm_b(
+    x: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    v1: Tensor | None,
+    running_var: Tensor | None,
+    num_batches_tracked: Tensor | None,
+    variant: str,
+    training: bool,
+    momentum: float | None,
+    eps: float,
+    sync: bool,
+    process_group: object | None,
+    impl: str,
+    caller: str = "evonorm_b",
+) -> Tensor:
+    """:func:`evonorm_b` on arguments of valid shapes and values (a layer's own, its input checked): the device
+    check and the computation, with errors naming ``caller``."""
+    check_devices(caller, x, weight=weight, bias=bias, v1=v1, running_var=running_var,
                   num_batches_tracked=num_batches_tracked)
     use_batch = training or running_var is None
     update = training and running_var is not None
     synced = use_batch and stats.syncs_across_processes(sync, process_group)
-    count = x.numel() // c
+    count = x.numel() // x.shape[1]
     if torch.jit.is_tracing():  # traced sizes are tensors; count / (count - 1) would round to float32
         count = int(count)
     if count == 0:  # N H W == 0
