@@ -271,22 +271,9 @@ def evonorm_b(
                       process_group, impl)
 
 
-def _evonorm_b(
-    x: Tensor,
-    weight: Tensor | None,
-    bias: Tensor | None,
-    v1: Tensor | None,
-    running_var: Tensor | None,
-    num_batches_tracked: Tensor | None,
-    variant: str,
-    training: bool,
-    momentum: float | None,
-    eps: float,
-    sync: bool,
-    process_group: object | None,
-    impl: str,
-    caller: str = "evonorm_b",
-) -> Tensor:
+def _evonorm_b(x: Tensor, weight: Tensor | None, bias: Tensor | None, v1: Tensor | None, running_var: Tensor | None,
+               num_batches_tracked: Tensor | None, variant: str, training: bool, momentum: float | None, eps: float,
+               sync: bool, process_group: object | None, impl: str, caller: str = "evonorm_b") -> Tensor:
     """:func:`evonorm_b` on arguments of valid shapes and values (a layer's own, its input checked): the device
     check and the computation, with errors naming ``caller``."""
     check_devices(caller, x, weight=weight, bias=bias, v1=v1, running_var=running_var,
