@@ -259,10 +259,11 @@ def _other_device_cases():
 def test_parameters_on_another_device_are_refused_by_both_implementations(name, impl, nonlinearity, params_on, input_on):
     """The fused operators dispatch on the input's device alone: parameters elsewhere (a layer left on the CPU,
     or on the meta device after ``to_empty``-style construction) must not be read as if they were on it. Both
-    implementations raise the same ValueError naming both devices, in training and eval."""
+    implementations raise the same ValueError naming the layer and both devices, in training and eval."""
     layer = build(name, nonlinearity, impl=impl).to(params_on)
     x = torch.randn(2, 8, 3, 3, device=input_on)
+    moved = rf"is on {params_on}(:0)? but the input is on {input_on}(:0)?; move the layer"
     for training in (True, False):
         layer.train(training)
-        with pytest.raises(ValueError, match=rf"is on {params_on}(:0)? but the input is on {input_on}(:0)?; move the layer"):
+        with pytest.raises(ValueError, match=rf"^{type(layer).__name__}: \w+ {moved}"):
             layer(x)
