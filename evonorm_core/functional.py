@@ -98,10 +98,11 @@ def check_affine(fn: str, x: Tensor, weight: Tensor | None, bias: Tensor | None)
 def check_devices(fn: str, x: Tensor, **tensors: Tensor | None) -> None:
     """Raise a ``ValueError`` naming ``fn`` unless each given tensor is on ``x``'s device (the
     fused operators dispatch on ``x`` alone and would read another device's memory)."""
+    device = x.device
     for name, t in tensors.items():
-        if t is not None and t.device != x.device:
-            raise ValueError(f"{fn}: {name} is on {t.device} but the input is on {x.device}; "
-                             f"move the layer to the input's device (layer.to({str(x.device)!r}))")
+        if t is not None and t.device != device:
+            raise ValueError(f"{fn}: {name} is on {t.device} but the input is on {device}; "
+                             f"move the layer to the input's device (layer.to({str(device)!r}))")
 
 
 def check_impl(name: str, impl: str) -> str:
