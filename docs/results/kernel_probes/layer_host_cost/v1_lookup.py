@@ -27,7 +27,6 @@ def per_call_us(fn, calls: int) -> float:
 
 
 def main() -> None:
-    rows = []
     for shape, (threads, calls) in SHAPES.items():
         torch.set_num_threads(threads)
         x = torch.randn(shape)
@@ -43,7 +42,6 @@ def main() -> None:
             row = {"layer": cls.__name__, "shape": list(shape), "threads": threads,
                    **{k: statistics.median(v) for k, v in times.items()}}
             row["ratio"] = row["has_v1"] / row["getattr"]
-            rows.append(row)
             print(json.dumps(row))
 
 
