@@ -758,6 +758,8 @@ def test_mnist_variations_are_fixed_and_keep_the_digits_and_split():
     plain = data.mnist()
     with pytest.raises(ValueError, match="variation must be None or one of rot, back-rand, rot-back-rand, got 'noise'"):
         data.mnist(variation="noise")
+    with pytest.raises(ValueError, match="variation must be None or one of"):
+        data.vary_digits(plain.val_images, "rotate")
     varied = {name: data.mnist(variation=name) for name in data.MNIST_VARIATIONS}
     for name, split in varied.items():
         assert torch.equal(split.train_labels, plain.train_labels) and torch.equal(split.val_labels, plain.val_labels)

