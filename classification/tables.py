@@ -33,8 +33,10 @@ import torch
 
 from evonorm_core.classifiers.data import MNIST_DATASETS
 from evonorm_core.experiment import data
+from evonorm_core.experiment.arguments import DistinctValues, output_file
+from evonorm_core.experiment.arguments import seed as seed_value
 from evonorm_core.experiment.children import check_autograd_survives_fork
-from evonorm_core.experiment.config import config_to_dict
+from evonorm_core.experiment.config import ConfigError, config_to_dict
 from evonorm_core.experiment.convergence import last_fifth_flatness
 from evonorm_core.experiment.distributed import describe_device, training_device
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
@@ -169,12 +171,29 @@ def cells(table: PaperTable, batches: tuple[int, ...] | None, seeds: tuple[int, 
     return out
 
 
+GPUS_PER_NODE = 8
+# the first node's address, left for the shell of every node to expand (see shell_line)
+RENDEZVOUS_ENDPOINT = "--rdzv-endpoint=$MASTER_ADDR:29400"
+
+
+def torchrun(workers: int, run_id: str) -> list[str]:
+    """``torchrun`` launching ``workers`` processes, 8 a node. Several nodes meet at ``$MASTER_ADDR`` by c10d
+    rendezvous, so the same command runs on every node; without a rendezvous they would wait forever."""
+    nodes, per_node = max(1, workers // GPUS_PER_NODE), min(workers, GPUS_PER_NODE)
+    launch = ["torchrun", f"--nnodes={nodes}", f"--nproc_per_node={per_node}"]
+    return launch if nodes == 1 else launch + ["--rdzv-backend=c10d", RENDEZVOUS_ENDPOINT, f"--rdzv-id={run_id}"]
+
+
+def shell_line(command: list[str]) -> str:
+    """``command`` as one shell line, every word quoted but the rendezvous endpoint (its ``$MASTER_ADDR``)."""
+    return " ".join(word if word == RENDEZVOUS_ENDPOINT else shlex.quote(word) for word in command)
+
+
 def paper_command(table: PaperTable, cell: Cell, runs_dir: Path, data_dir: str) -> list[str]:
     """The ``torchrun`` command of one paper-scale cell (8 GPUs per node); a started cell resumes."""
-    workers = WORKERS.get(cell.model, 32)
-    nodes, per_node = max(1, workers // 8), min(workers, 8)
     folder = cell.run_dir(runs_dir)
-    cmd = ["torchrun", f"--nnodes={nodes}", f"--nproc_per_node={per_node}", "-m", "evonorm_suite.classification.train",
+    run_id = f"{table.key}-{cell.name}".replace("/", "-").replace(" ", "_")
+    cmd = [*torchrun(WORKERS.get(cell.model, 32), run_id), "-m", "evonorm_suite.classification.train",
            "--model", cell.model, "--norm-act", LAYERS[cell.label], "--data", "imagenet", "--data-dir", data_dir,
            "--seed", str(cell.seed), "--output-dir", str(folder), *(["--resume"] if holds_run(folder) else []),
            "--no-progress"]
@@ -244,9 +263,14 @@ def run_paper_scale(table: PaperTable, args: argparse.Namespace, runs_dir: Path)
                  args.layers)
     commands = {cell: paper_command(table, cell, runs_dir, args.data_dir) for cell in grid}
     for command in commands.values():
-        print(shlex.join(command))
+        print(shell_line(command))
     if args.dry_run:
         return 0
+    if several_nodes := sorted({c.model for c in grid if WORKERS.get(c.model, 32) > GPUS_PER_NODE}):
+        raise SystemExit(f"error: {', '.join(several_nodes)} train on several nodes of {GPUS_PER_NODE} GPUs, which "
+                         "this command does not start: run each printed command on every node, with MASTER_ADDR "
+                         "the first node's address (or choose those models out with --models)")
+    data.check_imagenet(args.data_dir)  # one clear error here, not one per cell
     jobs = [GridCell(cell.name, done=cell.run_dir(runs_dir) / "result.json", commands=(tuple(command),))
             for cell, command in commands.items()]
     return run_grid(jobs, runs_dir, jobs=1, name=f"{table.key} paper").exit_status
@@ -268,7 +292,7 @@ def run_mini_scale(table: PaperTable, args: argparse.Namespace, runs_dir: Path) 
     if scale.data == "cifar10":
         data.cifar10(scale.data_dir)  # a missing folder is one clear error here, not one per cell
     models = [m for m in table.models if m in MINI_MODELS and (not args.models or m in args.models)]
-    skipped = [m for m in table.models if m not in MINI_MODELS]
+    skipped = [m for m in table.models if m not in MINI_MODELS and (not args.models or m in args.models)]
     if skipped:
         print(f"mini scale: no CIFAR anchor for {', '.join(skipped)}; those columns stay paper-only")
     grid = scale.grid(table, models, args.layers)
@@ -649,8 +673,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                           "(with the no-normalization controls)")
     run.add_argument("--runs-dir", default="runs/tables", help="one sub-folder per cell with result.json")
     run.add_argument("--data-dir", default=os.environ.get("IMAGENET", "/path/to/imagenet"),
-                     help="ImageNet folder for --scale paper (default: $IMAGENET); CIFAR-10's parent folder for "
-                          "--scale mini --data cifar10")
+                     help="ImageNet folder for --scale paper (default: $IMAGENET, else the placeholder "
+                          "/path/to/imagenet in printed commands; a run checks it first); CIFAR-10's parent folder "
+                          "for --scale mini --data cifar10")
     run.add_argument("--data", choices=MINI_DATA, default="mnist",
                      help="mini scale: the embedded MNIST digits (default: 24 px crops of 28, validated on the centre "
                           "24), the same digits rotated (mnist-rot), on noise (mnist-back-rand) or both "
@@ -660,7 +685,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--batches", type=positive_int, nargs="+",
                      help=f"images per worker to run (default: the table's at paper scale, "
                           f"{' '.join(map(str, MiniScale.batches))} at mini scale)")
-    run.add_argument("--seeds", type=int, nargs="+",
+    run.add_argument("--seeds", type=seed_value, nargs="+", action=DistinctValues,
                      help=f"seeds per cell (default: 0 at paper scale, {' '.join(map(str, MiniScale.seeds))} at mini scale)")
     run.add_argument("--jobs", type=positive_int, default=2,
                      help="mini scale: cells trained at once, one thread each (paper scale runs one cell at a time)")
@@ -677,10 +702,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     rep = sub.add_parser("report", help="paper vs measured as markdown (+ PNG for batch-size tables)")
     rep.add_argument("table", choices=sorted(TABLES))
     rep.add_argument("runs_dir", help="the --runs-dir of `run`")
-    rep.add_argument("--png", help="where to write the accuracy plot: top-1 vs images per worker for a batch sweep, "
+    rep.add_argument("--png", type=output_file, help="where to write the accuracy plot: top-1 vs images per worker for a batch sweep, "
                      "every seed's final top-1 per layer otherwise (default: RUNS_DIR/TABLE.png)")
-    rep.add_argument("--curves", help="where to write the learning curves (default: RUNS_DIR/TABLE_curves.png)")
-    rep.add_argument("--json", help="also write every measured cell (seeds, mean, std, curves) as JSON here")
+    rep.add_argument("--curves", type=output_file, help="where to write the learning curves (default: RUNS_DIR/TABLE_curves.png)")
+    rep.add_argument("--json", type=output_file, help="also write every measured cell (seeds, mean, std, curves) as JSON here")
     rep.set_defaults(func=report)
     return p.parse_args(argv)
 
@@ -689,7 +714,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         return args.func(args) or 0
-    except (FileNotFoundError, CorruptFileError, RunDirError) as error:
+    except (FileNotFoundError, ConfigError, CorruptFileError, RunDirError) as error:
         raise SystemExit(f"error: {error}") from None
 
 

@@ -32,8 +32,10 @@ from torch import Tensor, nn
 
 from evonorm_core import EvoNormB0, NormAct2d
 from evonorm_core.classifiers.models import build_model
+from evonorm_core.experiment.arguments import output_file
 from evonorm_core.experiment.files import CorruptFileError, read_json
 from evonorm_core.experiment.tables import pyplot
+from evonorm_suite.classification.tables import shell_line, torchrun
 
 WIDTHS = (0.9, 1.0, 1.1)
 LAYERS = ("bn_relu", "evonorm_b0")
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     count = sub.add_parser("count", help="params and folded inference FLOPs as markdown, plus the training commands")
     draw = sub.add_parser("plot", help="accuracy vs params / FLOPs from trained runs")
     draw.add_argument("runs_dir", help="folder with <layer>/w<width>/result.json (see `count`'s commands)")
-    draw.add_argument("--png", help="output file (default RUNS_DIR/fig11.png)")
+    draw.add_argument("--png", type=output_file, help="output file (default RUNS_DIR/fig11.png)")
     for command in (count, draw):
         command.add_argument("--resolution", type=int, default=224, help="input size for FLOPs (default %(default)s)")
     args = p.parse_args(argv)
@@ -205,12 +207,14 @@ def main(argv: list[str] | None = None) -> None:
     rows = tradeoff_rows(args.resolution)
     print(markdown(rows))
     if args.command == "count":
-        print("\nImageNet training, one run per point (32 workers as the paper):")
+        print("\nImageNet training, one run per point (32 workers as the paper; run each command on every node, "
+              "MASTER_ADDR the first node's address; add --resume to continue a stopped run):")
         for layer in LAYERS:
             for width in WIDTHS:
-                print(f"torchrun --nnodes=4 --nproc_per_node=8 classification/train.py --model mobilenetv2 "
-                      f"--norm-act {layer} --width-multiplier {width} --data imagenet --data-dir $IMAGENET "
-                      f"--output-dir runs/fig11/{layer}/w{width} --resume")
+                launch = torchrun(32, f"fig11-{layer}-w{width}")
+                print(f"{shell_line(launch)} -m evonorm_suite.classification.train --model mobilenetv2 --norm-act "
+                      f"{layer} --width-multiplier {width} --data imagenet --data-dir $IMAGENET "
+                      f"--output-dir runs/fig11/{layer}/w{width}")
         return
     runs_dir = Path(args.runs_dir)
     png = Path(args.png or runs_dir / "fig11.png")

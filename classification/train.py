@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
 import time
@@ -120,7 +121,8 @@ class TrainConfig:
                                    min=0, min_open=True)
     schedule: str | None = option(None, "LR schedule (none: the recipe's)", choices=SCHEDULES)
     warmup_epochs: float | None = option(None, "linear warmup length (none: the recipe's)", min=0)
-    randaugment: bool = option(False, "RandAugment (2 ops, magnitude 9), Tables 10-12")
+    randaugment: bool | None = option(None, "ImageNet: RandAugment, 2 ops of magnitude 9 (none: the recipe's; on in "
+                                      "the recipes of Tables 3 and 10-12)")
     seed: int = option(0, "seed of initialization, data order and augmentation", min=0)
     deterministic: bool = option(False, "deterministic algorithms only (torch.use_deterministic_algorithms): a CUDA "
                                  "run then repeats bit for bit, a little slower (a CPU run repeats without it)",
@@ -130,7 +132,8 @@ class TrainConfig:
     resume: bool = option(False, "continue the run in --output-dir with its saved settings; of the other flags only "
                           "those that 'may change on --resume' may be given with it", resumable=True)
     num_workers: int = option(4, "data loader processes for ImageNet", min=0, resumable=True)
-    log_every: int = option(10, "steps between TensorBoard scalars and progress lines", min=1, resumable=True)
+    log_every: int = option(10, "steps between TensorBoard training scalars (progress lines: every 10 s)", min=1,
+                            resumable=True)
     progress: bool = option(True, "print progress lines", resumable=True)
 
     def __post_init__(self) -> None:
@@ -139,6 +142,9 @@ class TrainConfig:
             resolve_name(self.norm_act)
         except ValueError as error:
             raise ConfigError(f"--norm-act: {error}") from None
+        if self.data != "imagenet" and (self.holdout_fraction or self.randaugment):
+            raise ConfigError(f"--holdout-fraction and --randaugment are ImageNet's (--data imagenet); --data "
+                              f"{self.data} has its own validation split and augmentation")
         if self.data in ("cifar10", "imagenet") and not self.data_dir:
             raise ConfigError(f"--data {self.data} needs --data-dir (nothing is downloaded)")
         if self.model in ANCHORS and self.width_multiplier != 1.0:
@@ -216,7 +222,7 @@ def resolve_recipe(config: TrainConfig) -> Recipe:
         base = recipe_for(config.model, config.norm_act)
     overrides = {"base_lr": config.base_lr, "schedule": config.schedule, "epochs": config.epochs,
                  "warmup_epochs": config.warmup_epochs, "batch_per_worker": config.batch_size,
-                 "randaugment": config.randaugment or None}
+                 "randaugment": config.randaugment}
     return dataclasses.replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
 
@@ -330,19 +336,19 @@ def restore(path: Path, setup: TrainingSetup, env: DistributedContext) -> tuple[
 def train(config: TrainConfig) -> dict:
     """Run (or resume) one training run; returns the final metrics written to ``result.json``."""
     env = DistributedContext.from_env()
-    run = open_run(config.output_dir, RUN_KIND, config, resume=config.resume) if env.is_main else None
-    try:
-        with deterministic_algorithms(config.deterministic):
-            return _train_and_report(config, env)
-    finally:
-        if run is not None:
-            run.close()
+    with deterministic_algorithms(config.deterministic):
+        seed_everything(config.seed + env.rank)
+        setup = build(config, env)  # before the folder is made: a setting that does not fit leaves nothing behind
+        run = open_run(config.output_dir, RUN_KIND, config, resume=config.resume) if env.is_main else None
+        try:
+            return _train_and_report(config, env, setup)
+        finally:
+            if run is not None:
+                run.close()
 
 
-def _train_and_report(config: TrainConfig, env: DistributedContext) -> dict:
+def _train_and_report(config: TrainConfig, env: DistributedContext, setup: TrainingSetup) -> dict:
     """Train from scratch or the checkpoint in ``--output-dir``; write and return ``result.json``'s metrics."""
-    seed_everything(config.seed + env.rank)
-    setup = build(config, env)
     out = Path(config.output_dir)
     start_epoch, step, history = 0, 0, []
     if config.resume and (out / CHECKPOINT_FILE).exists():
@@ -367,8 +373,10 @@ def _train_epochs(config: TrainConfig, setup: TrainingSetup, env: DistributedCon
                   start_epoch: int, step: int, history: list) -> list:
     trainer = setup.trainer
     writer = _summary_writer(out) if env.is_main else None
-    num_epochs = int(-(-setup.recipe.epochs // 1))
-    total_steps = min(num_epochs * len(setup.train_loader), config.max_steps or float("inf"))
+    num_epochs = math.ceil(setup.recipe.epochs)
+    # a fractional last epoch stops where the LR schedule ends
+    scheduled = math.ceil(round(setup.recipe.epochs * len(setup.train_loader), 6))
+    total_steps = min(scheduled, config.max_steps or scheduled)
     progress = Progress(total_steps, "steps", prefix=f"{config.model} {config.norm_act}", interval=10.0,
                         initial=step, enabled=env.is_main and config.progress)
     for epoch in range(start_epoch, num_epochs):

@@ -136,6 +136,10 @@ def summarize(rows: list[dict], references: list[str], controls: list[str], marg
     return summary
 
 
+# SearchConfig's fields that only a search uses (calibrate has --seeds and trains one layer at a time)
+CALIBRATION_EXCLUDES = ("seed", "max_candidates", "time_budget", "time_limit", "workers", "backend", "ray_address")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python search/calibrate.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -153,17 +157,21 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(0..{MAX_RANDOM})")
     parser.add_argument("--curve", type=int, nargs="*", help="also record the named layers' learning curves at "
                         "these step counts")
-    settings = parser.add_argument_group("settings", "as search/evolve.py")
-    add_config_arguments(settings, SearchConfig, defaults=preset(DEFAULT_PRESET, "B"))
+    settings = parser.add_argument_group("settings", "as search/evolve.py (a search's own seed, stop conditions "
+                                         "and workers are not calibrate's: it trains one layer at a time)")
+    add_config_arguments(settings, SearchConfig, defaults=preset(DEFAULT_PRESET, "B"), exclude=CALIBRATION_EXCLUDES)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not 0 <= args.random <= MAX_RANDOM or any(s < 1 for s in args.curve or []) or not 0 <= args.margin <= 1:
-        parser.error(f"--random must be in 0..{MAX_RANDOM}, --curve steps >= 1, --margin in [0, 1]; got "
-                     f"{args.random}, {args.curve}, {args.margin}")
+    for flag, bad, accepted, value in (
+            ("--random", not 0 <= args.random <= MAX_RANDOM, f"in 0..{MAX_RANDOM}", args.random),
+            ("--curve", any(s < 1 for s in args.curve or []), "steps >= 1", args.curve),
+            ("--margin", not 0 <= args.margin <= 1, "in [0, 1]", args.margin)):
+        if bad:
+            parser.error(f"{flag} must be {accepted}, got {value}")
     if args.controls and "none" in args.controls and len(args.controls) > 1:
         parser.error(f"--controls: 'none' cannot be combined with layers, got {' '.join(args.controls)}")
     explicit = explicit_values(args, SearchConfig)

@@ -24,7 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-from evonorm_core.experiment.config import command_line
+from evonorm_core.experiment.arguments import DistinctValues, output_file
+from evonorm_core.experiment.arguments import seed as seed_value
+from evonorm_core.experiment.config import ConfigError, command_line
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json
 from evonorm_core.experiment.grid import Cell, run_grid
 from evonorm_core.experiment.rundir import RunDirError, holds_run
@@ -138,25 +140,29 @@ def plot(result: dict, path: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = argparse.ArgumentParser(prog="python search/compare.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)  # flags it does not know go to every run: --seed is not --seeds
     parser.add_argument("--output-dir", default="runs/fig10", help="one folder per run is made in here")
     parser.add_argument("--max-candidates", type=int, required=True, help="candidate budget of every run")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="search seeds (default: 0 1 2)")
-    parser.add_argument("--json", help="summary to write (default: OUTPUT/fig10.json)")
-    parser.add_argument("--plot", help="PNG to write (default: OUTPUT/fig10.png)")
+    parser.add_argument("--seeds", type=seed_value, nargs="+", action=DistinctValues, default=[0, 1, 2], help="search seeds (default: 0 1 2)")
+    parser.add_argument("--json", type=output_file, help="summary to write (default: OUTPUT/fig10.json)")
+    parser.add_argument("--plot", type=output_file, help="PNG to write (default: OUTPUT/fig10.png)")
     parser.add_argument("--jobs", type=int, default=1, help="searches run at once, each with its own --workers "
                         "(default %(default)s)")
     args, extra = parser.parse_known_args(argv)
     for flag, value in (("--max-candidates", args.max_candidates), ("--jobs", args.jobs)):
         if value < 1:
             parser.error(f"{flag} must be >= 1, got {value}")
-    if any(s < 0 for s in args.seeds):
-        parser.error(f"--seeds must be >= 0, got {args.seeds}")
     for flag in ("--strategy", "--seed", "--output-dir", "--resume", "--time-budget"):
         if any(item == flag or item.startswith(flag + "=") for item in extra):
             parser.error(f"{flag} is set by this program for each run; remove it")
-    evolve.build_parser().parse_args(extra)  # a bad flag for the runs is an error now, not in every run
+    runs_parser = evolve.build_parser()
+    runs_parser.prog = "python search/compare.py (a flag for every search/evolve.py run)"
+    try:  # a bad flag or value for the runs is an error now, not in every run
+        evolve.resolve_config(runs_parser.parse_args(extra))
+    except ConfigError as error:
+        parser.error(str(error))
     output_dir = Path(args.output_dir)
     started = time.monotonic()
     cells = [run_cell(output_dir, strategy, seed, args.max_candidates, extra)

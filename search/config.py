@@ -110,6 +110,9 @@ class SearchConfig:
         validate(self)
         if "none" in self.references and len(self.references) > 1:
             raise ConfigError(f"--references: 'none' cannot be combined with layers, got {','.join(self.references)}")
+        if self.ray_address is not None and self.backend != "ray":
+            raise ConfigError(f"--ray-address {self.ray_address} joins a Ray cluster: it needs --backend ray, got "
+                              f"--backend {self.backend}")
 
     @property
     def torch_threads(self) -> int:

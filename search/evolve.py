@@ -30,7 +30,8 @@ from evonorm_suite.search.report import print_report, summarize, write_progress_
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python search/evolve.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", dest="preset_name", choices=sorted(PRESETS),
                         help=f"starting values of every setting below: cpu (about 15 min on 2 cores) or paper "
                         f"(Appendix B/C) (default: {DEFAULT_PRESET}; with --resume: the run's)")

@@ -71,7 +71,7 @@ class ProxyConfig:
                        "needs --data-dir", choices=DATASETS)
     data_dir: str | None = option(None, "folder holding cifar-10-batches-py (torchvision layout), for --data cifar10")
     image_size: int = option(PROXY_TRAINING.image_size, "validation image size; training crops are taken from "
-                             "images of this size (paper: 32)", min=4)
+                             "images of this size (paper: 32)", min=8)
     crop_size: int = option(PROXY_TRAINING.crop_size, "random training crop (paper: 24 of 32)", min=4)
     batch_size: int = option(PROXY_TRAINING.batch_size, "training batch (paper: 128)", min=1)
     eval_batch_size: int = option(512, "validation batch (paper: 512)", min=1)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from torch import Tensor
 
+from evonorm_core.experiment.arguments import output_file
 from evonorm_core.experiment.config import ConfigError, command_line
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
 from evonorm_core.experiment.progress import format_duration
@@ -266,11 +267,12 @@ def write_progress_plot(output_dirs: list[str], path: str | Path, k: int = 10) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python search/report.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("output_dirs", nargs="+", metavar="DIR", help="output folders of search/evolve.py runs")
     parser.add_argument("--top", type=int, default=10, help="how many candidates the top list and the curve use")
-    parser.add_argument("--plot", help="PNG to write (default: DIR/progress.png of the first DIR)")
-    parser.add_argument("--json", help="write the run's summary to this JSON file (a list of them for several DIRs)")
+    parser.add_argument("--plot", type=output_file, help="PNG to write (default: DIR/progress.png of the first DIR)")
+    parser.add_argument("--json", type=output_file, help="write the run's summary to this JSON file (a list of them for several DIRs)")
     args = parser.parse_args(argv)
     if args.top < 1:
         parser.error(f"--top must be >= 1, got {args.top}")

@@ -104,7 +104,8 @@ def rank(chosen: dict[str, dict], results: list[dict], anchors: tuple[str, ...])
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python search/rerank.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("output_dir", metavar="DIR", help="output folder of a search/evolve.py run")
     parser.add_argument("--top", type=int, default=10, help="how many of the best layers to rerank (paper: 10)")
     parser.add_argument("--seeds", type=seed, nargs="+", action=DistinctValues, default=[0, 1, 2],

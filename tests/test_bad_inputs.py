@@ -266,7 +266,16 @@ FLAGS = [
     (RERANK, ["{tmp}/r", "--seeds", "1", "1"], ["--seeds repeats 1: each value counts once"]),
     (RERANK, ["{tmp}/r_none"], ["no search checkpoint checkpoint.json in", "r_none'"]),
     (COMPARE, ["--max-candidates", "0", "--output-dir", "{tmp}/cmp"], ["--max-candidates must be >= 1, got 0"]),
-    (CALIBRATE, ["--json", "{tmp}/cal.json", "--random", "-1"], ["--random must be in 0..1000", "got -1"]),
+    (COMPARE, ["--max-candidates", "1", "--lr", "-1", "--output-dir", "{tmp}/out"], ["--lr must be > 0, got -1.0"]),
+    (COMPARE, ["--max-candidates", "1", "--seeds", "0", "0", "--output-dir", "{tmp}/out"],
+     ["--seeds repeats 0: each value counts once"]),
+    (CALIBRATE, ["--json", "{tmp}/cal.json", "--random", "-1"], ["--random must be in 0..1000, got -1"]),
+    (CALIBRATE, ["--json", "{tmp}/cal.json", "--margin", "nan"], ["--margin must be in [0, 1], got nan"]),
+    (CALIBRATE, ["--json", "{tmp}/cal.json", "--curve", "0"], ["--curve must be steps >= 1, got [0]"]),
+    (EVOLVE, ["--image-size", "4", "--crop-size", "4"], ["--image-size must be >= 8, got 4"]),
+    (EVOLVE, ["--ray-address", "auto"], ["--ray-address auto joins a Ray cluster: it needs --backend ray, got --backend "
+                                         "local"]),
+    (CALIBRATE, ["--json", "{tmp}/cal.json", "--workers", "8"], ["unrecognized arguments: --workers 8"]),
     (CALIBRATE, ["--json", "{tmp}/cal.json", "--seeds", str(2**70)], ["seeds must be in 0..2147483647"]),
     (CALIBRATE, ["--json", "{tmp}"], ["is a folder; give a file path"]),
     (CALIBRATE, ["--json", "{tmp}/cal.json", "--batch-size", "0"], ["--batch-size must be >= 1, got 0"]),
@@ -279,11 +288,19 @@ FLAGS = [
     (TRAIN, ["--width-multiplier", "nan"], ["--width-multiplier must be a finite number, got nan"]),
     (TRAIN, ["--table", "table99"], ["--table must be one of table2, table3", "got 'table99'"]),
     (TRAIN, ["--max-steps", "-3"], ["--max-steps must be >= 1, got -3"]),
+    (TRAIN, ["--randaugment"], ["--holdout-fraction and --randaugment are ImageNet's (--data imagenet); --data digits"]),
+    (TRAIN, ["--batch-size", "5000"], ["batch size 5000 x 1 workers exceeds the 1438 training images"]),
     (TABLES, ["run", "table3", "--scale", "mini", "--models", "nope", "--runs-dir", "{tmp}/t", "--dry-run"],
      ["--models nope: not in this table; accepted: resnet50, mobilenetv2"]),
     (TABLES, ["run", "table3", "--scale", "mini", "--layers", "nope", "--runs-dir", "{tmp}/t", "--dry-run"],
      ["--layers nope: not in this table; accepted: bn_relu, gn_relu"]),
     (TABLES, ["run", "table99", "--dry-run"], ["argument table: invalid choice: 'table99' (choose from"]),
+    (TABLES, ["run", "table3", "--scale", "mini", "--dry-run", "--seeds", "-1", "--runs-dir", "{tmp}/out"],
+     ["seeds must be in 0..2147483647, got -1"]),
+    (TABLES, ["run", "table3", "--models", "resnet50", "--layers", "bn_relu", "--batches", "4", "--data-dir",
+              "{tmp}/none", "--runs-dir", "{tmp}/out"], ["ImageNet not found: missing", "none/train"]),
+    (TABLES, ["run", "table3", "--layers", "bn_relu", "--batches", "4", "--data-dir", "{tmp}", "--runs-dir", "{tmp}/out"],
+     ["mobilenetv2 train on several nodes of 8 GPUs", "run each printed command on every node"]),
     (TABLES, ["report", "table3", "{tmp}/none"], ["runs directory", "none' does not exist"]),
     (TRADEOFF, ["plot", "{tmp}/none"], ["runs directory", "none' does not exist"]),
     (BIGGAN, ["--total-steps", "-5"], ["--total-steps must be >= 1, got -5"]),
@@ -333,6 +350,23 @@ def test_a_bad_flag_is_refused_naming_it_and_what_is_accepted(program, flags, fr
         argv += [OUTPUT_FLAG[program], str(tmp_path / "out")]
     says(refusal(entry(program), argv, capsys), *fragments)
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize("program,flags", [
+    (TRAIN, ["--output-dir", "{file}/run", "--max-steps", "1"]),
+    (EVOLVE, ["--output-dir", "{file}/run"]),
+    (COMPARE, ["--max-candidates", "1", "--output-dir", "{file}/run"]),
+    (TABLES, ["run", "table3", "--scale", "mini", "--models", "resnet50", "--layers", "bn_relu", "--batches", "4",
+              "--seeds", "0", "--runs-dir", "{file}/run"]),
+    (TABLES, ["report", "table3", "{tmp}", "--png", "{file}/t.png"]),
+    (TRADEOFF, ["plot", "{tmp}", "--png", "{file}/f.png"]),
+    (REPORT, ["{tmp}", "--plot", "{file}/p.png"]),
+], ids=lambda v: v.rsplit(".", 1)[-1] if isinstance(v, str) else " ".join(v[:2]))
+def test_an_output_path_under_a_file_is_refused_naming_it(program, flags, tmp_path, capsys):
+    file = tmp_path / "file"
+    file.write_text("")
+    argv = [a.replace("{file}", str(file)).replace("{tmp}", str(tmp_path)) for a in flags]
+    says(refusal(entry(program), argv, capsys), f"{file}")
 
 
 @pytest.mark.parametrize("script,flags,message", [

@@ -329,7 +329,8 @@ def test_proxy_recipe_of_the_anchors_is_the_papers_proxy_task():
     for anchor in ("resnet50_cifar", "mobilenetv2_cifar", "efficientnet_cifar"):
         assert resolve_recipe(TrainConfig(model=anchor)) == PROXY_RECIPE
     overridden = resolve_recipe(TrainConfig(model="resnet50_cifar", base_lr=0.4, batch_size=32, epochs=3,
-                                            schedule="constant", warmup_epochs=1, randaugment=True))
+                                            schedule="constant", warmup_epochs=1, randaugment=True, data="imagenet",
+                                            data_dir="/in"))
     assert (overridden.base_lr, overridden.batch_per_worker, overridden.epochs, overridden.schedule,
             overridden.warmup_epochs, overridden.randaugment) == (0.4, 32, 3, "constant", 1, True)
 
@@ -451,6 +452,23 @@ def test_training_result_holds_the_history_final_and_best_top1(tmp_path, monkeyp
     assert [(h["epoch"], h["step"]) for h in stopped["history"]] == [(1, 3)] and stopped["steps"] == 3
     lr = load_checkpoint(tmp_path / "short" / "run" / "checkpoint.pt")["trainer"]["optimizer"]["param_groups"][0]["lr"]
     assert lr == pytest.approx(0.4 * 16 / 256 * 0.5 * (1 + math.cos(math.pi * 3 / 8)))  # step 3 of 2 x 4
+
+
+def test_a_fractional_epoch_count_ends_where_the_schedule_ends(tmp_path, monkeypatch):
+    """--epochs 1.5 at 4 steps an epoch trains 6 steps, the last epoch stopping half-way where the LR schedule ends
+    (not 8, the last two at LR 0)."""
+    monkeypatch.setattr(train_module, "evaluate", lambda *args: {"top1": 50.0, "loss": 1.0})
+    result = train(quick_config(tmp_path, schedule="cosine", epochs=1.5))
+    assert [(h["epoch"], h["step"]) for h in result["history"]] == [(1, 4), (2, 6)] and result["steps"] == 6
+
+
+def test_randaugment_is_the_recipes_unless_a_flag_turns_it_on_or_off():
+    """Table 11's recipe has RandAugment on; --no-randaugment turns it off, --randaugment on for a recipe without it."""
+    imagenet = ["--model", "resnet50", "--data", "imagenet", "--data-dir", "/in"]
+    assert resolve_recipe(config_from_argv([*imagenet, "--table", "table11"])).randaugment
+    assert not resolve_recipe(config_from_argv([*imagenet, "--table", "table11", "--no-randaugment"])).randaugment
+    assert not resolve_recipe(config_from_argv(imagenet)).randaugment
+    assert resolve_recipe(config_from_argv([*imagenet, "--randaugment"])).randaugment
 
 
 class ShardOfTwo(DistributedContext):

@@ -42,7 +42,8 @@ def output_file(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file path")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
-        raise argparse.ArgumentTypeError(f"folder {str(folder)!r} of {text!r} does not exist")
+        problem = "is not a folder" if folder.exists() else "does not exist"
+        raise argparse.ArgumentTypeError(f"folder {str(folder)!r} of {text!r} {problem}")
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise argparse.ArgumentTypeError(f"{text!r} is not writable")
     return path

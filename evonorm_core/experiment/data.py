@@ -173,6 +173,17 @@ def image_folder(path: str | Path, transform: Callable | None = None) -> Dataset
     return ImageFolder(str(path), transform=transform)
 
 
+def check_imagenet(root: str | Path, holdout_fraction: float = 0.0) -> Path:
+    """``root`` if it has ImageNet's folders (``train/``, and ``val/`` unless validating on a held-out fraction);
+    else :class:`FileNotFoundError` naming what is missing and the layout expected."""
+    root = Path(root).expanduser()
+    needed = [root / "train"] + ([] if holdout_fraction > 0 else [root / "val"])
+    missing = [str(p) for p in needed if not p.is_dir()]
+    if missing:
+        raise FileNotFoundError(f"ImageNet not found: missing {missing}; expected {IMAGENET_LAYOUT.replace('ROOT', str(root))}")
+    return root
+
+
 def imagenet(
     root: str | Path,
     train_transform: Callable,
@@ -188,11 +199,7 @@ def imagenet(
     """
     if not 0 <= holdout_fraction < 1:
         raise ValueError(f"holdout_fraction must be in [0, 1), got {holdout_fraction!r}")
-    root = Path(root).expanduser()
-    needed = [root / "train"] + ([] if holdout_fraction > 0 else [root / "val"])
-    missing = [str(p) for p in needed if not p.is_dir()]
-    if missing:
-        raise FileNotFoundError(f"ImageNet not found: missing {missing}; expected {IMAGENET_LAYOUT.replace('ROOT', str(root))}")
+    root = check_imagenet(root, holdout_fraction)
     train = image_folder(root / "train", train_transform)
     if holdout_fraction == 0:
         return train, image_folder(root / "val", eval_transform)

@@ -72,7 +72,12 @@ class RunDir:
                 f"output folder {str(self.path)!r} is not empty ({_shown(existing)}); pass {flag} to continue the run "
                 "in it, or choose another output folder"
             )
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # a parent that is a file, no permission, a read-only disk
+            raise RunDirError(
+                f"cannot create output folder {str(self.path)!r}: {error.strerror}; choose another output folder"
+            ) from None
         self._lock: int | None = _acquire_lock(self.path / LOCK_FILE)
         self.resumed = bool(existing)
 
