@@ -45,6 +45,17 @@ class SafeCheckpointer(DetectionCheckpointer):
     def _torch_load(self, f: str):
         return load_checkpoint(f, what="detectron2 checkpoint")
 
+    def get_checkpoint_file(self) -> str:
+        """The checkpoint ``last_checkpoint`` names; :class:`CorruptFileError` if it names no file (fvcore would
+        assert inside the worker)."""
+        path = super().get_checkpoint_file()
+        if not os.path.isfile(path):
+            tag = os.path.join(self.save_dir, "last_checkpoint")
+            raise CorruptFileError(
+                f"{tag!r} names {path!r}, which does not exist: write the name of a checkpoint in that folder into it "
+                "(e.g. model_0000999.pth) to resume from there, or delete it to start from MODEL.WEIGHTS")
+        return path
+
     def save(self, name: str, **kwargs) -> None:
         if not self.save_dir or not self.save_to_disk:
             return

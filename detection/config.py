@@ -72,8 +72,9 @@ def _check_base_chain(config_file: str) -> None:
             raise ValueError(f"config {config_file!r}: _BASE_ files form a cycle: {' -> '.join([*seen, real])}")
         seen.append(real)
         if not os.path.isfile(path):
-            raise ValueError(f"config {seen[-2] if len(seen) > 1 else config_file!r} names _BASE_ {path!r}, "
-                             "which does not exist")
+            if len(seen) == 1:
+                raise ValueError(f"config file {config_file!r} does not exist (see detection/configs/)")
+            raise ValueError(f"config {seen[-2]!r} names _BASE_ {path!r}, which does not exist")
         try:
             with open(path, encoding="utf-8") as f:
                 data = yaml.safe_load(f)

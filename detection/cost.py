@@ -96,20 +96,32 @@ def main(argv: list[str] | None = None) -> int:
         prog="python tools/model_cost.py", description=main.__doc__,
         epilog="e.g. python tools/model_cost.py --config detection/configs/mask_rcnn_R50_*.yaml",
     )
-    parser.add_argument("--config", "--config-file", nargs="+", required=True, metavar="FILE", help="config file(s)")
+    parser.add_argument("--config", "--config-file", nargs="+", required=True, metavar="FILE",
+                        help="config file(s), .yaml; KEY VALUE overrides may follow the last one")
     parser.add_argument("--image-size", type=int, default=1024, help="side of the square input image (default: 1024, the paper's)")
-    parser.add_argument("--threads", type=int, default=0, help="CPU threads for torch (default %(default)s: torch's default)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="CPU threads for torch, >= 0 (default %(default)s: torch's default)")
     parser.add_argument("--show-uncounted", action="store_true", help="also list the ops fvcore did not count")
-    parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides, applied to every config")
+    parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides, applied to every config "
+                        "(after the other flags)")
     args = parser.parse_args(argv)
-    if args.image_size < 32:
-        parser.error(f"--image-size must be >= 32, got {args.image_size}")
+    if args.image_size < 32 or args.threads < 0:
+        parser.error(f"--image-size must be >= 32 and --threads >= 0, got {args.image_size} and {args.threads}")
+    # --config takes every word up to the next flag: the overrides that follow the files are among them
+    first_override = next((i for i, word in enumerate(args.config) if not word.endswith((".yaml", ".yml"))),
+                          len(args.config))
+    configs, opts = args.config[:first_override], args.config[first_override:] + args.opts
+    if not configs:
+        parser.error(f"--config needs at least one .yaml file, got {args.config}")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     header = [f"config ({args.image_size}x{args.image_size})", "MAdds (B)", "paper MAdds (B)", "Params (M)", "paper Params (M)"]
     print(markdown_table(header, []), flush=True)
-    for config_file in args.config:
-        cost = model_cost(load_config(config_file, args.opts), args.image_size)
+    for config_file in configs:
+        try:
+            cost = model_cost(load_config(config_file, opts), args.image_size)
+        except (AssertionError, KeyError, ValueError) as error:  # yacs: an unknown key, an odd override list
+            parser.error(f"config {config_file} with overrides {opts}: {error}")
         paper_madds, paper_params = paper_cells(config_file, ("MAdds (B)", "params (M)"))
         row = [config_file, f"{cost.madds_b:.1f}", format_number(paper_madds), f"{cost.params_m:.2f}",
                format_number(paper_params, 2)]

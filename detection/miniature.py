@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from evonorm_core.experiment.arguments import output_folder
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.convergence import last_fifth_flatness
 from evonorm_core.experiment.files import atomic_write_json, read_json
@@ -227,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/detection_miniature"),
                         help="root of the runs: RUNS_DIR/<images>_images/<setting>/<layer>/seed<k>")
-    parser.add_argument("--out", type=Path, default=Path("docs/results/detection"), help="where miniature.json goes")
+    parser.add_argument("--out", type=output_folder, default=Path("docs/results/detection"),
+                        help="where miniature.json, .md and the PNGs go (default %(default)s)")
     parser.add_argument("--iterations", type=int, default=ITERATIONS,
                         help=f"SGD steps of {BASE_BATCH} images per run (default {ITERATIONS}); a setting with fewer "
                              "images per step runs proportionally more steps, so that every setting sees the same images")

@@ -12,10 +12,11 @@ Installed as the ``evonorm-detect-report`` command.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+from evonorm_core.experiment.arguments import output_file
+from evonorm_core.experiment.files import CorruptFileError, read_json, read_jsonl
 from evonorm_core.experiment.tables import markdown_table, pyplot
 from evonorm_suite.detection.paper import BOX, MASK, paper_cells
 
@@ -26,7 +27,7 @@ METRICS = ("AP", "AP50", "AP75")
 def logged_metrics(output_dir: Path) -> list[dict]:
     """The entries of a run's ``metrics.json`` (detectron2 writes one JSON object per line); [] if absent."""
     metrics_file = Path(output_dir) / "metrics.json"
-    return [json.loads(line) for line in metrics_file.read_text().splitlines()] if metrics_file.exists() else []
+    return read_jsonl(metrics_file, what="detectron2 metrics log") if metrics_file.exists() else []
 
 
 def last_logged_evaluation(output_dir: Path) -> dict[str, dict[str, float]] | None:
@@ -65,8 +66,13 @@ def load_results(output_dir: Path) -> dict[str, dict[str, float]]:
     """``{"bbox": {...}, "segm": {...}}`` of a run; ``FileNotFoundError`` saying what to run if absent."""
     path = Path(output_dir) / RESULTS_FILE
     if path.exists():
-        results = json.loads(path.read_text())
-        return results if "bbox" in results else next(iter(results.values()))  # {...} or {dataset: {...}}
+        results = read_json(path, what="COCO results")
+        if isinstance(results, dict) and "bbox" not in results and len(results) == 1:
+            results = next(iter(results.values()))  # {dataset: {...}}
+        if not isinstance(results, dict) or not isinstance(results.get("bbox"), dict):
+            raise CorruptFileError(f"COCO results {str(path)!r} hold no 'bbox' metrics; evaluate the run again "
+                                   "(tools/train_net.py --eval-only --resume)")
+        return results
     results = last_logged_evaluation(output_dir)
     if results is None:
         raise FileNotFoundError(
@@ -94,17 +100,17 @@ def report_rows(output_dirs: list[Path]) -> list[list[str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Print box/mask AP (AP / AP50 / AP75) of runs next to paper Table 4.")
     parser.add_argument("output_dirs", nargs="+", type=Path, help="OUTPUT_DIR folders of finished runs")
-    parser.add_argument("--plot", type=Path, metavar="PNG", help="also draw the runs' training loss curves into PNG")
+    parser.add_argument("--plot", type=output_file, metavar="PNG", help="also draw the runs' training loss curves into PNG")
     args = parser.parse_args(argv)
     try:
         rows = report_rows(args.output_dirs)
-    except FileNotFoundError as err:
+        header = ["run", "box AP/AP50/AP75", "paper box", "mask AP/AP50/AP75", "paper mask"]
+        print(markdown_table(header, rows))
+        if args.plot:
+            plot_training_curves(args.output_dirs, args.plot)
+            print(f"training loss curves: {args.plot}")
+    except (FileNotFoundError, CorruptFileError) as err:
         parser.exit(2, f"error: {err}\n")
-    header = ["run", "box AP/AP50/AP75", "paper box", "mask AP/AP50/AP75", "paper mask"]
-    print(markdown_table(header, rows))
-    if args.plot:
-        plot_training_curves(args.output_dirs, args.plot)
-        print(f"training loss curves: {args.plot}")
     return 0
 
 

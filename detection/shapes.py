@@ -18,6 +18,9 @@ from detectron2.data import DatasetCatalog
 from detectron2.data.datasets import register_coco_instances
 from PIL import Image, ImageDraw
 
+from evonorm_core.experiment.arguments import output_folder
+from evonorm_core.experiment.arguments import seed as seed_value
+
 CLASSES = ("circle", "square", "triangle")
 SPLITS = {"train": 400, "val": 50}  # images per split
 DATASET_PREFIX = "evonorm_shapes"
@@ -140,11 +143,13 @@ def register_shapes_dataset(root: Path | None = None, size: int = 128) -> list[s
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python detection/shapes.py", description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--root", type=Path, default=None, help="output folder (default: $DETECTRON2_DATASETS/evonorm_shapes)"
+        "--root", type=output_folder, default=None, help="output folder (default: $DETECTRON2_DATASETS/evonorm_shapes)"
     )
-    parser.add_argument("--size", type=int, default=128, help="image side in pixels (default: 128)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    parser.add_argument("--size", type=int, default=128, help="image side in pixels, >= 32 (default: 128)")
+    parser.add_argument("--seed", type=seed_value, default=0, help="random seed (default: 0)")
     args = parser.parse_args(argv)
+    if args.size < 32:
+        parser.error(f"--size must be >= 32, got {args.size}")
     root = args.root or default_root()
     for split, num_images in SPLITS.items():
         print(f"wrote {num_images} images: {write_split(root, split, num_images, args.size, args.seed)}")

@@ -23,6 +23,7 @@ import sys
 
 import torch
 from detectron2.engine import default_argument_parser, default_setup, launch
+from detectron2.modeling import build_model
 from detectron2.utils import comm
 
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json
@@ -30,6 +31,7 @@ from evonorm_core.experiment.rundir import RunDirError, RunKind, holds_run, open
 from evonorm_suite.detection import load_config
 from evonorm_suite.detection.checkpoint import SafeCheckpointer, check_weights_file
 from evonorm_suite.detection.data import DatasetNotFoundError, prepare_datasets
+from evonorm_suite.detection.norm import norm_act_maker
 from evonorm_suite.detection.report import RESULTS_FILE
 from evonorm_suite.detection.trainer import NormActTrainer
 
@@ -45,6 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--threads", type=int, default=0, help="CPU threads per process for torch (default %(default)s: torch's default)"
     )
     args = parser.parse_args(argv)
+    if args.threads < 0:
+        parser.error(f"--threads must be >= 0 (0: torch's default), got {args.threads}")
     if not args.config_file or not os.path.isfile(args.config_file):
         parser.error(f"--config FILE is required and must exist, got {args.config_file!r} (see detection/configs/)")
     return args
@@ -61,6 +65,26 @@ def setup(args: argparse.Namespace):
     if cpu_fallback:
         logger.warning("no CUDA GPU: running on the CPU (MODEL.DEVICE=cpu)")
     return cfg
+
+
+def check_config_values(cfg, processes: int) -> None:
+    """What the workers would find wrong only after starting, with a traceback, raised here as a ``ValueError``
+    naming the key: the solver's length and batch, the LSJ crop size, and the model built once on the CPU (the
+    norm-act's name and options against every layer's channels)."""
+    for key, value in (("SOLVER.MAX_ITER", cfg.SOLVER.MAX_ITER), ("SOLVER.IMS_PER_BATCH", cfg.SOLVER.IMS_PER_BATCH),
+                       ("INPUT.LSJ.IMAGE_SIZE", cfg.INPUT.LSJ.IMAGE_SIZE)):
+        if value < 1:
+            raise ValueError(f"{key} must be >= 1, got {value}")
+    if cfg.SOLVER.IMS_PER_BATCH % processes:
+        raise ValueError(f"SOLVER.IMS_PER_BATCH {cfg.SOLVER.IMS_PER_BATCH} must be a multiple of the {processes} "
+                         "processes (--num-gpus x --num-machines)")
+    norm_act_maker(cfg)  # a bad name or option: its error names MODEL.NORM_ACT
+    on_cpu = cfg.clone()
+    on_cpu.MODEL.DEVICE = "cpu"
+    try:
+        build_model(on_cpu)
+    except ValueError as err:
+        raise ValueError(f"MODEL.NORM_ACT {dict(cfg.MODEL.NORM_ACT)} does not fit the model's layers: {err}") from None
 
 
 def save_results(cfg, results: dict) -> None:
@@ -99,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"--num-gpus {args.num_gpus} but this machine has {torch.cuda.device_count()} CUDA GPU(s)")
     try:  # fail before spawning workers: bad config keys or values (yacs asserts), missing data
         cfg = load_config(args.config_file, args.opts)
+        check_config_values(cfg, args.num_gpus * args.num_machines)
         if cfg.MODEL.WEIGHTS:
             check_weights_file(cfg.MODEL.WEIGHTS)
         prepare_datasets(cfg)

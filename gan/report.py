@@ -17,7 +17,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json
+from evonorm_core.experiment.arguments import output_file
+from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, atomic_write_text, read_json
 from evonorm_core.experiment.tables import PaperTable, Series, markdown_table, plot_series
 
 LABELS = {"bn_relu": "BN-ReLU", "evonorm_b0": "EvoNorm-B0", "gn_relu": "GN-ReLU", "ln_relu": "LayerNorm-ReLU",
@@ -48,6 +49,19 @@ def find_metrics(paths: list[str | Path]) -> list[Path]:
     if not found:
         raise FileNotFoundError(f"no metrics.json under {[str(p) for p in paths]}; run gan/evaluate.py on the runs first")
     return found
+
+
+METRICS_KEYS = ("norm", "seed", "step", "is_mean", "fid")  # what every table row reads
+
+
+def read_run_metrics(path: Path) -> dict:
+    """One run's ``metrics.json``; :class:`CorruptFileError` naming it if it is not JSON or lacks a key of
+    :data:`METRICS_KEYS`."""
+    metrics = read_json(path, what="run metrics")
+    if not isinstance(metrics, dict) or not set(METRICS_KEYS) <= metrics.keys():
+        raise CorruptFileError(f"run metrics {str(path)!r} is not a metrics file of gan/evaluate.py (an object with "
+                               f"{', '.join(METRICS_KEYS)}): evaluate the run again with python gan/evaluate.py RUN")
+    return metrics
 
 
 def layer_key(metrics: dict) -> str:
@@ -127,16 +141,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python gan/report.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dirs", nargs="+", help="run directories, or folders containing them")
-    parser.add_argument("--out", help="also write the markdown table to this file")
-    parser.add_argument("--json", help="also write the per-layer numbers (every seed, median, best) as JSON here")
-    parser.add_argument("--plot", help="also write IS vs FID of every run as a PNG")
+    parser.add_argument("--out", type=output_file, help="also write the markdown table to this file")
+    parser.add_argument("--json", type=output_file, help="also write the per-layer numbers (every seed, median, best) as JSON here")
+    parser.add_argument("--plot", type=output_file, help="also write IS vs FID of every run as a PNG")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        runs = [read_json(path, what="run metrics") for path in find_metrics(args.run_dirs)]
+        runs = [read_run_metrics(path) for path in find_metrics(args.run_dirs)]
     except (FileNotFoundError, ValueError) as error:
         raise SystemExit(f"error: {error}") from None
     results = aggregate(runs)

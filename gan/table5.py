@@ -43,8 +43,16 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from evonorm_core.experiment.arguments import DistinctValues, output_folder
+from evonorm_core.experiment.arguments import seed as seed_value
 from evonorm_core.experiment.config import command_line
-from evonorm_core.experiment.files import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
+from evonorm_core.experiment.files import (
+    CorruptFileError,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    read_json,
+)
 from evonorm_core.experiment.grid import Cell, run_grid
 from evonorm_core.experiment.rundir import RunDirError, holds_run
 from evonorm_core.registry import options_of
@@ -311,15 +319,16 @@ def still_improving(layers: dict[str, dict]) -> list[str]:
             for seed, at_last in zip(result["seeds"], result.get("best_at_last", [])) if at_last]
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python gan/table5.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults = Schedule()
     parser.add_argument("--layers", nargs="+", choices=sorted(LABELS), default=list(LABELS),
                         help="generator layers (default: the paper's six and no_norm_relu, the control)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds per layer (Table 5: 3)")
+    parser.add_argument("--seeds", type=seed_value, nargs="+", action=DistinctValues, default=[0, 1, 2],
+                        help="the seeds each layer trains with (default: 0 1 2; Table 5 has 3 a layer)")
     parser.add_argument("--steps", type=int, default=defaults.steps,
-                        help="G steps every run trains first (default %(default)s)")
+                        help="G steps every run trains first, >= 4 (default %(default)s)")
     parser.add_argument("--extend-by", type=int, default=defaults.extend_by,
                         help="G steps a run not yet past its peak trains further (default %(default)s)")
     parser.add_argument("--max-steps", type=int, default=defaults.max_steps,
@@ -331,15 +340,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each (default %(default)s)")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/gan_table5"),
                         help="one folder per layer and seed (default %(default)s)")
-    parser.add_argument("--out", type=Path, default=Path("docs/results/gan"),
+    parser.add_argument("--out", type=output_folder, default=Path("docs/results/gan"),
                         help="where table5.json/.md and grids go (default %(default)s)")
     parser.add_argument("--report-only", action="store_true", help="only aggregate the finished runs")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     schedule = Schedule(args.steps, args.extend_by, args.max_steps, args.snapshot_every, args.patience)
-    if args.steps < 4 or args.jobs < 1 or min(args.seeds) < 0:
-        parser.error(f"--steps must be >= 4, --jobs >= 1 and --seeds >= 0, got {args.steps}, {args.jobs}, {args.seeds}")
+    for flag, value, minimum in (("--steps", args.steps, 4), ("--jobs", args.jobs, 1)):
+        if value < minimum:
+            parser.error(f"{flag} must be >= {minimum}, got {value}")
     if problem := schedule.check():
         parser.error(problem)
+    try:
+        return train_and_report(args, schedule, argv)
+    except CorruptFileError as error:  # a damaged classifier or run file: named, with what to do
+        raise SystemExit(f"error: {error}") from None
+
+
+def train_and_report(args: argparse.Namespace, schedule: Schedule, argv: list[str] | None) -> int:
+    """Train the grid's runs to their peaks (unless ``--report-only``), then write and print the summary."""
     summary_path = args.out / "table5.json"
     if args.report_only:  # refused before a classifier is pinned into a folder with nothing to report
         metrics_paths = finished_runs(args.runs_dir)

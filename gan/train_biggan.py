@@ -79,8 +79,9 @@ def seeds_to_train(root: Path, first: int, count: int | None, resume: bool, seed
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if (args.seeds is not None and args.seeds < 1) or (args.threads is not None and args.threads < 1):
-        parser.error(f"--seeds and --threads must be >= 1, got {args.seeds} and {args.threads}")
+    for flag, value in (("--seeds", args.seeds), ("--threads", args.threads)):
+        if value is not None and value < 1:
+            parser.error(f"{flag} must be >= 1, got {value}")
     if args.threads:
         torch.set_num_threads(args.threads)
     given = explicit_values(args, GanConfig)

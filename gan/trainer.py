@@ -98,10 +98,11 @@ class Trainer:
         channels = dataset[0][0].shape[0]
         if channels != config.image_channels:
             raise ConfigError(f"--image-channels {config.image_channels} but the {config.dataset} images have {channels}")
-        self.run = open_run(self.run_dir, RUN_KIND, config, resume=resume) if self.ctx.is_main else None
         torch.manual_seed(config.seed)
         self.generator = build_generator(config, self.num_classes).to(self.ctx.device)
         self.discriminator = build_discriminator(config, self.num_classes).to(self.ctx.device)
+        # after the models: a layer option that does not fit them (--groups) leaves no run folder behind
+        self.run = open_run(self.run_dir, RUN_KIND, config, resume=resume) if self.ctx.is_main else None
         self.ema = EMA(self.generator, config.ema_decay, config.ema_start)
         self.opt_g = self._adam(self.generator, config.g_lr)
         self.opt_d = self._adam(self.discriminator, config.d_lr)
@@ -114,6 +115,9 @@ class Trainer:
         last = checkpoint_dir(self.run_dir) / LAST
         if resume and last.is_file():
             self.load_state_dict(self.read_checkpoint(last))
+            if self.step > config.total_steps:
+                raise ConfigError(f"--total-steps {config.total_steps} is below step {self.step}, where the run in "
+                                  f"{str(self.run_dir)!r} is: give --total-steps {self.step} or more")
             if self.ctx.is_main:
                 print(f"resumed {self.run_dir} at step {self.step}", flush=True)
         elif resume and self.ctx.is_main:  # stopped before its first checkpoint, or a clone without checkpoints

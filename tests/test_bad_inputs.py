@@ -242,6 +242,8 @@ TRAIN, TABLES = "evonorm_suite.classification.train", "evonorm_suite.classificat
 TRADEOFF = "evonorm_suite.classification.tradeoff"
 BIGGAN, GAN_REPORT, TABLE5 = "evonorm_suite.gan.train_biggan", "evonorm_suite.gan.report", "evonorm_suite.gan.table5"
 TRAIN_NET, MINIATURE = "evonorm_suite.detection.train_net", "evonorm_suite.detection.miniature"
+COST, SHAPES, DET_REPORT = "evonorm_suite.detection.cost", "evonorm_suite.detection.shapes", "evonorm_suite.detection.report"
+GAN_EVALUATE = "evonorm_suite.gan.evaluate"
 # (program, flags, what the error must say); an output folder of the test's own is added where the
 # program takes one ({out}: the flag's value)
 FLAGS = [
@@ -308,17 +310,31 @@ FLAGS = [
     (BIGGAN, ["--channels", "12"], ["--channels must be a multiple of 8 (self-attention uses channels / 8), got 12"]),
     (BIGGAN, ["--ema-decay", "1"], ["--ema-decay must be >= 0 and < 1, got 1.0"]),
     (BIGGAN, ["--g-lr", "nan"], ["--g-lr must be a finite number, got nan"]),
-    (BIGGAN, ["--seeds", "0"], ["--seeds and --threads must be >= 1, got 0"]),
+    (BIGGAN, ["--seeds", "0"], ["--seeds must be >= 1, got 0"]),
     (BIGGAN, ["--batch-size", "8", "--micro-batch", "3"],
      ["--batch-size 8 is not a multiple of --micro-batch x processes = 3 x 1"]),
     (BIGGAN, ["--betas", "0.5"], ["--betas takes two values, got (0.5,)"]),
     (GAN_REPORT, ["{tmp}/none"], ["no metrics.json under", "run gan/evaluate.py on the runs first"]),
-    (TABLE5, ["--steps", "-1", "--report-only"], ["--steps must be >= 4, --jobs >= 1 and --seeds >= 0, got -1"]),
-    (TABLE5, ["--jobs", "0", "--report-only"], ["--steps must be >= 4, --jobs >= 1 and --seeds >= 0, got 10000, 0"]),
+    (TABLE5, ["--steps", "-1", "--report-only"], ["--steps must be >= 4, got -1"]),
+    (TABLE5, ["--jobs", "0", "--report-only"], ["--jobs must be >= 1, got 0"]),
+    (TABLE5, ["--seeds", "1", "1", "--report-only"], ["--seeds repeats 1: each value counts once"]),
     (TABLE5, ["--layers", "nope"], ["argument --layers: invalid choice: 'nope' (choose from 'bn_relu'"]),
     (TRAIN_NET, ["--config", "{tmp}/none.yaml"], ["--config FILE is required and must exist, got", "none.yaml'"]),
     (TRAIN_NET, ["--config", str(DETECTION_DEMO), "SOLVER.MAX_ITER", "abc"],
      ["Type mismatch", "(300 vs. abc) for config key: SOLVER.MAX_ITER"]),
+    (TRAIN_NET, ["--config", str(DETECTION_DEMO), "MODEL.NORM_ACT.GROUPS", "5", "OUTPUT_DIR", "{tmp}/out"],
+     ["MODEL.NORM_ACT", "does not fit the model's layers: num_channels=32 is not divisible by groups=5"]),
+    (TRAIN_NET, ["--config", str(DETECTION_DEMO), "MODEL.NORM_ACT.NAME", "nope", "OUTPUT_DIR", "{tmp}/out"],
+     ["bad MODEL.NORM_ACT (NAME='nope'", NAMES_ACCEPTED]),
+    (TRAIN_NET, ["--config", str(DETECTION_DEMO), "SOLVER.MAX_ITER", "0", "OUTPUT_DIR", "{tmp}/out"],
+     ["SOLVER.MAX_ITER must be >= 1, got 0"]),
+    (TRAIN_NET, ["--config", str(DETECTION_DEMO), "--threads", "-1"], ["--threads must be >= 0 (0: torch's default)"]),
+    (COST, ["--config", str(DETECTION_DEMO), "MODEL.BAR", "1"], ["Non-existent key: MODEL.BAR"]),
+    (COST, ["--config", "{tmp}/none.yaml"], ["config file", "none.yaml' does not exist"]),
+    (SHAPES, ["--size", "0", "--root", "{tmp}/out"], ["--size must be >= 32, got 0"]),
+    (GAN_EVALUATE, ["{tmp}", "--num-samples", "1"], ["argument --num-samples: must be >= 2, got 1"]),
+    (GAN_EVALUATE, ["{tmp}", "--seed", "-1"], ["argument --seed: seeds must be in 0..2147483647, got -1"]),
+    (BIGGAN, ["--norm", "gn_relu", "--groups", "3"], ["not divisible by groups=3"]),
     (MINIATURE, ["--iterations", "0", "--runs-dir", "{tmp}/m"], ["--iterations must be >= 1, got 0"]),
     (MINIATURE, ["--seeds", "-1", "--runs-dir", "{tmp}/m"], ["--seeds must be >= 0, got [-1]"]),
     (MINIATURE, ["--layers", "nope", "--runs-dir", "{tmp}/m"],
@@ -361,6 +377,12 @@ def test_a_bad_flag_is_refused_naming_it_and_what_is_accepted(program, flags, fr
     (TABLES, ["report", "table3", "{tmp}", "--png", "{file}/t.png"]),
     (TRADEOFF, ["plot", "{tmp}", "--png", "{file}/f.png"]),
     (REPORT, ["{tmp}", "--plot", "{file}/p.png"]),
+    (BIGGAN, ["--run-dir", "{file}/run", *GAN_TINY]),
+    (GAN_REPORT, ["{tmp}", "--plot", "{file}/p.png"]),
+    (TABLE5, ["--report-only", "--out", "{file}/out"]),
+    (MINIATURE, ["--report-only", "--runs-dir", "{tmp}", "--out", "{file}/out"]),
+    (DET_REPORT, ["{tmp}", "--plot", "{file}/p.png"]),
+    (SHAPES, ["--root", "{file}/shapes"]),
 ], ids=lambda v: v.rsplit(".", 1)[-1] if isinstance(v, str) else " ".join(v[:2]))
 def test_an_output_path_under_a_file_is_refused_naming_it(program, flags, tmp_path, capsys):
     file = tmp_path / "file"
@@ -554,6 +576,13 @@ def test_gan_resume_of_a_damaged_checkpoint_names_it(case, run_copy, capsys):
     says(refusal(entry(BIGGAN), argv, capsys), *fragments)
 
 
+def test_gan_resume_with_fewer_total_steps_than_done_is_refused(tmp_path, capsys):
+    """A run at step 2 resumed with --total-steps 1 would train nothing and say nothing."""
+    assert entry(BIGGAN)([*GAN_TINY, "--total-steps", "2", "--run-dir", str(tmp_path / "run")]) == 0
+    says(refusal(entry(BIGGAN), ["--resume", "--run-dir", str(tmp_path / "run"), "--total-steps", "1"], capsys),
+         "--total-steps 1 is below step 2", "give --total-steps 2 or more")
+
+
 def test_gan_resume_refuses_a_checkpoint_that_would_run_code(run_copy, tmp_path, capsys):
     folder, marker = run_copy("gan"), tmp_path / "pwned"
     evil_checkpoint(folder / "seed0" / "checkpoints" / "last.pt", marker)
@@ -582,7 +611,7 @@ def test_gan_evaluate_refuses_foreign_inception_weights_and_a_checkpoint_that_wo
 def test_gan_evaluate_flags_and_folders(run_copy, tmp_path, capsys):
     evaluate = entry("evonorm_suite.gan.evaluate")
     seed = run_copy("gan") / "seed0"
-    for flags, message in ((["--num-samples", "0"], "argument --num-samples: must be >= 1, got 0"),
+    for flags, message in ((["--num-samples", "0"], "argument --num-samples: must be >= 2, got 0"),
                            (["--batch-size", "0"], "argument --batch-size: must be >= 1, got 0")):
         says(refusal(evaluate, [str(seed), *flags], capsys), message)
     says(refusal(evaluate, [str(tmp_path / "none")], capsys),

@@ -2,6 +2,7 @@
 
     parser.add_argument("--seeds", type=seed, nargs="+", action=DistinctValues, default=[0, 1, 2])
     parser.add_argument("--json", type=output_file, required=True)
+    parser.add_argument("--out", type=output_folder, default="results")
 
 A bad value is an argparse error naming the flag, the value and what is accepted.
 """
@@ -33,6 +34,15 @@ class DistinctValues(argparse.Action):
         if repeated:
             parser.error(f"{option_string} repeats {', '.join(map(str, repeated))}: each value counts once")
         setattr(namespace, self.dest, list(values))
+
+
+def output_folder(text: str) -> Path:
+    """A folder the program may make or write into: not a file, and under no file."""
+    path = Path(text).expanduser()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be a folder: {str(existing)!r} is a file")
+    return path
 
 
 def output_file(text: str) -> Path:
