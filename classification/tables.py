@@ -667,11 +667,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the tables and their grids").set_defaults(func=list_tables)
     run = sub.add_parser("run", help="run (or print) a table's grid")
-    run.add_argument("table", choices=sorted(TABLES))
+    run.add_argument("table", choices=sorted(TABLES), help="the paper table (`list` shows them)")
     run.add_argument("--scale", choices=SCALES, default="paper",
-                     help="paper: ImageNet torchrun commands; mini: anchors on the embedded MNIST digits, runs here "
-                          "(with the no-normalization controls)")
-    run.add_argument("--runs-dir", default="runs/tables", help="one sub-folder per cell with result.json")
+                     help="paper (default): ImageNet torchrun commands; mini: anchors on the embedded MNIST digits, "
+                          "runs here (with the no-normalization controls)")
+    run.add_argument("--runs-dir", default="runs/tables",
+                     help="one sub-folder per cell with result.json (default %(default)s)")
     run.add_argument("--data-dir", default=os.environ.get("IMAGENET", "/path/to/imagenet"),
                      help="ImageNet folder for --scale paper (default: $IMAGENET, else the placeholder "
                           "/path/to/imagenet in printed commands; a run checks it first); CIFAR-10's parent folder "
@@ -688,7 +689,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--seeds", type=seed_value, nargs="+", action=DistinctValues,
                      help=f"seeds per cell (default: 0 at paper scale, {' '.join(map(str, MiniScale.seeds))} at mini scale)")
     run.add_argument("--jobs", type=positive_int, default=2,
-                     help="mini scale: cells trained at once, one thread each (paper scale runs one cell at a time)")
+                     help="mini scale: cells trained at once, one thread each (default %(default)s; paper scale "
+                          "runs one cell at a time)")
     run.add_argument("--models", nargs="+", help="only these paper models (e.g. resnet50 mobilenetv2)")
     run.add_argument("--layers", nargs="+", help="only these layers (registry names)")
     run.add_argument("--epochs", type=positive_float, help=f"mini scale: epochs per run (default {MiniScale.epochs:g})")
@@ -700,7 +702,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                           f"{MiniScale.anchor_depth:g}; 1: the paper's depth)")
     run.set_defaults(func=run_table)
     rep = sub.add_parser("report", help="paper vs measured as markdown (+ PNG for batch-size tables)")
-    rep.add_argument("table", choices=sorted(TABLES))
+    rep.add_argument("table", choices=sorted(TABLES), help="the paper table")
     rep.add_argument("runs_dir", help="the --runs-dir of `run`")
     rep.add_argument("--png", type=output_file, help="where to write the accuracy plot: top-1 vs images per worker for a batch sweep, "
                      "every seed's final top-1 per layer otherwise (default: RUNS_DIR/TABLE.png)")

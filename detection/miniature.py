@@ -227,16 +227,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python detection/miniature.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs-dir", type=Path, default=Path("runs/detection_miniature"),
-                        help="root of the runs: RUNS_DIR/<images>_images/<setting>/<layer>/seed<k>")
+                        help="root of the runs: RUNS_DIR/<images>_images/<setting>/<layer>/seed<k> (default "
+                             "%(default)s)")
     parser.add_argument("--out", type=output_folder, default=Path("docs/results/detection"),
                         help="where miniature.json, .md and the PNGs go (default %(default)s)")
     parser.add_argument("--iterations", type=int, default=ITERATIONS,
                         help=f"SGD steps of {BASE_BATCH} images per run (default {ITERATIONS}); a setting with fewer "
                              "images per step runs proportionally more steps, so that every setting sees the same images")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="seeds per layer and setting (default 0-4)")
-    parser.add_argument("--layers", nargs="+", choices=sorted(LAYERS), default=list(LAYERS), help="layers to run")
+    parser.add_argument("--layers", nargs="+", choices=sorted(LAYERS), default=list(LAYERS),
+                        help=f"layers to run (default: all, {' '.join(LAYERS)})")
     parser.add_argument("--settings", nargs="+", choices=[s.name for s in SETTINGS], default=[s.name for s in SETTINGS],
-                        help="settings to run")
+                        help=f"settings to run (default: all, {' '.join(s.name for s in SETTINGS)})")
     parser.add_argument("--jobs", type=int, default=2, help="runs trained at once, one thread each (default %(default)s)")
     parser.add_argument("--report-only", action="store_true", help="only summarize the finished runs")
     args = parser.parse_args(argv)

@@ -14,6 +14,7 @@ Nothing is downloaded: a missing path raises ``FileNotFoundError`` naming it.
 from __future__ import annotations
 
 import os
+import zipfile
 
 import h5py
 import numpy as np
@@ -60,16 +61,20 @@ class ArrayImageDataset(Dataset):
     def __init__(self, path: str) -> None:
         self.path = path
         self._images = None  # the hdf5 handle's dataset, opened lazily in each worker
-        if path.endswith(".npz"):
-            arrays = np.load(path)
-            self._images, self.labels = arrays["imgs"], arrays["labels"]
-            shape, dtype = self._images.shape, self._images.dtype
-        elif path.endswith((".hdf5", ".h5")):
-            with h5py.File(path, "r") as f:
-                self.labels = f["labels"][:]
-                shape, dtype = f["imgs"].shape, f["imgs"].dtype
-        else:
+        if not path.endswith((".npz", ".hdf5", ".h5")):
             raise ValueError(f"array dataset {path!r} must end with .npz, .hdf5 or .h5")
+        try:
+            if path.endswith(".npz"):
+                arrays = np.load(path)  # allow_pickle=False: a file of pickled objects is refused
+                self._images, self.labels = arrays["imgs"], arrays["labels"]
+                shape, dtype = self._images.shape, self._images.dtype
+            else:
+                with h5py.File(path, "r") as f:
+                    self.labels = f["labels"][:]
+                    shape, dtype = f["imgs"].shape, f["imgs"].dtype
+        except (KeyError, OSError, ValueError, zipfile.BadZipFile) as error:
+            raise ValueError(f"array dataset {path!r} is not a prepared file with arrays 'imgs' and 'labels' "
+                             f"({error})") from None
         if len(shape) != 4 or shape[1] != 3 or dtype != np.uint8 or shape[0] != len(self.labels):
             raise ValueError(f"{path}: 'imgs' must be uint8 (N, 3, H, W) with N labels, got {dtype} {shape}")
 

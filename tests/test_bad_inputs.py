@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -574,6 +575,17 @@ def test_gan_resume_of_a_damaged_checkpoint_names_it(case, run_copy, capsys):
     damage(folder / "seed0" / "checkpoints" / "last.pt")
     argv = ["--resume", "--run-dir", str(folder), "--total-steps", "2"]
     says(refusal(entry(BIGGAN), argv, capsys), *fragments)
+
+
+def test_gan_names_a_prepared_array_file_it_cannot_read(tmp_path, capsys):
+    (tmp_path / "junk.npz").write_bytes(bytes(range(256)) * 2)
+    np.savez(tmp_path / "no_imgs.npz", x=np.zeros(3))
+    for name, reason in (("junk.npz", "Cannot load file containing pickled data"),
+                         ("no_imgs.npz", "imgs is not a file in the archive")):
+        argv = ["--dataset", "array", "--data-root", str(tmp_path / name), "--run-dir", str(tmp_path / "out")]
+        says(refusal(entry(BIGGAN), argv, capsys),
+             f"array dataset '{tmp_path / name}' is not a prepared file with arrays 'imgs' and 'labels'", reason)
+    assert not (tmp_path / "out").exists()
 
 
 def test_gan_resume_with_fewer_total_steps_than_done_is_refused(tmp_path, capsys):

@@ -191,8 +191,9 @@ def test_cli_errors_name_the_bad_value(argv, message, tmp_path, capsys):
 
 
 def test_missing_dataset_is_a_clear_error(tmp_path):
-    with pytest.raises(SystemExit, match="cifar-10-batches-py"):
+    with pytest.raises(SystemExit, match="cifar-10-batches-py") as refused:
         main(["--data", "cifar10", "--data-dir", str(tmp_path), "--output-dir", str(tmp_path / "o")])
+    assert "Nothing is downloaded" in str(refused.value) and "download=True" not in str(refused.value)
 
 
 def test_an_earlier_run_is_neither_overwritten_nor_resumed_with_other_settings(tmp_path, capsys):

@@ -150,10 +150,11 @@ def cifar10(root: str | Path) -> ImageSplit:
     folder = path.parent if path.name == CIFAR10.base_folder else path
     try:
         train, test = (CIFAR10(str(folder), train=flag, download=False) for flag in (True, False))
-    except RuntimeError as error:  # torchvision: "Dataset not found or corrupted"
+    except RuntimeError as error:  # torchvision: "Dataset not found or corrupted. You can use download=True ..."
         raise FileNotFoundError(
             f"CIFAR-10 not found at {str(path)!r}: expected torchvision's layout {str(folder)}/{CIFAR10_LAYOUT} "
-            f"(the extracted cifar-10-python.tar.gz; {error}). Nothing is downloaded: fetch it yourself."
+            f"(the extracted cifar-10-python.tar.gz; {str(error).split('.')[0]}). Nothing is downloaded: fetch it "
+            "yourself."
         ) from None
 
     def tensors(ds) -> tuple[Tensor, Tensor]:
