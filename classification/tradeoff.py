@@ -222,6 +222,9 @@ def main(argv: list[str] | None = None) -> None:
         measured = measured_top1(runs_dir)
     except CorruptFileError as error:
         raise SystemExit(f"error: {error}") from None
+    if not measured:
+        raise SystemExit(f"error: no finished run in {str(runs_dir)!r} (<layer>/w<width>/result.json): train the "
+                         "points first (the commands of `count`)")
     plot(rows, measured, png)
     print(f"plot: {png}")
 

@@ -120,6 +120,9 @@ def evaluate_checkpoint(run_dir: str, checkpoint: str | None, options: EvalOptio
     num_samples = options.num_samples or (len(digits_dataset(config.resolution, "val")) if extractor == DIGITS else 50_000)
     generator.to("cuda" if torch.cuda.is_available() else "cpu")
     sampling = prepare_sampling(generator, options.standing_stats, options.standing_batch, options.seed)
+    if options.data_root and config.dataset == "digits":
+        raise ValueError(f"--data-root {options.data_root}: {run_dir} trained on the built-in digits, which have no "
+                         "location to give")
     root = options.data_root or config.data_root
     reference = UInt8Images(build_dataset(config.dataset, root, config.resolution), options.reference_samples)
     cache_name = reference_cache_name(config.dataset, root, config.resolution, len(reference))

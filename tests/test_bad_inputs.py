@@ -306,6 +306,7 @@ FLAGS = [
      ["mobilenetv2 train on several nodes of 8 GPUs", "run each printed command on every node"]),
     (TABLES, ["report", "table3", "{tmp}/none"], ["runs directory", "none' does not exist"]),
     (TRADEOFF, ["plot", "{tmp}/none"], ["runs directory", "none' does not exist"]),
+    (TRADEOFF, ["plot", "{tmp}"], ["no finished run in", "<layer>/w<width>/result.json"]),
     (BIGGAN, ["--total-steps", "-5"], ["--total-steps must be >= 1, got -5"]),
     (BIGGAN, ["--norm", "nope"], ["--norm: unknown norm-act layer 'nope'", NAMES_ACCEPTED]),
     (BIGGAN, ["--channels", "12"], ["--channels must be a multiple of 8 (self-attention uses channels / 8), got 12"]),
@@ -624,7 +625,9 @@ def test_gan_evaluate_flags_and_folders(run_copy, tmp_path, capsys):
     evaluate = entry("evonorm_suite.gan.evaluate")
     seed = run_copy("gan") / "seed0"
     for flags, message in ((["--num-samples", "0"], "argument --num-samples: must be >= 2, got 0"),
-                           (["--batch-size", "0"], "argument --batch-size: must be >= 1, got 0")):
+                           (["--batch-size", "0"], "argument --batch-size: must be >= 1, got 0"),
+                           (["--data-root", str(tmp_path)], f"--data-root {tmp_path}: {seed} trained on the built-in "
+                                                            "digits, which have no location to give")):
         says(refusal(evaluate, [str(seed), *flags], capsys), message)
     says(refusal(evaluate, [str(tmp_path / "none")], capsys),
          f"no run of gan/train_biggan.py in '{tmp_path / 'none'}': the folder does not exist")

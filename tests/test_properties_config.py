@@ -113,6 +113,8 @@ def flag_words(path: str, f: dataclasses.Field, tp, value, draw) -> list[str]:
     flag = "--" + path.rsplit(".", 1)[-1].replace("_", "-")
     inner, _ = optional_inner(tp)
     if inner is bool:
+        if value is None:  # an optional switch (e.g. --randaugment: the recipe's) is None by being left out
+            return []
         return [flag] if value else ["--no-" + flag[2:]]
     if value is None or value == ():
         return [flag, draw(st.sampled_from(["none", "None", "NONE"]))]

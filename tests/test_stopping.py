@@ -125,8 +125,10 @@ def test_a_signalled_gan_run_stops_with_one_line_and_resumes(signum, tmp_path, c
     assert err.strip().splitlines()[-1] == (
         f"python gan/train_biggan.py: stopped by {signal.Signals(signum).name}; the run resumes from its last "
         f"checkpoint with: python gan/train_biggan.py --resume --run-dir {tmp_path}")
-    assert train_biggan.main(["--resume", "--run-dir", str(tmp_path), "--total-steps", "1"]) == 0
-    assert "resumed" in capsys.readouterr().out
+    step = int(load_checkpoint(checkpoint)["step"])  # 1 or more: the signal came after the first save
+    assert train_biggan.main(["--resume", "--run-dir", str(tmp_path), "--total-steps", str(step + 1)]) == 0
+    assert f"resumed {tmp_path / 'seed0'} at step {step}" in capsys.readouterr().out
+    assert int(load_checkpoint(checkpoint)["step"]) == step + 1
 
 
 def test_a_ctrl_c_of_classification_stops_with_one_line_and_resumes(tmp_path):
