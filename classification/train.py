@@ -316,6 +316,15 @@ def build(config: TrainConfig, env: DistributedContext) -> TrainingSetup:
     return TrainingSetup(model, recipe, sampler, train_loader, val_loader, trainer)
 
 
+def describe_data(config: TrainConfig, setup: TrainingSetup) -> str:
+    """One line on what the run trains on and how many steps an epoch has."""
+    crop = config.training_crop
+    framing = f"{config.resolution} px" + (f", {crop} px training crops, validated {config.validation}" if crop else "")
+    return (f"data: {config.data} ({len(setup.train_loader.dataset):,} training and {len(setup.val_loader.dataset):,} "
+            f"validation images, {framing}); {setup.train_loader.batch_size} images a step, "
+            f"{len(setup.train_loader)} steps an epoch")
+
+
 def restore(path: Path, setup: TrainingSetup, env: DistributedContext) -> tuple[int, int, list]:
     """Load ``checkpoint.pt`` into the setup; ``(epoch, step, history)`` to continue from."""
     # On the CPU: the RNG states must stay CPU byte tensors; load_state_dict moves the rest to the model.
@@ -339,6 +348,8 @@ def train(config: TrainConfig) -> dict:
     with deterministic_algorithms(config.deterministic):
         seed_everything(config.seed + env.rank)
         setup = build(config, env)  # before the folder is made: a setting that does not fit leaves nothing behind
+        if env.is_main and config.progress:
+            print(describe_data(config, setup), flush=True)
         run = open_run(config.output_dir, RUN_KIND, config, resume=config.resume) if env.is_main else None
         try:
             return _train_and_report(config, env, setup)

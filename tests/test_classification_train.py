@@ -176,6 +176,12 @@ def test_cli_defaults_to_digits_and_explains(capsys, tmp_path):
     assert config.data == "digits" and "embedded digits" in capsys.readouterr().out
 
 
+def test_a_run_says_what_it_trains_on(capsys, tmp_path):
+    train(quick_config(tmp_path, progress=True, max_steps=1))
+    assert ("data: digits (64 training and 359 validation images, 8 px); 16 images a step, 4 steps an epoch"
+            in capsys.readouterr().out)
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--train-subset", "0"], "--train-subset must be >= 1, got 0"),
     (["--epochs", "-1"], "--epochs must be > 0, got -1.0"),
