@@ -125,6 +125,8 @@ def ensure_shapes_dataset(root: Path | None = None, size: int = 128, seed: int =
         json_path = root / f"{split}.json"
         if not json_path.exists() or json.loads(json_path.read_text())["info"].get("image_size") != size:
             json_path = write_split(root, split, num_images, size, seed)
+            print(f"generated the built-in shapes dataset's {split} split ({num_images} images, {size} px): "
+                  f"{json_path}", flush=True)
         paths[split] = json_path
     return paths
 

@@ -111,6 +111,9 @@ def evaluate_checkpoint(run_dir: str, checkpoint: str | None, options: EvalOptio
     snapshot's numbers from its metrics file where they were measured from the same file with the same settings."""
     path = resolve_checkpoint(run_dir, checkpoint)
     generator, config, meta = load_ema_generator(run_dir, path)
+    if options.data_root and config.dataset == "digits":
+        raise ValueError(f"--data-root {options.data_root}: {run_dir} trained on the built-in digits, which have no "
+                         "location to give")
     extractor, weights = feature_extractor_for(config, options)
     settings, checkpoint_sha256 = evaluated_with(options, weights), weights_digest(str(path))
     if reuse and path.name != LAST and metrics_file(run_dir, path).is_file():
@@ -120,9 +123,6 @@ def evaluate_checkpoint(run_dir: str, checkpoint: str | None, options: EvalOptio
     num_samples = options.num_samples or (len(digits_dataset(config.resolution, "val")) if extractor == DIGITS else 50_000)
     generator.to("cuda" if torch.cuda.is_available() else "cpu")
     sampling = prepare_sampling(generator, options.standing_stats, options.standing_batch, options.seed)
-    if options.data_root and config.dataset == "digits":
-        raise ValueError(f"--data-root {options.data_root}: {run_dir} trained on the built-in digits, which have no "
-                         "location to give")
     root = options.data_root or config.data_root
     reference = UInt8Images(build_dataset(config.dataset, root, config.resolution), options.reference_samples)
     cache_name = reference_cache_name(config.dataset, root, config.resolution, len(reference))

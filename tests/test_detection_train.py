@@ -110,12 +110,15 @@ def test_shapes_are_regular_polygons_around_their_centre(kind, vertices):
     np.testing.assert_allclose(polygon.mean(axis=0), [20.0, 30.0], atol=1e-9)
 
 
-def test_shapes_dataset_of_another_size_is_rewritten_and_one_of_the_same_size_kept(tmp_path, monkeypatch):
+def test_shapes_dataset_of_another_size_is_rewritten_and_one_of_the_same_size_kept(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(SPLITS, "train", 3)
     monkeypatch.setitem(SPLITS, "val", 2)
     paths = ensure_shapes_dataset(tmp_path, size=32)
+    assert f"generated the built-in shapes dataset's train split (3 images, 32 px): {paths['train']}" in (
+        capsys.readouterr().out)
     written = {split: path.stat().st_mtime_ns for split, path in paths.items()}
     assert ensure_shapes_dataset(tmp_path, size=32) == paths
+    assert "generated" not in capsys.readouterr().out  # reused, said nothing
     assert {split: path.stat().st_mtime_ns for split, path in paths.items()} == written  # reused
     ensure_shapes_dataset(tmp_path, size=40)
     for split, path in paths.items():
