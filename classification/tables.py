@@ -33,7 +33,7 @@ import torch
 
 from evonorm_core.classifiers.data import MNIST_DATASETS
 from evonorm_core.experiment import data
-from evonorm_core.experiment.arguments import DistinctValues, output_file
+from evonorm_core.experiment.arguments import DistinctValues, output_file, positive_int
 from evonorm_core.experiment.arguments import seed as seed_value
 from evonorm_core.experiment.children import check_autograd_survives_fork
 from evonorm_core.experiment.config import ConfigError, config_to_dict
@@ -638,13 +638,6 @@ def list_tables(_: argparse.Namespace) -> None:
         if table.controls:
             grid += f"; miniature controls: {', '.join(table.controls)}"
         print(f"{table.key:8s} {grid}\n         {table.title}")
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def positive_float(text: str) -> float:

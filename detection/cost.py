@@ -105,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides, applied to every config "
                         "(after the other flags)")
     args = parser.parse_args(argv)
-    if args.image_size < 32 or args.threads < 0:
-        parser.error(f"--image-size must be >= 32 and --threads >= 0, got {args.image_size} and {args.threads}")
+    for flag, value, minimum in (("--image-size", args.image_size, 32), ("--threads", args.threads, 0)):
+        if value < minimum:
+            parser.error(f"{flag} must be >= {minimum}, got {value}")
     # --config takes every word up to the next flag: the overrides that follow the files are among them
     first_override = next((i for i, word in enumerate(args.config) if not word.endswith((".yaml", ".yml"))),
                           len(args.config))

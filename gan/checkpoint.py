@@ -13,7 +13,7 @@ from pathlib import Path
 
 from evonorm_core.experiment.config import config_from_dict
 from evonorm_core.experiment.files import CorruptFileError, load_checkpoint, require_keys
-from evonorm_core.experiment.rundir import RunKind
+from evonorm_core.experiment.rundir import RunKind, holds_run
 from evonorm_suite.gan.biggan_deep import Discriminator, Generator, GeneratorSpec
 from evonorm_suite.gan.config import GanConfig
 
@@ -23,6 +23,12 @@ RUN_KIND = RunKind("gan/train_biggan.py")
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
+
+
+def seed_runs(root: str | Path) -> dict[int, Path]:
+    """The ``seed<k>`` run folders in a ``--run-dir`` of gan/train_biggan.py, by ``k``."""
+    folders = (p for p in Path(root).glob("seed*") if p.name[4:].isdigit() and holds_run(p))
+    return dict(sorted((int(p.name[4:]), p) for p in folders))
 
 
 def build_generator(config: GanConfig, num_classes: int) -> Generator:

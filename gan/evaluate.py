@@ -34,18 +34,25 @@ import glob
 import hashlib
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from evonorm_core.experiment.arguments import at_least, positive_int
 from evonorm_core.experiment.arguments import seed as seed_value
 from evonorm_core.experiment.files import atomic_write_json, read_json
 from evonorm_core.experiment.rundir import RunDirError, holds_run, open_run
 from evonorm_core.running_stats import batch_statistics_layers
 from evonorm_suite.gan import digits_classifier
-from evonorm_suite.gan.checkpoint import LAST, RUN_KIND, checkpoint_dir, load_ema_generator, resolve_checkpoint
+from evonorm_suite.gan.checkpoint import (
+    LAST,
+    RUN_KIND,
+    checkpoint_dir,
+    load_ema_generator,
+    resolve_checkpoint,
+    seed_runs,
+)
 from evonorm_suite.gan.data import UInt8Images, build_dataset, digits_dataset
 from evonorm_suite.gan.metrics import (
     DIGITS,
@@ -196,7 +203,7 @@ def evaluate_run(
     if peak_by not in PEAK_KEYS:
         raise ValueError(f"peak_by must be one of {sorted(PEAK_KEYS)}, got {peak_by!r}")
     options = options or EvalOptions()
-    seeds = sorted(str(p) for p in Path(run_dir).glob("seed*") if holds_run(p))
+    seeds = [str(p) for p in seed_runs(run_dir).values()]
     if seeds and not holds_run(run_dir):  # train_biggan.py's --run-dir: a folder of seed<k> runs
         raise RunDirError(f"{str(run_dir)!r} holds the runs {', '.join(seeds)}: evaluate each of them "
                           f"(python gan/evaluate.py {seeds[0]} --all-snapshots)")
@@ -213,17 +220,6 @@ def evaluate_run(
     return peak
 
 
-def at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= ``minimum``."""
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-    return parse
-
-
-positive = at_least(1)
 sample_count = at_least(2)  # FID compares covariances: one image has none
 
 
@@ -248,14 +244,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--standing-stats", type=int, default=16, metavar="N",
                         help="BigGAN's standing statistics: recompute batch-statistics layers' moving averages over "
                         "N batches of samples first (default %(default)s; 0: use the moving averages as trained)")
-    parser.add_argument("--standing-batch", type=positive, default=64,
+    parser.add_argument("--standing-batch", type=positive_int, default=64,
                         help="batch size of the standing-stats passes (default %(default)s)")
     parser.add_argument("--reference-samples", type=sample_count,
                         help="real images for the FID reference, >= 2 (default: all)")
     parser.add_argument("--data-root", help="real data location if it moved since training")
     parser.add_argument("--cache-root", help="where the real images' feature statistics are kept, as plain arrays "
                         "(default: ~/.cache/evonorm_core/fid_reference)")
-    parser.add_argument("--batch-size", type=positive, default=64,
+    parser.add_argument("--batch-size", type=positive_int, default=64,
                         help="batch size of generation and feature extraction (default %(default)s)")
     parser.add_argument("--seed", type=seed_value, default=0, help="sampling seed (latents and labels; default %(default)s)")
     return parser

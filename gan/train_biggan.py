@@ -30,9 +30,9 @@ import torch
 
 from evonorm_core.experiment.config import add_config_arguments, explicit_values, replace_config
 from evonorm_core.experiment.distributed import DistributedContext, shutdown
-from evonorm_core.experiment.rundir import RunDirError, holds_run, resumed_config
+from evonorm_core.experiment.rundir import RunDirError, resumed_config
 from evonorm_core.experiment.stopping import StopCleanly
-from evonorm_suite.gan.checkpoint import RUN_KIND
+from evonorm_suite.gan.checkpoint import RUN_KIND, seed_runs
 from evonorm_suite.gan.config import PRESET_OF_DATASET, PRESETS, GanConfig, preset
 from evonorm_suite.gan.data import build_dataset
 from evonorm_suite.gan.trainer import Trainer
@@ -68,7 +68,7 @@ def seeds_to_train(root: Path, first: int, count: int | None, resume: bool, seed
     """``first`` and the ``count - 1`` seeds after it; on resume without ``--seed``/``--seeds``, the
     seeds of every ``seed<k>`` run in ``root`` (the run's own seeds, whatever it was started with)."""
     if resume and not seed_given and count is None:
-        found = sorted(int(p.name[4:]) for p in root.glob("seed*") if p.name[4:].isdigit() and holds_run(p))
+        found = list(seed_runs(root))
         if not found:
             raise RunDirError(f"no run of {RUN_KIND.command} in {str(root)!r} to resume: it holds no seed<k> run "
                               "folder (without --resume a new run starts there)")

@@ -333,6 +333,7 @@ FLAGS = [
     (TRAIN_NET, ["--config", str(DETECTION_DEMO), "--threads", "-1"], ["--threads must be >= 0 (0: torch's default)"]),
     (COST, ["--config", str(DETECTION_DEMO), "MODEL.BAR", "1"], ["Non-existent key: MODEL.BAR"]),
     (COST, ["--config", "{tmp}/none.yaml"], ["config file", "none.yaml' does not exist"]),
+    (COST, ["--config", str(DETECTION_DEMO), "--threads", "-1"], ["--threads must be >= 0, got -1"]),
     (SHAPES, ["--size", "0", "--root", "{tmp}/out"], ["--size must be >= 32, got 0"]),
     (GAN_EVALUATE, ["{tmp}", "--num-samples", "1"], ["argument --num-samples: must be >= 2, got 1"]),
     (GAN_EVALUATE, ["{tmp}", "--seed", "-1"], ["argument --seed: seeds must be in 0..2147483647, got -1"]),
@@ -629,6 +630,8 @@ def test_gan_evaluate_flags_and_folders(run_copy, tmp_path, capsys):
                            (["--data-root", str(tmp_path)], f"--data-root {tmp_path}: {seed} trained on the built-in "
                                                             "digits, which have no location to give")):
         says(refusal(evaluate, [str(seed), *flags], capsys), message)
+    says(refusal(evaluate, [str(seed.parent)], capsys),  # train_biggan.py's --run-dir, not one of its runs
+         f"'{seed.parent}' holds the runs {seed}: evaluate each of them (python gan/evaluate.py {seed} --all-snapshots)")
     says(refusal(evaluate, [str(tmp_path / "none")], capsys),
          f"no run of gan/train_biggan.py in '{tmp_path / 'none'}': the folder does not exist")
 

@@ -123,6 +123,7 @@ from pathlib import Path
 from scipy import stats
 
 from evonorm_core import list_norm_acts, uses_batch_statistics
+from evonorm_core.experiment.arguments import positive_int
 from evonorm_core.experiment.children import run_command
 from evonorm_core.experiment.config import config_to_dict
 from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json
@@ -154,7 +155,6 @@ from evonorm_suite.classification.tables import (
     SETTING_KEYS,
     MiniScale,
     format_devices,
-    positive_int,
 )
 from evonorm_suite.gan.report import LABELS as GAN_LABELS
 from evonorm_suite.gan.report import TABLE5, layer_name

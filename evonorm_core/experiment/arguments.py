@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 MAX_SEED = 2**31 - 1  # torch.manual_seed takes up to 2**64 - 1, numpy's legacy seeding 2**32 - 1: one bound for both
@@ -24,6 +25,19 @@ def seed(text: str) -> int:
     if not 0 <= value <= MAX_SEED:
         raise argparse.ArgumentTypeError(f"seeds must be in 0..{MAX_SEED}, got {value}")
     return value
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An integer >= ``minimum``: ``type=at_least(2)``."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+    return parse
+
+
+positive_int = at_least(1)
 
 
 class DistinctValues(argparse.Action):
