@@ -26,14 +26,13 @@ import copy
 from pathlib import Path
 
 import torch
-from fvcore.nn import FlopCountAnalysis
-from fvcore.nn.jit_handles import elementwise_flop_counter
 from torch import Tensor, nn
 
 from evonorm_core import EvoNormB0, NormAct2d
 from evonorm_core.classifiers.models import build_model
 from evonorm_core.experiment.arguments import output_file
 from evonorm_core.experiment.files import CorruptFileError, read_json
+from evonorm_core.experiment.library_warnings import ignore_jit_script_deprecation
 from evonorm_core.experiment.tables import pyplot
 from evonorm_suite.classification.tables import shell_line, torchrun
 
@@ -125,6 +124,12 @@ def fold_for_inference(model: nn.Module) -> nn.Module:
 
 def count_flops(model: nn.Module, resolution: int = 224) -> int:
     """fvcore FLOPs of one ``resolution``-sized image through ``model`` (MACs + elementwise ops)."""
+    # fvcore (the classification extra) is imported here, not at the top, so that `--help` and the
+    # plot need neither the library nor the deprecation warning its import raises.
+    ignore_jit_script_deprecation()
+    from fvcore.nn import FlopCountAnalysis
+    from fvcore.nn.jit_handles import elementwise_flop_counter
+
     analysis = FlopCountAnalysis(model, torch.zeros(1, 3, resolution, resolution))
     for op in ELEMENTWISE_OPS:
         analysis.set_op_handle(op, elementwise_flop_counter(0, 1))

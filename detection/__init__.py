@@ -4,11 +4,9 @@ Importing this package registers ``build_norm_act_resnet_fpn_backbone`` (BACKBON
 ``NormActConvFCHead`` (ROI_BOX_HEAD_REGISTRY) and ``NormActMaskHead``
 (ROI_MASK_HEAD_REGISTRY); :func:`add_evonorm_config` adds their config keys.
 """
-import warnings
+from evonorm_core.experiment.library_warnings import ignore_jit_script_deprecation
 
-# detectron2 decorates helpers with torch.jit.script at import time, which torch 2.14 flags
-# as deprecated on every command; the warning is about detectron2's code, not the user's.
-warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning)
+ignore_jit_script_deprecation()  # before detectron2's first import, in the modules below
 
 from evonorm_suite.detection.backbone import build_norm_act_resnet_fpn_backbone  # noqa: E402
 from evonorm_suite.detection.config import add_evonorm_config, load_config  # noqa: E402

@@ -16,6 +16,12 @@ import sys
 from collections import Counter
 from typing import NamedTuple
 
+# First, so that its warning filter is in place before detectron2 is imported when this
+# file is run as `python detection/<name>.py` (the package is then not imported first).
+import evonorm_suite.detection  # noqa: F401
+
+# isort: split
+
 import torch
 from detectron2.modeling import build_model
 from fvcore.nn import FlopCountAnalysis

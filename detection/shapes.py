@@ -13,6 +13,12 @@ import math
 import os
 from pathlib import Path
 
+# First, so that its warning filter is in place before detectron2 is imported when this
+# file is run as `python detection/<name>.py` (the package is then not imported first).
+import evonorm_suite.detection  # noqa: F401
+
+# isort: split
+
 import numpy as np
 from detectron2.data import DatasetCatalog
 from detectron2.data.datasets import register_coco_instances

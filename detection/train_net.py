@@ -21,6 +21,12 @@ import logging
 import os
 import sys
 
+# First, so that its warning filter is in place before detectron2 is imported when this
+# file is run as `python detection/<name>.py` (the package is then not imported first).
+import evonorm_suite.detection  # noqa: F401
+
+# isort: split
+
 import torch
 from detectron2.engine import default_argument_parser, default_setup, launch
 from detectron2.modeling import build_model

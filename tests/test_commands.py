@@ -56,6 +56,7 @@ def test_design_card_scripts_run_from_the_checkout(script):
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage:" in done.stdout
+    assert "Warning" not in done.stderr, done.stderr[-2000:]  # e.g. a library's deprecation warning at import
 
 
 def test_no_module_edits_sys_path():

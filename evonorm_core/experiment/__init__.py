@@ -22,4 +22,5 @@ and matplotlib are imported by the functions that need them):
   correction, gates, outcomes);
 * :mod:`.seeding`: seeding every random number generator a run uses;
 * :mod:`.cpu_load`: how busy other processes keep the CPUs (the benchmarks' header lines).
+* :mod:`.library_warnings`: third-party libraries' warnings about their own code, silenced.
 """
