@@ -205,9 +205,14 @@ class ProxyEvaluator:
                             depth_multiplier=depth or self.config.anchor_depth)
 
     def data(self) -> tuple[Tensor, ...]:
-        """``(train_x, train_y, val_x, val_y)``, the validation images framed by ``--validation``."""
+        """``(train_x, train_y, val_x, val_y)``, the validation images framed by ``--validation``; a
+        training batch larger than the training set is a ``ConfigError``."""
         cfg = self.config
         train_x, train_y, val_x, val_y = load_data(cfg.data, cfg.data_dir, cfg.image_size, cfg.holdout)
+        for flag, size in (("--batch-size", cfg.batch_size), ("--stability-batch-size", cfg.stability_batch_size)):
+            if size > len(train_x):  # batches are drawn with replacement: a larger one only repeats images
+                raise ConfigError(f"{flag} must be <= the {len(train_x):,} training images of --data {cfg.data}, "
+                                  f"got {size}")
         if cfg.validation == "centre":
             val_x = centre_crops(val_x, cfg.crop_size)
         return train_x, train_y, val_x, val_y

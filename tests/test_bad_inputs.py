@@ -276,6 +276,10 @@ FLAGS = [
     (CALIBRATE, ["--json", "{tmp}/cal.json", "--margin", "nan"], ["--margin must be in [0, 1], got nan"]),
     (CALIBRATE, ["--json", "{tmp}/cal.json", "--curve", "0"], ["--curve must be steps >= 1, got [0]"]),
     (EVOLVE, ["--image-size", "4", "--crop-size", "4"], ["--image-size must be >= 8, got 4"]),
+    (EVOLVE, ["--data", "mnist", "--batch-size", "4001"],
+     ["--batch-size must be <= the 4,000 training images of --data mnist, got 4001"]),
+    (CALIBRATE, ["--json", "{tmp}/cal.json", "--data", "mnist", "--stability-batch-size", "4001"],
+     ["--stability-batch-size must be <= the 4,000 training images of --data mnist, got 4001"]),
     (EVOLVE, ["--ray-address", "auto"], ["--ray-address auto joins a Ray cluster: it needs --backend ray, got --backend "
                                          "local"]),
     (CALIBRATE, ["--json", "{tmp}/cal.json", "--workers", "8"], ["unrecognized arguments: --workers 8"]),

@@ -271,7 +271,8 @@ def test_an_evaluator_reads_the_configured_data_folder_and_holdout(tmp_path, mon
     """``data()`` is ``load_data`` of the config: CIFAR-10 from ``data_dir``, and with ``holdout`` the tenth of
     the training set kept out (reranking) in place of the validation set."""
     write_fake_cifar(tmp_path / "cifar-10-batches-py", monkeypatch)
-    got = ProxyEvaluator(ProxyConfig(data="cifar10", data_dir=str(tmp_path), image_size=32, crop_size=24)).data()
+    got = ProxyEvaluator(ProxyConfig(data="cifar10", data_dir=str(tmp_path), image_size=32, crop_size=24,
+                                       batch_size=16, stability_batch_size=16)).data()
     for a, b in zip(got, load_cifar10(tmp_path)):
         assert torch.equal(a, b)
     got = ProxyEvaluator(ProxyConfig(data="digits", image_size=8, crop_size=8, holdout=True)).data()
