@@ -159,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "these step counts")
     settings = parser.add_argument_group("settings", "as search/evolve.py (a search's own seed, stop conditions "
                                          "and workers are not calibrate's: it trains one layer at a time)")
-    add_config_arguments(settings, SearchConfig, defaults=preset(DEFAULT_PRESET, "B"), exclude=CALIBRATION_EXCLUDES)
+    add_config_arguments(settings, SearchConfig, defaults=preset(DEFAULT_PRESET, "B"), exclude=CALIBRATION_EXCLUDES,
+                         resumes=False)
     return parser
 
 

@@ -76,6 +76,8 @@ def test_help_lists_defaults_and_ranges():
     text = parser.format_help()
     assert "training steps; >= 1 (default: 42)" in text and "--no-fast" in text and "one of B, S" in text
     assert "go fast; may change on --resume (default: False)" in text
+    cfg.add_config_arguments(no_resume := argparse.ArgumentParser(), Run, Run(), resumes=False)
+    assert "go fast (default: False)" in no_resume.format_help()  # a program without --resume
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -170,6 +170,7 @@ def add_config_arguments(
     defaults: Any | None = None,
     *,
     exclude: tuple[str, ...] = (),
+    resumes: bool = True,
 ) -> None:
     """Add one ``--field-name`` flag per field of ``cls`` (nested configs flattened).
 
@@ -178,13 +179,14 @@ def add_config_arguments(
     e.g. the default preset). Booleans get ``--flag/--no-flag``; tuples take several values
     (or one comma-separated value); optional fields accept ``none``, and so do tuples (no
     values: None for an optional tuple, else the empty tuple) unless ``none`` is one of the
-    field's own choices.
+    field's own choices. ``resumes``: the program resumes runs, so the help of each resumable
+    option says that a resumed run may change it.
     """
     for path, f, tp in _leaf_fields(cls):
         if not f.metadata.get("cli", True) or f.name in exclude:
             continue
         inner, optional = _unwrap_optional(tp)
-        kwargs: dict[str, Any] = {"dest": path, "default": argparse.SUPPRESS, "help": _help_text(path, f, defaults)}
+        kwargs: dict[str, Any] = {"dest": path, "default": argparse.SUPPRESS, "help": _help_text(path, f, defaults, resumes)}
         if f.metadata.get("metavar"):
             kwargs["metavar"] = f.metadata["metavar"]
         if inner is bool:
@@ -202,12 +204,12 @@ def add_config_arguments(
         parser.add_argument(flag_name(f.name), **kwargs)
 
 
-def _help_text(path: str, f: dataclasses.Field, defaults: Any | None) -> str:
+def _help_text(path: str, f: dataclasses.Field, defaults: Any | None, resumes: bool) -> str:
     text = f.metadata.get("help", "")
     accepted = _rule(f)
     if accepted:
         text += f"; {accepted}"
-    if f.metadata.get("resumable") and f.name != "resume":  # (the flag that resumes needs no such note)
+    if resumes and f.metadata.get("resumable") and f.name != "resume":  # (the flag that resumes needs no such note)
         text += "; may change on --resume"
     if defaults is not None:
         value = get_path(defaults, path)
