@@ -46,7 +46,9 @@ RUN_KIND = RunKind("tools/train_net.py")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = default_argument_parser(__doc__)
+    summary, _, details = __doc__.partition("\n\n")
+    parser = default_argument_parser(details)  # detectron2's flags; the examples follow the options (its epilog)
+    parser.prog, parser.description = "python tools/train_net.py", summary
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--config", dest="config_file", metavar="FILE", help="alias of --config-file")
     parser.add_argument(
