@@ -43,6 +43,7 @@ from evonorm_core.experiment.config import (
 )
 from evonorm_core.experiment.files import atomic_write_json
 from evonorm_core.experiment.tables import mean_std_fields
+from evonorm_core.ops.extension import status as kernel_status
 from evonorm_core.search.expression import parse, to_infix
 from evonorm_core.search.genome import Genome, random_genome
 from evonorm_core.search.rejection import static_rejection
@@ -244,6 +245,8 @@ def write(path: Path, argv: list[str] | None, config: SearchConfig, args: argpar
     atomic_write_json(path, {
         "command": command_line("python search/calibrate.py", argv),
         "config": config_to_dict(config), "seeds": args.seeds, "threads": torch.get_num_threads(),
+        # the C++ kernels and the operators' PyTorch implementation agree to rounding, which training amplifies
+        "cpu_kernels": str(kernel_status()),
         "wall_seconds": round(time.monotonic() - started, 1), "cpu_seconds": round(time.process_time(), 1),
         "summary": summarize(rows, references, controls, args.margin), "results": rows,
     })

@@ -114,7 +114,7 @@ def status() -> KernelStatus:
     library.define()  # the schemas come first; the C++ library only adds CPU kernels
     if os.environ.get("EVONORM_CPP", "1") == "0":
         warnings.warn("EvoNorm CPU kernels disabled by EVONORM_CPP=0; the evonorm operators use their PyTorch "
-                      "implementation on the CPU (same results, slower)", stacklevel=3)
+                      "implementation on the CPU (equal to rounding, slower)", stacklevel=3)
         return KernelStatus("unavailable", "disabled by EVONORM_CPP=0")
     try:
         found = _installed()
@@ -132,5 +132,5 @@ def status() -> KernelStatus:
         log.info("EvoNorm CPU kernels: %s", found)
     else:
         warnings.warn(f"EvoNorm CPU kernels unavailable ({found.detail}); the evonorm operators use their "
-                      "PyTorch implementation on the CPU (same results, slower)", stacklevel=3)
+                      "PyTorch implementation on the CPU (equal to rounding, slower)", stacklevel=3)
     return found
