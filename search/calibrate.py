@@ -43,7 +43,7 @@ from evonorm_core.experiment.config import (
 )
 from evonorm_core.experiment.files import atomic_write_json
 from evonorm_core.experiment.tables import mean_std_fields
-from evonorm_core.ops.extension import status as kernel_status
+from evonorm_core.ops import status as kernel_status
 from evonorm_core.search.expression import parse, to_infix
 from evonorm_core.search.genome import Genome, random_genome
 from evonorm_core.search.rejection import static_rejection

@@ -186,7 +186,8 @@ def add_config_arguments(
         if not f.metadata.get("cli", True) or f.name in exclude:
             continue
         inner, optional = _unwrap_optional(tp)
-        kwargs: dict[str, Any] = {"dest": path, "default": argparse.SUPPRESS, "help": _help_text(path, f, defaults, resumes)}
+        kwargs: dict[str, Any] = {"dest": path, "default": argparse.SUPPRESS,
+                                  "help": _help_text(path, f, defaults, resumes)}
         if f.metadata.get("metavar"):
             kwargs["metavar"] = f.metadata["metavar"]
         if inner is bool:
