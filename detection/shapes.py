@@ -4,14 +4,20 @@ Each image holds 0-4 non-overlapping circles, squares and triangles (random size
 and rotation) on a background of smooth colour noise plus stripes, so a detector has to
 learn shape, not colour. Masks are exact polygons. ``python detection/shapes.py --help``
 writes the dataset; :func:`ensure_shapes_dataset` writes it once and reuses it.
+
+A split's json is written last and atomically, so a json on disk means its images were
+written; one that is damaged, of another image size or seed, or lists a missing image is
+written again, under a lock that keeps concurrent runs from writing the same split.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 from pathlib import Path
+from typing import Iterator
 
 # First, so that its warning filter is in place before detectron2 is imported when this
 # file is run as `python detection/<name>.py` (the package is then not imported first).
@@ -26,6 +32,8 @@ from PIL import Image, ImageDraw
 
 from evonorm_core.experiment.arguments import output_folder
 from evonorm_core.experiment.arguments import seed as seed_value
+from evonorm_core.experiment.files import CorruptFileError, atomic_write_text, read_json
+from evonorm_core.experiment.rundir import file_lock
 
 CLASSES = ("circle", "square", "triangle")
 SPLITS = {"train": 400, "val": 50}  # images per split
@@ -119,21 +127,49 @@ def write_split(root: Path, split: str, num_images: int, size: int, seed: int) -
         "categories": [{"id": i + 1, "name": name, "supercategory": "shape"} for i, name in enumerate(CLASSES)],
     }
     json_path = root / f"{split}.json"
-    json_path.write_text(json.dumps(coco))
+    atomic_write_text(json_path, json.dumps(coco))
     return json_path
+
+
+def unusable_split(json_path: Path, size: int, seed: int) -> str | None:
+    """Why the existing split at ``json_path`` cannot be reused for ``size`` px images of ``seed``; None if it can."""
+    try:
+        coco = read_json(json_path, what="shapes dataset file")
+        written = coco["info"]["image_size"], coco["info"]["seed"]
+        if written != (size, seed):
+            return f"written for {written[0]} px images and seed {written[1]}, not {size} px and seed {seed}"
+        images = [json_path.with_suffix("") / image["file_name"] for image in coco["images"]]
+    except CorruptFileError:
+        return "not valid JSON"
+    except (KeyError, TypeError):
+        return "not a shapes dataset file"
+    missing = [path for path in images if not path.is_file()]
+    return f"image {missing[0]} is missing" if missing else None
+
+
+@contextlib.contextmanager
+def dataset_lock(root: Path) -> Iterator[None]:
+    """Hold ``root/.lock`` (creating ``root``): one writer at a time, and no check of a split while it is written."""
+    root.mkdir(parents=True, exist_ok=True)
+    with file_lock(root / ".lock"):
+        yield
 
 
 def ensure_shapes_dataset(root: Path | None = None, size: int = 128, seed: int = 0) -> dict[str, Path]:
     """Write the train and val splits under ``root`` unless they exist; return split -> json path."""
     root = Path(root) if root else default_root()
     paths = {}
-    for split, num_images in SPLITS.items():
-        json_path = root / f"{split}.json"
-        if not json_path.exists() or json.loads(json_path.read_text())["info"].get("image_size") != size:
-            json_path = write_split(root, split, num_images, size, seed)
-            print(f"generated the built-in shapes dataset's {split} split ({num_images} images, {size} px): "
-                  f"{json_path}", flush=True)
-        paths[split] = json_path
+    with dataset_lock(root):
+        for split, num_images in SPLITS.items():
+            json_path = root / f"{split}.json"
+            reason = unusable_split(json_path, size, seed) if json_path.exists() else None
+            if reason:
+                print(f"{json_path}: {reason}; generating the {split} split again", flush=True)
+            if reason or not json_path.exists():
+                json_path = write_split(root, split, num_images, size, seed)
+                print(f"generated the built-in shapes dataset's {split} split ({num_images} images, {size} px): "
+                      f"{json_path}", flush=True)
+            paths[split] = json_path
     return paths
 
 
@@ -159,8 +195,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.size < 32:
         parser.error(f"--size must be >= 32, got {args.size}")
     root = args.root or default_root()
-    for split, num_images in SPLITS.items():
-        print(f"wrote {num_images} images: {write_split(root, split, num_images, args.size, args.seed)}")
+    with dataset_lock(root):
+        for split, num_images in SPLITS.items():
+            print(f"wrote {num_images} images: {write_split(root, split, num_images, args.size, args.seed)}")
 
 
 if __name__ == "__main__":

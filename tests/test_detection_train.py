@@ -1,8 +1,10 @@
 """The detection entry points end to end: demo data, training + COCO evaluation, resume, report, cost, errors."""
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +23,7 @@ from pycocotools.coco import COCO
 
 from evonorm_core import running_stats
 from evonorm_core.experiment.rundir import RunDir
-from evonorm_suite.detection import data, load_config, miniature, report, train_net
+from evonorm_suite.detection import data, load_config, miniature, report, shapes, train_net
 from evonorm_suite.detection.cost import count_parameters, model_cost
 from evonorm_suite.detection.cost import main as cost_main
 from evonorm_suite.detection.data import train_augmentations
@@ -32,6 +34,7 @@ from evonorm_suite.detection.shapes import (
     ensure_shapes_dataset,
     register_shapes_dataset,
     shape_polygon,
+    write_split,
 )
 from tests.test_detection_model import TINY as TINY_MODEL
 from tests.tool_scripts import load
@@ -110,9 +113,7 @@ def test_shapes_are_regular_polygons_around_their_centre(kind, vertices):
     np.testing.assert_allclose(polygon.mean(axis=0), [20.0, 30.0], atol=1e-9)
 
 
-def test_shapes_dataset_of_another_size_is_rewritten_and_one_of_the_same_size_kept(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(SPLITS, "train", 3)
-    monkeypatch.setitem(SPLITS, "val", 2)
+def test_shapes_dataset_of_another_size_is_rewritten_and_one_of_the_same_size_kept(tmp_path, small_shapes, capsys):
     paths = ensure_shapes_dataset(tmp_path, size=32)
     assert f"generated the built-in shapes dataset's train split (3 images, 32 px): {paths['train']}" in (
         capsys.readouterr().out)
@@ -121,10 +122,59 @@ def test_shapes_dataset_of_another_size_is_rewritten_and_one_of_the_same_size_ke
     assert "generated" not in capsys.readouterr().out  # reused, said nothing
     assert {split: path.stat().st_mtime_ns for split, path in paths.items()} == written  # reused
     ensure_shapes_dataset(tmp_path, size=40)
+    assert f"{paths['train']}: written for 32 px images and seed 0, not 40 px and seed 0; generating the train split again" in capsys.readouterr().out
     for split, path in paths.items():
         coco = json.loads(path.read_text())
         assert coco["info"]["image_size"] == 40 and {(i["width"], i["height"]) for i in coco["images"]} == {(40, 40)}
         assert Image.open(tmp_path / split / coco["images"][0]["file_name"]).size == (40, 40)
+
+@pytest.fixture
+def small_shapes(monkeypatch):
+    """Splits of 3 and 2 images."""
+    monkeypatch.setitem(SPLITS, "train", 3)
+    monkeypatch.setitem(SPLITS, "val", 2)
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:100])
+
+
+@pytest.mark.parametrize("damage, reason", [
+    (truncate, "not valid JSON"),
+    (lambda path: path.write_text("[]"), "not a shapes dataset file"),
+    (lambda path: (path.with_suffix("") / "000002.png").unlink(), "image {} is missing"),
+    (lambda path: path.write_text(path.read_text().replace('"seed": 0', '"seed": 7')),
+     "written for 32 px images and seed 7, not 32 px and seed 0"),
+])
+def test_shapes_split_that_is_damaged_or_lacks_an_image_is_generated_again(
+        tmp_path, small_shapes, capsys, damage, reason):
+    paths = ensure_shapes_dataset(tmp_path, size=32)
+    expected = json.loads(paths["train"].read_text())
+    damage(paths["train"])
+    capsys.readouterr()
+    assert ensure_shapes_dataset(tmp_path, size=32) == paths
+    out = capsys.readouterr().out
+    reason = reason.format(tmp_path / "train" / "000002.png")
+    assert f"{paths['train']}: {reason}; generating the train split again" in out
+    assert "generated the built-in shapes dataset's train split" in out and "val split" not in out
+    assert json.loads(paths["train"].read_text()) == expected  # the same seed: the same split
+    assert (tmp_path / "train" / "000002.png").is_file()
+
+
+def test_concurrent_callers_generate_each_shapes_split_once(tmp_path, small_shapes, monkeypatch):
+    """The second caller waits for the first one's lock and reuses what it wrote."""
+    written = []
+
+    def slow_write_split(*args):
+        written.append(args[1])
+        time.sleep(0.2)  # a window in which a caller without the lock would find no json
+        return write_split(*args)
+
+    monkeypatch.setattr(shapes, "write_split", slow_write_split)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: ensure_shapes_dataset(tmp_path, size=32), range(2)))
+    assert results[0] == results[1] and sorted(written) == ["train", "val"]
+
 
 @pytest.mark.slow
 def test_demo_trains_evaluates_and_resumes(demo_run):
