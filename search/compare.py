@@ -12,9 +12,10 @@ on. Then writes ``--json`` (default OUTPUT/fig10.json): per strategy the
 seeds, the mean accuracy of the top-10 distinct accepted layers at the end of each seed's
 run (of all of them while fewer than 10 exist, so read it beside the count), how many distinct
 layers each seed accepted, its best layer's mean accuracy, the curve ``[candidates, top-10
-mean]`` of each seed, and BN-ReLU's (GN-ReLU's for mode S) mean accuracy on the same proxy per
-seed; and ``--plot``: mean +- std over seeds of the top-10 curves, one band per strategy, the
-reference dashed.
+mean]`` of each seed, BN-ReLU's (GN-ReLU's for mode S) mean accuracy on the same proxy per
+seed, and the proxy the runs trained on (``proxies``: each distinct description once); and
+``--plot``: mean +- std over seeds of the top-10 curves, one band per strategy, the reference
+dashed.
 """
 from __future__ import annotations
 
@@ -72,12 +73,14 @@ def value_at(curve: list[list[float]], candidates: int) -> float | None:
 def collect(output_dir: Path, seeds: list[int], budget: int) -> dict:
     strategies: dict = {}
     reference: dict[str, list] = {}
+    proxies: dict[str, None] = {}  # the runs' proxy descriptions, in order, each once
     cpu_seconds = 0.0
     for strategy in STRATEGIES:
         finals, curves, distinct, best = [], {}, [], []
         for seed in seeds:
             summary = summarize(str(run_folder(output_dir, strategy, seed)))
             cpu_seconds += summary["cpu_seconds"]
+            proxies[summary["proxy"] or "not recorded"] = None
             curves[str(seed)] = summary["curve"]
             finals.append(value_at(summary["curve"], budget))
             # the first `budget` candidates, as value_at: a reused longer run is not counted past the budget
@@ -101,7 +104,7 @@ def collect(output_dir: Path, seeds: list[int], budget: int) -> dict:
         spread = max(evo["std"] or 0.0, rnd["std"] or 0.0)
         verdict = {"evolution_minus_random": round(gap, 4), "largest_std": round(spread, 4),
                    "evolution_beats_random_by_more_than_the_spread": gap > spread}
-    return {"candidate_budget": budget, "cpu_seconds": round(cpu_seconds, 1), "seeds": seeds,
+    return {"candidate_budget": budget, "proxies": list(proxies), "cpu_seconds": round(cpu_seconds, 1), "seeds": seeds,
             "strategies": strategies, "verdict": verdict,
             **{f"{name}_reference": values for name, values in reference.items()}}
 

@@ -213,7 +213,8 @@ def summarize(output_dir: str, k: int = 10) -> dict:
     return {
         "command": None if argv is None else command_line("python search/evolve.py", argv),
         "output_dir": str(output_dir), "mode": state["config"]["mode"], "strategy": state["config"]["strategy"],
-        "preset": config.preset if config else None, "seed": state["seed"], "seeds": [state["seed"]],
+        "preset": config.preset if config else None, "proxy": config.proxy.describe() if config else None,
+        "seed": state["seed"], "seeds": [state["seed"]],
         "cores": cores(config), **counts(state, config),
         "references": {name: _layer(r) for name, r in state["baselines"].items()},
         "top": [_found(r, known) for r in top], "frontier": [_found(r, known) for r in frontier(records)],

@@ -674,6 +674,20 @@ def test_fig10_row_shows_how_many_layers_each_seed_accepted(reproduce):
     assert best == "95.5 ± 0.7 (n=2)"
 
 
+def test_fig10_says_its_proxy_and_whether_the_step_made_it(reproduce):
+    """The proxy the searches trained on and BN-ReLU's accuracy there sit beside Fig. 10's numbers; a result of
+    another candidate budget than the step's is marked as not the step's result."""
+    made_by_step = {"candidate_budget": reproduce.FIG10_CANDIDATES, "proxies": ["data: MNIST"],
+                    "bn_relu_reference": [0.90, 0.92, 0.91]}
+    assert reproduce.fig10_provenance(made_by_step) == [
+        "Proxy: data: MNIST. BN-ReLU on the same proxy: 91.0 ± 1.0 (n=3).", ""]
+    earlier = {"candidate_budget": 800, "bn_relu_reference": [0.95]}
+    text = reproduce.fig10_provenance(earlier)[0]
+    assert text.startswith("Proxy: not recorded in this JSON") and "BN-ReLU on the same proxy: 95.0 (n=1)." in text
+    assert text.endswith(f"runs {reproduce.FIG10_CANDIDATES:,} candidates a search; this JSON holds 800 a search, "
+                         "from the command below.")
+
+
 def test_a_classification_table_says_what_trained_its_runs(reproduce):
     """Cells summarized with their devices count per device; a cell summarized before the device was
     recorded counts its runs as "not recorded"."""

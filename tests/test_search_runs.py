@@ -338,7 +338,8 @@ def test_progress_line_counts_rates_and_eta():
 def test_compare_reads_each_run_at_the_budget_and_compares_over_seeds(tmp_path):
     """Fig. 10 at an equal budget of 3 candidates: each seed's top-10 mean, distinct count and best after 3 (a
     4th candidate of a reused longer run does not count); mean and sample std over seeds; BN-ReLU from the
-    evolution runs; the CPU seconds of every run (no config: 1 core)."""
+    evolution runs; the CPU seconds of every run (its seconds times its cores; no config: 1 core); the proxy of each run once, in order ("not
+    recorded" for a run without its config)."""
     def acc(i, fp, v):
         return record(i, fp, {"r": v})
 
@@ -350,8 +351,9 @@ def test_compare_reads_each_run_at_the_budget_and_compares_over_seeds(tmp_path):
     }
     for n, ((strategy, seed), records) in enumerate(runs.items()):
         bn = record(-1, "bn", {"r": 0.55 + seed / 10 + n / 100})
-        write_run(run_folder(tmp_path, strategy, seed), records, 10.0 * (n + 1), {"bn_relu": bn}, strategy=strategy,
-                  seed=seed)
+        config = preset("cpu", "B") if n == 0 else None
+        write_run(run_folder(tmp_path, strategy, seed), records, 10.0 * (n + 1), {"bn_relu": bn}, config,
+                  strategy=strategy, seed=seed)
     result = collect(tmp_path, [0, 1], 3)
     evo, rnd = result["strategies"]["evolution"], result["strategies"]["random"]
     assert evo["top10_final"] == [0.6, 0.7] and rnd["top10_final"] == [0.4, 0.5]
@@ -360,8 +362,11 @@ def test_compare_reads_each_run_at_the_budget_and_compares_over_seeds(tmp_path):
     assert (evo["mean"], evo["std"], rnd["mean"], rnd["std"]) == (0.65, 0.0707, 0.45, 0.0707)
     assert result["verdict"] == {"evolution_minus_random": 0.2, "largest_std": 0.0707,
                                  "evolution_beats_random_by_more_than_the_spread": True}
-    assert result["bn_relu_reference"] == [0.55, 0.66] and result["cpu_seconds"] == 100.0
+    cores = preset("cpu", "B").workers * preset("cpu", "B").torch_threads
+    assert result["bn_relu_reference"] == [0.55, 0.66] and result["cpu_seconds"] == 10.0 * cores + 20 + 30 + 40
     assert result["candidate_budget"] == 3 and result["seeds"] == [0, 1]
+    assert result["proxies"] == [preset("cpu", "B").proxy.describe(), "not recorded"]
+    assert result["proxies"][0].startswith("data: the embedded MNIST digits")
 
 
 def test_compare_runs_each_strategy_and_seed_as_a_grid_cell_that_resumes_once_started(tmp_path):

@@ -37,7 +37,10 @@ not in it. Every grid commits its finished runs (runs/reproduction/**), so it co
   groups in grouped layers; each run 10000 steps, the same for all, then 1000 more at a time until
   two evaluated snapshots, every 500 steps, follow its best, at most 16000): about 0.22 s a step
   and 30 s an evaluation on one thread, 47 to 75 min a run, 16 to 26 CPU-hours for the 21.
-* fig10 (search/compare.py, 2,000 candidates a search): 3 h 28 min CPU as its JSON records.
+* fig10 (search/compare.py, 2 strategies x 3 seeds, 2,000 candidates a search): not run by this tool yet;
+  on the MNIST proxy roughly a CPU-day a search (docs/search.md). The committed JSON is the
+  800-candidate comparison on the earlier 16 px digits proxy, 3 h 28 min CPU as it records; the
+  report says so beside it.
 
 The verdict rule
 ----------------
@@ -188,6 +191,7 @@ MINI_SCALE = MiniScale()  # what classification/tables.py run --scale mini train
 EARLIER = "earlier settings"  # the steps log's key for the entries of steps run with other settings
 TABLE4_ITERATIONS = 1800  # steps of 8 images per detection run: detection/miniature.py's ITERATIONS, stated here so
 # that the step's setting is known without importing detectron2
+FIG10_CANDIDATES = 2000  # candidates proposed per search of Fig. 10's step
 
 
 def table_models(table: str) -> list[str]:
@@ -229,9 +233,10 @@ def experiment_steps(models: Sequence[str] = CLASSIFICATION_MODELS, layers: Sequ
                                    "--out", str(RESULTS / "gan"), "--jobs", str(jobs)),),
                        RESULTS / "gan" / "table5.json"),
         "fig10": Step("fig10", ((*PY, "search/compare.py", "--output-dir", str(RUNS / "fig10"),
-                                 "--max-candidates", "2000", "--json", str(RESULTS / "search" / "fig10.json"),
+                                 "--max-candidates", str(FIG10_CANDIDATES),
+                                 "--json", str(RESULTS / "search" / "fig10.json"),
                                  "--plot", str(RESULTS / "search" / "fig10.png")),),
-                      RESULTS / "search" / "fig10.json"),
+                      RESULTS / "search" / "fig10.json", {"max_candidates": FIG10_CANDIDATES}),
     }
 
 
@@ -1160,6 +1165,22 @@ def fig10_row(strategy: str, result: dict) -> list:
             " / ".join(str(n) for n in result.get("distinct_accepted", [])) or "-", percent(result.get("best_final", []))]
 
 
+def fig10_provenance(summary: dict) -> list[str]:
+    """What the searches trained on, and whether the step's command made this result (its budget)."""
+    proxies = summary.get("proxies")
+    lines = [f"Proxy: {'; '.join(proxies)}." if proxies else
+             "Proxy: not recorded in this JSON (written before search/compare.py recorded it; "
+             "[search.md](search.md) says which proxy the committed comparison ran on)."]
+    for key, name in (("bn_relu_reference", "BN-ReLU"), ("gn_relu_reference", "GN-ReLU")):
+        if summary.get(key):
+            lines.append(f"{name} on the same proxy: {format_mean_std([100 * v for v in summary[key]])}.")
+    if summary.get("candidate_budget") != FIG10_CANDIDATES:
+        lines.append(f"Not the result of this report's step: `python tools/reproduce.py --only fig10` runs "
+                     f"{FIG10_CANDIDATES:,} candidates a search; this JSON holds {summary.get('candidate_budget')} "
+                     "a search, from the command below.")
+    return [" ".join(lines), ""]
+
+
 def fig10_section(judged: Judged, _: dict) -> list[str]:
     summary, title = load(STEPS["fig10"].summary), "Fig. 10: evolution vs random search"
     if summary is None:
@@ -1169,6 +1190,7 @@ def fig10_section(judged: Judged, _: dict) -> list[str]:
     return [f"## {title}", "", f"Mean accuracy (%) of the top-10 distinct accepted layers after "
             f"{summary.get('candidate_budget', '?')} candidates, over seeds (the mean of all accepted "
             "layers where a seed found fewer than 10: read it beside the count).", "",
+            *fig10_provenance(summary),
             "![evolution vs random search](results/search/fig10.png)", "",
             markdown_table(["strategy", "seeds", "top-10 mean accuracy", "distinct layers accepted (per seed)",
                             "best layer's accuracy"], rows), "",
