@@ -357,6 +357,13 @@ FLAGS = [
     ("tools/check_capture.py", ["--layers", "nope", "--checks", "fx"],
      ["--layers: 'nope' is not a registered layer; accepted: bn_prelu, bn_relu"]),
     ("tools/check_capture.py", ["--batch", "0", "--checks", "fx"], ["--batch must be at least 1, got 0"]),
+    # output files that cannot be written are refused before the measuring, not after it
+    ("tools/benchmark_layers.py", ["--json", "{tmp}/none/b.json", "--no-model"],
+     ["argument --json: folder '{tmp}/none' of '{tmp}/none/b.json' does not exist"]),
+    ("tools/benchmark_layers.py", ["--plot", "{tmp}", "--no-model"], ["argument --plot: '{tmp}' is a folder; give a file"]),
+    ("tools/check_capture.py", ["--json", "{tmp}/none/c.json", "--checks", "fx"],
+     ["argument --json: folder '{tmp}/none' of '{tmp}/none/c.json' does not exist"]),
+    ("tools/benchmark_timm.py", ["--json", "{tmp}"], ["argument --json: '{tmp}' is a folder; give a file path"]),
 ]
 OUTPUT_FLAG = {EVOLVE: "--output-dir", TRAIN: "--output-dir", BIGGAN: "--run-dir"}
 
@@ -371,7 +378,7 @@ def test_a_bad_flag_is_refused_naming_it_and_what_is_accepted(program, flags, fr
     argv = [a.replace("{tmp}", str(tmp_path)) for a in flags]
     if program in OUTPUT_FLAG:
         argv += [OUTPUT_FLAG[program], str(tmp_path / "out")]
-    says(refusal(entry(program), argv, capsys), *fragments)
+    says(refusal(entry(program), argv, capsys), *(f.replace("{tmp}", str(tmp_path)) for f in fragments))
     assert not (tmp_path / "out").exists()  # refused before anything was written
 
 

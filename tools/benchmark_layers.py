@@ -82,7 +82,9 @@ import evonorm_core
 from evonorm_core import functional, ops
 from evonorm_core.convert import convert_norm_act
 from evonorm_core.experiment import cpu_load
+from evonorm_core.experiment.arguments import check_output_paths
 from evonorm_core.experiment.config import command_line
+from evonorm_core.experiment.files import atomic_write_json
 from evonorm_core.experiment.tables import pyplot
 from evonorm_core.statistics import resolve_groups
 
@@ -839,6 +841,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.plot is None:
         args.plot = (os.path.splitext(args.json)[0] + ".png" if json_named
                      else f"docs/results/benchmark_{'matrix' if args.matrix else 'layers'}.png")
+    check_output_paths(p, args, "--json", "--plot")  # before minutes of measuring, not after
     on_gpu = args.device.type == "cuda"
     args.model_batch = args.model_batch or (8 if on_gpu else 4)
     args.model_size = args.model_size or (224 if on_gpu else 128)
@@ -895,7 +898,7 @@ def run_matrix(args, argv: list[str] | None) -> int:
     cells = bench_matrix(args)
     targets = [t for c in cells for t in c["targets"]]
     print(f"matrix: {sum(t['met'] for t in targets)} of {len(targets)} targets met in {len(cells)} combinations")
-    if _write(args.plot):
+    if args.plot:
         plot_matrix(cells, args.plot)
         print(f"wrote {args.plot}")
     write_json(args.json, run_record(args, argv, busy) | {"cells": cells})
@@ -911,18 +914,10 @@ def run_record(args, argv: list[str] | None, busy_elsewhere: float | None) -> di
 
 
 def write_json(path: str, payload: dict) -> None:
-    """``payload`` into ``path`` (its folder made), unless ``path`` is '' (--json '')."""
-    if _write(path):
-        with open(path, "w") as f:
-            json.dump(payload, f, indent=1)
+    """``payload`` into ``path`` atomically, unless ``path`` is '' (--json '')."""
+    if path:
+        atomic_write_json(path, payload)
         print(f"wrote {path}")
-
-
-def _write(path: str) -> str | None:
-    if not path:
-        return None
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -966,7 +961,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = target_rows(results, models)
     if not args.no_targets:
         print(format_targets(rows))
-    if _write(args.plot):
+    if args.plot:
         plot(results, models, args.plot)
         print(f"wrote {args.plot}")
     write_json(args.json, run_record(args, argv, busy) | {

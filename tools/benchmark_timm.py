@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import statistics
 import sys
@@ -36,7 +35,9 @@ from torch import nn
 import evonorm_core
 from evonorm_core import ops
 from evonorm_core.experiment import cpu_load
+from evonorm_core.experiment.arguments import check_output_paths
 from evonorm_core.experiment.config import command_line
+from evonorm_core.experiment.files import atomic_write_json
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 TIMM, SWAPPED = "timm EvoNorm", "swapped (evonorm_core)"
@@ -150,6 +151,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json", metavar="PATH", default="docs/results/benchmark_timm.json",
                    help="write every number to this JSON file (default %(default)s; '' for none)")
     args = p.parse_args(argv)
+    check_output_paths(p, args, "--json")
     for name in ("reps", "warmup", "threads", "classes", "batch", "size"):
         value, least = getattr(args, name), 0 if name == "warmup" else 1
         if value is not None and value < least:
@@ -201,8 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             "steps": [asdict(r) | {"ratio": r.ratio, "min_ratio": r.min_ratio, "memory_ratio": r.memory_ratio}
                       for r in results],
         }
-        with open(args.json, "w") as f:
-            json.dump(payload, f, indent=1)
+        atomic_write_json(args.json, payload)
         print(f"wrote {args.json}")
     return 0
 

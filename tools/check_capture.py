@@ -35,7 +35,6 @@ import argparse
 import contextlib
 import copy
 import io
-import json
 import os
 import sys
 import time
@@ -48,6 +47,8 @@ from torch import Tensor, nn
 
 from evonorm_core import ops, running_stats
 from evonorm_core.convert import convert_norm_act
+from evonorm_core.experiment.arguments import check_output_paths
+from evonorm_core.experiment.files import atomic_write_json
 from evonorm_core.registry import list_norm_acts, resolve_name
 
 CHECKS = ("compile", "export", "onnx", "jit_trace", "fx", "feature_extractor")
@@ -291,6 +292,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default %(default)s)")
     p.add_argument("--json", metavar="PATH", help="also write every result to this JSON file")
     args = p.parse_args(argv)
+    check_output_paths(p, args, "--json")
     for name in ("batch", "size", "threads"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
@@ -319,8 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         payload = {"config": vars(args), "torch": torch.__version__, "kernels": str(ops.status()),
                    "load_average": os.getloadavg(), "results": [asdict(r) for r in results]}
-        with open(args.json, "w") as f:
-            json.dump(payload, f, indent=1)
+        atomic_write_json(args.json, payload)
         print(f"wrote {args.json}")
     return 1 if failed else 0
 

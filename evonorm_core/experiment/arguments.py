@@ -71,3 +71,15 @@ def output_file(text: str) -> Path:
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise argparse.ArgumentTypeError(f"{text!r} is not writable")
     return path
+
+
+def check_output_paths(parser: argparse.ArgumentParser, args: argparse.Namespace, *flags: str) -> None:
+    """Refuse, before any work, each of ``flags`` (``"--json"``) whose path is no :func:`output_file`;
+    '' or None is no file. For flags whose defaults are resolved after parsing, or where '' means none."""
+    for flag in flags:
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value:
+            try:
+                output_file(str(value))
+            except argparse.ArgumentTypeError as error:
+                parser.error(f"argument {flag}: {error}")
