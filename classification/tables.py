@@ -43,7 +43,15 @@ from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, r
 from evonorm_core.experiment.grid import Cell as GridCell
 from evonorm_core.experiment.grid import run_grid
 from evonorm_core.experiment.rundir import RunDirError, holds_run
-from evonorm_core.experiment.tables import Series, format_mean_std, markdown_table, mean_std_fields, plot_series, pyplot
+from evonorm_core.experiment.tables import (
+    Series,
+    format_mean_std,
+    markdown_table,
+    mean_std_fields,
+    plot_series,
+    pyplot,
+    save_figure,
+)
 from evonorm_suite.classification.paper_tables import CONTROLS, LAYERS, TABLES, WORKERS, PaperTable
 from evonorm_suite.classification.recipes import scaled_lr
 from evonorm_suite.classification.train import TrainConfig, train
@@ -600,10 +608,7 @@ def plot_seeds(table: PaperTable, results: dict, path: Path) -> Path:
         ax.set(xlabel="final validation top-1 (%)", title=f"{MINI_MODELS.get(model, model)}: seeds, mean (bar)")
         ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def report(args: argparse.Namespace) -> None:

@@ -33,7 +33,7 @@ from evonorm_core.classifiers.models import build_model
 from evonorm_core.experiment.arguments import output_file
 from evonorm_core.experiment.files import CorruptFileError, read_json
 from evonorm_core.experiment.library_warnings import ignore_jit_script_deprecation
-from evonorm_core.experiment.tables import pyplot
+from evonorm_core.experiment.tables import pyplot, save_figure
 from evonorm_suite.classification.tables import shell_line, torchrun
 
 WIDTHS = (0.9, 1.0, 1.1)
@@ -190,8 +190,7 @@ def plot(rows: list[dict], top1: dict[tuple[str, float], float], path: Path) -> 
             ax.legend()
     fig.suptitle("MobileNetV2 x {0.9, 1.0, 1.1}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> None:

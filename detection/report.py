@@ -17,7 +17,7 @@ from pathlib import Path
 
 from evonorm_core.experiment.arguments import output_file
 from evonorm_core.experiment.files import CorruptFileError, read_json, read_jsonl
-from evonorm_core.experiment.tables import markdown_table, pyplot
+from evonorm_core.experiment.tables import markdown_table, pyplot, save_figure
 from evonorm_suite.detection.paper import BOX, MASK, paper_cells
 
 RESULTS_FILE = "final_results.json"
@@ -58,8 +58,7 @@ def plot_training_curves(output_dirs: list[Path], path: Path) -> None:
     ax.set(xlabel="iteration", ylabel="total loss", title="Mask R-CNN training loss")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def load_results(output_dir: Path) -> dict[str, dict[str, float]]:

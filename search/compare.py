@@ -31,7 +31,7 @@ from evonorm_core.experiment.config import ConfigError, command_line
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json
 from evonorm_core.experiment.grid import Cell, run_grid
 from evonorm_core.experiment.rundir import RunDirError, holds_run
-from evonorm_core.experiment.tables import mean_and_std, mean_std_fields, pyplot
+from evonorm_core.experiment.tables import mean_and_std, mean_std_fields, pyplot, save_figure
 from evonorm_core.search.driver import CHECKPOINT, read_checkpoint
 from evonorm_suite.search import evolve
 from evonorm_suite.search.report import distinct_accepted, summarize
@@ -135,11 +135,7 @@ def plot(result: dict, path: str | Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ from evonorm_core.experiment.arguments import output_file
 from evonorm_core.experiment.config import ConfigError, command_line
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
 from evonorm_core.experiment.progress import format_duration
-from evonorm_core.experiment.tables import pyplot
+from evonorm_core.experiment.tables import pyplot, save_figure
 from evonorm_core.search.driver import member_from_record, read_checkpoint
 from evonorm_core.search.equivalence import DistinctLayers, initial_response
 from evonorm_core.search.evolution import pareto_frontier
@@ -261,10 +261,7 @@ def write_progress_plot(output_dirs: list[str], path: str | Path, k: int = 10) -
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -314,6 +314,21 @@ def test_plot_series_writes_a_png(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_save_figure_replaces_the_file_whole_and_closes_the_figure(tmp_path, monkeypatch):
+    """The PNG is written as every run file (temporary file, rename): a figure that fails to render leaves the
+    previous file as it was and no temporary file; the figure is closed either way (none piles up in a grid)."""
+    plt = tables.pyplot()
+    path = tables.save_figure(plt.subplots()[0], tmp_path / "new" / "f.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plt.get_fignums() == []
+    before = path.read_bytes()
+    fig = plt.figure()
+    monkeypatch.setattr(fig, "savefig", lambda *args, **kwargs: (_ for _ in ()).throw(OSError("render failed")))
+    with pytest.raises(OSError, match="render failed"):
+        tables.save_figure(fig, path)
+    assert path.read_bytes() == before and sorted(p.name for p in path.parent.iterdir()) == ["f.png"]
+    assert plt.get_fignums() == []
+
+
 def test_digits_split_is_fixed_and_in_unit_range():
     split = data.digits(16, channels=3)
     again = data.digits(16, channels=3)

@@ -85,7 +85,7 @@ from evonorm_core.experiment import cpu_load
 from evonorm_core.experiment.arguments import check_output_paths
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_json
-from evonorm_core.experiment.tables import pyplot
+from evonorm_core.experiment.tables import pyplot, save_figure
 from evonorm_core.statistics import resolve_groups
 
 # The profiler's C++ logger (Kineto) writes to the process's stderr: a start and a stop line per profiled step and,
@@ -542,9 +542,7 @@ def format_targets(rows: list[dict]) -> str:
 
 def plot(results: list[LayerResult], models: list[ModelResult], path: str) -> None:
     """:func:`draw` into the PNG file ``path``."""
-    fig = draw(results, models)
-    fig.savefig(path, dpi=100)
-    pyplot().close(fig)
+    save_figure(draw(results, models), path)
 
 
 def draw(results: list[LayerResult], models: list[ModelResult]):
@@ -667,8 +665,7 @@ def plot_matrix(cells: list[dict], path: str) -> None:
     ax.set_title("worst fused EvoNorm time / baseline (S: GN-SiLU, B: BN-ReLU); target <= 1.00", fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.03)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def allow_recompiles(shapes: list) -> None:

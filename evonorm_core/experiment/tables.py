@@ -9,10 +9,13 @@ a value or ``None`` (not reported) per cell. Task packages keep their tables as
 """
 from __future__ import annotations
 
+import io
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from .files import atomic_write_bytes
 
 Value = float | None
 RowKey = tuple[str, ...]
@@ -150,6 +153,18 @@ def pyplot():
     return plt
 
 
+def save_figure(fig, path: str | Path, dpi: int = 100) -> Path:
+    """Write ``fig`` to ``path`` (format from its suffix) atomically, as every run file; close it either way."""
+    path = Path(path)
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format=path.suffix.lstrip(".") or "png", dpi=dpi)
+    finally:
+        pyplot().close(fig)
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
+
+
 def plot_series(
     path: str | Path,
     panels: Mapping[str, Sequence[Series]],
@@ -197,8 +212,4 @@ def plot_series(
     for ax in list(axes.flat)[count:]:
         ax.set_visible(False)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
