@@ -11,6 +11,7 @@ import os
 import random
 import re
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -119,6 +120,26 @@ def test_atomic_writes_leave_no_temporary_files(tmp_path):
     files.atomic_write_json(tmp_path / "a.json", {"x": 1})
     files.atomic_write_text(tmp_path / "a.json", "2\n")
     assert (tmp_path / "a.json").read_text() == "2\n" and os.listdir(tmp_path) == ["a.json"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_atomic_writes_give_the_permissions_open_gives(tmp_path, umask):
+    """A new file gets 0o666 less the umask, as ``open(path, "w")`` gives it (not mkstemp's 0o600, which would
+    hide the results from the group); a replaced file keeps its own mode, read-only included."""
+    previous = os.umask(umask)
+    try:
+        files.atomic_write_json(tmp_path / "new.json", {})
+        with open(tmp_path / "opened.json", "w"):
+            pass
+        (tmp_path / "kept.json").write_text("{}")
+        os.chmod(tmp_path / "kept.json", 0o440)
+        files.atomic_write_json(tmp_path / "kept.json", {"x": 1})
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "new.json").stat().st_mode) == 0o666 & ~umask
+    assert stat.S_IMODE((tmp_path / "new.json").stat().st_mode) == stat.S_IMODE((tmp_path / "opened.json").stat().st_mode)
+    assert stat.S_IMODE((tmp_path / "kept.json").stat().st_mode) == 0o440
+    assert files.read_json(tmp_path / "kept.json") == {"x": 1}
 
 
 def test_jsonl_errors_name_file_and_line(tmp_path):

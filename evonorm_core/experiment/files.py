@@ -2,7 +2,8 @@
 
 * Writes are atomic: the data go to a temporary file in the same folder, are flushed and
   fsynced, and the file is renamed over the target, so a crash or kill leaves either the
-  old or the new file, never half of one.
+  old or the new file, never half of one. The file gets the permissions ``open`` would give
+  it (the target's own, or 0o666 less the umask).
 * JSON and JSONL readers raise :class:`CorruptFileError` naming the file, the line and
   what to do, instead of a bare ``JSONDecodeError``.
 * Checkpoints hold plain data (dicts, lists, tensors, numbers, strings) and are loaded with
@@ -28,8 +29,8 @@ import json
 import os
 import pickle
 import re
+import secrets
 import stat
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
@@ -82,6 +83,27 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _new_file_beside(path: Path) -> tuple[int, str]:
+    """A new empty file in ``path``'s folder to hold its next content, with the permissions ``open(path, "w")``
+    leaves: ``path``'s own where it exists, else 0o666 less the umask (``mkstemp``'s 0o600 would hide a
+    run's results from the group it shares them with)."""
+    while True:
+        tmp = str(path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp"))
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        except FileExistsError:  # another writer's name: 64 random bits make it all but impossible
+            continue
+        try:
+            os.fchmod(fd, stat.S_IMODE(os.stat(path).st_mode))
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        return fd, tmp
+
+
 @contextlib.contextmanager
 def _atomic_file(path: str | Path) -> Iterator[BinaryIO]:
     """A binary file object whose content replaces ``path`` atomically when the block ends
@@ -89,7 +111,7 @@ def _atomic_file(path: str | Path) -> Iterator[BinaryIO]:
     path = Path(path)
     with _disk_full_named(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = _new_file_beside(path)
         try:
             with os.fdopen(fd, "wb") as f:
                 yield f
