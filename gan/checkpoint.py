@@ -50,11 +50,25 @@ def build_discriminator(config: GanConfig, num_classes: int) -> Discriminator:
                          config.image_channels)
 
 
+def resume_point(run_dir: str | Path) -> Path | None:
+    """The checkpoint a resumed run continues from: ``last.pt``, else (deleted because it was damaged) the
+    newest kept snapshot ``step_N.pt``; None if the run has neither."""
+    folder = checkpoint_dir(run_dir)
+    if (folder / LAST).is_file():
+        return folder / LAST
+    snapshots = [p for p in folder.glob("step_*.pt") if p.stem[5:].isdigit() and p.is_file()]
+    return max(snapshots, key=lambda p: int(p.stem[5:]), default=None)
+
+
 def resolve_checkpoint(run_dir: str | Path, checkpoint: str | Path | None = None) -> Path:
-    """``checkpoint`` if given, else the run's ``last.pt``; ``FileNotFoundError`` naming what is missing."""
+    """``checkpoint`` if given, else the run's ``last.pt``; ``FileNotFoundError`` naming what is missing,
+    ``ValueError`` for a checkpoint of another folder (its numbers would be filed under this run)."""
     path = Path(checkpoint) if checkpoint else checkpoint_dir(run_dir) / LAST
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {str(path)!r} (train first, or pass an existing checkpoint)")
+    if path.resolve().parent != checkpoint_dir(run_dir).resolve():
+        raise ValueError(f"checkpoint {str(path)!r} is not one of {str(checkpoint_dir(run_dir))!r}: its numbers would "
+                         f"be recorded as this run's; evaluate it with the run folder it belongs to")
     return path
 
 

@@ -13,7 +13,8 @@ preset. Each seed trains in ``RUN_DIR/seed<k>``, a folder it owns: ``run.json``,
 ``checkpoints/last.pt``, ``samples/*.png``, ``curves.png``, ``tb/``. A folder that holds files
 is refused unless ``--resume``, which continues the run's seeds (every ``seed<k>`` run in
 RUN_DIR, or those ``--seed``/``--seeds`` name) from their checkpoints with the run's saved
-settings (flags given with it may change only how long it trains and how it reports).
+settings (flags given with it may change only how long it trains and how it reports); a seed
+of the job not started yet starts with the settings of its started seeds.
 A non-finite loss stops the run with one line naming the step and what to try, recorded in
 ``seed<k>/diverged.json`` (exit status 3); SIGINT and SIGTERM stop it with one line (exit
 status 130 or 143), and ``--resume`` continues from the last checkpoint.
@@ -24,13 +25,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from evonorm_core.experiment.config import add_config_arguments, explicit_values, replace_config
 from evonorm_core.experiment.distributed import DistributedContext, shutdown
-from evonorm_core.experiment.rundir import RunDirError, resumed_config
+from evonorm_core.experiment.rundir import RunDirError, check_run_folder, resumed_config
 from evonorm_core.experiment.stopping import StopCleanly
 from evonorm_suite.gan.checkpoint import RUN_KIND, seed_runs
 from evonorm_suite.gan.config import PRESET_OF_DATASET, PRESETS, GanConfig, preset
@@ -57,11 +59,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def seed_config(base: GanConfig, given: dict, seed: int, run_dir: Path, resume: bool) -> GanConfig:
-    """The configuration of one seed: the preset + flags, or on resume the saved one + allowed flags."""
-    if resume:
-        return resumed_config(run_dir, RUN_KIND, GanConfig, {**given, "seed": seed})
-    return replace_config(base, {**given, "seed": seed})
+@dataclass(frozen=True)
+class SeedRun:
+    """One seed of the job: its folder, its configuration and whether it continues a run there."""
+
+    run_dir: Path
+    config: GanConfig
+    resume: bool
+
+
+def seed_runs_to_train(root: Path, seeds: list[int], base: GanConfig, given: dict, resume: bool) -> list[SeedRun]:
+    """Every seed's run, all checked before the first one trains. Without ``resume`` each folder must be
+    missing or empty, and a seed runs the preset + flags. With it a started seed continues its saved settings
+    + the allowed flags, and a seed not started yet (the job was stopped before it) starts with the settings
+    of the job's started seeds."""
+    folders = {seed: root / f"seed{seed}" for seed in seeds}
+    if not resume:
+        for folder in folders.values():
+            check_run_folder(folder)
+        return [SeedRun(folders[seed], replace_config(base, {**given, "seed": seed}), False) for seed in seeds]
+    started = {seed: resumed_config(folder, RUN_KIND, GanConfig, {**given, "seed": seed})
+               for seed, folder in folders.items() if check_run_folder(folder, resume=True)}
+    if not started:
+        raise RunDirError(f"no run of {RUN_KIND.command} in {str(root)!r} to resume: none of "
+                          f"{', '.join(folder.name for folder in folders.values())} has started (without --resume a "
+                          "new run starts there)")
+    first = next(iter(started.values()))
+    return [SeedRun(folders[seed], started[seed], True) if seed in started
+            else SeedRun(folders[seed], replace_config(first, {"seed": seed}), False) for seed in seeds]
+
+
+def resume_command(root: Path, given: dict, count: int | None) -> str:
+    """The command that continues this job, naming its seeds when the user named them (on resume
+    without them only the started seeds would continue)."""
+    seeds = (f" --seed {given['seed']}" if "seed" in given else "") + (f" --seeds {count}" if count else "")
+    return f"{COMMAND} --resume --run-dir {root}{seeds}"
 
 
 def seeds_to_train(root: Path, first: int, count: int | None, resume: bool, seed_given: bool) -> list[int]:
@@ -96,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{base.resolution}x{base.resolution}, greyscale) on the CPU; use --dataset imagenet --data-root PATH "
               "for the paper's setting", flush=True)
     root = Path(args.run_dir or Path("runs", "gan", f"{name}_{base.norm}"))
-    with StopCleanly(COMMAND, DIVERGENCE_ADVICE, f"{COMMAND} --resume --run-dir {root}") as stop:
+    with StopCleanly(COMMAND, DIVERGENCE_ADVICE, resume_command(root, given, args.seeds)) as stop:
         return train_seeds(args, given, base, root, stop)
 
 
@@ -104,11 +136,12 @@ def train_seeds(args: argparse.Namespace, given: dict, base: GanConfig, root: Pa
     """Train (or resume) each seed's run in ``root/seed<k>``; ``stop`` learns where each one is."""
     try:
         ctx = DistributedContext.from_env()
-        for seed in seeds_to_train(root, given.get("seed", base.seed), args.seeds, args.resume, "seed" in given):
-            run_dir = stop.run_dir = root / f"seed{seed}"
-            config = seed_config(base, given, seed, run_dir, args.resume)
+        seeds = seeds_to_train(root, given.get("seed", base.seed), args.seeds, args.resume, "seed" in given)
+        for run in seed_runs_to_train(root, seeds, base, given, args.resume):
+            run_dir = stop.run_dir = run.run_dir
+            config = run.config
             trainer = Trainer(config, build_dataset(config.dataset, config.data_root, config.resolution), run_dir, ctx,
-                              resume=args.resume)
+                              resume=run.resume)
             trainer.train()
             if ctx.is_main:
                 print(f"{run_dir}: samples in {run_dir / 'samples'}, curves {run_dir / 'curves.png'}, TensorBoard "

@@ -32,8 +32,16 @@ from evonorm_core.experiment.files import (
 )
 from evonorm_core.experiment.progress import Progress
 from evonorm_core.experiment.rundir import open_run
+from evonorm_core.experiment.stopping import stop_signals_after_block
 from evonorm_core.experiment.tables import Series, plot_series
-from evonorm_suite.gan.checkpoint import LAST, RUN_KIND, build_discriminator, build_generator, checkpoint_dir
+from evonorm_suite.gan.checkpoint import (
+    LAST,
+    RUN_KIND,
+    build_discriminator,
+    build_generator,
+    checkpoint_dir,
+    resume_point,
+)
 from evonorm_suite.gan.config import GanConfig
 from evonorm_suite.gan.data import num_classes_of
 from evonorm_suite.gan.ema import EMA
@@ -44,7 +52,8 @@ LOG_FILE = "log.jsonl"
 
 
 def infinite_batches(dataset: Dataset, config: GanConfig, ctx: DistributedContext) -> Iterator[tuple[Tensor, Tensor]]:
-    """Shuffled micro-batches forever, each process its own shard, reshuffled every epoch."""
+    """Shuffled micro-batches forever, each process its own shard, reshuffled every epoch. A micro-batch
+    larger than the process's shard is a :class:`ConfigError` now, before the first batch is asked for."""
     sampler = (
         DistributedSampler(dataset, ctx.world_size, ctx.rank, shuffle=True, seed=config.seed, drop_last=True)
         if ctx.world_size > 1
@@ -61,13 +70,20 @@ def infinite_batches(dataset: Dataset, config: GanConfig, ctx: DistributedContex
         persistent_workers=config.num_workers > 0,
     )
     if len(loader) == 0:
-        raise ValueError(f"dataset of {len(dataset)} images is smaller than micro_batch={config.micro_batch}")
+        shard = f"the {len(sampler)} images each of {ctx.world_size} processes gets" if sampler else "the dataset"
+        raise ConfigError(f"--micro-batch {config.micro_batch} is more than {shard} ({len(dataset)} images of "
+                          f"{config.dataset}): give a smaller --micro-batch")
+    return _batches_forever(loader, sampler, ctx.device)
+
+
+def _batches_forever(loader: DataLoader, sampler: DistributedSampler | None,
+                     device: torch.device) -> Iterator[tuple[Tensor, Tensor]]:
     epoch = 0
     while True:
         if sampler is not None:
             sampler.set_epoch(epoch)
         for x, y in loader:
-            yield x.to(ctx.device, non_blocking=True), y.to(ctx.device, non_blocking=True)
+            yield x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         epoch += 1
 
 
@@ -85,7 +101,8 @@ class Trainer:
     The main process opens the run in ``run_dir`` (:func:`~evonorm_core.experiment.rundir.open_run`:
     a folder holding files needs ``resume``, which needs a run of ``gan/train_biggan.py`` there
     with the same non-resumable settings; a second writer is refused). With ``resume`` the run
-    continues from ``checkpoints/last.pt``: weights, optimizers, EMA, step and the latent stream;
+    continues from ``checkpoints/last.pt`` (deleted because it was damaged: the newest kept snapshot):
+    weights, optimizers, EMA, step and the latent stream;
     the data order restarts its epoch, so a resumed run loses no step but is not bit-identical.
     """
 
@@ -101,27 +118,31 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.generator = build_generator(config, self.num_classes).to(self.ctx.device)
         self.discriminator = build_discriminator(config, self.num_classes).to(self.ctx.device)
-        # after the models: a layer option that does not fit them (--groups) leaves no run folder behind
+        self.batches = infinite_batches(dataset, config, self.ctx)
+        # after the models and the data: an option that does not fit them (--groups, --micro-batch) leaves no run
+        # folder behind
         self.run = open_run(self.run_dir, RUN_KIND, config, resume=resume) if self.ctx.is_main else None
         self.ema = EMA(self.generator, config.ema_decay, config.ema_start)
         self.opt_g = self._adam(self.generator, config.g_lr)
         self.opt_d = self._adam(self.discriminator, config.d_lr)
         self.g_train, self.d_train = self._wrap(self.generator), self._wrap(self.discriminator)
-        self.batches = infinite_batches(dataset, config, self.ctx)
         self.dataset = dataset
         self.step = 0
         self.latent_rng = torch.Generator()
         self._seed_latents()
-        last = checkpoint_dir(self.run_dir) / LAST
-        if resume and last.is_file():
-            self.load_state_dict(self.read_checkpoint(last))
+        last = resume_point(self.run_dir) if resume else None
+        if last is not None:
+            self.load_state_dict(self.read_checkpoint(last), last)
             if self.step > config.total_steps:
                 raise ConfigError(f"--total-steps {config.total_steps} is below step {self.step}, where the run in "
                                   f"{str(self.run_dir)!r} is: give --total-steps {self.step} or more")
             if self.ctx.is_main:
-                print(f"resumed {self.run_dir} at step {self.step}", flush=True)
+                print(f"resumed {self.run_dir} at step {self.step}"
+                      + ("" if last.name == LAST else f" from its kept snapshot {last.name} (it has no {LAST})"),
+                      flush=True)
         elif resume and self.ctx.is_main:  # stopped before its first checkpoint, or a clone without checkpoints
             print(f"{self.run_dir} holds no checkpoints/{LAST} to resume from: training from step 0", flush=True)
+        self.saved_step = self.step  # the step of the newest checkpoint (or where training starts)
 
     def _seed_latents(self) -> None:
         """Seed the latent RNG from (seed, rank, step): distinct per process, reproducible on resume."""
@@ -220,16 +241,25 @@ class Trainer:
         self.step = int(state["step"])
         self._seed_latents()
 
+    def keeps(self, step: int) -> bool:
+        """Whether ``step`` gets a kept snapshot ``step_N.pt`` (every ``keep_every`` steps)."""
+        return bool(self.config.keep_every) and step % self.config.keep_every == 0
+
     def save(self) -> None:
+        """Write ``checkpoints/last.pt`` (and the step's kept snapshot, if it has one) from the main process."""
+        self.saved_step = self.step
         if not self.ctx.is_main:
             return
         state = self.state_dict()
         save_checkpoint(checkpoint_dir(self.run_dir) / LAST, state)
-        if self.config.keep_every and self.step % self.config.keep_every == 0:
+        if self.keeps(self.step):
             save_checkpoint(checkpoint_dir(self.run_dir) / f"step_{self.step:07d}.pt", state)
 
     def train(self) -> dict[str, float]:
-        """Train to ``total_steps``; returns the last logged scalars (with IS/FID where measured)."""
+        """Train to ``total_steps``; returns the last logged scalars (with IS/FID where measured).
+
+        A stop signal (SIGINT, SIGTERM) ends the step it arrives in, then ``last.pt`` is written at that
+        step before the stop goes on, so a resumed run repeats no step."""
         config, main = self.config, self.ctx.is_main
         writer = self._writer() if main else None
         grid = grid_latents(config.dim_z, self.num_classes)
@@ -239,7 +269,8 @@ class Trainer:
         scalars: dict[str, float] = {}
         try:
             while self.step < config.total_steps:
-                scalars = self.train_step()
+                with stop_signals_after_block():
+                    scalars = self.train_step()
                 last = self.step == config.total_steps
                 if main and config.eval_every and (self.step % config.eval_every == 0 or last):
                     scalars.update(self.evaluate(config.eval_samples))
@@ -249,8 +280,12 @@ class Trainer:
                     path = self.run_dir / "samples" / f"step_{self.step:07d}.png"
                     writer.add_image("samples/G_ema", save_sample_grid(self.sampling_generator(), str(path), *grid),
                                      self.step)
-                if self.step % config.save_every == 0 or last:
+                if self.step % config.save_every == 0 or self.keeps(self.step) or last:
                     self.save()
+        except KeyboardInterrupt:  # a stop signal, at a step boundary: keep the steps since the last checkpoint
+            if self.step != self.saved_step:
+                self.save()
+            raise
         finally:
             if writer is not None:
                 writer.close()

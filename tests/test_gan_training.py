@@ -33,6 +33,7 @@ from evonorm_suite.gan.ema import EMA
 from evonorm_suite.gan.layers import SelfAttention
 from evonorm_suite.gan.losses import discriminator_hinge_loss, generator_hinge_loss
 from evonorm_suite.gan.sampling import grid_latents, sample_latents, save_sample_grid, standing_statistics
+from evonorm_suite.gan.train_biggan import SeedRun
 from evonorm_suite.gan.trainer import Trainer, infinite_batches, sync_on_last
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,6 +189,17 @@ def test_run_folder_checkpoint_and_resume(tmp_path, digits):
         tiny_trainer(tmp_path, digits, channels=16, resume=True)
     with pytest.raises(RunDirError, match="no run of gan/train_biggan.py in .*: the folder does not exist"):
         tiny_trainer(tmp_path / "none", digits, resume=True)
+
+
+def test_resume_without_last_pt_continues_from_the_newest_kept_snapshot(tmp_path, digits, capsys):
+    """last.pt deleted (its load named it damaged and said to): the run continues from step_N.pt, not step 0."""
+    tiny_trainer(tmp_path, digits, total_steps=5, keep_every=2).train()
+    (tmp_path / "checkpoints" / "last.pt").unlink()
+    capsys.readouterr()
+    resumed = tiny_trainer(tmp_path, digits, total_steps=5, keep_every=2, resume=True)
+    assert resumed.step == 4
+    assert (f"resumed {tmp_path} at step 4 from its kept snapshot step_0000004.pt (it has no last.pt)"
+            in capsys.readouterr().out)
 
 
 def test_resume_without_a_checkpoint_trains_from_step_0_and_says_so(tmp_path, digits, capsys):
@@ -497,8 +509,10 @@ def test_infinite_batches_are_full_shuffled_micro_batches_reshuffled_every_epoch
         shards.append([next(stream)[0].view(-1).long().tolist() for _ in range(3)])
     assert not set(shards[0][0]) & set(shards[1][0])
     assert shards[0][0] != shards[0][1] or shards[0][1] != shards[0][2]  # set_epoch reshuffles
-    with pytest.raises(ValueError, match="smaller than micro_batch=4"):
-        next(infinite_batches(_dataset_of_indices(3), config, DistributedContext()))
+    with pytest.raises(ConfigError, match=r"--micro-batch 4 is more than the dataset \(3 images of digits\)"):
+        infinite_batches(_dataset_of_indices(3), config, DistributedContext())  # now, not at the first batch
+    with pytest.raises(ConfigError, match="more than the 2 images each of 2 processes gets"):
+        infinite_batches(_dataset_of_indices(5), config, DistributedContext(rank=0, world_size=2))
 
 
 def test_gradients_are_all_reduced_on_the_last_micro_batch_only():
@@ -588,11 +602,11 @@ def quiet_trainer(monkeypatch, run_dir, dataset, **overrides):
 
 
 def test_train_logs_samples_evaluates_and_saves_on_their_steps_and_at_the_end(tmp_path, digits, monkeypatch):
-    """total 5 steps, log every 2, sample every 3, evaluate every 4, save every 2, keep every 2: logs at 2, 4, 5
-    (the last step always), grids at 3, 5, evaluations at 4, 5 (with eval_samples), last.pt at step 5, kept
-    snapshots at 2 and 4 only."""
+    """total 5 steps, log every 2, sample every 3, evaluate every 4, save every 2, keep every 3: logs at 2, 4, 5
+    (the last step always), grids at 3, 5, evaluations at 4, 5 (with eval_samples), last.pt at step 5, a kept
+    snapshot at 3 only (kept although no save is due there)."""
     trainer = quiet_trainer(monkeypatch, tmp_path, digits, total_steps=5, log_every=2, sample_every=3, eval_every=4,
-                            eval_samples=17, save_every=2, keep_every=2)
+                            eval_samples=17, save_every=2, keep_every=3)
     evaluated = []
     trainer.evaluate = lambda num: evaluated.append((trainer.step, num)) or {"fid": float(trainer.step)}
     scalars = trainer.train()
@@ -606,10 +620,9 @@ def test_train_logs_samples_evaluates_and_saves_on_their_steps_and_at_the_end(tm
     assert [(tag, step) for tag, step, _ in trainer.writer.images] == [("samples/G_ema", 3), ("samples/G_ema", 5)]
     assert ("train/loss_d", 2) in trainer.writer.scalars and ("eval/fid", 4) in trainer.writer.scalars
     assert ("train/loss_g", 3) not in trainer.writer.scalars and trainer.writer.closed
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["last.pt", "step_0000002.pt",
-                                                                           "step_0000004.pt"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["last.pt", "step_0000003.pt"]
     assert load_checkpoint(tmp_path / "checkpoints" / "last.pt")["step"] == 5
-    assert load_checkpoint(tmp_path / "checkpoints" / "step_0000002.pt")["step"] == 2
+    assert load_checkpoint(tmp_path / "checkpoints" / "step_0000003.pt")["step"] == 3
 
 
 def test_resume_drops_the_log_lines_written_after_its_checkpoint(tmp_path, digits, monkeypatch):
@@ -747,20 +760,37 @@ def test_evaluation_loads_g_ema_not_g(tmp_path, digits):
 
 def test_resume_may_change_only_how_long_and_how_it_reports(tmp_path):
     saved = tiny_config("evonorm_s0", seed=4)
-    open_run(tmp_path, RUN_KIND, saved).close()
+    open_run(tmp_path / "seed4", RUN_KIND, saved).close()
     reporting = dict(total_steps=9, num_workers=1, log_every=3, sample_every=4, eval_every=5, eval_samples=20,
                      save_every=6, keep_every=7, data_root="elsewhere")
-    resumed = train_biggan.seed_config(PRESETS["digits"], reporting, 4, tmp_path, resume=True)
-    assert resumed == replace(saved, **reporting)  # the saved run's settings, not the preset's
+    resumed = train_biggan.seed_runs_to_train(tmp_path, [4], PRESETS["digits"], reporting, resume=True)
+    assert resumed == [SeedRun(tmp_path / "seed4", replace(saved, **reporting), True)]  # the run's settings
     for name, value in (("g_lr", 1e-3), ("ema_decay", 0.9), ("d_steps", 1), ("batch_size", 16), ("channels", 16),
                         ("ema_start", 7), ("betas", (0.5, 0.9))):
         with pytest.raises(ConfigError, match="cannot change when resuming"):
-            train_biggan.seed_config(PRESETS["digits"], {name: value}, 4, tmp_path, resume=True)
-    with pytest.raises(RunDirError, match="no run of gan/train_biggan.py in .*new': the folder does not exist"):
-        train_biggan.seed_config(PRESETS["digits"], {"g_lr": 1e-3}, 2, tmp_path / "new", resume=True)
-    # without --resume the saved settings are not read: the preset and the flags
-    not_resumed = train_biggan.seed_config(PRESETS["digits"], {}, 4, tmp_path, resume=False)
-    assert not_resumed == replace(PRESETS["digits"], seed=4)
+            train_biggan.seed_runs_to_train(tmp_path, [4], PRESETS["digits"], {name: value}, resume=True)
+    with pytest.raises(RunDirError, match="no run of gan/train_biggan.py in .*new' to resume: none of seed2 has "
+                       "started"):
+        train_biggan.seed_runs_to_train(tmp_path / "new", [2], PRESETS["digits"], {"g_lr": 1e-3}, resume=True)
+    # without --resume the saved settings are not read: the preset and the flags; a folder holding files is refused
+    assert train_biggan.seed_runs_to_train(tmp_path, [5], PRESETS["digits"], {}, resume=False) == [
+        SeedRun(tmp_path / "seed5", replace(PRESETS["digits"], seed=5), False)]
+    with pytest.raises(RunDirError, match="seed4' is not empty"):
+        train_biggan.seed_runs_to_train(tmp_path, [5, 4], PRESETS["digits"], {}, resume=False)
+
+
+def test_resume_starts_the_seeds_a_stopped_job_had_not_reached_with_its_settings(tmp_path):
+    """A --seeds 3 job stopped during seed 4: seed4 continues, seeds 5 and 6 start with seed 4's settings (and
+    the flags given now), not the preset's; the stop line's command names the seeds so that they are resumed."""
+    saved = tiny_config("evonorm_s0", seed=4)
+    open_run(tmp_path / "seed4", RUN_KIND, saved).close()
+    runs = train_biggan.seed_runs_to_train(tmp_path, [4, 5, 6], PRESETS["digits"], {"total_steps": 9}, resume=True)
+    assert runs == [SeedRun(tmp_path / "seed4", replace(saved, total_steps=9), True),
+                    SeedRun(tmp_path / "seed5", replace(saved, total_steps=9, seed=5), False),
+                    SeedRun(tmp_path / "seed6", replace(saved, total_steps=9, seed=6), False)]
+    assert train_biggan.resume_command(tmp_path, {"seed": 4}, 3) == (
+        f"python gan/train_biggan.py --resume --run-dir {tmp_path} --seed 4 --seeds 3")
+    assert train_biggan.resume_command(tmp_path, {}, None) == f"python gan/train_biggan.py --resume --run-dir {tmp_path}"
 
 
 def test_cli_trains_consecutive_seeds_from_the_dataset_preset(tmp_path, monkeypatch):
@@ -781,6 +811,11 @@ def test_cli_trains_consecutive_seeds_from_the_dataset_preset(tmp_path, monkeypa
     assert [(c.seed, d, r) for c, d, r in runs] == [(5, tmp_path / "seed5", False), (6, tmp_path / "seed6", False)]
     assert runs[0][0] == replace(PRESETS["digits"], norm="evonorm_s0", seed=5)
     runs.clear()
+    (tmp_path / "b" / "seed1").mkdir(parents=True)
+    (tmp_path / "b" / "seed1" / "stray.txt").write_text("")
+    with pytest.raises(SystemExit, match="seed1' is not empty"):  # every seed's folder is checked before seed 0 trains
+        train_biggan.main(["--seeds", "2", "--run-dir", str(tmp_path / "b")])
+    assert runs == []
     train_biggan.main(["--dataset", "cifar10", "--data-root", "x", "--run-dir", str(tmp_path / "c")])
     assert runs[0][0] == replace(PRESETS["cifar10"], data_root="x")
     runs.clear()

@@ -14,7 +14,13 @@ import pytest
 from evonorm_core.experiment import files
 from evonorm_core.experiment.files import DiskFullError, load_checkpoint
 from evonorm_core.experiment.rundir import RunDir
-from evonorm_core.experiment.stopping import EXIT_DIVERGED, Diverged, StopCleanly, divergence_step
+from evonorm_core.experiment.stopping import (
+    EXIT_DIVERGED,
+    Diverged,
+    StopCleanly,
+    divergence_step,
+    stop_signals_after_block,
+)
 from evonorm_suite.classification import train
 from evonorm_suite.gan import train_biggan
 
@@ -61,6 +67,26 @@ def test_sigint_and_sigterm_are_one_line_and_128_plus_the_signal(signum, capsys)
     assert line == (f"python prog.py: stopped by {signal.Signals(signum).name}; the run resumes from its last "
                     "checkpoint with: python prog.py --resume")
     assert signal.getsignal(signum) is before
+
+
+def test_a_stop_signal_inside_a_held_block_ends_it_first_then_stops(capsys):
+    """stop_signals_after_block: the block runs to its end (a training step is not cut in half); the signal
+    then reaches the handlers around it, StopCleanly's here; one that is ignored outside stays ignored."""
+    finished = []
+    with pytest.raises(SystemExit) as info, stop():
+        with stop_signals_after_block():
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGINT)  # the first one counts
+            finished.append(True)
+        finished.append("after")
+    assert finished == [True] and info.value.code == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM" in capsys.readouterr().err
+    before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with stop_signals_after_block():
+            os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def test_a_full_disk_is_one_line_and_other_errors_pass_through(tmp_path, capsys):
@@ -129,6 +155,29 @@ def test_a_signalled_gan_run_stops_with_one_line_and_resumes(signum, tmp_path, c
     assert train_biggan.main(["--resume", "--run-dir", str(tmp_path), "--total-steps", str(step + 1)]) == 0
     assert f"resumed {tmp_path / 'seed0'} at step {step}" in capsys.readouterr().out
     assert int(load_checkpoint(checkpoint)["step"]) == step + 1
+
+
+def test_a_signalled_gan_run_keeps_the_steps_since_its_last_checkpoint(tmp_path, capsys):
+    """No checkpoint is due (--save-every far away) when SIGTERM arrives: the run writes last.pt at the step it
+    stopped at, which holds every logged step, so --resume repeats none."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    args = [*GAN_TINY, "--total-steps", "1000000", "--save-every", "100000", "--log-every", "1", "--run-dir",
+            str(tmp_path)]
+    process = subprocess.Popen([sys.executable, str(ROOT / "gan" / "train_biggan.py"), *args], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "seed0" / "log.jsonl"
+    deadline = time.monotonic() + 600
+    while (not log.exists() or len(log.read_text().splitlines()) < 3) and process.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err
+    step = int(load_checkpoint(tmp_path / "seed0" / "checkpoints" / "last.pt")["step"])
+    logged = [json.loads(line)["step"] for line in log.read_text().splitlines()]
+    assert step >= logged[-1] >= 3 and logged == list(range(1, logged[-1] + 1))
+    assert train_biggan.main(["--resume", "--run-dir", str(tmp_path), "--total-steps", str(step + 1)]) == 0
+    assert f"resumed {tmp_path / 'seed0'} at step {step}" in capsys.readouterr().out
 
 
 def test_a_ctrl_c_of_classification_stops_with_one_line_and_resumes(tmp_path):

@@ -64,14 +64,7 @@ class RunDir:
 
     def __init__(self, path: str | Path, *, resume: bool = False, flag: str = "--resume") -> None:
         self.path = Path(path)
-        if self.path.exists() and not self.path.is_dir():
-            raise RunDirError(f"output folder {str(self.path)!r} exists and is not a folder")
-        existing = _contents(self.path)
-        if existing and not resume:
-            raise RunDirError(
-                f"output folder {str(self.path)!r} is not empty ({_shown(existing)}); pass {flag} to continue the run "
-                "in it, or choose another output folder"
-            )
+        existing = check_run_folder(self.path, resume=resume, flag=flag)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as error:  # a parent that is a file, no permission, a read-only disk
@@ -95,6 +88,19 @@ class RunDir:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def check_run_folder(path: Path, *, resume: bool = False, flag: str = "--resume") -> list[str]:
+    """What :class:`RunDir` checks before it takes ``path``, without taking it (a command that will
+    open several runs checks them all first): :class:`RunDirError` if ``path`` is not a folder, or
+    holds files and ``resume`` is False. Returns the names it holds."""
+    if path.exists() and not path.is_dir():
+        raise RunDirError(f"output folder {str(path)!r} exists and is not a folder")
+    existing = _contents(path)
+    if existing and not resume:
+        raise RunDirError(f"output folder {str(path)!r} is not empty ({_shown(existing)}); pass {flag} to continue "
+                          "the run in it, or choose another output folder")
+    return existing
 
 
 @dataclass

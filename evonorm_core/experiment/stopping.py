@@ -8,8 +8,9 @@
   :data:`EXIT_DIVERGED`. The run's checkpoints hold the last state before the divergence
   (nothing diverged is saved: the step that diverged raises before its checkpoint).
 * **SIGINT (Ctrl-C) and SIGTERM** stop the job with one line saying how to resume (from the
-  run's last checkpoint, as after a kill; an interrupted checkpoint write leaves the previous
-  one whole) and exit status 130 or 143, with no ``KeyboardInterrupt`` traceback.
+  run's last checkpoint; an interrupted checkpoint write leaves the previous one whole) and exit
+  status 130 or 143, with no ``KeyboardInterrupt`` traceback. A trainer that checkpoints on the
+  way out holds them back during a step with :func:`stop_signals_after_block`.
 * **A full disk** (:class:`~evonorm_core.experiment.files.DiskFullError`) is one line naming
   the file; the files being replaced are left whole.
 
@@ -94,6 +95,29 @@ def stop_signals_interrupt() -> Iterator[ReceivedSignal]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def stop_signals_after_block() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back while the block runs (one training step: a stop inside it would leave
+    the models half updated) and deliver the first that arrived as the block ends, to the handlers in
+    place before (:func:`stop_signals_interrupt`'s raise :class:`Interrupted`). Main thread only, as there."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = ReceivedSignal()
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        received.signum = received.signum or signum
+
+    previous = {signum: signal.signal(signum, hold) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if received.signum is not None:
+        signal.raise_signal(received.signum)
 
 
 class StopCleanly:
