@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from evonorm_core.experiment.arguments import at_least, positive_int
+from evonorm_core.experiment.arguments import at_least, output_folder, positive_int
 from evonorm_core.experiment.arguments import seed as seed_value
 from evonorm_core.experiment.files import atomic_write_json, read_json
 from evonorm_core.experiment.rundir import RunDirError, holds_run, open_run
@@ -221,6 +221,7 @@ def evaluate_run(
 
 
 sample_count = at_least(2)  # FID compares covariances: one image has none
+generated_count = at_least(10)  # and IS averages over 10 splits (torch-fidelity's): fewer images leave one empty
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -233,8 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="evaluate last.pt and every kept step_N.pt; metrics.json is the peak")
     parser.add_argument("--peak-by", choices=sorted(PEAK_KEYS), default="fid",
                         help="which metric picks the peak checkpoint (default %(default)s: lowest FID)")
-    parser.add_argument("--num-samples", type=sample_count, help="generated images (default: 50000 for Inception, "
-                        "the number of held-out digits for the digits)")
+    parser.add_argument("--num-samples", type=generated_count, help="generated images, >= 10 (default: 50000 for "
+                        "Inception, the number of held-out digits for the digits)")
     parser.add_argument("--inception-weights", help=f"local torch-fidelity Inception weights ({INCEPTION_FILE}; "
                         "checked by SHA-256); needed for any data but the digits")
     parser.add_argument("--reevaluate", action="store_true", help="measure every kept step_N.pt again even where "
@@ -249,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reference-samples", type=sample_count,
                         help="real images for the FID reference, >= 2 (default: all)")
     parser.add_argument("--data-root", help="real data location if it moved since training")
-    parser.add_argument("--cache-root", help="where the real images' feature statistics are kept, as plain arrays "
+    parser.add_argument("--cache-root", type=output_folder, help="where the real images' feature statistics are kept, as plain arrays "
                         "(default: ~/.cache/evonorm_core/fid_reference)")
     parser.add_argument("--batch-size", type=positive_int, default=64,
                         help="batch size of generation and feature extraction (default %(default)s)")
@@ -269,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         standing_batch=args.standing_batch,
         reference_samples=args.reference_samples,
         data_root=args.data_root,
-        cache_root=args.cache_root,
+        cache_root=str(args.cache_root) if args.cache_root else None,
         batch_size=args.batch_size,
         seed=args.seed,
         verbose=True,
@@ -281,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"cannot compute IS/FID: {error}") from None
     except (FileNotFoundError, ValueError, RunDirError) as error:
         raise SystemExit(f"error: {error}") from None
+    except KeyboardInterrupt:
+        print(f"python gan/evaluate.py: interrupted; the snapshots measured so far are in "
+              f"{Path(args.run_dir) / 'metrics'}, and the same command reuses them", file=sys.stderr)
+        return 130
     print(f"{args.run_dir}: {result['metric']}: IS {result['is_mean']:.2f} ± {result['is_std']:.2f}, FID {result['fid']:.2f} "
           f"({result['num_samples']} samples, {result['sampling']}, {result['checkpoint']} at step {result['step']}, "
           f"peak by {result['peak_by']} of {result['checkpoints_evaluated']})")

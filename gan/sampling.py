@@ -8,11 +8,12 @@ the moving averages are replaced by the plain average of the batch statistics ov
 """
 from __future__ import annotations
 
-import os
+import io
 
 import torch
 from torch import Tensor, nn
 
+from evonorm_core.experiment.files import atomic_write_bytes
 from evonorm_core.running_stats import recalibrate
 
 
@@ -61,6 +62,7 @@ def save_sample_grid(generator: nn.Module, path: str, z: Tensor, y: Tensor, per_
     images = generator(z.to(device), y.to(device))
     generator.train(was_training)
     grid = make_grid(images.float().cpu(), nrow=per_row, normalize=True, value_range=(-1, 1))
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    save_image(grid, path)
+    png = io.BytesIO()
+    save_image(grid, png, format="png")
+    atomic_write_bytes(path, png.getvalue())
     return grid

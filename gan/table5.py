@@ -38,7 +38,6 @@ Installed as ``evonorm-gan-table5``.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -52,6 +51,7 @@ from evonorm_core.experiment.files import (
     atomic_write_json,
     atomic_write_text,
     read_json,
+    require_keys,
 )
 from evonorm_core.experiment.grid import Cell, run_grid
 from evonorm_core.experiment.rundir import RunDirError, holds_run
@@ -93,6 +93,16 @@ class Schedule:
         return None
 
 
+def read_fields(path: Path, what: str, *keys: str) -> dict:
+    """The JSON object in ``path``; :class:`CorruptFileError` naming it if it is not one or lacks ``keys``."""
+    data = read_json(path, what=what)
+    if not isinstance(data, dict):
+        raise CorruptFileError(f"{what} {str(path)!r} is not a JSON object: it was not written by this program or "
+                               "is damaged")
+    require_keys(data, keys, path, what)
+    return data
+
+
 @dataclass(frozen=True)
 class RunState:
     """Where one run stands: the steps it is set to train (``config.json``; None: not started) and its evaluated
@@ -104,10 +114,10 @@ class RunState:
     @classmethod
     def read(cls, run_dir: Path) -> RunState:
         config = run_dir / "config.json"
-        target = read_json(config, what="run configuration")["total_steps"] if config.is_file() else None
+        target = read_fields(config, "run configuration", "total_steps")["total_steps"] if config.is_file() else None
         by_step: dict[int, dict] = {}
         for path in sorted((run_dir / "metrics").glob("*.json")):
-            record = read_json(path, what="snapshot metrics")
+            record = read_fields(path, "snapshot metrics", "step")
             by_step.setdefault(record["step"], record)  # last.pt repeats the step of the last kept snapshot
         return cls(target, tuple(by_step[step] for step in sorted(by_step)))
 
@@ -338,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--patience", type=int, default=defaults.patience,
                         help="evaluated snapshots after the best one that end a run (default %(default)s)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once, one thread each (default %(default)s)")
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs/gan_table5"),
+    parser.add_argument("--runs-dir", type=output_folder, default=Path("runs/gan_table5"),
                         help="one folder per layer and seed (default %(default)s)")
     parser.add_argument("--out", type=output_folder, default=Path("docs/results/gan"),
                         help="where table5.json/.md and grids go (default %(default)s)")
@@ -398,7 +408,7 @@ def train_and_report(args: argparse.Namespace, schedule: Schedule, argv: list[st
     for key, result in summary["layers"].items():
         grid_png = args.out / f"{layer_name(key)}.png"
         if samples := reported_samples(args.runs_dir, layer_name(key), result):
-            shutil.copyfile(samples, grid_png)
+            atomic_write_bytes(grid_png, Path(samples).read_bytes())
         if grid_png.is_file():  # samples are not committed: a clone keeps the grid its seed-0 run drew
             result["grid_png"] = str(grid_png)
     atomic_write_json(summary_path, summary)

@@ -316,6 +316,8 @@ FLAGS = [
     (BIGGAN, ["--channels", "12"], ["--channels must be a multiple of 8 (self-attention uses channels / 8), got 12"]),
     (BIGGAN, ["--ema-decay", "1"], ["--ema-decay must be >= 0 and < 1, got 1.0"]),
     (BIGGAN, ["--g-lr", "nan"], ["--g-lr must be a finite number, got nan"]),
+    (BIGGAN, ["--batch-size", "2000", "--micro-batch", "2000", "--threads", "1"],
+     ["--micro-batch 2000 is more than the dataset (1438 images of digits): give a smaller --micro-batch"]),
     (BIGGAN, ["--seeds", "0"], ["--seeds must be >= 1, got 0"]),
     (BIGGAN, ["--batch-size", "8", "--micro-batch", "3"],
      ["--batch-size 8 is not a multiple of --micro-batch x processes = 3 x 1"]),
@@ -339,7 +341,8 @@ FLAGS = [
     (COST, ["--config", "{tmp}/none.yaml"], ["config file", "none.yaml' does not exist"]),
     (COST, ["--config", str(DETECTION_DEMO), "--threads", "-1"], ["--threads must be >= 0, got -1"]),
     (SHAPES, ["--size", "0", "--root", "{tmp}/out"], ["--size must be >= 32, got 0"]),
-    (GAN_EVALUATE, ["{tmp}", "--num-samples", "1"], ["argument --num-samples: must be >= 2, got 1"]),
+    (GAN_EVALUATE, ["{tmp}", "--num-samples", "9"], ["argument --num-samples: must be >= 10, got 9"]),
+    (GAN_EVALUATE, ["{tmp}", "--cache-root", str(ROOT / "README.md" / "cache")], ["argument --cache-root:", "is a file"]),
     (GAN_EVALUATE, ["{tmp}", "--seed", "-1"], ["argument --seed: seeds must be in 0..2147483647, got -1"]),
     (BIGGAN, ["--norm", "gn_relu", "--groups", "3"], ["not divisible by groups=3"]),
     (MINIATURE, ["--iterations", "0", "--runs-dir", "{tmp}/m"], ["--iterations must be >= 1, got 0"]),
@@ -394,6 +397,7 @@ def test_a_bad_flag_is_refused_naming_it_and_what_is_accepted(program, flags, fr
     (BIGGAN, ["--run-dir", "{file}/run", *GAN_TINY]),
     (GAN_REPORT, ["{tmp}", "--plot", "{file}/p.png"]),
     (TABLE5, ["--report-only", "--out", "{file}/out"]),
+    (TABLE5, ["--report-only", "--runs-dir", "{file}/runs"]),
     (MINIATURE, ["--report-only", "--runs-dir", "{tmp}", "--out", "{file}/out"]),
     (DET_REPORT, ["{tmp}", "--plot", "{file}/p.png"]),
     (SHAPES, ["--root", "{file}/shapes"]),
@@ -626,17 +630,21 @@ def test_gan_evaluate_refuses_foreign_inception_weights_and_a_checkpoint_that_wo
     message = refusal(evaluate, [str(seed), "--num-samples", "16", "--standing-stats", "0",
                                  "--inception-weights", str(weights)], capsys)
     says(message, f"'{weights}' is not torch-fidelity's weights-inception-2015-12-05-6726825d.pth", "refused")
-    evil_checkpoint(seed / "evil.pt", marker)
+    evil_checkpoint(seed / "checkpoints" / "evil.pt", marker)
     message = refusal(evaluate, [str(seed), "--num-samples", "16", "--standing-stats", "0",
-                                 "--checkpoint", str(seed / "evil.pt")], capsys)
+                                 "--checkpoint", str(seed / "checkpoints" / "evil.pt")], capsys)
     says(message, "evil.pt' holds Python objects other than tensors and plain data; it is refused")
     assert not marker.exists()
+    other = tmp_path / "other.pt"  # another run's checkpoint: its numbers would be filed under this run
+    other.write_bytes((seed / "checkpoints" / "last.pt").read_bytes())
+    says(refusal(evaluate, [str(seed), "--num-samples", "16", "--checkpoint", str(other)], capsys),
+         f"checkpoint '{other}' is not one of '{seed / 'checkpoints'}'", "evaluate it with the run folder it belongs to")
 
 
 def test_gan_evaluate_flags_and_folders(run_copy, tmp_path, capsys):
     evaluate = entry("evonorm_suite.gan.evaluate")
     seed = run_copy("gan") / "seed0"
-    for flags, message in ((["--num-samples", "0"], "argument --num-samples: must be >= 2, got 0"),
+    for flags, message in ((["--num-samples", "0"], "argument --num-samples: must be >= 10, got 0"),
                            (["--batch-size", "0"], "argument --batch-size: must be >= 1, got 0"),
                            (["--data-root", str(tmp_path)], f"--data-root {tmp_path}: {seed} trained on the built-in "
                                                             "digits, which have no location to give")):

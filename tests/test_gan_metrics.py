@@ -245,9 +245,9 @@ def test_a_digits_classifier_file_that_does_not_fit_is_refused(trained_run, tmp_
     wrong = tmp_path / "classifier32.pt"
     save_checkpoint(wrong, {"model": digits_classifier.DigitsClassifier().state_dict(), "resolution": 32})
     with pytest.raises(SystemExit, match="classifier32.pt' was trained on 32 px digits, the run's images are 16 px"):
-        evaluate.main([str(trained_run), "--digits-classifier", str(wrong), "--num-samples", "8"])
+        evaluate.main([str(trained_run), "--digits-classifier", str(wrong), "--num-samples", "10"])
     with pytest.raises(SystemExit, match="no digits classifier at .*absent.pt"):
-        evaluate.main([str(trained_run), "--digits-classifier", str(tmp_path / "absent.pt"), "--num-samples", "8"])
+        evaluate.main([str(trained_run), "--digits-classifier", str(tmp_path / "absent.pt"), "--num-samples", "10"])
 
 
 def test_generator_sampler_samples_labels_itself(trained_run):
@@ -394,12 +394,12 @@ def test_evaluate_command_line_reaches_the_evaluation(trained_run, monkeypatch, 
               "checkpoint": "last.pt", "step": 2, "peak_by": "is", "checkpoints_evaluated": 3}
     monkeypatch.setattr(evaluate, "evaluate_run", lambda run, checkpoints, peak_by, options, reuse: seen.update(
         run=run, checkpoints=checkpoints, peak_by=peak_by, options=options, reuse=reuse) or result)
-    evaluate.main([str(trained_run), "--all-snapshots", "--peak-by", "is", "--num-samples", "7", "--standing-stats",
+    evaluate.main([str(trained_run), "--all-snapshots", "--peak-by", "is", "--num-samples", "12", "--standing-stats",
                    "3", "--standing-batch", "5", "--reference-samples", "9", "--batch-size", "11", "--seed", "13",
                    "--cache-root", "c", "--data-root", "d", "--digits-classifier", "k.pt", "--reevaluate"])
     options = seen["options"]
     assert (options.num_samples, options.standing_stats, options.standing_batch,
-            options.reference_samples) == (7, 3, 5, 9)
+            options.reference_samples) == (12, 3, 5, 9)
     assert (options.batch_size, options.seed, options.cache_root, options.data_root) == (11, 13, "c", "d")
     assert options.digits_classifier == "k.pt" and seen["reuse"] is False
     assert seen["peak_by"] == "is" and len(seen["checkpoints"]) == 3  # two kept snapshots and last.pt

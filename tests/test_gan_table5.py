@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import signal
 from dataclasses import replace
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from evonorm_core import GroupedNormAct2d, list_norm_acts
-from evonorm_core.experiment.files import load_checkpoint, read_jsonl, save_checkpoint
+from evonorm_core.experiment.files import CorruptFileError, load_checkpoint, read_jsonl, save_checkpoint
 from evonorm_core.experiment.grid import GridResult
 from evonorm_core.registry import options_of
 from evonorm_suite.gan import digits_classifier, report, table5, train_biggan
@@ -84,6 +85,19 @@ def write_snapshots(run_dir: Path, target: int, fid_at, layer: str = "bn_relu", 
 
 def valley(bottom: int):
     return lambda step: 10.0 + abs(step - bottom) / 100
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("metrics/last.json", "{}", "snapshot metrics '{run}/metrics/last.json' lacks ['step']"),
+    ("metrics/last.json", "[1]", "snapshot metrics '{run}/metrics/last.json' is not a JSON object"),
+    ("config.json", '{"seed": 0}', "run configuration '{run}/config.json' lacks ['total_steps']"),
+])
+def test_a_run_file_without_the_fields_the_grid_reads_is_named(tmp_path, name, text, message):
+    run = tmp_path / "run"
+    (run / "metrics").mkdir(parents=True)
+    (run / name).write_text(text)
+    with pytest.raises(CorruptFileError, match=re.escape(message.format(run=run))):
+        table5.RunState.read(run)
 
 
 def test_a_run_is_extended_until_patience_snapshots_follow_its_best_or_it_reaches_the_cap(tmp_path):
