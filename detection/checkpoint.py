@@ -18,6 +18,7 @@ from detectron2.checkpoint import DetectionCheckpointer
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_text, load_checkpoint, save_checkpoint
 
 PICKLE_SUFFIXES = (".pkl", ".pyth")
+LAST_CHECKPOINT = "last_checkpoint"  # fvcore's tag file: the name of a run's newest checkpoint
 
 
 class UnsafeWeightsError(CorruptFileError):
@@ -50,7 +51,7 @@ class SafeCheckpointer(DetectionCheckpointer):
         assert inside the worker)."""
         path = super().get_checkpoint_file()
         if not os.path.isfile(path):
-            tag = os.path.join(self.save_dir, "last_checkpoint")
+            tag = os.path.join(self.save_dir, LAST_CHECKPOINT)
             raise CorruptFileError(
                 f"{tag!r} names {path!r}, which does not exist: write the name of a checkpoint in that folder into it "
                 "(e.g. model_0000999.pth) to resume from there, or delete it to start from MODEL.WEIGHTS")
@@ -69,4 +70,4 @@ class SafeCheckpointer(DetectionCheckpointer):
         self.tag_last_checkpoint(basename)
 
     def tag_last_checkpoint(self, last_filename_basename: str) -> None:
-        atomic_write_text(os.path.join(self.save_dir, "last_checkpoint"), last_filename_basename)
+        atomic_write_text(os.path.join(self.save_dir, LAST_CHECKPOINT), last_filename_basename)

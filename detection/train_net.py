@@ -35,7 +35,7 @@ from detectron2.utils import comm
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json
 from evonorm_core.experiment.rundir import RunDirError, RunKind, holds_run, open_run
 from evonorm_suite.detection import load_config
-from evonorm_suite.detection.checkpoint import SafeCheckpointer, check_weights_file
+from evonorm_suite.detection.checkpoint import LAST_CHECKPOINT, SafeCheckpointer, check_weights_file
 from evonorm_suite.detection.data import DatasetNotFoundError, prepare_datasets
 from evonorm_suite.detection.norm import norm_act_maker
 from evonorm_suite.detection.report import RESULTS_FILE
@@ -80,9 +80,17 @@ def check_config_values(cfg, processes: int) -> None:
     naming the key: the solver's length and batch, the LSJ crop size, and the model built once on the CPU (the
     norm-act's name and options against every layer's channels)."""
     for key, value in (("SOLVER.MAX_ITER", cfg.SOLVER.MAX_ITER), ("SOLVER.IMS_PER_BATCH", cfg.SOLVER.IMS_PER_BATCH),
-                       ("INPUT.LSJ.IMAGE_SIZE", cfg.INPUT.LSJ.IMAGE_SIZE)):
+                       ("INPUT.LSJ.IMAGE_SIZE", cfg.INPUT.LSJ.IMAGE_SIZE),
+                       ("SOLVER.CHECKPOINT_PERIOD", cfg.SOLVER.CHECKPOINT_PERIOD)):
         if value < 1:
             raise ValueError(f"{key} must be >= 1, got {value}")
+    if not cfg.SOLVER.BASE_LR > 0:
+        raise ValueError(f"SOLVER.BASE_LR must be > 0, got {cfg.SOLVER.BASE_LR}")
+    if not -1 <= cfg.SEED < 2**32:  # -1: a random seed (detectron2); numpy takes seeds below 2**32
+        raise ValueError(f"SEED must be -1 (random) or in 0..{2**32 - 1}, got {cfg.SEED}")
+    steps = list(cfg.SOLVER.STEPS)  # steps past SOLVER.MAX_ITER are ignored (detectron2 warns)
+    if steps != sorted(set(steps)) or any(step < 1 for step in steps):
+        raise ValueError(f"SOLVER.STEPS must be positive and increase strictly, got {tuple(steps)}")
     if cfg.SOLVER.IMS_PER_BATCH % processes:
         raise ValueError(f"SOLVER.IMS_PER_BATCH {cfg.SOLVER.IMS_PER_BATCH} must be a multiple of the {processes} "
                          "processes (--num-gpus x --num-machines)")
@@ -107,9 +115,10 @@ def run(args: argparse.Namespace) -> dict:
         torch.set_num_threads(args.threads)
     cfg = setup(args)
     prepare_datasets(cfg)  # registers the shapes demo in this (worker) process
-    if args.eval_only:
+    if args.eval_only:  # MODEL.WEIGHTS, else (main checked there is one) OUTPUT_DIR's last checkpoint
         model = NormActTrainer.build_model(cfg)
-        SafeCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(cfg.MODEL.WEIGHTS, resume=args.resume)
+        SafeCheckpointer(model, save_dir=cfg.OUTPUT_DIR).resume_or_load(
+            cfg.MODEL.WEIGHTS, resume=args.resume or not cfg.MODEL.WEIGHTS)
         results = NormActTrainer.test(cfg, model)
     else:
         trainer = NormActTrainer(cfg)
@@ -141,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"error: config {args.config_file} with overrides {args.opts}: {err}")
     except DatasetNotFoundError as err:
         sys.exit(f"error: {err}")
+    if args.eval_only and not cfg.MODEL.WEIGHTS and not os.path.isfile(os.path.join(cfg.OUTPUT_DIR, LAST_CHECKPOINT)):
+        sys.exit(f"error: --eval-only needs weights: MODEL.WEIGHTS is not set and OUTPUT_DIR {cfg.OUTPUT_DIR} holds no "
+                 f"checkpoint ({LAST_CHECKPOINT}); give MODEL.WEIGHTS path/to/model_final.pth or the OUTPUT_DIR of a "
+                 "trained run (a model with random weights would be scored)")
     try:  # the launching process owns OUTPUT_DIR while the workers run
         resume = args.resume or (args.eval_only and holds_run(cfg.OUTPUT_DIR))
         output = open_run(cfg.OUTPUT_DIR, RUN_KIND, resume=resume) if args.machine_rank == 0 else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -188,6 +189,23 @@ def test_demo_trains_evaluates_and_resumes(demo_run):
     assert "Starting training from iteration 2" in (output / "log.txt").read_text()
     assert json.loads((output / report.RESULTS_FILE).read_text()) == json.loads(json.dumps(resumed))
     assert list(output.glob("events.out.tfevents.*")), "TensorBoard scalars are written"
+
+
+@pytest.mark.slow
+def test_eval_only_of_a_trained_run_scores_its_checkpoint(demo_run, tmp_path):
+    """--eval-only with no MODEL.WEIGHTS on a run's OUTPUT_DIR loads the run's last checkpoint (it scored a model
+    with random weights, and wrote that as the run's result)."""
+    output, _, resumed = demo_run
+    copy = tmp_path / "run"
+    shutil.copytree(output, copy)
+    (copy / report.RESULTS_FILE).unlink()
+    trained = len((copy / "log.txt").read_text())
+    val = register_shapes_dataset()[1]
+    assert train_net.main(["--threads", "2", "--eval-only", "--config", str(CONFIGS / "demo_shapes_evonorm_b0.yaml"),
+                           *TINY, "OUTPUT_DIR", str(copy), "DATASETS.TEST", f"('{first_images(val, 3)}',)"]) == 0
+    evaluation_log = (copy / "log.txt").read_text()[trained:]
+    assert f"Loading from {copy / 'model_final.pth'}" in evaluation_log and "from scratch" not in evaluation_log
+    assert json.loads((copy / report.RESULTS_FILE).read_text()) == resumed
 
 
 @pytest.mark.slow
