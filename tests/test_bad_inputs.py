@@ -359,6 +359,8 @@ FLAGS = [
     (MINIATURE, ["--seeds", "-1", "--runs-dir", "{tmp}/m"], ["--seeds must be >= 0, got [-1]"]),
     (MINIATURE, ["--layers", "nope", "--runs-dir", "{tmp}/m"],
      ["argument --layers: invalid choice: 'nope' (choose from 'bn'"]),
+    ("tools/reproduce.py", ["--only", "table3", "--layers", "foo", "--dry-run"],
+     ["--layers foo: not a row of Table 2 or 3; accepted: bn_relu"]),
     ("tools/reproduce.py", ["--only", "table9", "--dry-run"],
      ["argument --only: invalid choice: 'table9' (choose from 'table2', 'table3', 'table4', 'table5', 'fig10')"]),
     ("tools/benchmark_layers.py", ["--shapes", "2x8x4", "--no-model", "--no-timm"],

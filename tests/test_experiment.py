@@ -151,6 +151,9 @@ def test_jsonl_errors_name_file_and_line(tmp_path):
     assert files.read_jsonl(log, limit=3) == [{"id": 0}, {"id": 1}, {"id": 2}]
     with pytest.raises(files.CorruptFileError, match=r"log.jsonl', line 4: not valid JSON .*incomplete"):
         files.read_jsonl(log)
+    log.write_bytes(b'{"id": 0}\n{"id": "\xff\xfe"}\n')  # a byte that is no UTF-8 text: named, not a decode error
+    with pytest.raises(files.CorruptFileError, match=r"log.jsonl', line 2: not valid JSON \(bytes that are not UTF-8"):
+        files.read_jsonl(log)
 
 
 class Evil:

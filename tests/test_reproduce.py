@@ -674,6 +674,17 @@ def test_fig10_row_shows_how_many_layers_each_seed_accepted(reproduce):
     assert best == "95.5 ± 0.7 (n=2)"
 
 
+@pytest.mark.parametrize("text, says", [("[]", "is not a JSON object"), ('{"table2": ', "is not valid JSON")])
+def test_a_damaged_steps_log_is_one_error_line(reproduce, monkeypatch, tmp_path, text, says):
+    monkeypatch.setattr(reproduce, "ROOT", tmp_path)
+    (tmp_path / reproduce.STEPS_FILE).parent.mkdir(parents=True)
+    (tmp_path / reproduce.STEPS_FILE).write_text(text)
+    with pytest.raises(SystemExit) as stop:
+        reproduce.main(["--report-only"])
+    assert str(stop.value.code).startswith(f"error: step log '{tmp_path / reproduce.STEPS_FILE}'")
+    assert says in str(stop.value.code)
+
+
 def test_fig10_says_its_proxy_and_whether_the_step_made_it(reproduce):
     """The proxy the searches trained on and BN-ReLU's accuracy there sit beside Fig. 10's numbers; a result of
     another candidate budget than the step's is marked as not the step's result."""

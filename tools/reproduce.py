@@ -129,7 +129,7 @@ from evonorm_core import list_norm_acts, uses_batch_statistics
 from evonorm_core.experiment.arguments import positive_int
 from evonorm_core.experiment.children import run_command
 from evonorm_core.experiment.config import config_to_dict
-from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json
+from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, atomic_write_text, read_json
 from evonorm_core.experiment.progress import format_duration
 from evonorm_core.experiment.rundir import file_lock
 from evonorm_core.experiment.stopping import stop_signals_interrupt
@@ -277,7 +277,7 @@ def run_step(step: Step) -> None:
 
 def read_steps_log() -> dict:
     """The steps log (empty before the first step ran)."""
-    return read_json(ROOT / STEPS_FILE, what="step log") if (ROOT / STEPS_FILE).exists() else {}
+    return json_object(ROOT / STEPS_FILE, "step log") if (ROOT / STEPS_FILE).exists() else {}
 
 
 def record_time(step: Step, wall_seconds: float, cpu_seconds: float) -> None:
@@ -728,8 +728,18 @@ def summaries_json(miniature: Miniature) -> dict:
 
 # ------------------------------------------------------------------------------ the report
 def load(path: Path) -> dict | None:
+    """The experiment summary at ``path`` (None: not measured yet); :class:`CorruptFileError` if it is not
+    a JSON object."""
     full = ROOT / path
-    return read_json(full, what="experiment summary") if full.exists() else None
+    return json_object(full, "experiment summary") if full.exists() else None
+
+
+def json_object(path: Path, what: str) -> dict:
+    data = read_json(path, what=what)
+    if not isinstance(data, dict):
+        raise CorruptFileError(f"{what} {str(path)!r} is not a JSON object: restore it (git checkout) or rerun "
+                               "the step that writes it")
+    return data
 
 
 def rule_text() -> str:
@@ -1259,15 +1269,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=positive_int, default=2,
                         help="runs at once within an experiment, one thread each (default %(default)s, this machine's cores)")
     args = parser.parse_args(argv)
+    rows = dict.fromkeys(CLASSIFICATION_LAYERS[label] for table in CLASSIFICATION_TABLES
+                         for label in (*PAPER_TABLES[table].layers, *PAPER_TABLES[table].controls))
+    unknown = [layer for layer in args.layers if layer not in rows]
+    if unknown:
+        parser.error(f"--layers {' '.join(unknown)}: not a row of Table 2 or 3; accepted: {', '.join(rows)}")
     steps = experiment_steps(args.models, args.layers, args.jobs)
-    if not args.report_only:
-        for name in args.only or list(STEPS):
-            if args.dry_run:
-                print("\n".join(shown(c) for c in steps[name].commands))
-                continue
-            run_step(steps[name])
-    if not args.dry_run:
-        report(read_steps_log())
+    try:
+        if not args.report_only:
+            for name in args.only or list(STEPS):
+                if args.dry_run:
+                    print("\n".join(shown(c) for c in steps[name].commands))
+                    continue
+                run_step(steps[name])
+        if not args.dry_run:
+            report(read_steps_log())
+    except CorruptFileError as error:
+        raise SystemExit(f"error: {error}") from None
     return 0
 
 

@@ -175,14 +175,16 @@ def iter_jsonl(path: str | Path, *, what: str = "log") -> Iterator[Any]:
     naming the file and line number. A final line without newline (a write cut short by a
     kill) is reported the same way."""
     path = Path(path)
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
             try:
+                line = raw.decode("utf-8")
                 yield json.loads(line)
-            except json.JSONDecodeError as error:
-                cut = "" if line.endswith("\n") else " (the line is incomplete: the writer was interrupted)"
+            except (UnicodeDecodeError, json.JSONDecodeError) as error:
+                why = error.msg if isinstance(error, json.JSONDecodeError) else "bytes that are not UTF-8 text"
+                cut = "" if raw.endswith(b"\n") else " (the line is incomplete: the writer was interrupted)"
                 raise CorruptFileError(
-                    f"{what} {str(path)!r}, line {number}: not valid JSON ({error.msg}){cut}. "
+                    f"{what} {str(path)!r}, line {number}: not valid JSON ({why}){cut}. "
                     "Delete that line and what follows it, then resume."
                 ) from None
 
