@@ -35,10 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from evonorm_core.experiment.arguments import output_folder
+from evonorm_core.experiment.arguments import DistinctValues, output_folder
+from evonorm_core.experiment.arguments import seed as seed_value
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.convergence import last_fifth_flatness
-from evonorm_core.experiment.files import atomic_write_json, read_json
+from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
 from evonorm_core.experiment.grid import Cell, run_grid
 from evonorm_core.experiment.rundir import RunDirError, holds_run
 from evonorm_core.experiment.tables import Series, format_mean_std, markdown_table, mean_and_std, plot_series
@@ -226,7 +227,7 @@ def plot_validation(summary: dict, path: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python detection/miniature.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs/detection_miniature"),
+    parser.add_argument("--runs-dir", type=output_folder, default=Path("runs/detection_miniature"),
                         help="root of the runs: RUNS_DIR/<images>_images/<setting>/<layer>/seed<k> (default "
                              "%(default)s)")
     parser.add_argument("--out", type=output_folder, default=Path("docs/results/detection"),
@@ -234,10 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=ITERATIONS,
                         help=f"SGD steps of {BASE_BATCH} images per run (default {ITERATIONS}); a setting with fewer "
                              "images per step runs proportionally more steps, so that every setting sees the same images")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="seeds per layer and setting (default 0-4)")
-    parser.add_argument("--layers", nargs="+", choices=sorted(LAYERS), default=list(LAYERS),
+    parser.add_argument("--seeds", type=seed_value, nargs="+", action=DistinctValues, default=[0, 1, 2, 3, 4],
+                        help="seeds per layer and setting (default 0-4)")
+    parser.add_argument("--layers", nargs="+", choices=sorted(LAYERS), action=DistinctValues, default=list(LAYERS),
                         help=f"layers to run (default: all, {' '.join(LAYERS)})")
-    parser.add_argument("--settings", nargs="+", choices=[s.name for s in SETTINGS], default=[s.name for s in SETTINGS],
+    parser.add_argument("--settings", nargs="+", choices=[s.name for s in SETTINGS], action=DistinctValues,
+                        default=[s.name for s in SETTINGS],
                         help=f"settings to run (default: all, {' '.join(s.name for s in SETTINGS)})")
     parser.add_argument("--jobs", type=int, default=2, help="runs trained at once, one thread each (default %(default)s)")
     parser.add_argument("--report-only", action="store_true", help="only summarize the finished runs")
@@ -245,8 +248,14 @@ def main(argv: list[str] | None = None) -> int:
     for flag, value in (("--iterations", args.iterations), ("--jobs", args.jobs)):
         if value < 1:
             parser.error(f"{flag} must be >= 1, got {value}")
-    if any(seed < 0 for seed in args.seeds):
-        parser.error(f"--seeds must be >= 0, got {args.seeds}")
+    try:
+        return run_and_summarize(args, argv)
+    except CorruptFileError as error:  # a damaged result or log of a finished run: named, with what to do
+        raise SystemExit(f"error: {error}") from None
+
+
+def run_and_summarize(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Train the grid's missing runs (unless --report-only), then write the summary, table and plots."""
     if not args.report_only:
         runs = [Run(s, layer, seed) for s in SETTINGS if s.name in args.settings for layer in args.layers
                 for seed in args.seeds]

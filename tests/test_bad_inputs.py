@@ -356,7 +356,9 @@ FLAGS = [
     (GAN_EVALUATE, ["{tmp}", "--seed", "-1"], ["argument --seed: seeds must be in 0..2147483647, got -1"]),
     (BIGGAN, ["--norm", "gn_relu", "--groups", "3"], ["not divisible by groups=3"]),
     (MINIATURE, ["--iterations", "0", "--runs-dir", "{tmp}/m"], ["--iterations must be >= 1, got 0"]),
-    (MINIATURE, ["--seeds", "-1", "--runs-dir", "{tmp}/m"], ["--seeds must be >= 0, got [-1]"]),
+    (MINIATURE, ["--seeds", "-1", "--runs-dir", "{tmp}/m"], ["argument --seeds: seeds must be in 0..2147483647, got -1"]),
+    (MINIATURE, ["--seeds", "0", "0", "--runs-dir", "{tmp}/m"], ["--seeds repeats 0: each value counts once"]),
+    (MINIATURE, ["--layers", "bn", "bn", "--runs-dir", "{tmp}/m"], ["--layers repeats bn: each value counts once"]),
     (MINIATURE, ["--layers", "nope", "--runs-dir", "{tmp}/m"],
      ["argument --layers: invalid choice: 'nope' (choose from 'bn'"]),
     ("tools/reproduce.py", ["--only", "table3", "--layers", "foo", "--dry-run"],
@@ -411,6 +413,7 @@ def test_a_bad_flag_is_refused_naming_it_and_what_is_accepted(program, flags, fr
     (TABLE5, ["--report-only", "--out", "{file}/out"]),
     (TABLE5, ["--report-only", "--runs-dir", "{file}/runs"]),
     (MINIATURE, ["--report-only", "--runs-dir", "{tmp}", "--out", "{file}/out"]),
+    (MINIATURE, ["--report-only", "--runs-dir", "{file}/runs"]),
     (DET_REPORT, ["{tmp}", "--plot", "{file}/p.png"]),
     (SHAPES, ["--root", "{file}/shapes"]),
 ], ids=lambda v: v.rsplit(".", 1)[-1] if isinstance(v, str) else " ".join(v[:2]))

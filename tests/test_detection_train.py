@@ -370,6 +370,9 @@ def test_miniature_main_writes_the_summary_and_the_loss_plot(tmp_path, capsys):
     summary = json.loads((tmp_path / "out" / "miniature.json").read_text())
     assert summary["iterations"] == miniature.ITERATIONS == 1800
     assert [(c["setting"], c["layer"], len(c["runs"])) for c in summary["cells"] if c["runs"]] == [("batch8", "gn", 1)]
+    (folder / report.RESULTS_FILE).write_text('{"bbox": {"AP": 3')  # cut short: named in one line
+    with pytest.raises(SystemExit, match=rf"^error: .*{folder / report.RESULTS_FILE}' is not valid JSON"):
+        miniature.main(argv)
 
 
 def test_the_reproduction_runs_the_miniature_at_its_default_length():
