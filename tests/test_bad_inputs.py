@@ -381,6 +381,8 @@ FLAGS = [
     ("tools/check_capture.py", ["--json", "{tmp}/none/c.json", "--checks", "fx"],
      ["argument --json: folder '{tmp}/none' of '{tmp}/none/c.json' does not exist"]),
     ("tools/benchmark_timm.py", ["--json", "{tmp}"], ["argument --json: '{tmp}' is a folder; give a file path"]),
+    ("tools/benchmark_layers.py", ["--model-batch", "0"], ["argument --model-batch: must be >= 1, got 0"]),
+    ("tools/check_capture.py", ["--backend", "foo", "--checks", "fx"], ["argument --backend: invalid choice: 'foo'"]),
 ]
 OUTPUT_FLAG = {EVOLVE: "--output-dir", TRAIN: "--output-dir", BIGGAN: "--run-dir"}
 

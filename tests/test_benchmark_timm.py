@@ -38,6 +38,7 @@ def test_a_tiny_eager_run_measures_both_models_and_writes_json(tmp_path, capsys)
     (["--no-eager", "--no-compiled"], "leave nothing to measure"),
     (["--device", "tpu9"], "is not a torch device"),
     (["--dtype", "int8"], "invalid choice"),
+    (["--model", "resnet18"], "--model 'resnet18' is not a timm model built with EvoNorms; accepted: "),
 ])
 def test_bad_flags_name_the_value(capsys, argv, message):
     with pytest.raises(SystemExit):

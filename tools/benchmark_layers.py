@@ -82,7 +82,7 @@ import evonorm_core
 from evonorm_core import functional, ops
 from evonorm_core.convert import convert_norm_act
 from evonorm_core.experiment import cpu_load
-from evonorm_core.experiment.arguments import check_output_paths
+from evonorm_core.experiment.arguments import check_output_paths, positive_int
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.files import atomic_write_json
 from evonorm_core.experiment.tables import pyplot, save_figure
@@ -790,9 +790,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-compiled-model", action="store_true", help="skip the compiled whole-model training steps")
     p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS),
                    help="torchvision models whose training step is timed (default: all of them)")
-    p.add_argument("--model-batch", type=int, default=None,
+    p.add_argument("--model-batch", type=positive_int, default=None,
                    help="whole-model step batch size (default 8 on CUDA, 4 on CPU, where 8 at 224 takes minutes)")
-    p.add_argument("--model-size", type=int, default=None, help="whole-model step image size (default 224 on CUDA, 128 on CPU)")
+    p.add_argument("--model-size", type=positive_int, default=None,
+                   help="whole-model step image size (default 224 on CUDA, 128 on CPU)")
     p.add_argument("--model-reps", type=int, default=11,
                    help="timed rounds of the model steps, each step once per round (default %(default)s); the time ratio "
                         "is the median over rounds of each round's EvoNorm / baseline ratio")

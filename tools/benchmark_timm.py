@@ -79,6 +79,15 @@ class StepResult:
         return self.peak_mb[SWAPPED] / self.peak_mb[TIMM]
 
 
+def timm_evonorm_models() -> list[str]:
+    """The names of timm's models built with its EvoNorm layers (an error naming the extra if timm is missing)."""
+    try:
+        import timm  # an optional dependency (the "bench" extra), needed only by this tool
+    except ImportError:
+        raise SystemExit("tools/benchmark_timm.py needs timm: pip install -e .[bench]") from None
+    return timm.list_models("*_evo*")
+
+
 def build_models(args) -> dict[str, nn.Module]:
     """timm's model and its copy with the suite's layers, on the device, in train mode."""
     import timm  # an optional dependency (the "bench" extra), needed only by this tool
@@ -152,6 +161,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="write every number to this JSON file (default %(default)s; '' for none)")
     args = p.parse_args(argv)
     check_output_paths(p, args, "--json")
+    evonorm_models = timm_evonorm_models()
+    if args.model.split(".")[0] not in evonorm_models:  # a pretrained tag (name.tag) names the same model
+        p.error(f"--model {args.model!r} is not a timm model built with EvoNorms; accepted: {', '.join(evonorm_models)}")
     for name in ("reps", "warmup", "threads", "classes", "batch", "size"):
         value, least = getattr(args, name), 0 if name == "warmup" else 1
         if value is not None and value < least:

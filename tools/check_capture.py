@@ -286,7 +286,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checks", nargs="+", default=list(CHECKS), choices=CHECKS, help="captures to check (default all)")
     p.add_argument("--batch", type=int, default=2, help="input batch size (default %(default)s)")
     p.add_argument("--size", type=int, default=64, help="input image size (default %(default)s)")
-    p.add_argument("--backend", default="inductor", help="torch.compile backend (default %(default)s)")
+    p.add_argument("--backend", default="inductor", choices=torch._dynamo.list_backends(exclude_tags=()),
+                   metavar="BACKEND", help="torch.compile backend, one of torch._dynamo.list_backends() (default "
+                   "%(default)s)")
     p.add_argument("--dtype", choices=list(DTYPES), default="float64",
                    help="model and input dtype (default %(default)s, see TOLERANCES; ONNX always runs float32)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default %(default)s)")
