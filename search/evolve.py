@@ -55,10 +55,7 @@ def resolve_config(args: argparse.Namespace) -> SearchConfig:
         return replace_config(preset(args.preset_name or DEFAULT_PRESET, explicit.get("evolution.mode", "B")), explicit)
     if args.preset_name is not None:
         explicit["preset"] = args.preset_name  # a setting of the run like the others: it cannot change
-    config = resumed_config(args.output_dir, RUN_KIND, SearchConfig, explicit)
-    if not (Path(args.output_dir) / CHECKPOINT).is_file():
-        raise FileNotFoundError(f"no search checkpoint {CHECKPOINT} in {args.output_dir!r} to resume")
-    return config
+    return resumed_config(args.output_dir, RUN_KIND, SearchConfig, explicit)
 
 
 def describe(config: SearchConfig, output_dir: str) -> str:
@@ -79,16 +76,28 @@ def main(argv: list[str] | None = None) -> int:
         if config.backend == "ray" and config.ray_address:
             check_ray_address(config.ray_address)  # before the run folder is made
         run = open_run(args.output_dir, RUN_KIND, config, resume=args.resume)
-        state = read_checkpoint(run.path) if args.resume else None
+        # a run stopped before its first checkpoint resumes by starting, with its saved settings
+        state = read_checkpoint(run.path) if (run.path / CHECKPOINT).is_file() else None
         executor = make_executor(config.backend, evaluator, config.workers, config.time_limit, config.ray_address)
     except (ConfigError, RunDirError, CorruptFileError, FileNotFoundError, ValueError, OSError) as error:
         if run is not None:
             run.close()
         parser.error(str(error))
+    except KeyboardInterrupt:  # Ctrl-C while the workers start
+        if run is not None:
+            run.close()
+        return stopped_before_start(args.output_dir)
     try:
         return _run(config, run.path, state, executor, argv)
+    except KeyboardInterrupt:  # before the search's own signal handling began
+        return stopped_before_start(args.output_dir)
     finally:
         run.close()
+
+
+def stopped_before_start(output_dir: str) -> int:
+    print(f"\nstopped by SIGINT before the search began; add --resume to start it in {output_dir} with its settings")
+    return 128 + signal.SIGINT
 
 
 def _run(config: SearchConfig, folder: Path, state: dict | None, executor, argv: list[str] | None) -> int:

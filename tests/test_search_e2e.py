@@ -42,6 +42,24 @@ def test_local_search_runs_reports_and_plots(tmp_path, capsys):
     assert report.main([str(out), "--plot", str(tmp_path / "p.png")]) == 0 and (tmp_path / "p.png").exists()
 
 
+def test_a_search_stopped_before_its_first_checkpoint_resumes_by_starting(tmp_path, capsys):
+    """Ctrl-C while the workers start leaves run.json and config.json but no checkpoint: one line, status 130, and
+    --resume starts the search with the saved settings (the folder was refused both with and without --resume)."""
+    out = tmp_path / "run"
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(evolve, "make_executor", interrupted)
+        assert evolve.main(TINY + ["--workers", "1", "--max-candidates", "2", "--references", "none",
+                                   "--output-dir", str(out)]) == 130
+    assert "stopped by SIGINT before the search began; add --resume" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir() if p.name != ".lock") == ["config.json", "run.json"]
+    assert evolve.main(["--output-dir", str(out), "--resume"]) == 0
+    assert len(records(out)) == 2 and (out / "checkpoint.json").is_file()
+
+
 @pytest.mark.forks_autograd
 def test_rerank_retrains_the_top_layers_over_seeds_and_resumes(tmp_path, capsys):
     out = tmp_path / "run"
