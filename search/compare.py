@@ -7,7 +7,7 @@ any further flags are passed to every run and win, e.g. ``--mode S``), each
 stopping after ``--max-candidates`` proposed candidates (no time budget), ``--jobs`` at a
 time, each run's output in ``OUTPUT/<strategy>_seed<seed>.log``. A run that is already
 complete is reused, one that was interrupted is resumed, so the same command continues after
-a kill; a run that fails is named at the end (no summary is written then) and the others go
+a kill; a folder holding a search of other settings (strategy, seed, mode, proxy...) is refused; a run that fails is named at the end (no summary is written then) and the others go
 on. Then writes ``--json`` (default OUTPUT/fig10.json): per strategy the
 seeds, the mean accuracy of the top-10 distinct accepted layers at the end of each seed's
 run (of all of them while fewer than 10 exist, so read it beside the count), how many distinct
@@ -27,13 +27,14 @@ from pathlib import Path
 
 from evonorm_core.experiment.arguments import DistinctValues, output_file
 from evonorm_core.experiment.arguments import seed as seed_value
-from evonorm_core.experiment.config import ConfigError, command_line
+from evonorm_core.experiment.config import ConfigError, command_line, option_values, resume_config
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json
 from evonorm_core.experiment.grid import Cell, run_grid
 from evonorm_core.experiment.rundir import RunDirError, holds_run
 from evonorm_core.experiment.tables import mean_and_std, mean_std_fields, pyplot, save_figure
 from evonorm_core.search.driver import CHECKPOINT, read_checkpoint
 from evonorm_suite.search import evolve
+from evonorm_suite.search.config import read_run_config
 from evonorm_suite.search.report import distinct_accepted, summarize
 
 STRATEGIES = ("evolution", "random")
@@ -51,15 +52,32 @@ def is_complete(folder: Path, budget: int) -> bool:
     return state["next_id"] >= budget and not state["in_flight"] and not state["todo_baselines"]
 
 
+def fresh_argv(folder: Path, strategy: str, seed: int, budget: int, extra: list[str]) -> list[str]:
+    """search/evolve.py's flags for the cell's search started in ``folder``."""
+    # Fig. 10 compares searches from random graphs; a flag given in ``extra`` still wins
+    return ["--no-population-from-references", *extra, "--strategy", strategy, "--seed", str(seed),
+            "--max-candidates", str(budget), "--time-budget", "none", "--output-dir", str(folder)]
+
+
+def check_started_run(folder: Path, strategy: str, seed: int, budget: int, extra: list[str]) -> None:
+    """Raise :class:`ConfigError` naming ``folder`` and the options if the search started there differs from
+    the one these flags would start in a setting that a resume cannot change (its strategy, seed, mode, proxy...):
+    a finished cell would be reused, an unfinished one continued, as if it were this comparison's."""
+    wanted = evolve.resolve_config(evolve.build_parser().parse_args(fresh_argv(folder, strategy, seed, budget, extra)))
+    try:
+        resume_config(read_run_config(folder), option_values(wanted))
+    except ConfigError as error:
+        raise ConfigError(f"{folder} holds a search of other settings than this comparison's ({error}); give another "
+                          "--output-dir or the flags it was started with") from None
+
+
 def run_cell(output_dir: Path, strategy: str, seed: int, budget: int, extra: list[str]) -> Cell:
     """The grid cell of one search of ``budget`` candidates: started fresh, or resumed with its own settings."""
     folder = run_folder(output_dir, strategy, seed)
     if holds_run(folder):
         argv = ["--output-dir", str(folder), "--resume", "--max-candidates", str(budget)]
     else:
-        # Fig. 10 compares searches from random graphs; a flag given in ``extra`` still wins
-        argv = ["--no-population-from-references", *extra, "--strategy", strategy, "--seed", str(seed), "--max-candidates", str(budget),
-                "--time-budget", "none", "--output-dir", str(folder)]
+        argv = fresh_argv(folder, strategy, seed, budget, extra)
     return Cell(folder.name, done=lambda: is_complete(folder, budget),
                 commands=((sys.executable, "-m", "evonorm_suite.search.evolve", *argv),))
 
@@ -164,6 +182,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     output_dir = Path(args.output_dir)
     started = time.monotonic()
+    try:
+        for seed in args.seeds:
+            for strategy in STRATEGIES:
+                if holds_run(run_folder(output_dir, strategy, seed)):
+                    check_started_run(run_folder(output_dir, strategy, seed), strategy, seed, args.max_candidates,
+                                      extra)
+    except (ConfigError, CorruptFileError) as error:
+        parser.error(str(error))
     cells = [run_cell(output_dir, strategy, seed, args.max_candidates, extra)
              for seed in args.seeds for strategy in STRATEGIES]
     try:

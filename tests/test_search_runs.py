@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evonorm_core.experiment.config import save_config
+from evonorm_core.experiment.config import ConfigError, save_config
 from evonorm_core.experiment.rundir import RunDir, open_run
 from evonorm_core.search import (
     CandidateRecord,
@@ -26,7 +26,7 @@ from evonorm_core.search import (
     read_checkpoint,
 )
 from evonorm_suite.search import backends, evolve
-from evonorm_suite.search.compare import collect, run_cell, run_folder, value_at
+from evonorm_suite.search.compare import check_started_run, collect, fresh_argv, run_cell, run_folder, value_at
 from evonorm_suite.search.config import CONFIG_FILE, REFERENCE_LAYERS, RUN_KIND, SearchConfig, read_run_config
 from evonorm_suite.search.presets import preset
 from evonorm_suite.search.rerank import rank
@@ -367,6 +367,19 @@ def test_compare_reads_each_run_at_the_budget_and_compares_over_seeds(tmp_path):
     assert result["candidate_budget"] == 3 and result["seeds"] == [0, 1]
     assert result["proxies"] == [preset("cpu", "B").proxy.describe(), "not recorded"]
     assert result["proxies"][0].startswith("data: the embedded MNIST digits")
+
+
+def test_compare_refuses_a_started_search_of_other_settings(tmp_path):
+    """A cell folder holding a search started with other flags (another --mode, or the other strategy's search
+    copied in) is refused naming the folder and the option, not reused as this comparison's."""
+    folder = run_folder(tmp_path, "evolution", 0)
+    argv = fresh_argv(folder, "evolution", 0, 3, ["--anchors", "resnet50_cifar"])
+    open_run(folder, RUN_KIND, evolve.resolve_config(evolve.build_parser().parse_args(argv))).close()
+    check_started_run(folder, "evolution", 0, 5, ["--anchors", "resnet50_cifar"])  # a longer budget: continued
+    with pytest.raises(ConfigError, match=rf"{folder} holds a search of other settings .*--mode cannot change"):
+        check_started_run(folder, "evolution", 0, 3, ["--anchors", "resnet50_cifar", "--mode", "S"])
+    with pytest.raises(ConfigError, match="--strategy cannot change"):
+        check_started_run(folder, "random", 0, 3, ["--anchors", "resnet50_cifar"])
 
 
 def test_compare_runs_each_strategy_and_seed_as_a_grid_cell_that_resumes_once_started(tmp_path):
