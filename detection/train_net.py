@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 
 # First, so that its warning filter is in place before detectron2 is imported when this
@@ -34,6 +35,7 @@ from detectron2.utils import comm
 
 from evonorm_core.experiment.files import CorruptFileError, atomic_write_json
 from evonorm_core.experiment.rundir import RunDirError, RunKind, holds_run, open_run
+from evonorm_core.experiment.stopping import StopCleanly
 from evonorm_suite.detection import load_config
 from evonorm_suite.detection.checkpoint import LAST_CHECKPOINT, SafeCheckpointer, check_weights_file
 from evonorm_suite.detection.data import DatasetNotFoundError, prepare_datasets
@@ -43,6 +45,8 @@ from evonorm_suite.detection.trainer import NormActTrainer
 
 logger = logging.getLogger("detection")
 RUN_KIND = RunKind("tools/train_net.py")
+COMMAND = "python tools/train_net.py"
+DIVERGENCE_ADVICE = "a lower SOLVER.BASE_LR, a longer SOLVER.WARMUP_ITERS or another SEED"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -129,6 +133,12 @@ def run(args: argparse.Namespace) -> dict:
     return results
 
 
+def resume_command(args: argparse.Namespace) -> str:
+    """This command with ``--resume`` (the line a stopped run prints)."""
+    processes = ["--num-gpus", str(args.num_gpus)] if args.num_gpus > 1 else []
+    return shlex.join([*COMMAND.split(), "--config", args.config_file, *processes, "--resume", *args.opts])
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line: check config, data and output folder, then train (or evaluate) in
     ``--num-gpus`` processes per machine with detectron2's ``launch``."""
@@ -160,14 +170,15 @@ def main(argv: list[str] | None = None) -> int:
     except RunDirError as err:
         sys.exit(f"error: OUTPUT_DIR: {err}")
     try:
-        launch(
-            run,
-            args.num_gpus,
-            num_machines=args.num_machines,
-            machine_rank=args.machine_rank,
-            dist_url=args.dist_url,
-            args=(args,),
-        )
+        with StopCleanly(COMMAND, DIVERGENCE_ADVICE, resume_command(args)):
+            launch(
+                run,
+                args.num_gpus,
+                num_machines=args.num_machines,
+                machine_rank=args.machine_rank,
+                dist_url=args.dist_url,
+                args=(args,),
+            )
     except CorruptFileError as err:  # a damaged checkpoint in OUTPUT_DIR (one process: raised here)
         sys.exit(f"error: {err}")
     finally:

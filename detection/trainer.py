@@ -15,6 +15,7 @@ from detectron2.engine import DefaultTrainer, hooks
 from detectron2.evaluation import COCOEvaluator
 
 from evonorm_core import running_stats
+from evonorm_core.experiment.stopping import stop_signals_after_block
 from evonorm_suite.detection import data, optimizer
 from evonorm_suite.detection.checkpoint import SafeCheckpointer
 
@@ -58,6 +59,34 @@ class NormActTrainer(DefaultTrainer):
         super().__init__(cfg)
         # The same object the checkpoint hook holds, loading safely and saving atomically.
         self.checkpointer.__class__ = SafeCheckpointer
+        self.completed_iter: int | None = None  # the last iteration whose step (forward, backward, update) ended
+
+    def run_step(self) -> None:
+        """One iteration; a stop signal waits for it to end (a stop inside would leave the model half updated)."""
+        with stop_signals_after_block():
+            super().run_step()
+            self.completed_iter = self.iter
+
+    def train(self):
+        """DefaultTrainer's training; a stop signal (SIGINT, SIGTERM) first saves the model at the last finished
+        iteration, so that ``--resume`` loses none (the periodic checkpoint may lie ``CHECKPOINT_PERIOD`` back)."""
+        try:
+            return super().train()
+        except KeyboardInterrupt:
+            self.save_stopped()
+            raise
+
+    def save_stopped(self) -> None:
+        """Checkpoint the last finished iteration as the periodic checkpointer does (``model_N.pth`` tagged as
+        the last checkpoint); its LR schedule is stepped for that iteration if the stop came before it was."""
+        done = self.completed_iter
+        if done is None:
+            return  # no iteration ended in this process: its starting checkpoint holds everything
+        if self.scheduler.last_epoch == done:  # the LRScheduler hook had not run for it yet
+            self.scheduler.step()
+        self.checkpointer.save(f"model_{done:07d}", iteration=done)
+        logger.info("stopped: saved the model after iteration %d; --resume continues from iteration %d", done,
+                    done + 1)
 
     def build_hooks(self) -> list[hooks.HookBase]:
         """DefaultTrainer's hooks, with :class:`PreciseBatchStatistics` in place of its ``PreciseBN``

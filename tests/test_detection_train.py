@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -206,6 +210,39 @@ def test_eval_only_of_a_trained_run_scores_its_checkpoint(demo_run, tmp_path):
     evaluation_log = (copy / "log.txt").read_text()[trained:]
     assert f"Loading from {copy / 'model_final.pth'}" in evaluation_log and "from scratch" not in evaluation_log
     assert json.loads((copy / report.RESULTS_FILE).read_text()) == resumed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signalled_training_saves_its_last_iteration_and_resumes_there(datasets_root, tmp_path, signum):
+    """A real process stopped by a signal mid-run (no periodic checkpoint due): one line naming the resume command,
+    status 128 + signal, and model_N.pth of the last finished iteration N, from which --resume starts N + 1."""
+    output = tmp_path / "run"
+    config = str(CONFIGS / "demo_shapes_evonorm_s0.yaml")
+    argv = ["--threads", "1", "--config", config, *TINY, "SOLVER.MAX_ITER", "100000", "SOLVER.CHECKPOINT_PERIOD",
+            "100000", "TEST.EVAL_PERIOD", "0", "OUTPUT_DIR", str(output)]
+    env = {**os.environ, "DETECTRON2_DATASETS": str(datasets_root), "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, str(ROOT / "tools" / "train_net.py"), *argv], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    metrics = output / "metrics.json"
+    while not (metrics.exists() and metrics.read_text().strip()) and process.poll() is None \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)  # its first line: 20 iterations done
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 128 + signum and "Traceback" not in err, err[-3000:]
+    name = signal.Signals(signum).name
+    assert err.strip().splitlines()[-1] == (f"python tools/train_net.py: stopped by {name}; the run resumes from its "
+                                            f"last checkpoint with: {train_net.resume_command(train_net.parse_args(argv))}")
+    saved = (output / "last_checkpoint").read_text()
+    done = int(re.fullmatch(r"model_(\d{7})\.pth", saved)[1])
+    assert done >= 19 and (output / saved).is_file()
+    resumed = [*argv[:-6], "SOLVER.MAX_ITER", str(done + 2), "TEST.EVAL_PERIOD", "0", "OUTPUT_DIR", str(output)]
+    done_again = subprocess.run([sys.executable, str(ROOT / "tools" / "train_net.py"), "--resume", *resumed], cwd=ROOT,
+                                env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done_again.returncode == 0, done_again.stderr[-3000:]
+    assert f"Starting training from iteration {done + 1}" in (output / "log.txt").read_text()
 
 
 @pytest.mark.slow
