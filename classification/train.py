@@ -12,7 +12,8 @@ normalization layers differ. ``--workers W`` simulates W data-parallel workers i
 all W x ``--batch-size``), as the paper's Table 3 runs its workers. ``--table`` takes a paper
 table's whole training setup (e.g. Table 11's 180 epochs with RandAugment and stages at
 60/120/160); the recipe flags override single fields. The output folder belongs to the run:
-``config.json`` (the resolved settings), ``checkpoint.pt`` every epoch, ``result.json`` (with
+``config.json`` (the resolved settings), ``checkpoint.pt`` every epoch and where ``--max-steps``
+stops (a resume continues inside that epoch), ``result.json`` (with
 the last fifth's flatness of the validation curve) and TensorBoard scalars in ``tb/``.
 ``--resume`` continues the run in the folder with its own settings (flags given with it
 may change only how long it trains and how it reports); without it a folder that holds
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import math
 import os
 import sys
@@ -390,11 +392,13 @@ def _train_epochs(config: TrainConfig, setup: TrainingSetup, env: DistributedCon
     total_steps = min(scheduled, config.max_steps or scheduled)
     progress = Progress(total_steps, "steps", prefix=f"{config.model} {config.norm_act}", interval=10.0,
                         initial=step, enabled=env.is_main and config.progress)
+    per_epoch = len(setup.train_loader)
     for epoch in range(start_epoch, num_epochs):
         if step >= total_steps:
             break
         setup.sampler.set_epoch(epoch)
-        for images, labels in setup.train_loader:
+        trained = max(step - epoch * per_epoch, 0)  # batches of this epoch trained before a resume mid-epoch
+        for images, labels in itertools.islice(setup.train_loader, trained, None):
             images, labels = images.to(env.device, non_blocking=True), labels.to(env.device, non_blocking=True)
             loss = trainer.step(images, labels)
             step += 1
@@ -406,8 +410,10 @@ def _train_epochs(config: TrainConfig, setup: TrainingSetup, env: DistributedCon
             progress.update(loss=loss, lr=trainer.lr)
             if step >= total_steps:
                 break
+        # an epoch cut short by --max-steps is not finished: a resume trains the rest of it
+        finished = step >= min(scheduled, (epoch + 1) * per_epoch)
         metrics = evaluate(trainer.module, setup.val_loader, env)
-        history.append({"epoch": epoch + 1, "step": step, **metrics})
+        history.append({"epoch": epoch + 1 if finished else round(step / per_epoch, 3), "step": step, **metrics})
         if env.is_main:
             if writer:
                 writer.add_scalar("val/top1", metrics["top1"], step)
@@ -416,7 +422,8 @@ def _train_epochs(config: TrainConfig, setup: TrainingSetup, env: DistributedCon
             if env.device.type == "cuda":
                 rng["cuda_rng"] = torch.cuda.get_rng_state(env.device)
             save_checkpoint(out / CHECKPOINT_FILE, {
-                "model": setup.model.state_dict(), "trainer": trainer.state_dict(), "epoch": epoch + 1, "step": step,
+                "model": setup.model.state_dict(), "trainer": trainer.state_dict(),
+                "epoch": epoch + 1 if finished else epoch, "step": step,
                 "history": history, **rng, "config": config_to_dict(config)})
     if writer:
         writer.close()

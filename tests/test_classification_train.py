@@ -171,6 +171,22 @@ def test_resume_continues_schedule_and_weights_exactly(tmp_path, monkeypatch, de
         assert state["cuda_rng"].dtype == torch.uint8 and state["rng"].device.type == "cpu"
 
 
+def test_a_run_stopped_mid_epoch_by_max_steps_resumes_inside_that_epoch(tmp_path):
+    """--max-steps 3 of 4-step epochs: the epoch is not counted as finished (it was, and a resume skipped its last
+    step and ended its schedule short); the resume trains the rest of it and then the next one."""
+    straight = train(quick_config(tmp_path / "a", schedule="cosine"))
+    stopped = train(quick_config(tmp_path / "b", schedule="cosine", max_steps=3))
+    assert [(h["epoch"], h["step"]) for h in stopped["history"]] == [(0.75, 3)]
+    assert load_checkpoint(tmp_path / "b" / "run" / "checkpoint.pt")["epoch"] == 0
+    resumed = train(quick_config(tmp_path / "b", schedule="cosine", resume=True))
+    assert [(h["epoch"], h["step"]) for h in resumed["history"]] == [(0.75, 3), (1, 4), (2, 8)]
+    assert resumed["steps"] == straight["steps"] == 8
+    a = load_checkpoint(tmp_path / "a" / "run" / "checkpoint.pt")
+    b = load_checkpoint(tmp_path / "b" / "run" / "checkpoint.pt")
+    assert a["trainer"]["scheduler"] == b["trainer"]["scheduler"]  # the schedule ran to its end
+    # the same batches in the same order, but not bit-identical: the resumed loader draws its random crops anew
+
+
 def test_cli_defaults_to_digits_and_explains(capsys, tmp_path):
     config = config_from_argv(["--epochs", "1", "--output-dir", str(tmp_path / "o")])
     assert config.data == "digits" and "embedded digits" in capsys.readouterr().out
@@ -456,7 +472,7 @@ def test_training_result_holds_the_history_final_and_best_top1(tmp_path, monkeyp
     assert state["trainer"]["scheduler"]["last_epoch"] == 8 and state["epoch"] == 2
     scores = iter([50.0])
     stopped = train(quick_config(tmp_path / "short", schedule="cosine", max_steps=3))
-    assert [(h["epoch"], h["step"]) for h in stopped["history"]] == [(1, 3)] and stopped["steps"] == 3
+    assert [(h["epoch"], h["step"]) for h in stopped["history"]] == [(0.75, 3)] and stopped["steps"] == 3
     lr = load_checkpoint(tmp_path / "short" / "run" / "checkpoint.pt")["trainer"]["optimizer"]["param_groups"][0]["lr"]
     assert lr == pytest.approx(0.4 * 16 / 256 * 0.5 * (1 + math.cos(math.pi * 3 / 8)))  # step 3 of 2 x 4
 
