@@ -107,6 +107,40 @@ def check_config_values(cfg, processes: int) -> None:
         raise ValueError(f"MODEL.NORM_ACT {dict(cfg.MODEL.NORM_ACT)} does not fit the model's layers: {err}") from None
 
 
+# what a --resume may change: how long the run goes, how often it saves and evaluates, where it runs and writes
+RESUMABLE_KEYS = ("SOLVER.MAX_ITER", "SOLVER.CHECKPOINT_PERIOD", "SOLVER.CHECKPOINTS_KEPT", "TEST.EVAL_PERIOD",
+                  "DATALOADER.NUM_WORKERS", "MODEL.DEVICE", "MODEL.WEIGHTS", "OUTPUT_DIR")
+
+
+def flat_config(node, prefix: str = "") -> dict:
+    """``{"SOLVER.MAX_ITER": 90000, ...}`` of a yacs config, tuples as lists (as its YAML dump reads back)."""
+    def as_read_back(value):
+        return [as_read_back(v) for v in value] if isinstance(value, (tuple, list)) else value
+
+    items = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            items.update(flat_config(value, f"{prefix}{key}."))
+        else:
+            items[f"{prefix}{key}"] = as_read_back(value)
+    return items
+
+
+def check_resumed_config(cfg) -> None:
+    """Raise ``ValueError`` naming every key whose value differs from the run's own ``OUTPUT_DIR/config.yaml``
+    (what detectron2 saved at its start) outside :data:`RESUMABLE_KEYS`: a resumed run continues the run's
+    experiment (another layer would load the checkpoint's matching weights and train on as if nothing changed)."""
+    saved_file = os.path.join(cfg.OUTPUT_DIR, "config.yaml")
+    if not os.path.isfile(saved_file):
+        return  # stopped before detectron2 wrote it: nothing trained
+    saved = flat_config(load_config(saved_file))
+    changed = [f"{key}: the run has {saved.get(key)!r}, given {value!r}" for key, value in flat_config(cfg).items()
+               if key not in RESUMABLE_KEYS and saved.get(key) != value]
+    if changed:
+        raise ValueError(f"--resume cannot change the run in {cfg.OUTPUT_DIR} ({'; '.join(changed)}); only "
+                         f"{', '.join(RESUMABLE_KEYS)} may change: give the run's config, or another OUTPUT_DIR")
+
+
 def save_results(cfg, results: dict) -> None:
     """Write COCOEvaluator's final results to ``OUTPUT_DIR/final_results.json`` (read by ``detection/report.py``)."""
     if comm.is_main_process() and results:
@@ -169,6 +203,13 @@ def main(argv: list[str] | None = None) -> int:
         output = open_run(cfg.OUTPUT_DIR, RUN_KIND, resume=resume) if args.machine_rank == 0 else None
     except RunDirError as err:
         sys.exit(f"error: OUTPUT_DIR: {err}")
+    try:
+        if args.resume and not args.eval_only:
+            check_resumed_config(cfg)
+    except ValueError as err:
+        if output is not None:
+            output.close()
+        sys.exit(f"error: {err}")
     try:
         with StopCleanly(COMMAND, DIVERGENCE_ADVICE, resume_command(args)):
             launch(

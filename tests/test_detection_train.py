@@ -196,6 +196,24 @@ def test_demo_trains_evaluates_and_resumes(demo_run):
 
 
 @pytest.mark.slow
+def test_resume_refuses_another_experiment_in_the_runs_folder(demo_run, tmp_path):
+    """The EvoNorm-B0 run resumed with the GN config (or another learning rate) is refused naming each key; the
+    run's own config with a longer SOLVER.MAX_ITER is what demo_run resumed with."""
+    output = demo_run[0]
+    copy = tmp_path / "run"
+    shutil.copytree(output, copy)
+    argv = ["--resume", "--threads", "1", "--config", str(CONFIGS / "demo_shapes_gn.yaml"), *TINY, "OUTPUT_DIR",
+            str(copy), "SOLVER.BASE_LR", "0.5"]
+    with pytest.raises(SystemExit) as refused:
+        train_net.main(argv)
+    message = str(refused.value.code)
+    assert message.startswith(f"error: --resume cannot change the run in {copy} (")
+    assert "MODEL.NORM_ACT.NAME: the run has 'evonorm_b0', given 'gn_relu'" in message
+    assert "SOLVER.BASE_LR: the run has" in message and "given 0.5" in message
+    assert (copy / "model_final.pth").read_bytes() == (output / "model_final.pth").read_bytes()
+
+
+@pytest.mark.slow
 def test_eval_only_of_a_trained_run_scores_its_checkpoint(demo_run, tmp_path):
     """--eval-only with no MODEL.WEIGHTS on a run's OUTPUT_DIR loads the run's last checkpoint (it scored a model
     with random weights, and wrote that as the run's result)."""
