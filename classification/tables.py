@@ -22,6 +22,7 @@ import argparse
 import functools
 import math
 import os
+import re
 import shlex
 import statistics
 import sys
@@ -54,7 +55,7 @@ from evonorm_core.experiment.tables import (
 )
 from evonorm_suite.classification.paper_tables import CONTROLS, LAYERS, TABLES, WORKERS, PaperTable
 from evonorm_suite.classification.recipes import scaled_lr
-from evonorm_suite.classification.train import TrainConfig, train
+from evonorm_suite.classification.train import TrainConfig, build_datasets, resolve_recipe, train
 
 MINI_MODELS = {"resnet50": "resnet50_cifar", "mobilenetv2": "mobilenetv2_cifar", "efficientnet_b0": "efficientnet_cifar"}
 SCALES = ("paper", "mini")
@@ -307,6 +308,8 @@ def run_mini_scale(table: PaperTable, args: argparse.Namespace, runs_dir: Path) 
     configs = {cell: mini_config(table, cell, scale, runs_dir) for cell in grid}
     for config in configs.values():
         check_finished_setting(config)
+    if configs:
+        check_batches_fit(list(configs.values()))
     jobs = [GridCell(cell.name, done=Path(config.output_dir) / "result.json",
                      function=functools.partial(run_mini_cell, config)) for cell, config in configs.items()]
     if args.dry_run:
@@ -317,6 +320,20 @@ def run_mini_scale(table: PaperTable, args: argparse.Namespace, runs_dir: Path) 
         return 0
     check_autograd_survives_fork("the mini-scale grid's training runs")  # its cells are forked children
     return run_grid(jobs, runs_dir, jobs=args.jobs, name=f"{table.key} mini").exit_status
+
+
+def check_batches_fit(configs: list[TrainConfig]) -> None:
+    """Exit with one error line, before the grid starts, if a cell's total batch (workers x images per worker)
+    is more than the training images: every such cell would fail alone, each with a traceback in its log."""
+    largest = max(configs, key=lambda c: step_settings(c)["total_batch"])
+    images = len(build_datasets(largest, resolve_recipe(largest))[0])
+    if largest.train_subset is not None:
+        images = min(images, largest.train_subset)
+    step = step_settings(largest)
+    if step["total_batch"] > images:
+        raise SystemExit(f"error: --batches {step['images_per_worker']}: {step['workers']} workers x "
+                         f"{step['images_per_worker']} images = {step['total_batch']} is more than the {images} training "
+                         f"images of --data {largest.data}")
 
 
 def describe(config: TrainConfig) -> str:
@@ -352,6 +369,10 @@ def load_runs(runs_dir: Path) -> dict[tuple[str, str, int | None], list[dict]]:
                                    "(no config or final_top1); delete it and run the cell again")
         config = result["config"]
         batch_dir = path.parent.parent.name
+        if batch_dir != "recipe" and not re.fullmatch(r"b\d+", batch_dir):
+            raise CorruptFileError(f"run result {str(path)!r} is not in a grid's layout (<model>/<layer>/b<N> or "
+                                   "recipe/seed<k>/result.json): give the folder of one grid (classification/tables.py "
+                                   "run --runs-dir)")
         batch = None if batch_dir == "recipe" else int(batch_dir[1:])
         found.setdefault((anchors.get(config["model"], config["model"]), config["norm_act"], batch), []).append(result)
     return found

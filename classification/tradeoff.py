@@ -206,8 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.resolution < 1:
         p.error(f"--resolution must be >= 1, got {args.resolution}")
-    if args.command == "plot" and not Path(args.runs_dir).is_dir():
-        raise SystemExit(f"error: runs directory {args.runs_dir!r} does not exist")
+    measured = finished_runs(Path(args.runs_dir)) if args.command == "plot" else {}  # before minutes of counting
     rows = tradeoff_rows(args.resolution)
     print(markdown(rows))
     if args.command == "count":
@@ -220,8 +219,15 @@ def main(argv: list[str] | None = None) -> None:
                       f"{layer} --width-multiplier {width} --data imagenet --data-dir $IMAGENET "
                       f"--output-dir runs/fig11/{layer}/w{width}")
         return
-    runs_dir = Path(args.runs_dir)
-    png = Path(args.png or runs_dir / "fig11.png")
+    png = Path(args.png or Path(args.runs_dir) / "fig11.png")
+    plot(rows, measured, png)
+    print(f"plot: {png}")
+
+
+def finished_runs(runs_dir: Path) -> dict:
+    """:func:`measured_top1` of ``runs_dir``; exits with one error line if it holds no finished run or a damaged one."""
+    if not runs_dir.is_dir():
+        raise SystemExit(f"error: runs directory {str(runs_dir)!r} does not exist")
     try:
         measured = measured_top1(runs_dir)
     except CorruptFileError as error:
@@ -229,8 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     if not measured:
         raise SystemExit(f"error: no finished run in {str(runs_dir)!r} (<layer>/w<width>/result.json): train the "
                          "points first (the commands of `count`)")
-    plot(rows, measured, png)
-    print(f"plot: {png}")
+    return measured
 
 
 if __name__ == "__main__":

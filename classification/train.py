@@ -53,6 +53,7 @@ from evonorm_core.classifiers.models import MODEL_NAMES, MODEL_RESOLUTIONS, buil
 from evonorm_core.classifiers.proxy_task import PROXY_TRAINING
 from evonorm_core.classifiers.schedule import SCHEDULES
 from evonorm_core.classifiers.trainer import Trainer, centre_crops
+from evonorm_core.experiment.arguments import MAX_SEED
 from evonorm_core.experiment.config import (
     ConfigError,
     add_config_arguments,
@@ -125,7 +126,7 @@ class TrainConfig:
     warmup_epochs: float | None = option(None, "linear warmup length (none: the recipe's)", min=0)
     randaugment: bool | None = option(None, "ImageNet: RandAugment, 2 ops of magnitude 9 (none: the recipe's; on in "
                                       "the recipes of Tables 3 and 10-12)")
-    seed: int = option(0, "seed of initialization, data order and augmentation", min=0)
+    seed: int = option(0, "seed of initialization, data order and augmentation", min=0, max=MAX_SEED)
     deterministic: bool = option(False, "deterministic algorithms only (torch.use_deterministic_algorithms): a CUDA "
                                  "run then repeats bit for bit, a little slower (a CPU run repeats without it)",
                                  resumable=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evonorm_core import norm_act_options, resolve_name, uses_batch_statistics
+from evonorm_core.experiment.arguments import MAX_SEED
 from evonorm_core.experiment.config import ConfigError, option, validate
 from evonorm_core.registry import options_of
 from evonorm_suite.gan.biggan_deep import RESOLUTIONS
@@ -48,7 +49,7 @@ class GanConfig:
                               resumable=True)
     ema_decay: float = option(0.9999, "EMA decay of G's weights", min=0, max=1, max_open=True)
     ema_start: int = option(20_000, "step from which the EMA averages (before: a copy)", min=0)
-    seed: int = option(0, "seed of initialization, data order and latents", min=0)
+    seed: int = option(0, "seed of initialization, data order and latents", min=0, max=MAX_SEED)
     num_workers: int = option(8, "data loader processes", min=0, resumable=True)
     log_every: int = option(100, "steps between progress lines and TensorBoard scalars", min=1, resumable=True)
     sample_every: int = option(2_000, "steps between PNG sample grids", min=1, resumable=True)

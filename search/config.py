@@ -16,6 +16,7 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evonorm_core.experiment.arguments import MAX_SEED
 from evonorm_core.experiment.config import ConfigError, load_config, option, validate
 from evonorm_core.experiment.rundir import CONFIG_FILE, RunKind
 from evonorm_core.search.evolution import EvolutionConfig
@@ -86,7 +87,7 @@ class SearchConfig:
     proxy: ProxyConfig = field(default_factory=ProxyConfig)
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
     preset: str = option("paper", "the preset this configuration started from", cli=False)
-    seed: int = option(0, "seed of the search and of every candidate's training", min=0)
+    seed: int = option(0, "seed of the search and of every candidate's training", min=0, max=MAX_SEED)
     references: tuple[str, ...] = option(
         DEFAULT_REFERENCES["B"], "reference layers measured first on the same proxy, paper layers or negative "
         "controls ('none': skip); default: the mode's (B: BN-ReLU and EvoNorm-B0/B1/B2, S: GN-ReLU and "

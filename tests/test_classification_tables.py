@@ -158,6 +158,11 @@ def test_table2_report_and_missing_dir(tmp_path, capsys):
     assert "| Random + rej (control) | 0.001 | - |" in out and "ReLU (no norm)" not in out  # not measured
     with pytest.raises(SystemExit, match="does not exist"):
         main(["report", "table2", str(tmp_path / "nope")])
+    stray = tmp_path / "run1" / "result.json"  # a train.py run of its own, not a grid cell
+    stray.parent.mkdir()
+    stray.write_text((next(tmp_path.rglob("seed0/result.json"))).read_text())
+    with pytest.raises(SystemExit, match=rf"{stray}' is not in a grid's layout"):
+        main(["report", "table2", str(tmp_path)])
 
 
 def test_every_table_layer_label_is_known():

@@ -295,10 +295,13 @@ def _flag_of(path: str) -> str:
 def _rule(f: dataclasses.Field) -> str:
     m = f.metadata
     parts = []
+    def shown(bound: float) -> str:  # 2147483647, not 2.14748e+09
+        return str(bound) if isinstance(bound, int) else f"{bound:g}"
+
     if m.get("min") is not None:
-        parts.append(f"{'>' if m.get('min_open') else '>='} {m['min']:g}")
+        parts.append(f"{'>' if m.get('min_open') else '>='} {shown(m['min'])}")
     if m.get("max") is not None:
-        parts.append(f"{'<' if m.get('max_open') else '<='} {m['max']:g}")
+        parts.append(f"{'<' if m.get('max_open') else '<='} {shown(m['max'])}")
     if m.get("choices"):
         return "one of " + ", ".join(map(str, m["choices"]))
     return " and ".join(parts)
