@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         return _run(config, run.path, state, executor, argv)
     except KeyboardInterrupt:  # before the search's own signal handling began
         return stopped_before_start(args.output_dir)
+    except CorruptFileError as error:  # a checkpoint whose fields do not make a search's state
+        parser.error(str(error))
     finally:
         run.close()
 

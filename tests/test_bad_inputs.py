@@ -520,7 +520,17 @@ SEARCH_DAMAGE = {
                                        ["unknown setting(s) ['model'] for SearchConfig in", "config.json"]),
     "a setting fixed by the run": (lambda f: None, ["--mode", "B"],
                                    ["--mode cannot change when resuming: the run was started with S, got B"]),
+    "checkpoint.json with a population id never proposed": (
+        lambda f: edit_json(f / "checkpoint.json", population=[999]), [],
+        ["checkpoint.json' does not hold a search's state (KeyError: 999)", "delete the run folder"]),
+    "checkpoint.json with a count that is no integer": (
+        lambda f: edit_json(f / "checkpoint.json", logged="2"), [],
+        ["checkpoint.json'", "must be integers >= 0"]),
 }
+
+
+def edit_json(path: Path, **fields) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
 
 
 @pytest.mark.parametrize("case", SEARCH_DAMAGE)

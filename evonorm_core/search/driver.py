@@ -58,6 +58,9 @@ def read_checkpoint(output_dir: str | Path) -> dict:
     if not isinstance(state, dict) or any(key not in state for key in _STATE_KEYS):
         missing = [k for k in _STATE_KEYS if not isinstance(state, dict) or k not in state]
         raise CorruptFileError(f"search checkpoint {str(path)!r} lacks {missing}: {fix}")
+    counts = {key: state[key] for key in ("seed", "next_id", "logged")}
+    if any(type(value) is not int or value < 0 for value in counts.values()):
+        raise CorruptFileError(f"search checkpoint {str(path)!r}: {counts} must be integers >= 0; {fix}")
     log = Path(output_dir) / LOG
     rows = read_jsonl(log, limit=state["logged"], what="search log") if state["logged"] else []
     if len(rows) != state["logged"]:
@@ -208,9 +211,15 @@ class LayerSearch:
         """Continue the run checkpointed in ``output_dir`` (its config, seed and metadata);
         ``state``: its :func:`read_checkpoint`, if the caller read it already."""
         state = state if state is not None else read_checkpoint(output_dir)
-        config = config_from_dict(EvolutionConfig, state["config"], source=str(Path(output_dir) / CHECKPOINT))
+        path = Path(output_dir) / CHECKPOINT
+        config = config_from_dict(EvolutionConfig, state["config"], source=str(path))
         search = cls(config, executor, output_dir, state["seed"], metadata=state["metadata"], **kwargs)
-        search.load_state_dict(state)
+        try:
+            search.load_state_dict(state)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+            raise CorruptFileError(f"search checkpoint {str(path)!r} does not hold a search's state "
+                                   f"({type(error).__name__}: {error}); it was not written by this program or is "
+                                   "damaged; delete the run folder and start again") from None
         # drop lines written after the checkpoint (they are proposed again, identically)
         atomic_write_text(search.output_dir / LOG, "".join(_line(r) for r in search.records))
         return search
