@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as futures
 import dataclasses
+import signal
 import sys
 from pathlib import Path
 
@@ -26,7 +27,9 @@ from evonorm_core.experiment.arguments import DistinctValues, seed
 from evonorm_core.experiment.children import training_pool
 from evonorm_core.experiment.config import ConfigError, command_line
 from evonorm_core.experiment.files import CorruptFileError, append_jsonl, atomic_write_json, read_jsonl
+from evonorm_core.experiment.progress import Progress
 from evonorm_core.experiment.rundir import RunDirError, open_run
+from evonorm_core.experiment.stopping import stop_signals_interrupt
 from evonorm_core.experiment.tables import mean_std_fields
 from evonorm_core.search.driver import read_checkpoint
 from evonorm_core.search.results import CandidateResult
@@ -142,22 +145,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"reranking {len(chosen)} layers x {len(args.seeds)} seeds ({len(todo)} to train): {proxy.train_steps} "
           f"steps on {', '.join(proxy.anchors)}, 90% of the training images, scored on the held-out 10%", flush=True)
     pool = training_pool(args.workers, "the reranked layers' training runs")
-    completed = False
+    progress = Progress(len(todo), "runs", prefix="rerank", interval=0.0)
+    completed, received = False, None
     try:
-        running = {pool.submit(_evaluate, proxy, run_seed, args.threads, chosen[name]["genome"]): (name, run_seed)
-                   for name, run_seed in todo}
-        for i, future in enumerate(futures.as_completed(running), 1):
-            name, run_seed = running[future]
-            result = future.result()
-            row = {"name": name, "seed": run_seed, "train_steps": proxy.train_steps, "result": result.to_dict()}
-            append_jsonl(folder / RESULTS, row, sync=True)
-            done.append(row)
-            accs = " / ".join(f"{v:.3f}" for v in result.accuracies.values())
-            print(f"  [{i}/{len(todo)}] {name} seed {run_seed}: {result.status} {accs}", flush=True)
+        with stop_signals_interrupt() as received:
+            running = {pool.submit(_evaluate, proxy, run_seed, args.threads, chosen[name]["genome"]): (name, run_seed)
+                       for name, run_seed in todo}
+            for future in futures.as_completed(running):
+                name, run_seed = running[future]
+                result = future.result()
+                row = {"name": name, "seed": run_seed, "train_steps": proxy.train_steps, "result": result.to_dict()}
+                append_jsonl(folder / RESULTS, row, sync=True)
+                done.append(row)
+                accs = " / ".join(f"{v:.3f}" for v in result.accuracies.values())
+                progress.update(layer=f"{name} seed {run_seed}: {result.status} {accs}")
         completed = True
     except KeyboardInterrupt:
-        print(f"\ninterrupted; finished results are in {folder / RESULTS}: run the same command to continue")
-        return 130
+        signum = received.signum if received and received.signum else signal.SIGINT
+        print(f"\nstopped by {signal.Signals(signum).name}; finished results are in {folder / RESULTS}: run the same "
+              "command to continue")
+        return 128 + signum
+    except futures.process.BrokenProcessPool:
+        print(f"error: a training worker died (killed, or out of memory); finished results are in {folder / RESULTS}: "
+              "run the same command to continue", file=sys.stderr)
+        return 1
     finally:
         # the forked workers share the folder's lock, which is free only once they are gone: wait
         # for them after a normal end; after Ctrl-C they stop with this process (die_with_parent)

@@ -2,6 +2,7 @@
 local backend, Ray backend (``ray.init(num_cpus=2)``), and kill-and-resume."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +41,33 @@ def test_local_search_runs_reports_and_plots(tmp_path, capsys):
     assert len(rows) == 4 and {"expression", "accuracies", "stage", "cache_hit", "wall_time"} <= set(rows[0])
     assert (out / "progress.png").stat().st_size > 1000
     assert report.main([str(out), "--plot", str(tmp_path / "p.png")]) == 0 and (tmp_path / "p.png").exists()
+
+
+@pytest.mark.forks_autograd
+def test_rerank_stops_on_sigterm_or_a_dead_worker_with_one_line(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    assert evolve.main(TINY + ["--workers", "1", "--max-candidates", "2", "--references", "evonorm_s0",
+                               "--output-dir", str(out)]) == 0
+    other = tmp_path / "copy"  # the stopped rerank's workers hold the first folder's lock until they end
+    shutil.copytree(out, other)
+    argv = [str(out), "--top", "1", "--seeds", "0", "--train-steps", "1", "--workers", "1", "--threads", "1"]
+
+    def terminated(running):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+        return iter(())
+
+    monkeypatch.setattr(rerank.futures, "as_completed", terminated)
+    capsys.readouterr()
+    assert rerank.main(argv) == 128 + signal.SIGTERM
+    assert f"stopped by SIGTERM; finished results are in {out / 'rerank.jsonl'}" in capsys.readouterr().out
+
+    def worker_died(running):
+        raise rerank.futures.process.BrokenProcessPool("A process in the process pool was terminated abruptly")
+
+    monkeypatch.setattr(rerank.futures, "as_completed", worker_died)
+    assert rerank.main([str(other), *argv[1:]]) == 1
+    assert "error: a training worker died (killed, or out of memory)" in capsys.readouterr().err
 
 
 def test_a_search_stopped_before_its_first_checkpoint_resumes_by_starting(tmp_path, capsys):
