@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import signal
 import statistics
 import sys
 import time
@@ -42,6 +43,8 @@ from evonorm_core.experiment.config import (
     replace_config,
 )
 from evonorm_core.experiment.files import atomic_write_json
+from evonorm_core.experiment.progress import Progress
+from evonorm_core.experiment.stopping import stop_signals_interrupt
 from evonorm_core.experiment.tables import mean_std_fields
 from evonorm_core.ops import status as kernel_status
 from evonorm_core.search.expression import parse, to_infix
@@ -192,15 +195,26 @@ def main(argv: list[str] | None = None) -> int:
           f"{' '.join(map(str, args.seeds))}, {config.proxy.describe()}; measurements: {args.json}", flush=True)
     rows: list[dict] = []
     started = time.monotonic()
-    for run_seed in args.seeds:
-        evaluator = ProxyEvaluator(config.proxy, seed=run_seed, threads=config.torch_threads)
-        for name, genome in layers.items():
-            row = measure(evaluator, name, genome, args.curve if name in (*references, BASELINE, *controls) else None)
-            if name == UNSTABLE:
-                row["stability_alone"] = evaluator.stability_failure(genome, evaluator.data())
-                print(f"seed {run_seed} {name:<17} stability test alone: {row['stability_alone'] or 'passes'}")
-            rows.append(row)
-            write(args.json, argv, config, args, started, rows, references, controls)  # a partial file after a kill
+    progress = Progress(len(args.seeds) * len(layers), "layers", prefix="calibration", interval=60.0)
+    received = None
+    try:
+        with stop_signals_interrupt() as received:
+            for run_seed in args.seeds:
+                evaluator = ProxyEvaluator(config.proxy, seed=run_seed, threads=config.torch_threads)
+                for name, genome in layers.items():
+                    curve = args.curve if name in (*references, BASELINE, *controls) else None
+                    row = measure(evaluator, name, genome, curve)
+                    if name == UNSTABLE:
+                        row["stability_alone"] = evaluator.stability_failure(genome, evaluator.data())
+                        print(f"seed {run_seed} {name:<17} stability test alone: {row['stability_alone'] or 'passes'}")
+                    rows.append(row)
+                    write(args.json, argv, config, args, started, rows, references, controls)  # partial after a kill
+                    progress.update()
+    except KeyboardInterrupt:
+        signum = received.signum if received and received.signum else signal.SIGINT
+        print(f"stopped by {signal.Signals(signum).name}: the {len(rows)} measurements made are in {args.json} (no "
+              "summary: a calibration is not resumed, run it again)", file=sys.stderr)
+        return 128 + signum
     print_checks(summarize(rows, references, controls, args.margin))
     print(f"measurements: {args.json}")
     return 0

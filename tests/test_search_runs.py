@@ -369,6 +369,32 @@ def test_compare_reads_each_run_at_the_budget_and_compares_over_seeds(tmp_path):
     assert result["proxies"][0].startswith("data: the embedded MNIST digits")
 
 
+CALIBRATE_TINY = ["--controls", "none", "--data", "digits", "--anchors", "resnet50_cifar", "--stability-anchors",
+                  "resnet50_cifar", "--stability-depth", "0.01", "--image-size", "8", "--crop-size", "8", "--batch-size",
+                  "8", "--train-steps", "2", "--quality-steps", "1", "--quality-threshold", "0", "--stability-steps",
+                  "1", "--stability-batch-size", "4", "--threads", "1"]
+
+
+def test_calibrate_stops_on_a_signal_with_one_line_keeping_what_it_measured(tmp_path, monkeypatch, capsys):
+    """SIGTERM as the third layer ends (before it is recorded): status 143, one line naming the JSON, which holds
+    the two measurements made before."""
+    from evonorm_suite.search import calibrate
+
+    measured = calibrate.measure
+
+    def measure_then_stop(evaluator, name, genome, curve):
+        row = measured(evaluator, name, genome, curve)
+        if name == "evonorm_b1":
+            os.kill(os.getpid(), signal.SIGTERM)
+        return row
+
+    monkeypatch.setattr(calibrate, "measure", measure_then_stop)
+    out = tmp_path / "calibration.json"
+    assert calibrate.main(["--json", str(out), "--seeds", "0", *CALIBRATE_TINY]) == 128 + signal.SIGTERM
+    assert f"stopped by SIGTERM: the 2 measurements made are in {out}" in capsys.readouterr().err
+    assert [row["layer"] for row in json.loads(out.read_text())["results"]] == ["bn_relu", "evonorm_b0"]
+
+
 def test_compare_refuses_a_started_search_of_other_settings(tmp_path):
     """A cell folder holding a search started with other flags (another --mode, or the other strategy's search
     copied in) is refused naming the folder and the option, not reused as this comparison's."""
