@@ -75,45 +75,81 @@ class SequentialExecutor:
 
 
 class ProcessPoolExecutor:
-    """``workers`` forked processes; a dead worker or one stuck past twice the time limit
-    is replaced and its candidates are recorded as crashed / timed out."""
+    """``workers`` forked processes. A worker stuck past twice the time limit is replaced and the
+    candidates on the pool are recorded as timed out. A worker that dies takes the pool down with
+    every candidate on it, and which one killed it is unknown: each of them runs again alone (those
+    submitted meanwhile wait), and only a candidate that takes its worker down alone is recorded as
+    crashed."""
 
     def __init__(self, evaluator: Evaluator, workers: int, time_limit: float | None = None) -> None:
         self.evaluator, self.capacity, self.time_limit = evaluator, workers, time_limit
         self.pool = self._new_pool()
-        self.running: dict[futures.Future, tuple[int, float]] = {}
+        self.running: dict[futures.Future, tuple[int, dict]] = {}
+        self.suspects: list[tuple[int, dict]] = []  # were on a pool that died: each runs again alone
+        self.waiting: list[tuple[int, dict]] = []  # submitted while the suspects run
+        self.isolating = False  # a suspect runs alone now
 
     def _new_pool(self) -> futures.ProcessPoolExecutor:
         return training_pool(self.capacity, "the search's candidates")
 
     def submit(self, candidate_id: int, genome: dict) -> None:
-        future = self.pool.submit(evaluate_safely, self.evaluator, genome, self.time_limit)
-        self.running[future] = (candidate_id, time.monotonic())
+        if self.suspects or self.isolating:
+            self.waiting.append((candidate_id, genome))
+        else:
+            self._start(candidate_id, genome)
+
+    def _start(self, candidate_id: int, genome: dict) -> None:
+        self.running[self.pool.submit(evaluate_safely, self.evaluator, genome, self.time_limit)] = (candidate_id, genome)
+
+    def _start_next(self) -> None:
+        """With nothing running: the next suspect alone, else every candidate that waited for the suspects."""
+        self.isolating = bool(self.suspects)
+        if self.suspects:
+            self._start(*self.suspects.pop(0))
+            return
+        for candidate_id, genome in self.waiting:
+            self._start(candidate_id, genome)
+        self.waiting.clear()
 
     def wait(self) -> list[tuple[int, CandidateResult]]:
+        if not self.running:
+            self._start_next()
+        if not self.running:
+            return []
         watchdog = None if not self.time_limit else 2 * self.time_limit
         done, _ = futures.wait(self.running, timeout=watchdog, return_when=futures.FIRST_COMPLETED)
         if not done:
             return self._restart("timeout", f"worker stuck past {watchdog:g} s")
-        finished = []
+        finished, broken = [], False
         for future in done:
-            candidate_id, _ = self.running.pop(future)
             try:
-                finished.append((candidate_id, future.result()))
+                result = future.result()
             except futures.process.BrokenProcessPool:
-                self.running[future] = (candidate_id, 0.0)
-                return finished + self._restart("crash", "the worker process died")
-        return finished
+                broken = True
+                continue
+            finished.append((self.running.pop(future)[0], result))
+        return finished + self._pool_died() if broken else finished
+
+    def _pool_died(self) -> list[tuple[int, CandidateResult]]:
+        """A candidate that ran alone killed its worker: it crashed. Of several, each becomes a suspect."""
+        if len(self.running) == 1:
+            return self._restart("crash", "the worker process died (it ran alone)")
+        self.suspects.extend(self.running.values())
+        self._replace_pool()
+        return []
 
     def _restart(self, stage: str, reason: str) -> list[tuple[int, CandidateResult]]:
-        """Replace the pool; every candidate that was on it is reported with ``stage``."""
+        """Replace the pool; every candidate that was running on it is reported with ``stage``."""
+        lost = [(candidate_id, CandidateResult.reject(stage, reason)) for candidate_id, _ in self.running.values()]
+        self._replace_pool()
+        return lost
+
+    def _replace_pool(self) -> None:
         for process in list(getattr(self.pool, "_processes", {}).values()):
             process.kill()
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.pool = self._new_pool()
-        lost = [(candidate_id, CandidateResult.reject(stage, reason)) for candidate_id, _ in self.running.values()]
         self.running.clear()
-        return lost
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -1,6 +1,8 @@
 """The search loop: equivalence-cache hits, checkpoint/resume, crashes and time-outs, selection."""
 import json
+import os
 import random
+import signal
 import time
 
 import pytest
@@ -58,6 +60,18 @@ class Crashing:
             raise RuntimeError("boom")
         if "tanh" in json.dumps(genome_dict):
             time.sleep(30)
+        return CandidateResult.accept({"a": 0.5})
+
+
+class KillsItsWorker:
+    """``exp`` takes its worker process down (as the kernel's OOM killer would); the others sleep a little, so
+    that they are on the pool when it dies."""
+
+    def __call__(self, genome_dict: dict) -> CandidateResult:
+        if "exp" in json.dumps(genome_dict):
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.5)
         return CandidateResult.accept({"a": 0.5})
 
 
@@ -153,6 +167,19 @@ def test_crashes_and_timeouts_are_rejections(tmp_path):
         stages = {name: r.stage for name, r in search.baselines.items()}
         assert stages == {"boom": Stage.CRASH, "slow": Stage.TIMEOUT, "fine": None}, stages
         assert "boom" in search.baselines["boom"].reason
+
+
+def test_a_dead_worker_is_charged_to_the_candidate_that_kills_it_alone(tmp_path):
+    """The pool dies with three candidates on it; each runs again alone, and only the one that takes its worker
+    down alone is a crash: the references beside it (bn_relu here) are trained, not recorded as crashed."""
+    baselines = {"killer": parse("exp(x)"), "bn_relu": parse("sigmoid(x) * x"), "other": parse("x * v1")}
+    executor = ProcessPoolExecutor(KillsItsWorker(), 3)
+    search = LayerSearch(small_config(), executor, str(tmp_path / "run"), baselines=baselines)
+    search.run(StopCondition(max_candidates=0))
+    executor.close()
+    assert {name: r.stage for name, r in search.baselines.items()} == {"killer": Stage.CRASH, "bn_relu": None,
+                                                                        "other": None}
+    assert search.baselines["killer"].reason == "the worker process died (it ran alone)"
 
 
 def test_pareto_tournament_and_average_selection():
