@@ -69,6 +69,11 @@ class GanConfig:
             raise ConfigError(f"--betas takes two values, got {self.betas}")
         if self.channels % 8:
             raise ConfigError(f"--channels must be a multiple of 8 (self-attention uses channels / 8), got {self.channels}")
+        stages = sorted(self.resolution >> k for k in range(self.resolution.bit_length()) if self.resolution >> k >= 8)
+        ignored = sorted(set(self.attention) - set(stages))
+        if ignored:  # the models would build no attention there, and say nothing
+            raise ConfigError(f"--attention {' '.join(map(str, ignored))}: not the resolution of a stage at "
+                              f"{self.resolution} px; accepted: {' '.join(map(str, stages))} (none: no attention)")
 
     def accumulation(self, world_size: int) -> int:
         """Micro-batches per optimizer step on each process; raises if the batch does not split."""

@@ -319,6 +319,8 @@ FLAGS = [
     (TABLES, ["run", "table3", "--scale", "mini", "--models", "resnet50", "--layers", "bn_relu", "--seeds", "0",
               "--batches", "1000", "--runs-dir", "{tmp}/g"],
      ["--batches 1000: 8 workers x 1000 images = 8000 is more than the 4000 training images of --data mnist"]),
+    (BIGGAN, ["--attention", "64"], ["--attention 64: not the resolution of a stage at 16 px; accepted: 8 16 (none: no "
+                                     "attention)"]),
     (BIGGAN, ["--seed", "4294967296"], ["--seed must be >= 0 and <= 2147483647, got 4294967296"]),
     (TRAIN, ["--seed", "99999999999999999999999"], ["--seed must be >= 0 and <= 2147483647, got 99999999999999999999999"]),
     (EVOLVE, ["--seed", "4294967296"], ["--seed must be >= 0 and <= 2147483647, got 4294967296"]),
