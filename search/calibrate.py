@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import signal
 import statistics
 import sys
 import time
@@ -44,7 +43,7 @@ from evonorm_core.experiment.config import (
 )
 from evonorm_core.experiment.files import atomic_write_json
 from evonorm_core.experiment.progress import Progress
-from evonorm_core.experiment.stopping import stop_signals_interrupt
+from evonorm_core.experiment.stopping import stop_signal, stop_signals_interrupt
 from evonorm_core.experiment.tables import mean_std_fields
 from evonorm_core.ops import status as kernel_status
 from evonorm_core.search.expression import parse, to_infix
@@ -211,10 +210,10 @@ def main(argv: list[str] | None = None) -> int:
                     write(args.json, argv, config, args, started, rows, references, controls)  # partial after a kill
                     progress.update()
     except KeyboardInterrupt:
-        signum = received.signum if received and received.signum else signal.SIGINT
-        print(f"stopped by {signal.Signals(signum).name}: the {len(rows)} measurements made are in {args.json} (no "
+        stopped = stop_signal(received)
+        print(f"stopped by {stopped.name}: the {len(rows)} measurements made are in {args.json} (no "
               "summary: a calibration is not resumed, run it again)", file=sys.stderr)
-        return 128 + signum
+        return 128 + stopped
     print_checks(summarize(rows, references, controls, args.margin))
     print(f"measurements: {args.json}")
     return 0

@@ -19,7 +19,7 @@ from pathlib import Path
 from evonorm_core.experiment.config import ConfigError, add_config_arguments, explicit_values, replace_config
 from evonorm_core.experiment.files import CorruptFileError
 from evonorm_core.experiment.rundir import RunDirError, open_run, resumed_config
-from evonorm_core.experiment.stopping import stop_signals_interrupt
+from evonorm_core.experiment.stopping import stop_signal, stop_signals_interrupt
 from evonorm_core.search.driver import CHECKPOINT, LayerSearch, StopCondition, read_checkpoint
 from evonorm_suite.search.backends import check_ray_address, make_executor
 from evonorm_suite.search.config import RUN_KIND, SearchConfig
@@ -119,10 +119,10 @@ def _run(config: SearchConfig, folder: Path, state: dict | None, executor, argv:
         with stop_signals_interrupt() as received:  # after the executor started: Ray's SIGTERM handler aborts
             search.run(stop)
     except KeyboardInterrupt:
-        signum = received.signum if received and received.signum else signal.SIGINT
-        print(f"\nstopped by {signal.Signals(signum).name}; finished candidates are checkpointed: add --resume to "
+        stopped = stop_signal(received)
+        print(f"\nstopped by {stopped.name}; finished candidates are checkpointed: add --resume to "
               f"continue in {output_dir}")
-        return 128 + signum
+        return 128 + stopped
     finally:
         search.executor.close()
     print_report([output_dir])

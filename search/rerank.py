@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as futures
 import dataclasses
-import signal
 import sys
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from evonorm_core.experiment.config import ConfigError, command_line
 from evonorm_core.experiment.files import CorruptFileError, append_jsonl, atomic_write_json, read_jsonl
 from evonorm_core.experiment.progress import Progress
 from evonorm_core.experiment.rundir import RunDirError, open_run
-from evonorm_core.experiment.stopping import stop_signals_interrupt
+from evonorm_core.experiment.stopping import stop_signal, stop_signals_interrupt
 from evonorm_core.experiment.tables import mean_std_fields
 from evonorm_core.search.driver import read_checkpoint
 from evonorm_core.search.results import CandidateResult
@@ -161,10 +160,10 @@ def main(argv: list[str] | None = None) -> int:
                 progress.update(layer=f"{name} seed {run_seed}: {result.status} {accs}")
         completed = True
     except KeyboardInterrupt:
-        signum = received.signum if received and received.signum else signal.SIGINT
-        print(f"\nstopped by {signal.Signals(signum).name}; finished results are in {folder / RESULTS}: run the same "
+        stopped = stop_signal(received)
+        print(f"\nstopped by {stopped.name}; finished results are in {folder / RESULTS}: run the same "
               "command to continue")
-        return 128 + signum
+        return 128 + stopped
     except futures.process.BrokenProcessPool:
         print(f"error: a training worker died (killed, or out of memory); finished results are in {folder / RESULTS}: "
               "run the same command to continue", file=sys.stderr)

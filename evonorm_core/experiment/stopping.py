@@ -73,6 +73,12 @@ class ReceivedSignal:
     signum: int | None = None
 
 
+def stop_signal(received: ReceivedSignal | None) -> signal.Signals:
+    """The signal that stopped a :func:`stop_signals_interrupt` block: the one ``received`` records, else SIGINT
+    (a ``KeyboardInterrupt`` with no signal behind it, or one raised before the block began)."""
+    return signal.Signals(received.signum if received is not None and received.signum else signal.SIGINT)
+
+
 @contextlib.contextmanager
 def stop_signals_interrupt() -> Iterator[ReceivedSignal]:
     """While the block runs, SIGINT and SIGTERM raise :class:`Interrupted` (a ``KeyboardInterrupt``
