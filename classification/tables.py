@@ -325,15 +325,14 @@ def run_mini_scale(table: PaperTable, args: argparse.Namespace, runs_dir: Path) 
 def check_batches_fit(configs: list[TrainConfig]) -> None:
     """Exit with one error line, before the grid starts, if a cell's total batch (workers x images per worker)
     is more than the training images: every such cell would fail alone, each with a traceback in its log."""
-    largest = max(configs, key=lambda c: step_settings(c)["total_batch"])
+    step, largest = max(((step_settings(c), c) for c in configs), key=lambda pair: pair[0]["total_batch"])
     images = len(build_datasets(largest, resolve_recipe(largest))[0])
     if largest.train_subset is not None:
         images = min(images, largest.train_subset)
-    step = step_settings(largest)
     if step["total_batch"] > images:
         raise SystemExit(f"error: --batches {step['images_per_worker']}: {step['workers']} workers x "
-                         f"{step['images_per_worker']} images = {step['total_batch']} is more than the {images} training "
-                         f"images of --data {largest.data}")
+                         f"{step['images_per_worker']} images = {step['total_batch']} is more than the {images} "
+                         f"training images of --data {largest.data}")
 
 
 def describe(config: TrainConfig) -> str:

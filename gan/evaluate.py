@@ -250,8 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reference-samples", type=sample_count,
                         help="real images for the FID reference, >= 2 (default: all)")
     parser.add_argument("--data-root", help="real data location if it moved since training")
-    parser.add_argument("--cache-root", type=output_folder, help="where the real images' feature statistics are kept, as plain arrays "
-                        "(default: ~/.cache/evonorm_core/fid_reference)")
+    parser.add_argument("--cache-root", type=output_folder, help="where the real images' feature statistics are "
+                        "kept, as plain arrays (default: ~/.cache/evonorm_core/fid_reference)")
     parser.add_argument("--batch-size", type=positive_int, default=64,
                         help="batch size of generation and feature extraction (default %(default)s)")
     parser.add_argument("--seed", type=seed_value, default=0, help="sampling seed (latents and labels; default %(default)s)")

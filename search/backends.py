@@ -99,7 +99,8 @@ class ProcessPoolExecutor:
             self._start(candidate_id, genome)
 
     def _start(self, candidate_id: int, genome: dict) -> None:
-        self.running[self.pool.submit(evaluate_safely, self.evaluator, genome, self.time_limit)] = (candidate_id, genome)
+        future = self.pool.submit(evaluate_safely, self.evaluator, genome, self.time_limit)
+        self.running[future] = (candidate_id, genome)
 
     def _start_next(self) -> None:
         """With nothing running: the next suspect alone, else every candidate that waited for the suspects."""

@@ -7,7 +7,8 @@ any further flags are passed to every run and win, e.g. ``--mode S``), each
 stopping after ``--max-candidates`` proposed candidates (no time budget), ``--jobs`` at a
 time, each run's output in ``OUTPUT/<strategy>_seed<seed>.log``. A run that is already
 complete is reused, one that was interrupted is resumed, so the same command continues after
-a kill; a folder holding a search of other settings (strategy, seed, mode, proxy...) is refused; a run that fails is named at the end (no summary is written then) and the others go
+a kill; a folder holding a search of other settings (strategy, seed, mode, proxy...) is
+refused; a run that fails is named at the end (no summary is written then) and the others go
 on. Then writes ``--json`` (default OUTPUT/fig10.json): per strategy the
 seeds, the mean accuracy of the top-10 distinct accepted layers at the end of each seed's
 run (of all of them while fewer than 10 exist, so read it beside the count), how many distinct
@@ -185,9 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for seed in args.seeds:
             for strategy in STRATEGIES:
-                if holds_run(run_folder(output_dir, strategy, seed)):
-                    check_started_run(run_folder(output_dir, strategy, seed), strategy, seed, args.max_candidates,
-                                      extra)
+                if holds_run(folder := run_folder(output_dir, strategy, seed)):
+                    check_started_run(folder, strategy, seed, args.max_candidates, extra)
     except (ConfigError, CorruptFileError) as error:
         parser.error(str(error))
     cells = [run_cell(output_dir, strategy, seed, args.max_candidates, extra)

@@ -338,8 +338,8 @@ def test_progress_line_counts_rates_and_eta():
 def test_compare_reads_each_run_at_the_budget_and_compares_over_seeds(tmp_path):
     """Fig. 10 at an equal budget of 3 candidates: each seed's top-10 mean, distinct count and best after 3 (a
     4th candidate of a reused longer run does not count); mean and sample std over seeds; BN-ReLU from the
-    evolution runs; the CPU seconds of every run (its seconds times its cores; no config: 1 core); the proxy of each run once, in order ("not
-    recorded" for a run without its config)."""
+    evolution runs; the CPU seconds of every run (its seconds times its cores; no config: 1 core); the proxy of
+    each run once, in order ("not recorded" for a run without its config)."""
     def acc(i, fp, v):
         return record(i, fp, {"r": v})
 

@@ -163,7 +163,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     check_output_paths(p, args, "--json")
     evonorm_models = timm_evonorm_models()
     if args.model.split(".")[0] not in evonorm_models:  # a pretrained tag (name.tag) names the same model
-        p.error(f"--model {args.model!r} is not a timm model built with EvoNorms; accepted: {', '.join(evonorm_models)}")
+        p.error(f"--model {args.model!r} is not a timm model built with EvoNorms; accepted: "
+                f"{', '.join(evonorm_models)}")
     for name in ("reps", "warmup", "threads", "classes", "batch", "size"):
         value, least = getattr(args, name), 0 if name == "warmup" else 1
         if value is not None and value < least:

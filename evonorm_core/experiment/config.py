@@ -293,11 +293,11 @@ def _flag_of(path: str) -> str:
 
 # ------------------------------------------------------------------------------ checks
 def _rule(f: dataclasses.Field) -> str:
-    m = f.metadata
-    parts = []
     def shown(bound: float) -> str:  # 2147483647, not 2.14748e+09
         return str(bound) if isinstance(bound, int) else f"{bound:g}"
 
+    m = f.metadata
+    parts = []
     if m.get("min") is not None:
         parts.append(f"{'>' if m.get('min_open') else '>='} {shown(m['min'])}")
     if m.get("max") is not None:
