@@ -131,9 +131,10 @@ def loss_on(model, images, labels):
 @pytest.mark.slow
 def test_few_steps_reduce_the_training_loss(tmp_path):
     """Ten SGD steps on 32 digits lower the loss on those digits (a batch-independent layer, so
-    eval mode computes what training saw)."""
+    eval mode computes what training saw). At LR 0.2 seeds 0-2 fall from 2.3 to 1.55-1.62 on an AVX2 host; at
+    0.1 seed 0 sits on a plateau (2.33 -> 2.09-2.13) and the margin depended on the CPU's kernels."""
     config = quick_config(tmp_path, model="resnet50_cifar", train_subset=32, batch_size=32, epochs=10,
-                          base_lr=0.1, schedule="constant")
+                          base_lr=0.2, schedule="constant")
     train_x, train_y, _, _ = load_digits_proxy(8)
     images, labels = train_x[:32], train_y[:32]
     torch.manual_seed(config.seed)
