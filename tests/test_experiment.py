@@ -594,6 +594,19 @@ def test_json_files_and_checkpoint_contents_are_checked(tmp_path):
         files.require_keys({"a": 1, "d": 2}, ("a", "c", "e"), "ck.pt")
 
 
+def test_a_json_file_read_as_an_object_is_refused_unless_it_is_one_with_the_keys_read(tmp_path):
+    path = tmp_path / "summary.json"
+    path.write_text('{"a": 1, "b": 2}')
+    assert files.read_json_object(path, what="summary", keys=("a", "b")) == {"a": 1, "b": 2}
+    path.write_text("[1, 2]")
+    with pytest.raises(files.CorruptFileError, match=rf"^summary '{path}' is not a JSON object: rerun it$"):
+        files.read_json_object(path, what="summary", keys=("a",), advice="rerun it")
+    path.write_text('{"a": 1}')
+    with pytest.raises(files.CorruptFileError, match=rf"^summary '{path}' lacks \['b', 'c'\]: it was not written by "
+                                                     "this program or is damaged$"):
+        files.read_json_object(path, what="summary", keys=("a", "b", "c"))
+
+
 def test_run_folder_rules(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(rundir.RunDirError, match="exists and is not a folder"):

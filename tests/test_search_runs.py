@@ -121,6 +121,9 @@ def test_damaged_checkpoint_and_log_are_named_with_the_line_and_the_fix(tmp_path
     checkpoint.write_text(json.dumps({"logged": 1}))
     err = error_of(["--resume", "--output-dir", str(out)], capsys)
     assert "lacks" in err and "delete the run folder" in err
+    checkpoint.write_text("[]")
+    err = error_of(["--resume", "--output-dir", str(out)], capsys)
+    assert f"search checkpoint '{checkpoint}' is not a JSON object" in err and "delete the run folder" in err
     assert "Traceback" not in err
 
 

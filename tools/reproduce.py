@@ -129,7 +129,13 @@ from evonorm_core import list_norm_acts, uses_batch_statistics
 from evonorm_core.experiment.arguments import positive_int
 from evonorm_core.experiment.children import run_command
 from evonorm_core.experiment.config import config_to_dict
-from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, atomic_write_text, read_json
+from evonorm_core.experiment.files import (
+    CorruptFileError,
+    atomic_write_json,
+    atomic_write_text,
+    read_json,
+    read_json_object,
+)
 from evonorm_core.experiment.progress import format_duration
 from evonorm_core.experiment.rundir import file_lock
 from evonorm_core.experiment.stopping import stop_signals_interrupt
@@ -189,6 +195,7 @@ CLASSIFICATION_MODELS = tuple(MINI_MODELS)  # the paper's models with a CIFAR an
 CLASSIFICATION_TABLES = ("table2", "table3")
 MINI_SCALE = MiniScale()  # what classification/tables.py run --scale mini trains without flags
 EARLIER = "earlier settings"  # the steps log's key for the entries of steps run with other settings
+RESTORE = "restore it (git checkout) or rerun the step that writes it"
 TABLE4_ITERATIONS = 1800  # steps of 8 images per detection run: detection/miniature.py's ITERATIONS, stated here so
 # that the step's setting is known without importing detectron2
 FIG10_CANDIDATES = 2000  # candidates proposed per search of Fig. 10's step
@@ -277,7 +284,8 @@ def run_step(step: Step) -> None:
 
 def read_steps_log() -> dict:
     """The steps log (empty before the first step ran)."""
-    return json_object(ROOT / STEPS_FILE, "step log") if (ROOT / STEPS_FILE).exists() else {}
+    path = ROOT / STEPS_FILE
+    return read_json_object(path, what="step log", advice=RESTORE) if path.exists() else {}
 
 
 def record_time(step: Step, wall_seconds: float, cpu_seconds: float) -> None:
@@ -731,15 +739,7 @@ def load(path: Path) -> dict | None:
     """The experiment summary at ``path`` (None: not measured yet); :class:`CorruptFileError` if it is not
     a JSON object."""
     full = ROOT / path
-    return json_object(full, "experiment summary") if full.exists() else None
-
-
-def json_object(path: Path, what: str) -> dict:
-    data = read_json(path, what=what)
-    if not isinstance(data, dict):
-        raise CorruptFileError(f"{what} {str(path)!r} is not a JSON object: restore it (git checkout) or rerun "
-                               "the step that writes it")
-    return data
+    return read_json_object(full, what="experiment summary", advice=RESTORE) if full.exists() else None
 
 
 def rule_text() -> str:

@@ -5,7 +5,8 @@
   old or the new file, never half of one. The file gets the permissions ``open`` would give
   it (the target's own, or 0o666 less the umask).
 * JSON and JSONL readers raise :class:`CorruptFileError` naming the file, the line and
-  what to do, instead of a bare ``JSONDecodeError``.
+  what to do, instead of a bare ``JSONDecodeError``; :func:`read_json_object` also refuses a
+  file that is not an object with the keys its reader needs, instead of a ``KeyError`` later.
 * Checkpoints hold plain data (dicts, lists, tensors, numbers, strings) and are loaded with
   ``torch.load(weights_only=True)``: a file with pickled objects is refused, never
   unpickled (unpickling can run arbitrary code).
@@ -41,6 +42,7 @@ CHECKPOINT_FORMAT = 1
 _SEAL = re.compile(rb"evonorm-checkpoint format=(\d) sha256=([0-9a-f]{64})")
 _SEAL_LENGTH = len(b"evonorm-checkpoint format=1 sha256=") + 64
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+NOT_WRITTEN_HERE = "it was not written by this program or is damaged"
 
 
 class CorruptFileError(ValueError):
@@ -151,6 +153,17 @@ def read_json(path: str | Path, *, what: str = "JSON file") -> Any:
             f"{what} {str(path)!r} is not valid JSON ({error}); it was truncated or edited. "
             "Restore it or delete the run folder and start again."
         ) from None
+
+
+def read_json_object(path: str | Path, *, what: str, keys: tuple[str, ...] = (),
+                     advice: str = NOT_WRITTEN_HERE) -> dict:
+    """The JSON object in ``path``; :class:`CorruptFileError` naming it, followed by ``advice``, if it is
+    not valid JSON, not an object or lacks one of ``keys``."""
+    data = read_json(path, what=what)
+    if not isinstance(data, dict):
+        raise CorruptFileError(f"{what} {str(path)!r} is not a JSON object: {advice}")
+    require_keys(data, keys, path, what, advice=advice)
+    return data
 
 
 def append_jsonl(path: str | Path, record: Any, *, sync: bool = False) -> None:
@@ -302,8 +315,10 @@ def load_checkpoint(path: str | Path, *, what: str = "checkpoint", map_location:
     return state
 
 
-def require_keys(state: dict, keys: tuple[str, ...], path: str | Path, what: str = "checkpoint") -> None:
-    """Raise :class:`CorruptFileError` if ``state`` lacks any of ``keys``."""
+def require_keys(state: dict, keys: tuple[str, ...], path: str | Path, what: str = "checkpoint",
+                 advice: str = NOT_WRITTEN_HERE) -> None:
+    """Raise :class:`CorruptFileError` naming ``path`` and the missing keys, then ``advice``, if ``state``
+    lacks any of ``keys``."""
     missing = [k for k in keys if k not in state]
     if missing:
-        raise CorruptFileError(f"{what} {str(path)!r} lacks {missing}: it was not written by this program or is damaged")
+        raise CorruptFileError(f"{what} {str(path)!r} lacks {missing}: {advice}")

@@ -22,11 +22,12 @@ from typing import Any, Callable, Protocol
 
 from ..experiment.config import config_from_dict, config_to_dict
 from ..experiment.files import (
+    NOT_WRITTEN_HERE,
     CorruptFileError,
     append_jsonl,
     atomic_write_json,
     atomic_write_text,
-    read_json,
+    read_json_object,
     read_jsonl,
 )
 from .equivalence import EquivalenceCache, fingerprint
@@ -53,11 +54,8 @@ def read_checkpoint(output_dir: str | Path) -> dict:
     path = Path(output_dir) / CHECKPOINT
     if not path.is_file():
         raise FileNotFoundError(f"no search checkpoint {CHECKPOINT} in {str(output_dir)!r}")
-    state = read_json(path, what="search checkpoint")
-    fix = "it was not written by this program or is damaged; delete the run folder and start again"
-    if not isinstance(state, dict) or any(key not in state for key in _STATE_KEYS):
-        missing = [k for k in _STATE_KEYS if not isinstance(state, dict) or k not in state]
-        raise CorruptFileError(f"search checkpoint {str(path)!r} lacks {missing}: {fix}")
+    fix = f"{NOT_WRITTEN_HERE}; delete the run folder and start again"
+    state = read_json_object(path, what="search checkpoint", keys=_STATE_KEYS, advice=fix)
     counts = {key: state[key] for key in ("seed", "next_id", "logged")}
     if any(type(value) is not int or value < 0 for value in counts.values()):
         raise CorruptFileError(f"search checkpoint {str(path)!r}: {counts} must be integers >= 0; {fix}")
