@@ -41,7 +41,7 @@ import torch
 
 from evonorm_core.experiment.arguments import at_least, output_folder, positive_int
 from evonorm_core.experiment.arguments import seed as seed_value
-from evonorm_core.experiment.files import atomic_write_json, read_json
+from evonorm_core.experiment.files import atomic_write_json
 from evonorm_core.experiment.rundir import RunDirError, holds_run, open_run
 from evonorm_core.running_stats import batch_statistics_layers
 from evonorm_suite.gan import digits_classifier
@@ -65,6 +65,7 @@ from evonorm_suite.gan.metrics import (
     find_inception_weights,
 )
 from evonorm_suite.gan.reference_statistics import weights_digest
+from evonorm_suite.gan.report import read_run_metrics
 from evonorm_suite.gan.sampling import standing_statistics
 
 PEAK_KEYS = {"fid": ("fid", -1), "is": ("is_mean", 1)}  # metric and the sign that makes larger better
@@ -124,7 +125,7 @@ def evaluate_checkpoint(run_dir: str, checkpoint: str | None, options: EvalOptio
     extractor, weights = feature_extractor_for(config, options)
     settings, checkpoint_sha256 = evaluated_with(options, weights), weights_digest(str(path))
     if reuse and path.name != LAST and metrics_file(run_dir, path).is_file():
-        previous = read_json(metrics_file(run_dir, path), what="snapshot metrics")
+        previous = read_run_metrics(metrics_file(run_dir, path), what="snapshot metrics")
         if previous.get("evaluated_with") == settings and previous.get("checkpoint_sha256") == checkpoint_sha256:
             return previous
     num_samples = options.num_samples or (len(digits_dataset(config.resolution, "val")) if extractor == DIGITS else 50_000)

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from evonorm_core.experiment.arguments import output_file
-from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, atomic_write_text, read_json
+from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json_object
 from evonorm_core.experiment.tables import PaperTable, Series, markdown_table, plot_series
 
 LABELS = {"bn_relu": "BN-ReLU", "evonorm_b0": "EvoNorm-B0", "gn_relu": "GN-ReLU", "ln_relu": "LayerNorm-ReLU",
@@ -54,14 +54,12 @@ def find_metrics(paths: list[str | Path]) -> list[Path]:
 METRICS_KEYS = ("norm", "seed", "step", "is_mean", "fid")  # what every table row reads
 
 
-def read_run_metrics(path: Path) -> dict:
-    """One run's ``metrics.json``; :class:`CorruptFileError` naming it if it is not JSON or lacks a key of
-    :data:`METRICS_KEYS`."""
-    metrics = read_json(path, what="run metrics")
-    if not isinstance(metrics, dict) or not set(METRICS_KEYS) <= metrics.keys():
-        raise CorruptFileError(f"run metrics {str(path)!r} is not a metrics file of gan/evaluate.py (an object with "
-                               f"{', '.join(METRICS_KEYS)}): evaluate the run again with python gan/evaluate.py RUN")
-    return metrics
+def read_run_metrics(path: Path, what: str = "run metrics") -> dict:
+    """A metrics file of gan/evaluate.py: a run's ``metrics.json`` (its peak) or a snapshot's ``metrics/*.json``;
+    :class:`CorruptFileError` naming it if it is not JSON or lacks a key of :data:`METRICS_KEYS`."""
+    return read_json_object(path, what=what, keys=METRICS_KEYS,
+                            advice="it is not a metrics file of gan/evaluate.py; delete it and evaluate the run again "
+                                   "(python gan/evaluate.py RUN_DIR --all-snapshots)")
 
 
 def layer_key(metrics: dict) -> str:

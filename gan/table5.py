@@ -50,8 +50,7 @@ from evonorm_core.experiment.files import (
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
-    read_json,
-    require_keys,
+    read_json_object,
 )
 from evonorm_core.experiment.grid import Cell, run_grid
 from evonorm_core.experiment.rundir import RunDirError, holds_run
@@ -61,7 +60,7 @@ from evonorm_suite.gan.checkpoint import LAST, checkpoint_dir
 from evonorm_suite.gan.config import PRESETS
 from evonorm_suite.gan.metrics import digits_calibration
 from evonorm_suite.gan.reference_statistics import weights_digest
-from evonorm_suite.gan.report import LABELS, aggregate, find_metrics, layer_name, markdown
+from evonorm_suite.gan.report import LABELS, aggregate, find_metrics, layer_name, markdown, read_run_metrics
 
 PRESET = PRESETS["digits"]
 COST_FILE = "cost.json"
@@ -93,16 +92,6 @@ class Schedule:
         return None
 
 
-def read_fields(path: Path, what: str, *keys: str) -> dict:
-    """The JSON object in ``path``; :class:`CorruptFileError` naming it if it is not one or lacks ``keys``."""
-    data = read_json(path, what=what)
-    if not isinstance(data, dict):
-        raise CorruptFileError(f"{what} {str(path)!r} is not a JSON object: it was not written by this program or "
-                               "is damaged")
-    require_keys(data, keys, path, what)
-    return data
-
-
 @dataclass(frozen=True)
 class RunState:
     """Where one run stands: the steps it is set to train (``config.json``; None: not started) and its evaluated
@@ -114,10 +103,12 @@ class RunState:
     @classmethod
     def read(cls, run_dir: Path) -> RunState:
         config = run_dir / "config.json"
-        target = read_fields(config, "run configuration", "total_steps")["total_steps"] if config.is_file() else None
+        target = None
+        if config.is_file():
+            target = read_json_object(config, what="run configuration", keys=("total_steps",))["total_steps"]
         by_step: dict[int, dict] = {}
         for path in sorted((run_dir / "metrics").glob("*.json")):
-            record = read_fields(path, "snapshot metrics", "step")
+            record = read_run_metrics(path, what="snapshot metrics")
             by_step.setdefault(record["step"], record)  # last.pt repeats the step of the last kept snapshot
         return cls(target, tuple(by_step[step] for step in sorted(by_step)))
 
@@ -256,7 +247,7 @@ def add_cost(run_dir: Path, seconds: float, cpu_seconds: float) -> None:
 def run_cost(run_dir: Path) -> dict | None:
     """The run's ``cost.json`` (its cells' seconds; ``cpu_seconds`` absent in records of wall time only), or None."""
     path = run_dir / COST_FILE
-    return read_json(path, what="run cost") if path.is_file() else None
+    return read_json_object(path, what="run cost", keys=("seconds", "cells")) if path.is_file() else None
 
 
 def cost_summary(run_dirs: list[Path]) -> dict:
@@ -304,7 +295,7 @@ def finished_runs(runs_dir: Path) -> list[Path]:
 def run_record(metrics_path: Path, schedule: Schedule) -> dict:
     """A run's ``metrics.json`` (its best-FID snapshot) with its last evaluated step, every evaluated snapshot and
     whether it is done under ``schedule`` (``finished``: trained and evaluated as far as the schedule asks)."""
-    metrics = read_json(metrics_path, what="run metrics")
+    metrics = read_run_metrics(metrics_path)
     state = RunState.read(metrics_path.parent)
     if not state.snapshots:
         return metrics

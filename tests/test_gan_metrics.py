@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 from torch_fidelity.feature_extractor_base import FeatureExtractorBase
 from torch_fidelity.registry import FEATURE_EXTRACTORS_REGISTRY, register_feature_extractor
 
-from evonorm_core.experiment.files import save_checkpoint
+from evonorm_core.experiment.files import CorruptFileError, save_checkpoint
 from evonorm_core.experiment.rundir import RunDir, RunDirError
 from evonorm_suite.gan import digits_classifier, evaluate, metrics
 from evonorm_suite.gan.biggan_deep import Generator, GeneratorSpec
@@ -239,6 +239,10 @@ def test_kept_snapshots_are_read_back_under_the_same_settings_and_measured_again
     assert measured_by() == 3
     assert json.loads((run / "metrics" / "step_0000002.json").read_text())["feature_extractor_sha256"] == (
         weights_digest(str(pinned)))
+    (run / "metrics" / "step_0000001.json").write_text('{"step": 1}')  # damaged: named, not a KeyError
+    with pytest.raises(CorruptFileError, match=r"snapshot metrics '.*step_0000001.json' lacks \['norm', 'seed', "
+                                               r"'is_mean', 'fid'\]: .*delete it and evaluate the run again"):
+        measured_by()
 
 
 def test_a_digits_classifier_file_that_does_not_fit_is_refused(trained_run, tmp_path):

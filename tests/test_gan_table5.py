@@ -88,7 +88,8 @@ def valley(bottom: int):
 
 
 @pytest.mark.parametrize("name, text, message", [
-    ("metrics/last.json", "{}", "snapshot metrics '{run}/metrics/last.json' lacks ['step']"),
+    ("metrics/last.json", '{"step": 100}',
+     "snapshot metrics '{run}/metrics/last.json' lacks ['norm', 'seed', 'is_mean', 'fid']: it is not a metrics file"),
     ("metrics/last.json", "[1]", "snapshot metrics '{run}/metrics/last.json' is not a JSON object"),
     ("config.json", '{"seed": 0}', "run configuration '{run}/config.json' lacks ['total_steps']"),
 ])
@@ -98,6 +99,16 @@ def test_a_run_file_without_the_fields_the_grid_reads_is_named(tmp_path, name, t
     (run / name).write_text(text)
     with pytest.raises(CorruptFileError, match=re.escape(message.format(run=run))):
         table5.RunState.read(run)
+
+
+def test_a_run_metrics_or_cost_file_of_another_shape_is_named(tmp_path):
+    (tmp_path / "metrics.json").write_text('{"fid": 3.0}')
+    with pytest.raises(CorruptFileError, match=re.escape(f"run metrics '{tmp_path / 'metrics.json'}' lacks ['norm', "
+                                                         "'seed', 'step', 'is_mean']")):
+        table5.run_record(tmp_path / "metrics.json", SCHEDULE)
+    (tmp_path / "cost.json").write_text("[60.0]")
+    with pytest.raises(CorruptFileError, match=re.escape(f"run cost '{tmp_path / 'cost.json'}' is not a JSON object")):
+        table5.run_cost(tmp_path)
 
 
 def test_a_run_is_extended_until_patience_snapshots_follow_its_best_or_it_reaches_the_cap(tmp_path):
