@@ -40,7 +40,7 @@ from evonorm_core.experiment.children import check_autograd_survives_fork
 from evonorm_core.experiment.config import ConfigError, config_to_dict
 from evonorm_core.experiment.convergence import last_fifth_flatness
 from evonorm_core.experiment.distributed import describe_device, training_device
-from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
+from evonorm_core.experiment.files import CorruptFileError, atomic_write_json
 from evonorm_core.experiment.grid import Cell as GridCell
 from evonorm_core.experiment.grid import run_grid
 from evonorm_core.experiment.rundir import RunDirError, holds_run
@@ -55,7 +55,7 @@ from evonorm_core.experiment.tables import (
 )
 from evonorm_suite.classification.paper_tables import CONTROLS, LAYERS, TABLES, WORKERS, PaperTable
 from evonorm_suite.classification.recipes import scaled_lr
-from evonorm_suite.classification.train import TrainConfig, build_datasets, resolve_recipe, train
+from evonorm_suite.classification.train import TrainConfig, build_datasets, read_result, resolve_recipe, train
 
 MINI_MODELS = {"resnet50": "resnet50_cifar", "mobilenetv2": "mobilenetv2_cifar", "efficientnet_b0": "efficientnet_cifar"}
 SCALES = ("paper", "mini")
@@ -232,8 +232,8 @@ def check_finished_setting(config: TrainConfig) -> None:
     path = Path(config.output_dir) / "result.json"
     if not path.exists():
         return
-    saved = read_json(path, what="run result")
-    found = setting_of(saved.get("config", {}) if isinstance(saved, dict) else {})
+    saved = read_result(path, advice="delete it (the cell then trains again) or give another --runs-dir")
+    found = setting_of(saved["config"])
     wanted = setting_of(config_to_dict(config))
     if differing := [f"{key} {found[key]!r} (wanted {wanted[key]!r})" for key in SETTING_KEYS
                      if found[key] != wanted[key]]:
@@ -362,10 +362,7 @@ def load_runs(runs_dir: Path) -> dict[tuple[str, str, int | None], list[dict]]:
     anchors = {v: k for k, v in MINI_MODELS.items()}
     found: dict[tuple[str, str, int | None], list[dict]] = {}
     for path in sorted(runs_dir.rglob("result.json")):
-        result = read_json(path, what="run result")
-        if not isinstance(result, dict) or not isinstance(result.get("config"), dict) or "final_top1" not in result:
-            raise CorruptFileError(f"run result {str(path)!r} is not a result.json of classification/train.py "
-                                   "(no config or final_top1); delete it and run the cell again")
+        result = read_result(path, advice="delete it and run the cell again")
         config = result["config"]
         batch_dir = path.parent.parent.name
         if batch_dir != "recipe" and not re.fullmatch(r"b\d+", batch_dir):

@@ -31,10 +31,11 @@ from torch import Tensor, nn
 from evonorm_core import EvoNormB0, NormAct2d
 from evonorm_core.classifiers.models import build_model
 from evonorm_core.experiment.arguments import output_file
-from evonorm_core.experiment.files import CorruptFileError, read_json
+from evonorm_core.experiment.files import CorruptFileError
 from evonorm_core.experiment.library_warnings import ignore_jit_script_deprecation
 from evonorm_core.experiment.tables import pyplot, save_figure
 from evonorm_suite.classification.tables import shell_line, torchrun
+from evonorm_suite.classification.train import read_result
 
 WIDTHS = (0.9, 1.0, 1.1)
 LAYERS = ("bn_relu", "evonorm_b0")
@@ -165,10 +166,8 @@ def measured_top1(runs_dir: Path) -> dict[tuple[str, float], float]:
     """``(layer, width) -> final top-1`` from ``RUNS_DIR/<layer>/w<width>/result.json``."""
     found = {}
     for path in sorted(runs_dir.glob("*/w*/result.json")):
-        result = read_json(path, what="run result")
-        if not isinstance(result, dict) or not isinstance(result.get("config"), dict) or "final_top1" not in result:
-            raise CorruptFileError(f"run result {str(path)!r} is not a result.json of classification/train.py "
-                                   "(no config or final_top1); delete it and train that point again")
+        result = read_result(path, advice="delete it and train that point again",
+                             config_keys=("norm_act", "width_multiplier"))
         found[(result["config"]["norm_act"], result["config"]["width_multiplier"])] = result["final_top1"]
     return found
 

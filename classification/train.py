@@ -65,7 +65,13 @@ from evonorm_core.experiment.config import (
 )
 from evonorm_core.experiment.convergence import last_fifth_flatness
 from evonorm_core.experiment.distributed import DistributedContext, shutdown
-from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, load_checkpoint, save_checkpoint
+from evonorm_core.experiment.files import (
+    CorruptFileError,
+    atomic_write_json,
+    load_checkpoint,
+    read_json_object,
+    save_checkpoint,
+)
 from evonorm_core.experiment.progress import Progress
 from evonorm_core.experiment.rundir import RunDirError, RunKind, open_run, resumed_config
 from evonorm_core.experiment.seeding import deterministic_algorithms, seed_everything
@@ -78,6 +84,7 @@ DATASETS = ("digits", *MNIST_DATASETS, "cifar10", "imagenet")
 VALIDATION_FRAMINGS = ("full", "centre")
 MNIST_SIZE = 28
 CHECKPOINT_FILE, RESULT_FILE = "checkpoint.pt", "result.json"
+RESULT_CONFIG_KEYS = ("model", "norm_act", "seed")  # what a grid's report looks up in a run's config
 RUN_KIND = RunKind("classification/train.py")
 COMMAND = "python classification/train.py"
 DIVERGENCE_ADVICE = ("a lower learning rate (--base-lr), a longer warmup (--warmup-epochs) or another --seed (a layer "
@@ -429,6 +436,18 @@ def _train_epochs(config: TrainConfig, setup: TrainingSetup, env: DistributedCon
     if writer:
         writer.close()
     return history
+
+
+def read_result(path: Path, advice: str, config_keys: tuple[str, ...] = RESULT_CONFIG_KEYS) -> dict:
+    """A ``result.json`` of this trainer; :class:`CorruptFileError` naming it, then ``advice``, if it is not one
+    (no ``final_top1``, or no ``config`` object with ``config_keys``)."""
+    fix = f"it is not a result.json of classification/train.py; {advice}"
+    result = read_json_object(path, what="run result", keys=("config", "final_top1"), advice=fix)
+    config = result["config"]
+    if not isinstance(config, dict) or not set(config_keys) <= config.keys():
+        raise CorruptFileError(f"run result {str(path)!r}: its config is not an object with {', '.join(config_keys)}: "
+                               f"{fix}")
+    return result
 
 
 def _summary_writer(out: Path):

@@ -745,7 +745,9 @@ def test_a_layer_option_that_does_not_fit_the_model_is_a_clear_error(tmp_path, c
         train.main([*CLS_TINY, "--groups", "3", "--output-dir", str(tmp_path / "run")])
 
 
-@pytest.mark.parametrize("content", ['{"final_top1": ', '{"final_top1": 50.0}', "[1, 2]"])
+@pytest.mark.parametrize("content", ['{"final_top1": ', '{"final_top1": 50.0}', "[1, 2]",
+                                     '{"final_top1": 50.0, "config": [1]}',
+                                     '{"final_top1": 50.0, "config": {"model": "resnet50_cifar", "seed": 0}}'])
 def test_tables_and_tradeoff_name_a_damaged_result_json(tmp_path, content):
     cell = tmp_path / "t3" / "resnet50" / "bn_relu" / "seed0"
     cell.mkdir(parents=True)
@@ -757,6 +759,13 @@ def test_tables_and_tradeoff_name_a_damaged_result_json(tmp_path, content):
     (point / "result.json").write_text(content)
     with pytest.raises(SystemExit, match=r"error: run result '.*result.json'"):
         tradeoff.main(["plot", str(tmp_path / "fig11"), "--resolution", "32"])
+    cell = tmp_path / "grid" / "resnet50" / "gn_relu" / "b32" / "seed0"  # a cell `run` would skip as finished
+    cell.mkdir(parents=True)
+    (cell / "result.json").write_text(content)
+    with pytest.raises(SystemExit, match=r"error: run result '.*result.json'.*(truncated|delete it \(the cell then "
+                                         r"trains again\) or give another --runs-dir)"):
+        tables.main(["run", "table3", "--scale", "mini", "--models", "resnet50", "--layers", "gn_relu", "--dry-run",
+                     "--runs-dir", str(tmp_path / "grid")])
 
 
 # ----------------------------------------------------------------------------- search

@@ -90,7 +90,8 @@ def test_paper_commands_pass_the_table_and_batch():
 def write_run(root, model, layer, batch, seed, top1):
     folder = root / model / layer / batch / f"seed{seed}"
     folder.mkdir(parents=True)
-    (folder / "result.json").write_text(json.dumps({"config": {"model": model, "norm_act": layer}, "final_top1": top1}))
+    (folder / "result.json").write_text(json.dumps({"config": {"model": model, "norm_act": layer, "seed": seed},
+                                                    "final_top1": top1}))
 
 
 @pytest.fixture
@@ -194,7 +195,7 @@ def test_mini_scale_on_cifar10_needs_its_folder(tmp_path):
 def test_diverged_runs_are_reported_as_such(tmp_path):
     folder = tmp_path / "resnet50_cifar" / "frn" / "b2" / "seed0"
     folder.mkdir(parents=True)
-    (folder / "result.json").write_text(json.dumps({"config": {"model": "resnet50_cifar", "norm_act": "frn"},
+    (folder / "result.json").write_text(json.dumps({"config": {"model": "resnet50_cifar", "norm_act": "frn", "seed": 0},
                                                     "final_top1": None, "diverged": "loss became nan"}))
     assert "0.0 (n=1), diverged (1/1) counted as 0" in report_markdown(TABLES["table3"], load_results(tmp_path))
 
