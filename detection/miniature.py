@@ -39,11 +39,11 @@ from evonorm_core.experiment.arguments import DistinctValues, output_folder
 from evonorm_core.experiment.arguments import seed as seed_value
 from evonorm_core.experiment.config import command_line
 from evonorm_core.experiment.convergence import last_fifth_flatness
-from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json
+from evonorm_core.experiment.files import CorruptFileError, atomic_write_json
 from evonorm_core.experiment.grid import Cell, run_grid
 from evonorm_core.experiment.rundir import RunDirError, holds_run
 from evonorm_core.experiment.tables import Series, format_mean_std, markdown_table, mean_and_std, plot_series
-from evonorm_suite.detection.report import RESULTS_FILE, logged_metrics, training_curve
+from evonorm_suite.detection.report import RESULTS_FILE, logged_metrics, read_results, training_curve
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 LAYERS = {"bn": "BN-ReLU", "gn": "GN-ReLU", "evonorm_b0": "EvoNorm-B0", "evonorm_s0": "EvoNorm-S0",
@@ -161,7 +161,7 @@ def summarize(runs_dir: Path, seeds: tuple[int, ...], base_iterations: int) -> d
             for seed in seeds:
                 folder = Run(setting, layer, seed).output_dir(runs_dir, base_iterations)
                 if (folder / RESULTS_FILE).exists():
-                    results = read_json(folder / RESULTS_FILE, what="COCO results")
+                    results = read_results(folder / RESULTS_FILE, tasks=("bbox", "segm"))
                     validation = validation_curve(folder, setting.images_per_step,
                                                   setting.iterations(base_iterations))
                     per_seed.append({"seed": seed, "box_ap": results["bbox"]["AP"], "mask_ap": results["segm"]["AP"],

@@ -22,6 +22,7 @@ from evonorm_suite.detection.paper import BOX, MASK, paper_cells
 
 RESULTS_FILE = "final_results.json"
 METRICS = ("AP", "AP50", "AP75")
+READ_METRICS = ("AP", "AP50")  # what the report and the miniature read of each task (COCOEvaluator writes all)
 
 
 def logged_metrics(output_dir: Path) -> list[dict]:
@@ -61,17 +62,26 @@ def plot_training_curves(output_dirs: list[Path], path: Path) -> None:
     save_figure(fig, path, dpi=120)
 
 
+def read_results(path: Path, tasks: tuple[str, ...] = ("bbox",)) -> dict[str, dict[str, float]]:
+    """The ``{"bbox": {...}, "segm": {...}}`` of a ``final_results.json`` (also when nested under the dataset's
+    name); :class:`CorruptFileError` naming it if it lacks :data:`READ_METRICS` of one of ``tasks``."""
+    results = read_json(path, what="COCO results")
+    if isinstance(results, dict) and "bbox" not in results and len(results) == 1:
+        results = next(iter(results.values()))  # {dataset: {...}}
+    lacking = [task for task in tasks if not isinstance(results, dict) or not isinstance(results.get(task), dict)
+               or not set(READ_METRICS) <= results[task].keys()]
+    if lacking:
+        raise CorruptFileError(f"COCO results {str(path)!r} hold no {', '.join(map(repr, lacking))} metrics "
+                               f"({', '.join(READ_METRICS)}); evaluate the run again "
+                               "(python tools/train_net.py --config CONFIG --eval-only OUTPUT_DIR RUN_FOLDER)")
+    return results
+
+
 def load_results(output_dir: Path) -> dict[str, dict[str, float]]:
     """``{"bbox": {...}, "segm": {...}}`` of a run; ``FileNotFoundError`` saying what to run if absent."""
     path = Path(output_dir) / RESULTS_FILE
     if path.exists():
-        results = read_json(path, what="COCO results")
-        if isinstance(results, dict) and "bbox" not in results and len(results) == 1:
-            results = next(iter(results.values()))  # {dataset: {...}}
-        if not isinstance(results, dict) or not isinstance(results.get("bbox"), dict):
-            raise CorruptFileError(f"COCO results {str(path)!r} hold no 'bbox' metrics; evaluate the run again "
-                                   "(tools/train_net.py --eval-only --resume)")
-        return results
+        return read_results(path)
     results = last_logged_evaluation(output_dir)
     if results is None:
         raise FileNotFoundError(

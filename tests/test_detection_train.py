@@ -27,6 +27,7 @@ from detectron2.modeling import build_model
 from pycocotools.coco import COCO
 
 from evonorm_core import running_stats
+from evonorm_core.experiment.files import CorruptFileError
 from evonorm_core.experiment.rundir import RunDir
 from evonorm_suite.detection import data, load_config, miniature, report, shapes, train_net
 from evonorm_suite.detection.cost import count_parameters, model_cost
@@ -428,6 +429,18 @@ def test_miniature_main_writes_the_summary_and_the_loss_plot(tmp_path, capsys):
     (folder / report.RESULTS_FILE).write_text('{"bbox": {"AP": 3')  # cut short: named in one line
     with pytest.raises(SystemExit, match=rf"^error: .*{folder / report.RESULTS_FILE}' is not valid JSON"):
         miniature.main(argv)
+    (folder / report.RESULTS_FILE).write_text(json.dumps({"bbox": {"AP": 30.0, "AP50": 50.0}}))  # no masks
+    with pytest.raises(SystemExit, match=rf"^error: COCO results '{folder / report.RESULTS_FILE}' hold no 'segm' "
+                                         r"metrics \(AP, AP50\); evaluate the run again"):
+        miniature.main(argv)
+
+
+@pytest.mark.parametrize("content, lacking", [("[]", "'bbox'"), ('{"bbox": {"AP": 1.0}}', "'bbox'"),
+                                              ('{"coco_2017_val": {"segm": {"AP": 1.0, "AP50": 2.0}}}', "'bbox'")])
+def test_report_names_results_without_the_metrics_it_reads(tmp_path, content, lacking):
+    (tmp_path / report.RESULTS_FILE).write_text(content)
+    with pytest.raises(CorruptFileError, match=rf"'{tmp_path / report.RESULTS_FILE}' hold no {lacking} metrics"):
+        report.load_results(tmp_path)
 
 
 def test_the_reproduction_runs_the_miniature_at_its_default_length():
