@@ -20,6 +20,10 @@ std over seeds of its mean accuracy and how many seeds accepted it, and whether 
   (run on it whatever the earlier stages decided) rejects it on every seed.
 
 Settings are those of ``search/evolve.py`` (the same flags), starting from ``--preset``.
+``--resume`` continues a stopped calibration in ``--json``: its measurements are kept and only the
+(layer, seed) pairs it lacks are measured (a pair measures the same with or without a stop: each
+training starts from the seed); it refuses a file measured with other settings or holding a layer
+this command does not measure.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -37,11 +42,14 @@ from evonorm_core.experiment.config import (
     ConfigError,
     add_config_arguments,
     command_line,
+    config_from_dict,
     config_to_dict,
     explicit_values,
+    flag_name,
+    option_values,
     replace_config,
 )
-from evonorm_core.experiment.files import atomic_write_json
+from evonorm_core.experiment.files import CorruptFileError, atomic_write_json, read_json_object, require_keys
 from evonorm_core.experiment.progress import Progress
 from evonorm_core.experiment.stopping import stop_signal, stop_signals_interrupt
 from evonorm_core.experiment.tables import mean_std_fields
@@ -56,6 +64,46 @@ from evonorm_suite.search.proxy import ProxyEvaluator, _AnchorTraining
 BASELINE = "bn_relu"
 UNSTABLE = "unstable_example"
 MAX_RANDOM = 1000
+SAVED_KEYS = ("config", "results", "wall_seconds", "cpu_seconds")
+ROW_KEYS = ("layer", "seed", "expression", "status", "stage", "reason", "accuracies", "mean_accuracy", "cpu_seconds")
+NOT_A_CALIBRATION = "it was not written by search/calibrate.py or is damaged; run the calibration without --resume"
+Plan = dict[tuple[str, int], tuple[str, list[int] | None]]  # (layer, seed) -> (its expression, learning-curve steps)
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """What a resumed calibration keeps: its measurements and the time they took."""
+
+    rows: tuple[dict, ...] = ()
+    wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+
+def read_earlier(path: Path, config: SearchConfig, planned: Plan) -> Earlier:
+    """The calibration in ``path`` to continue, for a command that measures ``planned``. :class:`ConfigError`
+    naming what differs if it was measured with other settings or holds a pair not planned so;
+    :class:`CorruptFileError` if it is not a calibration."""
+    saved = read_json_object(path, what="calibration", keys=SAVED_KEYS, advice=NOT_A_CALIBRATION)
+    if not isinstance(saved["config"], dict) or not isinstance(saved["results"], list):
+        raise CorruptFileError(f"calibration {str(path)!r} has no config object or results list: {NOT_A_CALIBRATION}")
+    then, now = option_values(config_from_dict(SearchConfig, saved["config"], source=str(path))), option_values(config)
+    if differing := [f"{flag_name(key.rsplit('.', 1)[-1])} {then[key]!r} (now {now[key]!r})"
+                     for key in now if then[key] != now[key]]:
+        raise ConfigError(f"{path} was measured with other settings: {', '.join(differing)}; give the flags it was "
+                          "made with, or run without --resume to measure anew")
+    seen = set()
+    for row in saved["results"]:
+        if not isinstance(row, dict):
+            raise CorruptFileError(f"calibration {str(path)!r} holds a result that is not an object: "
+                                   f"{NOT_A_CALIBRATION}")
+        require_keys(row, ROW_KEYS, path, what="a result of calibration", advice=NOT_A_CALIBRATION)
+        pair = row["layer"], row["seed"]
+        if planned.get(pair) != (row["expression"], row.get("curve_steps")) or pair in seen:
+            raise ConfigError(f"{path} holds {row['layer']} ({row['expression']}) on seed {row['seed']}"
+                              f"{' twice' if pair in seen else ', which this command does not measure as such'}: "
+                              "give the --seeds, --controls, --random and --curve it was made with")
+        seen.add(pair)
+    return Earlier(tuple(saved["results"]), float(saved["wall_seconds"]), float(saved["cpu_seconds"]))
 
 
 def random_layers(count: int, mode: str, max_nodes: int, seed: int = 1234) -> dict[str, Genome]:
@@ -160,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(0..{MAX_RANDOM})")
     parser.add_argument("--curve", type=int, nargs="*", help="also record the named layers' learning curves at "
                         "these step counts")
+    parser.add_argument("--resume", action="store_true", help="continue the calibration in --json (stopped by a "
+                        "signal or a crash): keep its measurements and measure the (layer, seed) pairs it lacks; the "
+                        "other flags must be those it was made with (--seeds and --random may add pairs)")
     settings = parser.add_argument_group("settings", "as search/evolve.py (a search's own seed, stop conditions "
                                          "and workers are not calibrate's: it trains one layer at a time)")
     add_config_arguments(settings, SearchConfig, defaults=preset(DEFAULT_PRESET, "B"), exclude=CALIBRATION_EXCLUDES,
@@ -190,33 +241,55 @@ def main(argv: list[str] | None = None) -> int:
     layers = {**config.reference_genomes(), BASELINE: parse(NAMED_LAYERS[BASELINE]),
               **{name: parse(CONTROL_LAYERS[name]) for name in controls},
               **random_layers(args.random, mode, config.evolution.max_nodes)}
+    curve_layers = (*references, BASELINE, *controls)
+    planned = {(name, run_seed): (to_infix(genome), sorted(args.curve) if args.curve and name in curve_layers else None)
+               for run_seed in args.seeds for name, genome in layers.items()}
+    try:
+        earlier = read_earlier(args.json, config, planned) if args.resume else Earlier()
+    except (ConfigError, CorruptFileError, FileNotFoundError) as error:
+        parser.error(str(error))
+    head = {"command": command_line("python search/calibrate.py", [a for a in argv_of(argv) if a != "--resume"]),
+            "config": config_to_dict(config), "seeds": args.seeds, "threads": torch.get_num_threads(),
+            # the C++ kernels and the operators' PyTorch implementation agree to rounding, which training amplifies
+            "cpu_kernels": str(kernel_status())}
+    rows = list(earlier.rows)
+    done = {(row["layer"], row["seed"]) for row in rows}
+    todo = [pair for pair in planned if pair not in done]
     print(f"calibration: mode {mode}, {len(layers)} layers ({', '.join(layers)}) on seeds "
-          f"{' '.join(map(str, args.seeds))}, {config.proxy.describe()}; measurements: {args.json}", flush=True)
-    rows: list[dict] = []
+          f"{' '.join(map(str, args.seeds))}, {config.proxy.describe()}; measurements: {args.json}"
+          + (f" (resumed: {len(rows)} kept, {len(todo)} to measure)" if args.resume else ""), flush=True)
     started = time.monotonic()
-    progress = Progress(len(args.seeds) * len(layers), "layers", prefix="calibration", interval=60.0)
+    progress = Progress(len(todo), "layers", prefix="calibration", interval=60.0)
     received = None
     try:
         with stop_signals_interrupt() as received:
             for run_seed in args.seeds:
                 evaluator = ProxyEvaluator(config.proxy, seed=run_seed, threads=config.torch_threads)
                 for name, genome in layers.items():
-                    curve = args.curve if name in (*references, BASELINE, *controls) else None
-                    row = measure(evaluator, name, genome, curve)
+                    if (name, run_seed) in done:
+                        continue
+                    row = measure(evaluator, name, genome, planned[name, run_seed][1])
                     if name == UNSTABLE:
                         row["stability_alone"] = evaluator.stability_failure(genome, evaluator.data())
                         print(f"seed {run_seed} {name:<17} stability test alone: {row['stability_alone'] or 'passes'}")
                     rows.append(row)
-                    write(args.json, argv, config, args, started, rows, references, controls)  # partial after a kill
+                    summary = summarize(rows, references, controls, args.margin)
+                    write(args.json, head, rows, summary, earlier, started)  # partial after a kill
                     progress.update()
     except KeyboardInterrupt:
         stopped = stop_signal(received)
-        print(f"stopped by {stopped.name}: the {len(rows)} measurements made are in {args.json} (no "
-              "summary: a calibration is not resumed, run it again)", file=sys.stderr)
+        print(f"stopped by {stopped.name}: the {len(rows)} measurements made are in {args.json}; add --resume to "
+              "measure the rest", file=sys.stderr)
         return 128 + stopped
-    print_checks(summarize(rows, references, controls, args.margin))
+    summary = summarize(rows, references, controls, args.margin)
+    write(args.json, head, rows, summary, earlier, started)  # a resume with nothing left still records its summary
+    print_checks(summary)
     print(f"measurements: {args.json}")
     return 0
+
+
+def argv_of(argv: list[str] | None) -> list[str]:
+    return sys.argv[1:] if argv is None else argv
 
 
 def measure(evaluator: ProxyEvaluator, name: str, genome: Genome, curve: list[int] | None) -> dict:
@@ -253,15 +326,12 @@ def print_checks(summary: dict) -> None:
         print(f"the proxy {'discriminates' if checks['discriminates'] else 'does NOT discriminate'}")
 
 
-def write(path: Path, argv: list[str] | None, config: SearchConfig, args: argparse.Namespace, started: float,
-          rows: list[dict], references: list[str], controls: list[str]) -> None:
+def write(path: Path, head: dict, rows: list[dict], summary: dict, earlier: Earlier, started: float) -> None:
+    """The calibration's JSON: ``head`` (command, settings), its time (this session's added to ``earlier``'s),
+    ``summary`` and every measurement."""
     atomic_write_json(path, {
-        "command": command_line("python search/calibrate.py", argv),
-        "config": config_to_dict(config), "seeds": args.seeds, "threads": torch.get_num_threads(),
-        # the C++ kernels and the operators' PyTorch implementation agree to rounding, which training amplifies
-        "cpu_kernels": str(kernel_status()),
-        "wall_seconds": round(time.monotonic() - started, 1), "cpu_seconds": round(time.process_time(), 1),
-        "summary": summarize(rows, references, controls, args.margin), "results": rows,
+        **head, "wall_seconds": round(earlier.wall_seconds + time.monotonic() - started, 1),
+        "cpu_seconds": round(earlier.cpu_seconds + time.process_time(), 1), "summary": summary, "results": rows,
     })
 
 

@@ -1,22 +1,21 @@
 """Evolution vs random search at an equal candidate budget, over seeds (the paper's Fig. 10):
 ``python search/compare.py --output-dir runs/fig10 --max-candidates N --seeds 0 1 2``.
 
-Runs ``search/evolve.py`` once per strategy and seed into ``OUTPUT/<strategy>_seed<seed>``
-with the same settings, both from random graphs as in the paper (``--no-population-from-references``;
-any further flags are passed to every run and win, e.g. ``--mode S``), each
-stopping after ``--max-candidates`` proposed candidates (no time budget), ``--jobs`` at a
-time, each run's output in ``OUTPUT/<strategy>_seed<seed>.log``. A run that is already
-complete is reused, one that was interrupted is resumed, so the same command continues after
-a kill; a folder holding a search of other settings (strategy, seed, mode, proxy...) is
-refused; a run that fails is named at the end (no summary is written then) and the others go
-on. Then writes ``--json`` (default OUTPUT/fig10.json): per strategy the
-seeds, the mean accuracy of the top-10 distinct accepted layers at the end of each seed's
-run (of all of them while fewer than 10 exist, so read it beside the count), how many distinct
-layers each seed accepted, its best layer's mean accuracy, the curve ``[candidates, top-10
-mean]`` of each seed, BN-ReLU's (GN-ReLU's for mode S) mean accuracy on the same proxy per
-seed, and the proxy the runs trained on (``proxies``: each distinct description once); and
-``--plot``: mean +- std over seeds of the top-10 curves, one band per strategy, the reference
-dashed.
+Runs ``search/evolve.py`` once per strategy and seed into ``OUTPUT/<strategy>_seed<seed>`` with the
+same settings, both from random graphs as in the paper (``--no-population-from-references``; any
+further flags are passed to every run and win, e.g. ``--mode S``), each stopping after
+``--max-candidates`` proposed candidates (no time budget), ``--jobs`` at a time, each run's output
+in ``OUTPUT/<strategy>_seed<seed>.log``. A run that is already complete is reused, one that was
+interrupted is resumed, so the same command continues after a kill (flags that may change on
+``--resume``, such as ``--workers``, apply to it); a folder holding a search of other settings
+(strategy, seed, mode, proxy...) is refused; a run that fails is named at the end (no summary is
+written then) and the others go on. Then writes ``--json`` (default OUTPUT/fig10.json): per strategy
+the seeds, the mean accuracy of the top-10 distinct accepted layers at the end of each seed's run
+(of all of them while fewer than 10 exist, so read it beside the count), how many distinct layers
+each seed accepted, its best layer's mean accuracy, the curve ``[candidates, top-10 mean]`` of each
+seed, BN-ReLU's (GN-ReLU's for mode S) mean accuracy on the same proxy per seed, and the proxy the
+runs trained on (``proxies``: each distinct description once); and ``--plot``: mean +- std over
+seeds of the top-10 curves, one band per strategy, the reference dashed.
 """
 from __future__ import annotations
 
@@ -73,12 +72,12 @@ def check_started_run(folder: Path, strategy: str, seed: int, budget: int, extra
 
 
 def run_cell(output_dir: Path, strategy: str, seed: int, budget: int, extra: list[str]) -> Cell:
-    """The grid cell of one search of ``budget`` candidates: started fresh, or resumed with its own settings."""
+    """The grid cell of one search of ``budget`` candidates: started fresh, or resumed with the same flags (a resume
+    keeps the run's settings and refuses a change; those that may change on ``--resume``, e.g. ``--workers``, apply)."""
     folder = run_folder(output_dir, strategy, seed)
+    argv = fresh_argv(folder, strategy, seed, budget, extra)
     if holds_run(folder):
-        argv = ["--output-dir", str(folder), "--resume", "--max-candidates", str(budget)]
-    else:
-        argv = fresh_argv(folder, strategy, seed, budget, extra)
+        argv.append("--resume")
     return Cell(folder.name, done=lambda: is_complete(folder, budget),
                 commands=((sys.executable, "-m", "evonorm_suite.search.evolve", *argv),))
 

@@ -394,8 +394,53 @@ def test_calibrate_stops_on_a_signal_with_one_line_keeping_what_it_measured(tmp_
     monkeypatch.setattr(calibrate, "measure", measure_then_stop)
     out = tmp_path / "calibration.json"
     assert calibrate.main(["--json", str(out), "--seeds", "0", *CALIBRATE_TINY]) == 128 + signal.SIGTERM
-    assert f"stopped by SIGTERM: the 2 measurements made are in {out}" in capsys.readouterr().err
+    assert f"stopped by SIGTERM: the 2 measurements made are in {out}; add --resume" in capsys.readouterr().err
     assert [row["layer"] for row in json.loads(out.read_text())["results"]] == ["bn_relu", "evonorm_b0"]
+
+
+def test_calibrate_resumes_measuring_only_the_pairs_it_lacks_as_a_whole_run_measures_them(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """A calibration stopped after two layers, resumed with one seed more: the two kept, the rest measured, and
+    every (layer, seed) equal to an uninterrupted calibration's; other settings, a pair this command does not
+    measure, or a file that is not a calibration are refused in one line."""
+    from evonorm_suite.search import calibrate
+
+    def numbers(path):
+        return [{k: v for k, v in row.items() if k not in ("cpu_seconds", "timings")}
+                for row in json.loads(path.read_text())["results"]]
+
+    whole, part = tmp_path / "whole.json", tmp_path / "part.json"
+    assert calibrate.main(["--json", str(whole), "--seeds", "0", "1", *CALIBRATE_TINY]) == 0
+    measured, calls = calibrate.measure, []
+    monkeypatch.setattr(calibrate, "measure", lambda *a: calls.append(a[1]) or measured(*a))
+    assert calibrate.main(["--json", str(part), "--seeds", "0", *CALIBRATE_TINY]) == 0
+    kept = json.loads(part.read_text())
+    calls.clear()
+    assert calibrate.main(["--json", str(part), "--seeds", "0", "1", "--resume", *CALIBRATE_TINY]) == 0
+    assert calls == [row["layer"] for row in kept["results"]]  # seed 1's only
+    assert "(resumed: 4 kept, 4 to measure)" in capsys.readouterr().out
+    assert numbers(part) == numbers(whole)
+    resumed = json.loads(part.read_text())
+    assert resumed["summary"] == {**json.loads(whole.read_text())["summary"],
+                                  "cpu_seconds_per_candidate": resumed["summary"]["cpu_seconds_per_candidate"]}
+    assert "--resume" not in resumed["command"] and resumed["wall_seconds"] >= kept["wall_seconds"]
+    for argv, says in (
+            (["--seeds", "0", "1", "--train-steps", "3"], f"{part} was measured with other settings: --train-steps 2 "
+                                                          "(now 3)"),
+            (["--seeds", "1"], f"{part} holds bn_relu ("),
+            (["--seeds", "0", "1", "--curve", "1"], "which this command does not measure as such")):
+        with pytest.raises(SystemExit):
+            calibrate.main(["--json", str(part), "--resume", *CALIBRATE_TINY, *argv])
+        assert says in capsys.readouterr().err
+    for text, says in (("[]", "is not a JSON object"),
+                       (json.dumps({**kept, "results": [1]}), "holds a result that is not an object")):
+        part.write_text(text)
+        with pytest.raises(SystemExit):
+            calibrate.main(["--json", str(part), "--seeds", "0", "--resume", *CALIBRATE_TINY])
+        assert says in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        calibrate.main(["--json", str(tmp_path / "absent.json"), "--resume", *CALIBRATE_TINY])
+    assert "no calibration at" in capsys.readouterr().err
 
 
 def test_compare_refuses_a_started_search_of_other_settings(tmp_path):
@@ -413,17 +458,22 @@ def test_compare_refuses_a_started_search_of_other_settings(tmp_path):
 
 def test_compare_runs_each_strategy_and_seed_as_a_grid_cell_that_resumes_once_started(tmp_path):
     """Fig. 10's runs: a fresh search from random graphs with the given flags (which win), or the started one resumed
-    with its own settings; a run is finished once it has evaluated the budget (a longer budget continues it)."""
+    with the same flags (evolve.py's --resume keeps the run's settings and applies --workers); a run is finished once
+    it has evaluated the budget (a longer budget continues it)."""
     cell = run_cell(tmp_path, "random", 3, 2, ["--mode", "S"])
     folder = run_folder(tmp_path, "random", 3)
     assert cell.id == "random_seed3" and cell.commands[0][1:3] == ("-m", "evonorm_suite.search.evolve")
     assert cell.commands[0][3:] == ("--no-population-from-references", "--mode", "S", "--strategy", "random", "--seed", "3", "--max-candidates", "2",
                                     "--time-budget", "none", "--output-dir", str(folder))
     assert not cell.finished()
-    open_run(folder, RUN_KIND, preset("cpu", "S")).close()
+    open_run(folder, RUN_KIND, evolve.resolve_config(evolve.build_parser().parse_args(cell.commands[0][3:]))).close()
     write_run(folder, [record(0, "a", {"r": 0.5}), record(1, "b", {"r": 0.6})], 1.0, strategy="random", seed=3)
-    started = run_cell(tmp_path, "random", 3, 2, ["--mode", "S"])
-    assert started.commands[0][3:] == ("--output-dir", str(folder), "--resume", "--max-candidates", "2")
+    started = run_cell(tmp_path, "random", 3, 2, ["--mode", "S", "--workers", "1"])
+    assert started.commands[0][3:] == ("--no-population-from-references", "--mode", "S", "--workers", "1", "--strategy",
+                                       "random", "--seed", "3", "--max-candidates", "2", "--time-budget", "none",
+                                       "--output-dir", str(folder), "--resume")
+    resumed = evolve.resolve_config(evolve.build_parser().parse_args(started.commands[0][3:]))
+    assert (resumed.workers, resumed.evolution.mode, resumed.max_candidates) == (1, "S", 2)  # the run's own mode
     assert started.finished() and not run_cell(tmp_path, "random", 3, 3, []).finished()
 
 
