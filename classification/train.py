@@ -13,13 +13,14 @@ all W x ``--batch-size``), as the paper's Table 3 runs its workers. ``--table`` 
 table's whole training setup (e.g. Table 11's 180 epochs with RandAugment and stages at
 60/120/160); the recipe flags override single fields. The output folder belongs to the run:
 ``config.json`` (the resolved settings), ``checkpoint.pt`` every epoch and where ``--max-steps``
-stops (a resume continues inside that epoch), ``result.json`` (with
+or a stop signal stops (a resume continues inside that epoch), ``result.json`` (with
 the last fifth's flatness of the validation curve) and TensorBoard scalars in ``tb/``.
 ``--resume`` continues the run in the folder with its own settings (flags given with it
 may change only how long it trains and how it reports); without it a folder that holds
 files is refused. A non-finite loss stops the run with one line naming the step and what to
-try, recorded in ``diverged.json`` (exit status 3); SIGINT and SIGTERM stop it with one line
-(exit status 130 or 143) and ``--resume`` continues from the last epoch's checkpoint.
+try, recorded in ``diverged.json`` (exit status 3); SIGINT and SIGTERM end the step in progress,
+save the checkpoint there and stop with one line (exit status 130 or 143); ``--resume`` continues
+from that step.
 Installed as the ``evonorm-train`` command.
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,7 +77,7 @@ from evonorm_core.experiment.files import (
 from evonorm_core.experiment.progress import Progress
 from evonorm_core.experiment.rundir import RunDirError, RunKind, open_run, resumed_config
 from evonorm_core.experiment.seeding import deterministic_algorithms, seed_everything
-from evonorm_core.experiment.stopping import StopCleanly
+from evonorm_core.experiment.stopping import StopCleanly, stop_signals_after_block
 from evonorm_suite.classification.imagenet import load_imagenet
 from evonorm_suite.classification.paper_tables import TABLES, table_recipe
 from evonorm_suite.classification.recipes import PROXY_RECIPE, Recipe, recipe_for
@@ -276,6 +278,23 @@ def evaluate(model: nn.Module, loader: DataLoader, env: DistributedContext) -> d
     return {"top1": 100.0 * correct / max(count, 1), "loss": loss / max(count, 1)}
 
 
+class EpochSampler(DistributedSampler):
+    """:class:`DistributedSampler` whose epoch may start after its first ``skip`` indices: a run resumed inside
+    an epoch trains the rest of that epoch's order without loading (and augmenting) the batches trained before."""
+
+    skip = 0
+
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
+        super().set_epoch(epoch)
+        self.skip = skip
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.islice(super().__iter__(), self.skip, None)
+
+    def __len__(self) -> int:
+        return super().__len__() - self.skip
+
+
 @dataclass
 class TrainingSetup:
     """What :func:`train` works with, built from a :class:`TrainConfig`."""
@@ -311,9 +330,10 @@ def build(config: TrainConfig, env: DistributedContext) -> TrainingSetup:
     model.to(env.device)
     process_batch = recipe.batch_per_worker * config.workers
     total_batch = process_batch * env.world_size
-    sampler = DistributedSampler(train_set, env.world_size, env.rank, shuffle=True, seed=config.seed, drop_last=True)
+    sampler = EpochSampler(train_set, env.world_size, env.rank, shuffle=True, seed=config.seed, drop_last=True)
     loaders = config.num_workers if config.data == "imagenet" else 0
-    train_loader = DataLoader(train_set, process_batch, sampler=sampler, drop_last=True,
+    # the loader's own generator: starting an epoch's iterator leaves the global RNG (dropout's) as it was
+    train_loader = DataLoader(train_set, process_batch, sampler=sampler, drop_last=True, generator=torch.Generator(),
                               num_workers=loaders, pin_memory=env.device.type == "cuda", persistent_workers=loaders > 0)
     if len(train_loader) == 0:
         raise ConfigError(f"batch size {recipe.batch_per_worker} x {config.workers * env.world_size} workers exceeds "
@@ -401,41 +421,56 @@ def _train_epochs(config: TrainConfig, setup: TrainingSetup, env: DistributedCon
     progress = Progress(total_steps, "steps", prefix=f"{config.model} {config.norm_act}", interval=10.0,
                         initial=step, enabled=env.is_main and config.progress)
     per_epoch = len(setup.train_loader)
-    for epoch in range(start_epoch, num_epochs):
-        if step >= total_steps:
-            break
-        setup.sampler.set_epoch(epoch)
-        trained = max(step - epoch * per_epoch, 0)  # batches of this epoch trained before a resume mid-epoch
-        for images, labels in itertools.islice(setup.train_loader, trained, None):
-            images, labels = images.to(env.device, non_blocking=True), labels.to(env.device, non_blocking=True)
-            loss = trainer.step(images, labels)
-            step += 1
-            if not torch.isfinite(torch.tensor(loss)):
-                raise FloatingPointError(f"loss became {loss} at step {step} ({config.norm_act}, {config.model})")
-            if writer and step % config.log_every == 0:
-                writer.add_scalar("train/loss", loss, step)
-                writer.add_scalar("train/lr", trainer.lr, step)
-            progress.update(loss=loss, lr=trainer.lr)
+    epoch, saved_step = start_epoch, step
+    try:
+        for epoch in range(start_epoch, num_epochs):
             if step >= total_steps:
                 break
-        # an epoch cut short by --max-steps is not finished: a resume trains the rest of it
-        finished = step >= min(scheduled, (epoch + 1) * per_epoch)
-        metrics = evaluate(trainer.module, setup.val_loader, env)
-        history.append({"epoch": epoch + 1 if finished else round(step / per_epoch, 3), "step": step, **metrics})
-        if env.is_main:
+            trained = max(step - epoch * per_epoch, 0)  # batches of this epoch trained before a resume mid-epoch
+            setup.sampler.set_epoch(epoch, skip=trained * setup.train_loader.batch_size)
+            setup.train_loader.generator.manual_seed(config.seed + epoch)  # the loader workers' seeds, as the order's
+            for images, labels in setup.train_loader:
+                images, labels = images.to(env.device, non_blocking=True), labels.to(env.device, non_blocking=True)
+                with stop_signals_after_block():
+                    loss = trainer.step(images, labels)
+                    step += 1
+                if not torch.isfinite(torch.tensor(loss)):
+                    raise FloatingPointError(f"loss became {loss} at step {step} ({config.norm_act}, {config.model})")
+                if writer and step % config.log_every == 0:
+                    writer.add_scalar("train/loss", loss, step)
+                    writer.add_scalar("train/lr", trainer.lr, step)
+                progress.update(loss=loss, lr=trainer.lr)
+                if step >= total_steps:
+                    break
+            # an epoch cut short by --max-steps is not finished: a resume trains the rest of it
+            finished = step >= min(scheduled, (epoch + 1) * per_epoch)
+            metrics = evaluate(trainer.module, setup.val_loader, env)
+            history.append({"epoch": epoch + 1 if finished else round(step / per_epoch, 3), "step": step, **metrics})
             if writer:
                 writer.add_scalar("val/top1", metrics["top1"], step)
                 writer.add_scalar("val/loss", metrics["loss"], step)
-            rng = {"rng": torch.get_rng_state()}
-            if env.device.type == "cuda":
-                rng["cuda_rng"] = torch.cuda.get_rng_state(env.device)
-            save_checkpoint(out / CHECKPOINT_FILE, {
-                "model": setup.model.state_dict(), "trainer": trainer.state_dict(),
-                "epoch": epoch + 1 if finished else epoch, "step": step,
-                "history": history, **rng, "config": config_to_dict(config)})
-    if writer:
-        writer.close()
+            if env.is_main:
+                _save(out / CHECKPOINT_FILE, config, setup, env, epoch + 1 if finished else epoch, step, history)
+            saved_step = step
+    except KeyboardInterrupt:  # a stop signal, between steps: keep the steps since the last checkpoint
+        if env.is_main and step != saved_step:  # the epoch in progress; a resume evaluates it when it ends
+            evaluated = [entry for entry in history if entry["step"] < step]
+            _save(out / CHECKPOINT_FILE, config, setup, env, epoch, step, evaluated)
+        raise
+    finally:
+        if writer:
+            writer.close()
     return history
+
+
+def _save(path: Path, config: TrainConfig, setup: TrainingSetup, env: DistributedContext, epoch: int, step: int,
+          history: list) -> None:
+    """The checkpoint a resume continues from: ``epoch`` is the first not finished, ``step`` the steps trained."""
+    rng = {"rng": torch.get_rng_state()}
+    if env.device.type == "cuda":
+        rng["cuda_rng"] = torch.cuda.get_rng_state(env.device)
+    save_checkpoint(path, {"model": setup.model.state_dict(), "trainer": setup.trainer.state_dict(), "epoch": epoch,
+                           "step": step, "history": history, **rng, "config": config_to_dict(config)})
 
 
 def read_result(path: Path, advice: str, config_keys: tuple[str, ...] = RESULT_CONFIG_KEYS) -> dict:

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
+from evonorm_core.classifiers.trainer import Trainer
 from evonorm_core.experiment import files
 from evonorm_core.experiment.files import DiskFullError, load_checkpoint
 from evonorm_core.experiment.rundir import RunDir
@@ -200,3 +202,38 @@ def test_a_ctrl_c_of_classification_stops_with_one_line_and_resumes(tmp_path):
     step = load_checkpoint(out / "checkpoint.pt")["step"]
     assert train.main(["--resume", "--output-dir", str(out), "--max-steps", str(step + 1)]) == 0
     assert json.loads((out / "result.json").read_text())["steps"] == step + 1
+
+
+@pytest.mark.parametrize("augmentation", [[], ["--image-size", "12", "--crop-size", "8"]],
+                         ids=["whole images", "random crops"])
+def test_a_stop_signal_mid_epoch_saves_that_step_and_the_resume_trains_what_a_whole_run_trains(tmp_path, capsys,
+                                                                                               monkeypatch,
+                                                                                               augmentation):
+    """SIGTERM during step 6 of 8 (the second epoch's second of four): the step ends, the checkpoint is written at
+    step 6 with the first epoch's evaluation only, exit status 143; --resume trains steps 7 and 8 and ends with the
+    weights of a run never stopped, random crops (drawn from the restored RNG) and dropout included."""
+    args = [*CLS_TINY, "--norm-act", "evonorm_s0", "--batch-size", "4", "--epochs", "2", "--schedule", "constant",
+            *augmentation]
+    assert train.main([*args, "--output-dir", str(tmp_path / "whole")]) == 0
+    steps, signalled = [], Trainer.step
+
+    def step_then_stop(self, images, labels):
+        steps.append(len(steps) + 1)
+        if len(steps) == 6:
+            os.kill(os.getpid(), signal.SIGTERM)  # held until the step ends
+        return signalled(self, images, labels)
+
+    monkeypatch.setattr(Trainer, "step", step_then_stop)
+    out = tmp_path / "stopped"
+    with pytest.raises(SystemExit) as stopped:
+        train.main([*args, "--output-dir", str(out)])
+    assert stopped.value.code == 128 + signal.SIGTERM and steps == [1, 2, 3, 4, 5, 6]
+    state = load_checkpoint(out / "checkpoint.pt")
+    assert (state["epoch"], state["step"], [entry["step"] for entry in state["history"]]) == (1, 6, [4])
+    monkeypatch.setattr(Trainer, "step", signalled)
+    assert train.main(["--resume", "--output-dir", str(out)]) == 0
+    assert f"resumed {out / 'checkpoint.pt'} at epoch 1, step 6" in capsys.readouterr().out
+    resumed, whole = load_checkpoint(out / "checkpoint.pt"), load_checkpoint(tmp_path / "whole" / "checkpoint.pt")
+    assert [entry["step"] for entry in resumed["history"]] == [entry["step"] for entry in whole["history"]] == [4, 8]
+    for name, tensor in whole["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
