@@ -161,15 +161,14 @@ def ensure_shapes_dataset(root: Path | None = None, size: int = 128, seed: int =
     paths = {}
     with dataset_lock(root):
         for split, num_images in SPLITS.items():
-            json_path = root / f"{split}.json"
-            reason = unusable_split(json_path, size, seed) if json_path.exists() else None
-            if reason:
-                print(f"{json_path}: {reason}; generating the {split} split again", flush=True)
-            if reason or not json_path.exists():
-                json_path = write_split(root, split, num_images, size, seed)
-                print(f"generated the built-in shapes dataset's {split} split ({num_images} images, {size} px): "
-                      f"{json_path}", flush=True)
-            paths[split] = json_path
+            paths[split] = root / f"{split}.json"
+            if paths[split].exists():
+                if (reason := unusable_split(paths[split], size, seed)) is None:
+                    continue
+                print(f"{paths[split]}: {reason}; generating the {split} split again", flush=True)
+            paths[split] = write_split(root, split, num_images, size, seed)
+            print(f"generated the built-in shapes dataset's {split} split ({num_images} images, {size} px): "
+                  f"{paths[split]}", flush=True)
     return paths
 
 
