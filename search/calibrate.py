@@ -84,8 +84,11 @@ def read_earlier(path: Path, config: SearchConfig, planned: Plan) -> Earlier:
     naming what differs if it was measured with other settings or holds a pair not planned so;
     :class:`CorruptFileError` if it is not a calibration."""
     saved = read_json_object(path, what="calibration", keys=SAVED_KEYS, advice=NOT_A_CALIBRATION)
-    if not isinstance(saved["config"], dict) or not isinstance(saved["results"], list):
-        raise CorruptFileError(f"calibration {str(path)!r} has no config object or results list: {NOT_A_CALIBRATION}")
+    seconds = [saved["wall_seconds"], saved["cpu_seconds"]]
+    if not isinstance(saved["config"], dict) or not isinstance(saved["results"], list) or \
+            not all(type(value) in (int, float) for value in seconds):
+        raise CorruptFileError(f"calibration {str(path)!r} has no config object, results list or seconds: "
+                               f"{NOT_A_CALIBRATION}")
     then, now = option_values(config_from_dict(SearchConfig, saved["config"], source=str(path))), option_values(config)
     if differing := [f"{flag_name(key.rsplit('.', 1)[-1])} {then[key]!r} (now {now[key]!r})"
                      for key in now if then[key] != now[key]]:
@@ -97,13 +100,16 @@ def read_earlier(path: Path, config: SearchConfig, planned: Plan) -> Earlier:
             raise CorruptFileError(f"calibration {str(path)!r} holds a result that is not an object: "
                                    f"{NOT_A_CALIBRATION}")
         require_keys(row, ROW_KEYS, path, what="a result of calibration", advice=NOT_A_CALIBRATION)
+        if not isinstance(row["layer"], str) or type(row["seed"]) is not int:
+            raise CorruptFileError(f"calibration {str(path)!r} holds a result whose layer or seed is "
+                                   f"{row['layer']!r} / {row['seed']!r}: {NOT_A_CALIBRATION}")
         pair = row["layer"], row["seed"]
         if planned.get(pair) != (row["expression"], row.get("curve_steps")) or pair in seen:
             raise ConfigError(f"{path} holds {row['layer']} ({row['expression']}) on seed {row['seed']}"
                               f"{' twice' if pair in seen else ', which this command does not measure as such'}: "
                               "give the --seeds, --controls, --random and --curve it was made with")
         seen.add(pair)
-    return Earlier(tuple(saved["results"]), float(saved["wall_seconds"]), float(saved["cpu_seconds"]))
+    return Earlier(tuple(saved["results"]), *map(float, seconds))
 
 
 def random_layers(count: int, mode: str, max_nodes: int, seed: int = 1234) -> dict[str, Genome]:

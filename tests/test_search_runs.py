@@ -433,7 +433,10 @@ def test_calibrate_resumes_measuring_only_the_pairs_it_lacks_as_a_whole_run_meas
             calibrate.main(["--json", str(part), "--resume", *CALIBRATE_TINY, *argv])
         assert says in capsys.readouterr().err
     for text, says in (("[]", "is not a JSON object"),
-                       (json.dumps({**kept, "results": [1]}), "holds a result that is not an object")):
+                       (json.dumps({**kept, "results": [1]}), "holds a result that is not an object"),
+                       (json.dumps({**kept, "wall_seconds": "1 h"}), "has no config object, results list or seconds"),
+                       (json.dumps({**kept, "results": [{**kept["results"][0], "seed": [0]}]}),
+                        "holds a result whose layer or seed is 'bn_relu' / [0]")):
         part.write_text(text)
         with pytest.raises(SystemExit):
             calibrate.main(["--json", str(part), "--seeds", "0", "--resume", *CALIBRATE_TINY])
