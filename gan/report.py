@@ -19,7 +19,9 @@ from pathlib import Path
 
 from evonorm_core.experiment.arguments import output_file
 from evonorm_core.experiment.files import atomic_write_json, atomic_write_text, read_json_object
+from evonorm_core.experiment.rundir import is_run_of
 from evonorm_core.experiment.tables import PaperTable, Series, markdown_table, plot_series
+from evonorm_suite.gan.checkpoint import RUN_KIND
 
 LABELS = {"bn_relu": "BN-ReLU", "evonorm_b0": "EvoNorm-B0", "gn_relu": "GN-ReLU", "ln_relu": "LayerNorm-ReLU",
           "pixelnorm_relu": "PixelNorm-ReLU", "evonorm_s0": "EvoNorm-S0", "no_norm_relu": "ReLU (no norm)"}
@@ -41,11 +43,14 @@ TABLE5 = PaperTable(
 
 
 def find_metrics(paths: list[str | Path]) -> list[Path]:
-    """``metrics.json`` files of the given run directories, or of any run below them."""
+    """``metrics.json`` files of the given run directories, or of any GAN run below them (detectron2's
+    ``metrics.json`` log in a detection run beside them is not one)."""
     found: list[Path] = []
     for path in map(Path, paths):
-        found += [path / "metrics.json"] if (path / "metrics.json").is_file() else sorted(path.rglob("metrics.json"))
-    found = [p for p in found if p.parent.name != "metrics"]  # per-checkpoint files live in RUN/metrics/
+        if (path / "metrics.json").is_file():
+            found.append(path / "metrics.json")
+        else:
+            found += [p for p in sorted(path.rglob("metrics.json")) if is_run_of(p.parent, RUN_KIND)]
     if not found:
         raise FileNotFoundError(f"no metrics.json under {[str(p) for p in paths]}; run gan/evaluate.py on the runs first")
     return found

@@ -700,6 +700,7 @@ def test_gan_evaluate_names_a_checkpoint_whose_weights_do_not_fit(run_copy):
 def test_gan_report_names_a_truncated_metrics_file(tmp_path, capsys):
     metrics = tmp_path / "runs" / "seed0" / "metrics.json"
     metrics.parent.mkdir(parents=True)
+    (metrics.parent / "run.json").write_text(json.dumps({"command": "gan/train_biggan.py", "format": 1}))
     metrics.write_text('{"fid": 1')
     says(refusal(entry(GAN_REPORT), [str(tmp_path / "runs")], capsys), f"run metrics '{metrics}' is not valid JSON")
 

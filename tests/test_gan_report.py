@@ -4,7 +4,10 @@ import json
 
 import pytest
 
+from evonorm_core.experiment.files import CorruptFileError
+from evonorm_core.experiment.rundir import RUN_FILE
 from evonorm_suite.gan import report
+from evonorm_suite.gan.checkpoint import RUN_KIND
 
 
 def write_run(root, norm, seed, is_mean, fid, **options):
@@ -14,6 +17,7 @@ def write_run(root, norm, seed, is_mean, fid, **options):
                    feature_extractor="inception-v3-compat", sampling="eval mode, moving statistics", seed=seed,
                    dataset="imagenet", resolution=128)
     (run / "metrics.json").write_text(json.dumps(metrics))
+    (run / RUN_FILE).write_text(json.dumps(RUN_KIND.manifest()))
 
 
 def test_report_aggregates_three_seeds_into_median_and_best(tmp_path, capsys):
@@ -35,6 +39,20 @@ def test_report_aggregates_three_seeds_into_median_and_best(tmp_path, capsys):
     assert "| EvoNorm-S0 | 3 | 100.00 / 110.00 | 7.00 / 6.00 | 104.64 / 113.96 | 6.86 / 6.26 |" in table
     assert "| GN-ReLU(groups=16) | 3 | 80.00 / 85.00 | 9.00 / 8.50 | 99.09 | 8.14 |" in table
     assert table in capsys.readouterr().out + "\n"
+
+
+def test_a_detection_run_beside_the_gan_runs_is_not_read_as_one(tmp_path):
+    """detectron2 writes a metrics.json (a JSON line per iteration) in its runs: a folder searched for GAN runs
+    skips every metrics.json outside a GAN run folder; a damaged run record is named."""
+    write_run(tmp_path, "evonorm_s0", 0, 100.0, 7.0)
+    detection = tmp_path / "detection" / "bn" / "seed0"
+    detection.mkdir(parents=True)
+    (detection / "metrics.json").write_text('{"iteration": 19, "total_loss": 2.0}\n{"iteration": 39}\n')
+    (detection / RUN_FILE).write_text(json.dumps({"command": "tools/train_net.py", "format": 1}))
+    assert report.find_metrics([tmp_path]) == [tmp_path / "evonorm_s0" / "seed0" / "metrics.json"]
+    (tmp_path / "evonorm_s0" / "seed0" / RUN_FILE).write_text("[]")
+    with pytest.raises(CorruptFileError, match="run record '.*seed0/run.json' is not a JSON object"):
+        report.find_metrics([tmp_path])
 
 
 def test_report_without_metrics_says_so(tmp_path):

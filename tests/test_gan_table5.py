@@ -16,9 +16,10 @@ import pytest
 from evonorm_core import GroupedNormAct2d, list_norm_acts
 from evonorm_core.experiment.files import CorruptFileError, load_checkpoint, read_jsonl, save_checkpoint
 from evonorm_core.experiment.grid import GridResult
+from evonorm_core.experiment.rundir import RUN_FILE
 from evonorm_core.registry import options_of
 from evonorm_suite.gan import digits_classifier, report, table5, train_biggan
-from evonorm_suite.gan.checkpoint import build_generator
+from evonorm_suite.gan.checkpoint import RUN_KIND, build_generator
 from evonorm_suite.gan.config import PRESETS
 from evonorm_suite.gan.reference_statistics import weights_digest
 
@@ -71,6 +72,7 @@ def write_snapshots(run_dir: Path, target: int, fid_at, layer: str = "bn_relu", 
     shutil.rmtree(run_dir / "metrics", ignore_errors=True)
     (run_dir / "metrics").mkdir(parents=True)
     (run_dir / "config.json").write_text(json.dumps({"total_steps": target}))
+    (run_dir / RUN_FILE).write_text(json.dumps(RUN_KIND.manifest()))
     records = []
     kept = [(step, f"step_{step:07d}.pt") for step in range(SCHEDULE.snapshot_every, target + 1, SCHEDULE.snapshot_every)]
     for step, checkpoint in [*kept, (target, "last.pt")]:

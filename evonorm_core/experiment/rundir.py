@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from .config import ConfigError, load_config, option_values, resume_config, save_config
-from .files import CorruptFileError, atomic_write_json, read_json
+from .files import CorruptFileError, atomic_write_json, read_json, read_json_object
 
 LOCK_FILE = ".lock"
 RUN_FILE = "run.json"
@@ -177,6 +177,13 @@ def _continued(path: Path, config_type: type, changes: Mapping[str, Any]) -> Any
 def holds_run(path: str | Path) -> bool:
     """Whether ``path`` holds a run opened by :func:`open_run` (of any kind): grids resume such cells."""
     return (Path(path) / RUN_FILE).is_file()
+
+
+def is_run_of(path: str | Path, kind: RunKind) -> bool:
+    """Whether ``path`` holds a run that ``kind``'s command made (in any format); :class:`CorruptFileError` if
+    its run record is damaged."""
+    record = Path(path) / RUN_FILE
+    return record.is_file() and read_json_object(record, what="run record", keys=("command",))["command"] == kind.command
 
 
 def _check_holds_run(path: Path, kind: RunKind, flag: str | None) -> None:
