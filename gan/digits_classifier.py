@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from torch_fidelity.feature_extractor_base import FeatureExtractorBase
 
 from evonorm_core.experiment.data import digits
-from evonorm_core.experiment.files import load_checkpoint, require_keys, save_checkpoint
+from evonorm_core.experiment.files import CorruptFileError, load_checkpoint, require_keys, save_checkpoint
 
 NAME = "digits-classifier"
 FEATURES = ("features", "logits")
@@ -125,13 +125,26 @@ def checked_weights_file(path: str | Path, resolution: int) -> Path:
     if state["resolution"] != resolution:
         raise ValueError(f"the digits classifier {str(path)!r} was trained on {state['resolution']} px digits, "
                          f"the run's images are {resolution} px")
+    _fitted(state, path)
     return path
 
 
 def load_classifier(path: str | Path) -> DigitsClassifier:
-    """A classifier saved by :func:`weights_file` (loaded with ``weights_only=True``)."""
+    """A classifier saved by :func:`weights_file` (loaded with ``weights_only=True``); :class:`CorruptFileError`
+    naming the file if its weights are not this classifier's."""
+    state = load_checkpoint(path, what="digits classifier")
+    require_keys(state, ("model",), path, what="digits classifier")
+    return _fitted(state, path)
+
+
+def _fitted(state: dict, path: str | Path) -> DigitsClassifier:
     model = DigitsClassifier()
-    model.load_state_dict(load_checkpoint(path, what="digits classifier")["model"])
+    try:
+        model.load_state_dict(state["model"])
+    except (RuntimeError, TypeError) as error:  # another layout: missing, unexpected or reshaped weights
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        raise CorruptFileError(f"digits classifier {str(path)!r} holds weights of another classifier "
+                               f"({lines[-1].rstrip('.')}): delete it, or give a file this version wrote") from None
     return model.eval()
 
 

@@ -252,6 +252,14 @@ def test_a_digits_classifier_file_that_does_not_fit_is_refused(trained_run, tmp_
         evaluate.main([str(trained_run), "--digits-classifier", str(wrong), "--num-samples", "10"])
     with pytest.raises(SystemExit, match="no digits classifier at .*absent.pt"):
         evaluate.main([str(trained_run), "--digits-classifier", str(tmp_path / "absent.pt"), "--num-samples", "10"])
+    weights = digits_classifier.DigitsClassifier().state_dict()
+    name = next(iter(weights))
+    older = tmp_path / "older_layout.pt"  # a classifier of another layout: one tensor of another shape
+    save_checkpoint(older, {"model": {**weights, name: weights[name].flatten()[:3]}, "resolution": 16})
+    with pytest.raises(SystemExit, match=r"older_layout.pt' holds weights of another classifier \(.*size mismatch"):
+        evaluate.main([str(trained_run), "--digits-classifier", str(older), "--num-samples", "10"])
+    with pytest.raises(CorruptFileError, match="older_layout.pt' holds weights of another classifier"):
+        digits_classifier.load_classifier(older)
 
 
 def test_generator_sampler_samples_labels_itself(trained_run):
