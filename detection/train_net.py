@@ -29,6 +29,7 @@ import evonorm_suite.detection  # noqa: F401
 # isort: split
 
 import torch
+import yaml
 from detectron2.engine import default_argument_parser, default_setup, launch
 from detectron2.modeling import build_model
 from detectron2.utils import comm
@@ -133,7 +134,12 @@ def check_resumed_config(cfg) -> None:
     saved_file = os.path.join(cfg.OUTPUT_DIR, "config.yaml")
     if not os.path.isfile(saved_file):
         return  # stopped before detectron2 wrote it: nothing trained
-    saved = flat_config(load_config(saved_file))
+    try:
+        saved = flat_config(load_config(saved_file))
+    except (AssertionError, KeyError, ValueError, yaml.YAMLError) as error:  # yacs: unknown keys, other types
+        raise ValueError(f"--resume: the run's own config {saved_file} cannot be read by this version ({error}); "
+                         "resume it with the version that started it, or start a new run in another "
+                         "OUTPUT_DIR") from None
     changed = [f"{key}: the run has {saved.get(key)!r}, given {value!r}" for key, value in flat_config(cfg).items()
                if key not in RESUMABLE_KEYS and saved.get(key) != value]
     if changed:

@@ -212,6 +212,12 @@ def test_resume_refuses_another_experiment_in_the_runs_folder(demo_run, tmp_path
     assert "MODEL.NORM_ACT.NAME: the run has 'evonorm_b0', given 'gn_relu'" in message
     assert "SOLVER.BASE_LR: the run has" in message and "given 0.5" in message
     assert (copy / "model_final.pth").read_bytes() == (output / "model_final.pth").read_bytes()
+    with open(copy / "config.yaml", "a") as saved:  # written by a version with another config key
+        saved.write("UNKNOWN_KEY_OF_ANOTHER_VERSION: 1\n")
+    argv[argv.index("--config") + 1] = str(CONFIGS / "demo_shapes_evonorm_b0.yaml")
+    with pytest.raises(SystemExit, match=rf"^error: --resume: the run's own config {copy / 'config.yaml'} cannot be "
+                                         r"read by this version \(.*UNKNOWN_KEY_OF_ANOTHER_VERSION"):
+        train_net.main(argv)
 
 
 @pytest.mark.slow
