@@ -77,6 +77,21 @@ def _evaluate(proxy: ProxyConfig, seed: int, threads: int, genome: dict) -> Cand
     return evaluate_safely(ProxyEvaluator(proxy, seed=seed, threads=threads), genome, None)
 
 
+def read_rerank_log(path: Path) -> list[dict]:
+    """The rows of ``rerank.jsonl`` (none before the first run finished); :class:`CorruptFileError` naming the
+    line of one that is not a rerank result."""
+    rows = read_jsonl(path, what="rerank log") if path.is_file() else []
+    for line, row in enumerate(rows, 1):
+        try:
+            if not isinstance(row, dict) or not isinstance(row.get("name"), str) or type(row.get("seed")) is not int:
+                raise ValueError("no layer name and seed")
+            CandidateResult.from_dict(row["result"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise CorruptFileError(f"rerank log {str(path)!r}, line {line}: not a rerank result ({error}); delete "
+                                   "that line (its run trains again), or the file to rerank from the start") from None
+    return rows
+
+
 def _format(summary: dict) -> str:
     return f"{summary['mean']:.3f}" + ("" if summary["std"] is None else f"+-{summary['std']:.3f}")
 
@@ -92,7 +107,7 @@ def rank(chosen: dict[str, dict], results: list[dict], anchors: tuple[str, ...])
         per_anchor = {a: [r.accuracies[a] for r in good] for a in anchors}
         rows.append({
             "name": name, "expression": layer["expression"], "seeds": [r["seed"] for r in runs],
-            "failed": [f"seed {r['seed']}: {r['result']['stage']}: {r['result']['reason']}" for r, f in zip(runs, finished)
+            "failed": [f"seed {r['seed']}: {r['result']['stage']}: {f.reason}" for r, f in zip(runs, finished)
                        if f not in good],
             "anchors": {a: {**mean_std_fields(v, 4), "values": v} for a, v in per_anchor.items() if v},
             **mean_std_fields([r.mean_accuracy for r in good], 4),
@@ -129,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         proxy = rerank_proxy(config.proxy, args.train_steps)
         # a search run's folder, locked: the search or a second rerank cannot write here meanwhile
         run_dir = open_run(folder, RUN_KIND, resume=True, flag=None)
-        done = read_jsonl(folder / RESULTS, what="rerank log") if (folder / RESULTS).is_file() else []
+        done = read_rerank_log(folder / RESULTS)
     except (FileNotFoundError, CorruptFileError, ConfigError, RunDirError) as error:
         parser.error(str(error))
     chosen = candidates(state, args.top, not args.no_references)

@@ -6,6 +6,7 @@ with what to do, pool workers dying with a killed search, Ray never joining a cl
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from evonorm_core.experiment.config import ConfigError, save_config
+from evonorm_core.experiment.files import CorruptFileError
 from evonorm_core.experiment.rundir import RunDir, open_run
 from evonorm_core.search import (
     CandidateRecord,
@@ -515,6 +517,23 @@ def test_a_reference_layer_found_again_is_labelled_and_reranked_once_as_the_refe
     top = report.format_report(str(folder), k=2).split("top 2 by mean accuracy:")[1].splitlines()[1:]
     assert top[0].split()[0] == "#7" and top[0].endswith("(= bn_relu)") and "(=" not in top[1]
     assert [t["same_as"] for t in report.summarize(str(folder), k=2)["top"]] == ["bn_relu", None]
+
+
+@pytest.mark.parametrize("line, says", [
+    ('[1, 2]', "no layer name and seed"), ('{"name": "x", "train_steps": 4}', "no layer name and seed"),
+    ('{"name": "x", "seed": 0, "train_steps": 4}', "'result'"),
+    ('{"name": "x", "seed": 0, "train_steps": 4, "result": {"status": "rejected", "stage": "nan_loss"}}',
+     "unknown stage 'nan_loss'")])
+def test_a_rerank_log_line_that_is_not_a_result_is_named(tmp_path, line, says):
+    from evonorm_suite.search.rerank import read_rerank_log
+
+    good = {"name": "bn_relu", "seed": 0, "train_steps": 4, "result": CandidateResult.accept({"a": 0.5}).to_dict()}
+    log = tmp_path / "rerank.jsonl"
+    log.write_text(json.dumps(good) + "\n")
+    assert read_rerank_log(log) == [good] and read_rerank_log(tmp_path / "absent.jsonl") == []
+    log.write_text(json.dumps(good) + "\n" + line + "\n")
+    with pytest.raises(CorruptFileError, match=rf"rerank log '{log}', line 2: not a rerank result \(.*{re.escape(says)}"):
+        read_rerank_log(log)
 
 
 def test_rerank_ranking_leaves_failed_seeds_out_and_layers_without_a_result_last():
