@@ -197,7 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     if status:
         return status
-    result = collect(output_dir, args.seeds, args.max_candidates)
+    try:
+        result = collect(output_dir, args.seeds, args.max_candidates)
+    except (CorruptFileError, ConfigError) as error:  # a run file damaged since its search finished
+        parser.error(str(error))
     result["command"] = command_line("python search/compare.py", argv)
     result["wall_seconds_this_session"] = round(time.monotonic() - started, 1)
     json_path = Path(args.json or output_dir / "fig10.json")
