@@ -482,6 +482,19 @@ def test_compare_runs_each_strategy_and_seed_as_a_grid_cell_that_resumes_once_st
     assert started.finished() and not run_cell(tmp_path, "random", 3, 3, []).finished()
 
 
+def test_compare_names_a_run_file_damaged_after_the_searches_finished(tmp_path, monkeypatch, capsys):
+    from evonorm_core.experiment.grid import GridResult
+    from evonorm_suite.search import compare
+
+    monkeypatch.setattr(compare, "run_grid", lambda *args, **kwargs: GridResult())  # every search finished
+    (tmp_path / "evolution_seed0").mkdir()
+    (tmp_path / "evolution_seed0" / "checkpoint.json").write_text("[]")
+    with pytest.raises(SystemExit):
+        compare.main(["--max-candidates", "2", "--seeds", "0", "--output-dir", str(tmp_path)])
+    assert f"search checkpoint '{tmp_path / 'evolution_seed0' / 'checkpoint.json'}' is not a JSON object" in \
+        capsys.readouterr().err
+
+
 def test_rerank_takes_the_top_layers_then_the_references_with_longer_training(tmp_path):
     """Paper section 5.2 / Appendix C: the top layers retrained longer (default 4x the search's steps) on the
     90/10 split, with no rejection stage; the references follow the top layers."""
