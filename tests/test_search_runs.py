@@ -126,6 +126,19 @@ def test_damaged_checkpoint_and_log_are_named_with_the_line_and_the_fix(tmp_path
     checkpoint.write_text("[]")
     err = error_of(["--resume", "--output-dir", str(out)], capsys)
     assert f"search checkpoint '{checkpoint}' is not a JSON object" in err and "delete the run folder" in err
+    state = json.loads(good_checkpoint)
+    for changed, says in (({"metadata": []}, "its metadata must be an object"),
+                          ({"config": {**state["config"], "mode": "Q"}},
+                           "its evolution settings are not this version's")):
+        checkpoint.write_text(json.dumps({**state, **changed}))
+        err = error_of(["--resume", "--output-dir", str(out)], capsys)
+        assert f"search checkpoint '{checkpoint}': {says}" in err and "Traceback" not in err
+    checkpoint.write_text(good_checkpoint)
+    first = json.loads(lines[0])
+    log.write_text("\n".join([json.dumps({**first, "genome": {**first["genome"], "nodes": [["nope", 0]]}}),
+                              *lines[1:]]) + "\n")
+    err = error_of(["--resume", "--output-dir", str(out)], capsys)
+    assert f"search log '{log}', line 1: not a candidate record" in err and "Traceback" not in err
     assert "Traceback" not in err
 
 

@@ -59,6 +59,14 @@ def read_checkpoint(output_dir: str | Path) -> dict:
     counts = {key: state[key] for key in ("seed", "next_id", "logged")}
     if any(type(value) is not int or value < 0 for value in counts.values()):
         raise CorruptFileError(f"search checkpoint {str(path)!r}: {counts} must be integers >= 0; {fix}")
+    if not isinstance(state["metadata"], dict) or type(state["elapsed"]) not in (int, float):
+        raise CorruptFileError(f"search checkpoint {str(path)!r}: its metadata must be an object and elapsed a "
+                               f"number; {fix}")
+    try:
+        config_from_dict(EvolutionConfig, state["config"], source=str(path))
+    except (ValueError, TypeError, AttributeError) as error:  # ConfigError included
+        raise CorruptFileError(f"search checkpoint {str(path)!r}: its evolution settings are not this version's "
+                               f"({error}); {fix}") from None
     log = Path(output_dir) / LOG
     rows = read_jsonl(log, limit=state["logged"], what="search log") if state["logged"] else []
     if len(rows) != state["logged"]:
@@ -69,6 +77,7 @@ def read_checkpoint(output_dir: str | Path) -> dict:
     for number, row in enumerate(rows, 1):
         try:
             record = CandidateRecord.from_dict(row)
+            Genome.from_dict(record.genome)
         except (ValueError, TypeError, KeyError, AttributeError) as error:
             raise CorruptFileError(f"search log {str(log)!r}, line {number}: not a candidate record ({error}); {fix}") from None
         if record.candidate_id in seen or not 0 <= record.candidate_id < state["next_id"]:
