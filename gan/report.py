@@ -56,7 +56,9 @@ def find_metrics(paths: list[str | Path]) -> list[Path]:
     return found
 
 
-METRICS_KEYS = ("norm", "seed", "step", "is_mean", "fid")  # what every table row reads
+# what every table row reads: the layer, seed, step and scores, and how they were measured
+METRICS_KEYS = ("norm", "seed", "step", "is_mean", "fid", "dataset", "resolution", "num_samples", "feature_extractor",
+                "sampling")
 
 
 def read_run_metrics(path: Path, what: str = "run metrics") -> dict:
@@ -68,7 +70,7 @@ def read_run_metrics(path: Path, what: str = "run metrics") -> dict:
 
 
 def layer_key(metrics: dict) -> str:
-    options = ",".join(f"{k}={v}" for k, v in sorted(metrics.get("norm_options", {}).items()))
+    options = ",".join(f"{k}={v}" for k, v in sorted((metrics.get("norm_options") or {}).items()))
     return f"{metrics['norm']}({options})" if options else metrics["norm"]
 
 

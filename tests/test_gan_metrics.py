@@ -241,7 +241,7 @@ def test_kept_snapshots_are_read_back_under_the_same_settings_and_measured_again
         weights_digest(str(pinned)))
     (run / "metrics" / "step_0000001.json").write_text('{"step": 1}')  # damaged: named, not a KeyError
     with pytest.raises(CorruptFileError, match=r"snapshot metrics '.*step_0000001.json' lacks \['norm', 'seed', "
-                                               r"'is_mean', 'fid'\]: .*delete it and evaluate the run again"):
+                                               r"'is_mean', 'fid', 'dataset', .*\]: .*delete it and evaluate the run again"):
         measured_by()
 
 

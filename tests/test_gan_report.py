@@ -91,6 +91,7 @@ def test_aggregate_orders_seeds_numerically_takes_the_median_of_even_counts_and_
     assert (s0["is_median"], s0["is_best"], s0["fid_median"], s0["fid_best"]) == (45.0, 50.0, 5.0, 4.0)
     assert s0["measured_as"] == "imagenet 128px, 50000 samples, inception-v3-compat, eval mode, moving statistics"
     assert report.layer_name("bn_relu(groups=4,sync=True)") == "bn_relu"
+    assert report.layer_key({"norm": "bn_relu", "norm_options": None}) == "bn_relu"  # recorded as null
     one_run = report.find_metrics([tmp_path / "bn_relu" / "seed0"])  # a run folder itself
     assert one_run == [tmp_path / "bn_relu" / "seed0" / "metrics.json"]
 

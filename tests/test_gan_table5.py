@@ -91,7 +91,7 @@ def valley(bottom: int):
 
 @pytest.mark.parametrize("name, text, message", [
     ("metrics/last.json", '{"step": 100}',
-     "snapshot metrics '{run}/metrics/last.json' lacks ['norm', 'seed', 'is_mean', 'fid']: it is not a metrics file"),
+     "snapshot metrics '{run}/metrics/last.json' lacks ['norm', 'seed', 'is_mean', 'fid', 'dataset', "),
     ("metrics/last.json", "[1]", "snapshot metrics '{run}/metrics/last.json' is not a JSON object"),
     ("config.json", '{"seed": 0}', "run configuration '{run}/config.json' lacks ['total_steps']"),
 ])
@@ -106,7 +106,7 @@ def test_a_run_file_without_the_fields_the_grid_reads_is_named(tmp_path, name, t
 def test_a_run_metrics_or_cost_file_of_another_shape_is_named(tmp_path):
     (tmp_path / "metrics.json").write_text('{"fid": 3.0}')
     with pytest.raises(CorruptFileError, match=re.escape(f"run metrics '{tmp_path / 'metrics.json'}' lacks ['norm', "
-                                                         "'seed', 'step', 'is_mean']")):
+                                                         "'seed', 'step', 'is_mean', 'dataset',")):
         table5.run_record(tmp_path / "metrics.json", SCHEDULE)
     (tmp_path / "cost.json").write_text("[60.0]")
     with pytest.raises(CorruptFileError, match=re.escape(f"run cost '{tmp_path / 'cost.json'}' is not a JSON object")):
