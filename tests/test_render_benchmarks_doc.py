@@ -62,6 +62,24 @@ def test_a_document_without_the_placeholder_is_a_clear_error():
         render.render_all("no placeholders here\n", RESULTS)
 
 
+@pytest.mark.parametrize("damage, says", [
+    (None, "error: no benchmark result {path}: rerun its benchmark"),
+    ('{"min_ms": ', "error: benchmark result {path} is not valid JSON"),
+    ('{"command": "x"}',
+     "error: benchmark result {path} lacks or mistypes what this renderer reads (KeyError: 'min_ms')"),
+    ("[]", "error: benchmark result {path} lacks or mistypes what this renderer reads (TypeError")])
+def test_a_missing_damaged_or_other_shaped_result_is_one_error_line_naming_it(tmp_path, damage, says):
+    for name in ("capture_resnet50.json", "benchmark_layers.json", "benchmark_layers_cuda.json",
+                 "benchmark_matrix.json"):
+        (tmp_path / name).write_bytes((RESULTS / name).read_bytes())
+    path = tmp_path / "compiled_choice.json"
+    if damage is not None:
+        path.write_text(damage)
+    with pytest.raises(SystemExit) as refused:
+        render.main(["--results", str(tmp_path), "--out", "-"])
+    assert str(refused.value.code).startswith(says.format(path=path))
+
+
 def test_roofline_table_and_at_least_targets():
     """A run that timed a copy_: each layer's fraction of the copy rate, the copy's rate (2 passes of 4 MB in
     2 ms: 4 GB/s); a roofline target reads '>=' in percent; a run recorded before copy_ was timed has no table."""

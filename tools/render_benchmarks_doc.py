@@ -22,6 +22,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -390,14 +391,30 @@ def render_compiled(path: Path) -> str:
     return "\n".join(lines)
 
 
+def rendered(render: Callable[..., str], path: Path, *args: str) -> str:
+    """``render(path, *args)``; a result file that is missing, not JSON or not of the shape the renderer reads
+    is one error line naming it."""
+    fix = "rerun its benchmark (the command in docs/benchmarks.md) or restore it (git checkout)"
+    try:
+        return render(path, *args)
+    except FileNotFoundError:
+        raise SystemExit(f"error: no benchmark result {path}: {fix}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise SystemExit(f"error: benchmark result {path} is not valid JSON ({error}): {fix}") from None
+    except (KeyError, TypeError, IndexError) as error:
+        raise SystemExit(f"error: benchmark result {path} lacks or mistypes what this renderer reads "
+                         f"({type(error).__name__}: {error}); it was written by another version: {fix}") from None
+
+
 def render_all(doc: str, results: Path) -> str:
     blocks = {
-        "RESULTS_CAPTURE": render_capture(results / "capture_resnet50.json"),
-        "RESULTS_BENCHMARK": render_benchmark(results / "benchmark_layers.json", "results/benchmark_layers.png"),
-        "RESULTS_BENCHMARK_CUDA": render_benchmark(results / "benchmark_layers_cuda.json",
-                                                   "results/benchmark_layers_cuda.png"),
-        "RESULTS_MATRIX": render_matrix(results / "benchmark_matrix.json", "results/benchmark_matrix.png"),
-        "RESULTS_COMPILED": render_compiled(results / "compiled_choice.json"),
+        "RESULTS_CAPTURE": rendered(render_capture, results / "capture_resnet50.json"),
+        "RESULTS_BENCHMARK": rendered(render_benchmark, results / "benchmark_layers.json",
+                                      "results/benchmark_layers.png"),
+        "RESULTS_BENCHMARK_CUDA": rendered(render_benchmark, results / "benchmark_layers_cuda.json",
+                                           "results/benchmark_layers_cuda.png"),
+        "RESULTS_MATRIX": rendered(render_matrix, results / "benchmark_matrix.json", "results/benchmark_matrix.png"),
+        "RESULTS_COMPILED": rendered(render_compiled, results / "compiled_choice.json"),
     }
     for name, body in blocks.items():
         text = (f"<!-- {name}: written by tools/render_benchmarks_doc.py from docs/results; do not edit by hand -->\n"
