@@ -23,6 +23,7 @@ from torch.utils.tensorboard import SummaryWriter
 from evonorm_core.experiment.config import ConfigError, config_to_dict
 from evonorm_core.experiment.distributed import DistributedContext
 from evonorm_core.experiment.files import (
+    CorruptFileError,
     append_jsonl,
     atomic_write_text,
     load_checkpoint,
@@ -320,7 +321,7 @@ class Trainer:
         """Drop log lines written after the checkpoint this run continues from."""
         log = self.run_dir / LOG_FILE
         if self.ctx.is_main and log.exists():
-            kept = [r for r in read_jsonl(log) if r["step"] <= self.step]
+            kept = [r for r in read_log(log) if r["step"] <= self.step]
             atomic_write_text(log, "".join(json.dumps(r) + "\n" for r in kept))
 
     def _log(self, writer, scalars: dict[str, float], progress: Progress) -> None:
@@ -332,12 +333,23 @@ class Trainer:
         progress.update(done, **{k: v for k, v in scalars.items()})
 
 
+def read_log(path: Path) -> list[dict]:
+    """The records of a run's ``log.jsonl``; :class:`CorruptFileError` naming the line of one that is not an
+    object with an integer ``step``."""
+    records = read_jsonl(path, what="training log")
+    for line, record in enumerate(records, 1):
+        if not isinstance(record, dict) or type(record.get("step")) is not int:
+            raise CorruptFileError(f"training log {str(path)!r}, line {line}: not a record with an integer step; "
+                                   "delete that line and what follows it (resuming writes them again)")
+    return records
+
+
 def plot_curves(run_dir: Path) -> Path | None:
     """``RUN/curves.png``: losses and (where measured) IS/FID against steps, from ``log.jsonl``."""
     log = run_dir / LOG_FILE
     if not log.exists():
         return None
-    records = read_jsonl(log)
+    records = read_log(log)
     panels = {}
     for title, keys in (("losses", ("loss_d", "loss_g")), ("D logits", ("d_real", "d_fake")),
                         ("digits-classifier FID", ("fid",)), ("digits-classifier IS", ("is_mean",)),

@@ -629,6 +629,15 @@ def test_gan_resume_of_a_damaged_checkpoint_names_it(case, run_copy, capsys):
     says(refusal(entry(BIGGAN), argv, capsys), *fragments)
 
 
+@pytest.mark.parametrize("line", ['{"loss_d": 1.0}', "[1]", '{"step": "7"}'])
+def test_gan_resume_names_a_training_log_line_without_a_step(line, run_copy, capsys):
+    folder = run_copy("gan")
+    log = folder / "seed0" / "log.jsonl"
+    log.write_text(log.read_text() + line + "\n")
+    argv = ["--resume", "--run-dir", str(folder), "--total-steps", "2"]
+    says(refusal(entry(BIGGAN), argv, capsys), f"training log '{log}', line 2: not a record with an integer step")
+
+
 def test_gan_names_a_prepared_array_file_it_cannot_read(tmp_path, capsys):
     (tmp_path / "junk.npz").write_bytes(bytes(range(256)) * 2)
     np.savez(tmp_path / "no_imgs.npz", x=np.zeros(3))
