@@ -335,9 +335,24 @@ def tally(results: dict[str, str]) -> dict:
     return {"total": total, **counts, "caught_fraction": round(counts[CAUGHT] / total, 3) if total else 0.0}
 
 
-def write_json(path: Path, verdicts: list[Verdict], command: str, seconds: float, partial: bool) -> None:
-    """Write (or, for a partial rerun, update) the results file, through a temporary file and a rename."""
-    previous = json.loads(path.read_text(encoding="utf-8")) if partial and path.is_file() else {}
+def previous_results(path: Path) -> dict:
+    """The results file a partial rerun updates (empty if there is none); exits with one line naming it if it is
+    not one, before any plant runs."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not (isinstance(data, dict) and isinstance(data.get("runs", []), list)
+                and all(isinstance(e, dict) and isinstance(e.get("id"), str) for e in data.get("plants", []))):
+            raise ValueError("not an object with a runs list and plants that have an id")
+    except (ValueError, UnicodeDecodeError) as error:  # json.JSONDecodeError included
+        sys.exit(f"error: --json {path} cannot be updated ({error}); restore it (git checkout) or give another --json")
+    return data
+
+
+def write_json(path: Path, verdicts: list[Verdict], command: str, seconds: float, previous: dict) -> None:
+    """Write (or update ``previous``, for a partial rerun) the results file, through a temporary file and a
+    rename."""
     entries = {e["id"]: e for e in previous.get("plants", [])}
     by_id = {p.id: p for p in PLANTS}
     for v in verdicts:
@@ -430,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.validate:
         print("\n".join(problems) or f"{len(plants)} plants valid")
         return 1 if problems else 0
+    previous = previous_results(args.json) if args.json and args.only else {}
     signal.signal(signal.SIGTERM, _terminate)
     start = time.monotonic()
     if not args.skip_clean_check:
@@ -444,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{counts['stale']} stale (not run: update them, see --validate)")
     if args.json:
         command = shlex.join(["python3", "tools/plant_bugs.py", *(argv if argv is not None else sys.argv[1:])])
-        write_json(args.json, verdicts, command, time.monotonic() - start, partial=bool(args.only))
+        write_json(args.json, verdicts, command, time.monotonic() - start, previous)
         print(f"wrote {args.json}")
     return 0
 
