@@ -366,7 +366,7 @@ def restore(path: Path, setup: TrainingSetup, env: DistributedContext) -> tuple[
         if env.device.type == "cuda" and "cuda_rng" in state:
             torch.cuda.set_rng_state(state["cuda_rng"], env.device)
         return int(state["epoch"]), int(state["step"]), list(state["history"])
-    except (KeyError, RuntimeError, ValueError) as error:
+    except (KeyError, RuntimeError, TypeError, ValueError) as error:
         first = str(error).splitlines()[0]
         raise CorruptFileError(f"checkpoint {str(path)!r} does not fit this run ({first}); it was written by another "
                                "model, layer or width: use another --output-dir or delete the checkpoint") from None
@@ -475,13 +475,15 @@ def _save(path: Path, config: TrainConfig, setup: TrainingSetup, env: Distribute
 
 def read_result(path: Path, advice: str, config_keys: tuple[str, ...] = RESULT_CONFIG_KEYS) -> dict:
     """A ``result.json`` of this trainer; :class:`CorruptFileError` naming it, then ``advice``, if it is not one
-    (no ``final_top1``, or no ``config`` object with ``config_keys``)."""
+    (no ``final_top1``, no ``config`` object with ``config_keys``, or a ``history`` entry without ``top1``)."""
     fix = f"it is not a result.json of classification/train.py; {advice}"
     result = read_json_object(path, what="run result", keys=("config", "final_top1"), advice=fix)
-    config = result["config"]
+    config, history = result["config"], result.get("history", [])
     if not isinstance(config, dict) or not set(config_keys) <= config.keys():
         raise CorruptFileError(f"run result {str(path)!r}: its config is not an object with {', '.join(config_keys)}: "
                                f"{fix}")
+    if not isinstance(history, list) or not all(isinstance(entry, dict) and "top1" in entry for entry in history):
+        raise CorruptFileError(f"run result {str(path)!r}: its history is not a list of evaluations with top1: {fix}")
     return result
 
 

@@ -605,6 +605,14 @@ def test_a_moved_classification_run_resumes_where_it_lies(run_copy, tmp_path):
     assert json.loads((moved / "config.json").read_text())["output_dir"] == str(moved)
 
 
+def test_classification_names_a_checkpoint_whose_rng_state_is_not_one(run_copy):
+    folder = run_copy("classification")
+    state = load_checkpoint(folder / "checkpoint.pt")
+    save_checkpoint(folder / "checkpoint.pt", {**state, "rng": [1, 2, 3]})
+    with pytest.raises(SystemExit, match=r"checkpoint.pt' does not fit this run \(.*\); it was written by another"):
+        train.main(["--resume", "--output-dir", str(folder), "--max-steps", "2"])
+
+
 def test_classification_refuses_a_checkpoint_that_would_run_code(run_copy, tmp_path):
     folder, marker = run_copy("classification"), tmp_path / "pwned"
     evil_checkpoint(folder / "checkpoint.pt", marker)
@@ -757,7 +765,9 @@ def test_a_layer_option_that_does_not_fit_the_model_is_a_clear_error(tmp_path, c
 
 @pytest.mark.parametrize("content", ['{"final_top1": ', '{"final_top1": 50.0}', "[1, 2]",
                                      '{"final_top1": 50.0, "config": [1]}',
-                                     '{"final_top1": 50.0, "config": {"model": "resnet50_cifar", "seed": 0}}'])
+                                     '{"final_top1": 50.0, "config": {"model": "resnet50_cifar", "seed": 0}}',
+                                     '{"final_top1": 50.0, "config": {"model": "resnet50_cifar", "norm_act": "gn_relu", '
+                                     '"seed": 0, "width_multiplier": 1.0}, "history": [{"step": 1}]}'])
 def test_tables_and_tradeoff_name_a_damaged_result_json(tmp_path, content):
     cell = tmp_path / "t3" / "resnet50" / "bn_relu" / "seed0"
     cell.mkdir(parents=True)
