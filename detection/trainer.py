@@ -54,6 +54,15 @@ class PreciseBatchStatistics(hooks.HookBase):
         return layers
 
 
+def stop_behind(error: BaseException) -> KeyboardInterrupt | None:
+    """The stop signal's ``KeyboardInterrupt`` that ``error`` was raised while handling, if any (detectron2 runs
+    the hooks' ``after_train`` in a ``finally``)."""
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, KeyboardInterrupt):
+        cause = cause.__context__
+    return cause
+
+
 class NormActTrainer(DefaultTrainer):
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -69,12 +78,21 @@ class NormActTrainer(DefaultTrainer):
 
     def train(self):
         """DefaultTrainer's training; a stop signal (SIGINT, SIGTERM) first saves the model at the last finished
-        iteration, so that ``--resume`` loses none (the periodic checkpoint may lie ``CHECKPOINT_PERIOD`` back)."""
+        iteration, so that ``--resume`` loses none (the periodic checkpoint may lie ``CHECKPOINT_PERIOD`` back).
+        A stop stays a stop when the end-of-training hooks then fail (a signal inside a hook can leave it broken,
+        e.g. a lazy import of TensorBoard cut short)."""
         try:
             return super().train()
         except KeyboardInterrupt:
             self.save_stopped()
             raise
+        except Exception as error:
+            stop = stop_behind(error)
+            if stop is None:
+                raise
+            logger.warning("stopping: the end-of-training hooks failed (%s: %s)", type(error).__name__, error)
+            self.save_stopped()
+            raise stop from None
 
     def save_stopped(self) -> None:
         """Checkpoint the last finished iteration as the periodic checkpointer does (``model_N.pth`` tagged as

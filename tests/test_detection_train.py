@@ -23,12 +23,14 @@ pytestmark = pytest.mark.detectron2
 import detectron2.data.transforms as T
 from detectron2.data import DatasetCatalog, MetadataCatalog
 from detectron2.data.datasets import register_coco_instances
+from detectron2.engine import hooks
 from detectron2.modeling import build_model
 from pycocotools.coco import COCO
 
 from evonorm_core import running_stats
 from evonorm_core.experiment.files import CorruptFileError
 from evonorm_core.experiment.rundir import RunDir
+from evonorm_core.experiment.stopping import Interrupted
 from evonorm_suite.detection import data, load_config, miniature, report, shapes, train_net
 from evonorm_suite.detection.cost import count_parameters, model_cost
 from evonorm_suite.detection.cost import main as cost_main
@@ -42,6 +44,7 @@ from evonorm_suite.detection.shapes import (
     shape_polygon,
     write_split,
 )
+from evonorm_suite.detection.trainer import NormActTrainer
 from tests.test_detection_model import TINY as TINY_MODEL
 from tests.tool_scripts import load
 
@@ -218,6 +221,29 @@ def test_resume_refuses_another_experiment_in_the_runs_folder(demo_run, tmp_path
     with pytest.raises(SystemExit, match=rf"^error: --resume: the run's own config {copy / 'config.yaml'} cannot be "
                                          r"read by this version \(.*UNKNOWN_KEY_OF_ANOTHER_VERSION"):
         train_net.main(argv)
+
+
+def test_a_stop_whose_end_of_training_hooks_then_fail_still_saves_and_stops(datasets_root, tmp_path, monkeypatch):
+    """A stop signal inside a hook (a CI run's SIGTERM cut TensorBoard's lazy import short, and the writer's import
+    failed again in after_train): still the model of the last finished iteration and the stop's status, not the
+    hook's traceback."""
+    class StopInsideAHook(hooks.HookBase):
+        def after_step(self):
+            if self.trainer.iter == 1:
+                raise Interrupted(signal.SIGTERM)
+
+        def after_train(self):
+            raise AttributeError("partially initialized module 'fsspec' has no attribute 'utils'")
+
+    built = NormActTrainer.build_hooks
+    monkeypatch.setattr(NormActTrainer, "build_hooks", lambda self: [*built(self), StopInsideAHook()])
+    output = tmp_path / "run"
+    argv = ["--threads", "1", "--config", str(CONFIGS / "demo_shapes_evonorm_s0.yaml"), *TINY, "SOLVER.MAX_ITER", "5",
+            "TEST.EVAL_PERIOD", "0", "OUTPUT_DIR", str(output)]
+    with pytest.raises(SystemExit) as stopped:
+        train_net.main(argv)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert (output / "last_checkpoint").read_text() == "model_0000001.pth" and (output / "model_0000001.pth").is_file()
 
 
 @pytest.mark.slow
